@@ -1,0 +1,34 @@
+# All set-up lives here: `make smoke` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# CPU machines keep the CPU torch build; `make install GPU=1` installs verl's vLLM pin instead.
+GPU    ?=
+TORCH  := torch==2.13.0
+EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
+CONSTRAINTS := $(if $(GPU),,-c constraints/cpu.txt)
+comma  := ,
+
+.PHONY: install smoke test lint bench clean-outputs
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints/cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(if $(GPU),,$(PY) -m pip install -q $(TORCH))
+	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+smoke: $(STAMP)
+	$(PY) -m dara.train
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) scripts/bench/estimators.py
