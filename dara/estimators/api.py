@@ -1,0 +1,182 @@
+"""`compute_advantages`: the one public entry to every estimator, with validation and diagnostics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .groups import Groups, group_codes, group_zscore
+from .methods import ESTIMATORS, Aggregate, ChannelBatch
+from .normalization import BATCH_NORM_MODES, batch_normalize
+from .weights import DEFAULT_W_MAX
+
+ACTIVE_EPS = 1e-8  # reward k is active in group i when sum_j |A_k(i,j)| > 1e-8
+OPTIONS = ("weights", "w_max", "batch_norm", "channel_names", "reward_ranges", "tau", "gamma", "form",
+           "query_weight")
+
+
+def compute_advantages(
+    name: str,
+    scores: torch.Tensor,
+    index: Sequence | np.ndarray | torch.Tensor,
+    response_mask: torch.Tensor,
+    **options,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level advantages of estimator `name` for a batch of grouped multi-reward responses.
+
+    Args:
+        name: a key of `ESTIMATORS` (grpo, gdpo, dara_sym, dara_asym, dvao, gd2po_hard, gd2po_snr,
+            static, saw, sa_mrpo).
+        scores: float [N, K], the raw score of each reward channel for each response ([N] = one channel).
+        index: N group ids (verl's uid strings, or ints); responses with the same id form a group.
+        response_mask: [N, T] 0/1 mask of valid response tokens.
+        **options: weights (K floats), w_max (5.0), batch_norm ("token" | "response" | "none"; ignored by
+            grpo, dvao and gd2po which define their own), channel_names (K strings, default c0..),
+            reward_ranges (K [min, max] pairs; saw, sa_mrpo), tau (gd2po_snr, 0.8), gamma (sa_mrpo, 0.5),
+            form ("sym" | "asym"; static), query_weight ("before_whiten" | "after_whiten"; gd2po).
+
+    Returns:
+        advantages: float32 [N, T] on the mask's device, zero outside the mask.
+        metrics: flat dict of floats; per channel `density/`, `active_groups/`, `energy/`, `weight/`,
+            `energy_weighted/`, `energy_ratio/` (to the largest channel), `energy_vs_ideal/`
+            (E_k / sum over active groups of (G_i - 1)), plus `num_groups`, `num_responses`.
+
+    Raises:
+        ValueError: unknown estimator or option, mismatched shapes, NaN/inf scores, bad option values.
+    """
+    estimator = _lookup(name)
+    scores, response_mask = _check_tensors(scores, response_mask)
+    device = response_mask.device
+    scores = scores.to(device=device, dtype=torch.float64)
+    num_channels = scores.shape[1]
+    opts = _check_options(options, scores, device)
+    groups = group_codes(index, device)
+    if groups.num_responses != scores.shape[0]:
+        raise ValueError(f"index has {groups.num_responses} group ids but scores has {scores.shape[0]} rows")
+
+    advantages = group_zscore(scores, groups)
+    active = groups.sum(advantages.abs()) > ACTIVE_EPS  # [B, K]
+    density = active.sum(dim=0).to(torch.float64) / groups.num_groups
+    prior = opts["weights"] if opts["weights"] is not None else scores.new_ones(num_channels)
+    batch = ChannelBatch(scores, groups, advantages, density, prior, opts)
+    agg = estimator.fn(batch)
+
+    lengths = response_mask.sum(dim=-1) if agg.batch_norm == "token" else None
+    values = batch_normalize(agg.values, lengths, agg.batch_norm, agg.keep)
+    if agg.post_scale is not None:
+        values = values * agg.post_scale
+    token_advantages = values.to(torch.float32).unsqueeze(-1) * response_mask
+    if token_advantages.dtype != torch.float32:
+        token_advantages = token_advantages.to(torch.float32)
+    metrics = _diagnostics(batch, agg, active, values, opts["channel_names"])
+    return token_advantages, metrics
+
+
+def _lookup(name: str):
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {name!r}; available: {', '.join(sorted(ESTIMATORS))}")
+    return ESTIMATORS[name]
+
+
+def _check_tensors(scores, response_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = torch.as_tensor(scores)
+    if scores.dim() == 1:
+        scores = scores.unsqueeze(-1)
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be [N, K] (one column per reward channel), got shape {tuple(scores.shape)}")
+    if scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise ValueError(f"scores is empty: shape {tuple(scores.shape)}")
+    if not (scores.dtype.is_floating_point or scores.dtype in (torch.int32, torch.int64, torch.bool)):
+        raise ValueError(f"scores must be numeric, got dtype {scores.dtype}")
+    if not torch.isfinite(scores.to(torch.float64)).all():
+        bad = (~torch.isfinite(scores.to(torch.float64))).nonzero()[0].tolist()
+        raise ValueError(f"scores contain NaN or inf (first at response {bad[0]}, channel {bad[1]})")
+    if not isinstance(response_mask, torch.Tensor) or response_mask.dim() != 2:
+        shape = tuple(response_mask.shape) if isinstance(response_mask, torch.Tensor) else type(response_mask)
+        raise ValueError(f"response_mask must be a [N, T] tensor, got {shape}")
+    if response_mask.shape[0] != scores.shape[0]:
+        raise ValueError(f"response_mask has {response_mask.shape[0]} rows but scores has {scores.shape[0]}")
+    return scores, response_mask
+
+
+def _as_channel_vector(value, num_channels: int, what: str, device) -> torch.Tensor:
+    vector = torch.as_tensor(value, dtype=torch.float64, device=device).reshape(-1)
+    if vector.numel() != num_channels:
+        raise ValueError(f"{what} has {vector.numel()} entries but there are {num_channels} reward channels")
+    if not torch.isfinite(vector).all():
+        raise ValueError(f"{what} must be finite, got {list(value)}")
+    return vector
+
+
+def _check_options(options: dict, scores: torch.Tensor, device) -> dict:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; accepted: {', '.join(OPTIONS)}")
+    num_channels = scores.shape[1]
+    opts = dict(options)
+    opts.setdefault("batch_norm", "token")
+    if opts["batch_norm"] not in BATCH_NORM_MODES:
+        raise ValueError(f"batch_norm must be one of {BATCH_NORM_MODES}, got {opts['batch_norm']!r}")
+    opts["w_max"] = float(opts.get("w_max", DEFAULT_W_MAX))
+    if opts.get("weights") is not None:
+        opts["weights"] = _as_channel_vector(opts["weights"], num_channels, "weights", device)
+    else:
+        opts["weights"] = None
+    names = opts.get("channel_names") or [f"c{k}" for k in range(num_channels)]
+    if len(names) != num_channels or len(set(names)) != num_channels:
+        raise ValueError(f"channel_names must be {num_channels} distinct names, got {list(names)}")
+    opts["channel_names"] = [str(n) for n in names]
+    opts["reward_ranges"] = _check_ranges(opts.get("reward_ranges"), scores, opts["channel_names"])
+    return opts
+
+
+def _check_ranges(ranges, scores: torch.Tensor, names: list[str]) -> torch.Tensor | None:
+    if ranges is None:
+        return None
+    table = torch.as_tensor(ranges, dtype=torch.float64, device=scores.device)
+    if table.shape != (scores.shape[1], 2):
+        raise ValueError(f"reward_ranges must be {scores.shape[1]} [min, max] pairs, got shape {tuple(table.shape)}")
+    for k, name in enumerate(names):
+        low, high = table[k].tolist()
+        if not low < high:
+            raise ValueError(f"reward_ranges for channel {name!r} must have min < max, got [{low}, {high}]")
+        column = scores[:, k]
+        if (column < low).any() or (column > high).any():
+            raise ValueError(
+                f"channel {name!r} has scores in [{column.min().item()}, {column.max().item()}], "
+                f"outside its reward_range [{low}, {high}]"
+            )
+    return table
+
+
+def _diagnostics(batch: ChannelBatch, agg: Aggregate, active: torch.Tensor, values: torch.Tensor,
+                 names: list[str]) -> dict[str, float]:
+    """The paper's per-channel instruments, gathered into one tensor so a GPU syncs once."""
+    groups: Groups = batch.groups
+    energy = (batch.advantages * batch.advantages).sum(dim=0)
+    weighted = (agg.channel_terms * agg.channel_terms).sum(dim=0)
+    ideal = ((groups.sizes - 1).clamp(min=0).to(energy.dtype).unsqueeze(-1) * active).sum(dim=0)
+    largest = energy.max()
+    ratio = energy / largest if largest > 0 else torch.zeros_like(energy)
+    vs_ideal = torch.where(ideal > 0, energy / ideal.clamp(min=1), torch.zeros_like(energy))
+    per_channel = {
+        "density": batch.density,
+        "active_groups": active.sum(dim=0).to(energy.dtype),
+        "energy": energy,
+        "weight": agg.weights,
+        "energy_weighted": weighted,
+        "energy_ratio": ratio,
+        "energy_vs_ideal": vs_ideal,
+    }
+    keys = [f"{metric}/{name}" for metric in per_channel for name in names]
+    stacked = torch.cat([v.reshape(-1).to(torch.float64) for v in per_channel.values()])
+    response_std = values.std() if values.numel() > 1 else values.new_zeros(())
+    extra = torch.stack([values.mean(), response_std]).to(torch.float64)
+    out = dict(zip(keys, stacked.tolist(), strict=True))
+    out.update(zip(("advantage/response_mean", "advantage/response_std"), extra.tolist(), strict=True))
+    out["num_groups"] = float(groups.num_groups)
+    out["num_responses"] = float(groups.num_responses)
+    out.update(agg.metrics)
+    return out

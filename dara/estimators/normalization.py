@@ -1,0 +1,65 @@
+"""Batch normalisation of a per-response value S (METHODS.md "Shared building blocks").
+
+- `token`: verl's masked whitening over every valid response token of the batch (mean and
+  unbiased variance over tokens, (x - mean) * rsqrt(var + 1e-8)). S is constant within a response,
+  so the token statistics are length-weighted response statistics: only the response lengths are
+  needed, never a pass over [N, T].
+- `response`: (S - mean(S)) / (std(S) + 1e-6) over responses, std unbiased.
+- `none`: S unchanged.
+
+`keep` restricts the statistics to some responses (GD2PO whitens over kept responses only);
+the others come out as exactly 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WHITEN_EPS = 1e-8  # verl's masked_whiten
+RESPONSE_EPS = 1e-6
+BATCH_NORM_MODES = ("token", "response", "none")
+
+
+def token_whiten(values: torch.Tensor, lengths: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Masked whitening of S broadcast over tokens, computed from S [N] and token counts [N].
+
+    With fewer than two tokens the variance is undefined (verl raises); we use variance 0, which
+    maps every value to exactly 0 since all tokens then equal the mean.
+    """
+    weights = lengths.to(values.dtype)
+    if keep is not None:
+        weights = weights * keep
+    total = weights.sum()
+    if total < 2:
+        return torch.zeros_like(values)
+    mean = (weights * values).sum() / total
+    centred = values - mean
+    var = (weights * centred * centred).sum() / (total - 1)
+    out = centred * torch.rsqrt(var + WHITEN_EPS)
+    return out if keep is None else out * keep
+
+
+def response_standardize(values: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """(S - mean) / (std + 1e-6) over responses (unbiased std; a single response maps to 0)."""
+    weights = torch.ones_like(values) if keep is None else keep.to(values.dtype)
+    count = weights.sum()
+    if count < 2:
+        return torch.zeros_like(values)
+    mean = (weights * values).sum() / count
+    centred = values - mean
+    std = ((weights * centred * centred).sum() / (count - 1)).sqrt()
+    out = centred / (std + RESPONSE_EPS)
+    return out if keep is None else out * weights
+
+
+def batch_normalize(
+    values: torch.Tensor, lengths: torch.Tensor, mode: str, keep: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Apply one of BATCH_NORM_MODES to the per-response values [N]."""
+    if mode == "token":
+        return token_whiten(values, lengths, keep)
+    if mode == "response":
+        return response_standardize(values, keep)
+    if mode == "none":
+        return values if keep is None else values * keep
+    raise ValueError(f"unknown batch_norm {mode!r}; expected one of {BATCH_NORM_MODES}")
