@@ -1,0 +1,142 @@
+"""Estimator benchmark: every estimator next to verl's GRPO + whitening and the memory floor.
+
+All timings are taken side by side in one process, so the ratios are meaningful on a noisy shared
+machine. The floor is `adv[:, None] * mask`: one read of the mask and one write of the output, the
+least any token-level estimator must do.
+
+    python scripts/bench/estimators.py                      # tool-calling and math shapes
+    python scripts/bench/estimators.py --shapes 256x128     # a quick look
+    python scripts/bench/estimators.py --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+
+import numpy as np
+import torch
+
+from dara.estimators import ESTIMATOR_NAMES, compute_advantages
+
+PAPER_SHAPES = {"tool-calling": (2048, 1024, 4), "math": (8192, 8000, 16)}  # N, T, G
+OPTIONS = {"static": {"weights": [1.0, 5.0]}, "saw": {"reward_ranges": [[-3, 3], [0, 1]]},
+           "sa_mrpo": {"reward_ranges": [[-3, 3], [0, 1]]}}
+
+
+def make_batch(n: int, t: int, group_size: int, device: str, seed: int = 0):
+    """Realistic batch: uid strings as verl makes them, ragged response lengths, a dense and a sparse channel."""
+    gen = torch.Generator().manual_seed(seed)
+    uids = np.array([str(uuid.UUID(int=int(g) + 1)) for g in range(n // group_size)], dtype=object)
+    index = np.repeat(uids, group_size)
+    correctness = torch.randint(-3, 4, (n,), generator=gen).double()
+    fmt = (torch.rand(n, generator=gen) < 0.1).double()
+    scores = torch.stack([correctness, fmt], dim=1).to(device)
+    lengths = torch.randint(t // 8, t + 1, (n,), generator=gen)
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).float().to(device)
+    return scores, index, mask
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def paired(fn, floor_fn, repeats: int, device: str) -> tuple[float, float]:
+    """Median time of `fn` and median of its per-round ratio to the floor, timed in alternation.
+
+    Alternating the two inside each round cancels most of the drift of a shared, noisy machine.
+    """
+    fn(), floor_fn()  # warm-up (allocator, lazy imports, kernels)
+    times, ratios = [], []
+    for _ in range(repeats):
+        pair = []
+        for f in (floor_fn, fn):
+            _sync(device)
+            start = time.perf_counter()
+            f()
+            _sync(device)
+            pair.append(time.perf_counter() - start)
+        times.append(pair[1])
+        ratios.append(pair[1] / pair[0])
+    return statistics.median(times), statistics.median(ratios)
+
+
+def verl_grpo_fn(scores, index, mask):
+    try:
+        from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+        from verl.utils.torch_functional import masked_whiten
+    except ImportError:
+        return None
+    token_rewards = torch.zeros_like(mask)
+    lengths = mask.sum(-1).long()
+    token_rewards[torch.arange(mask.shape[0]), (lengths - 1).clamp(min=0)] = scores.sum(1).float()
+
+    def run():
+        adv, _ = compute_grpo_outcome_advantage(token_rewards, mask, index)
+        return masked_whiten(adv, mask) * mask
+
+    return run
+
+
+def bench_shape(label, n, t, group_size, device, repeats):
+    """Rows of (name, median seconds, median ratio to the floor)."""
+    scores, index, mask = make_batch(n, t, group_size, device)
+    adv = scores.sum(1).float()
+
+    def floor():
+        return adv[:, None] * mask
+
+    rows = [("floor: adv[:, None] * mask", *paired(floor, floor, repeats, device))]
+    verl_fn = verl_grpo_fn(scores, index, mask)
+    if verl_fn is not None:
+        rows.append(("verl 0.9.1 GRPO + masked_whiten", *paired(verl_fn, floor, max(1, repeats // 3), device)))
+    for name in ESTIMATOR_NAMES:
+        opts = dict(OPTIONS.get(name, {}), channel_names=["correctness", "format"])
+        seconds, ratio = paired(lambda name=name, opts=opts: compute_advantages(name, scores, index, mask, **opts),
+                                floor, repeats, device)
+        rows.append((name, seconds, ratio))
+        print(f"  [{label}] {name:<12} {seconds * 1e3:9.2f} ms  {ratio:5.2f}x floor", flush=True)
+    return rows
+
+
+def print_table(label, n, t, rows):
+    verl = next((r for r in rows if r[0].startswith("verl")), None)
+    print(f"\n### {label}: {n} responses x {t} tokens, K = 2\n")
+    print("| estimator | median ms | x floor | x verl GRPO |")
+    print("|---|---:|---:|---:|")
+    for name, seconds, ratio in rows:
+        vs_verl = f"{ratio / verl[2]:.3f}" if verl else "n/a"
+        print(f"| {name} | {seconds * 1e3:.2f} | {ratio:.2f} | {vs_verl} |")
+    return verl
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--shapes", nargs="*", help="NxT[xG] shapes instead of the paper's two")
+    args = parser.parse_args()
+    shapes = PAPER_SHAPES
+    if args.shapes:
+        shapes = {}
+        for spec in args.shapes:
+            parts = [int(p) for p in spec.split("x")]
+            shapes[spec] = (parts[0], parts[1], parts[2] if len(parts) > 2 else 4)
+    print(f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"median of {args.repeats}", flush=True)
+    summary = []
+    for label, (n, t, g) in shapes.items():
+        print(f"shape {label}: {n} x {t}, G = {g}", flush=True)
+        rows = bench_shape(label, n, t, g, args.device, args.repeats)
+        verl = print_table(label, n, t, rows)
+        asym = next(r for r in rows if r[0] == "dara_asym")
+        summary.append(f"{label}: dara_asym {asym[2]:.2f}x floor"
+                       + (f", {asym[2] / verl[2]:.3f}x verl GRPO" if verl else ""))
+    print("\nsummary: " + "; ".join(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The estimator library against METHODS.md: loop references, energy identities, edge cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dara.estimators import ESTIMATOR_NAMES, compute_advantages
+from tests import reference_estimators as ref
+
+RANGES = [[-3.0, 3.0], [0.0, 1.0], [0.0, 1.0]]
+
+
+def options_for(name, k):
+    opts = {}
+    if name == "static":
+        opts["weights"] = [1.0, 5.0, 2.0][:k]
+    if name in ("saw", "sa_mrpo"):
+        opts["reward_ranges"] = RANGES[:k]
+    return opts
+
+
+@st.composite
+def batches(draw):
+    """Random grouped batches with ties, uneven lengths, inactive channels and singleton groups."""
+    k = draw(st.integers(1, 3))
+    num_groups = draw(st.integers(1, 5))
+    sizes = draw(st.lists(st.integers(1, 5), min_size=num_groups, max_size=num_groups))
+    index = [g for g, size in enumerate(sizes) for _ in range(size)]
+    n = len(index)
+    levels = [[-3.0, -1.0, 0.0, 1.5, 3.0], [0.0, 1.0], [0.0, 1.0]]
+    scores = [[draw(st.sampled_from(levels[c])) for c in range(k)] for _ in range(n)]
+    if draw(st.booleans()):  # an inactive channel: constant over the whole batch
+        for row in scores:
+            row[k - 1] = scores[0][k - 1]
+    lengths = [draw(st.integers(0, 6)) for _ in range(n)]
+    if sum(lengths) < 2:
+        lengths[0] = 2
+    order = draw(st.permutations(range(n)))
+    return [scores[i] for i in order], [index[i] for i in order], [lengths[i] for i in order]
+
+
+def mask_from(lengths, width=None):
+    width = width or max(lengths)
+    return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+
+
+@pytest.mark.parametrize("name", ESTIMATOR_NAMES)
+@settings(max_examples=40, deadline=None)
+@given(batch=batches(), batch_norm=st.sampled_from(["token", "response", "none"]))
+def test_matches_loop_reference(name, batch, batch_norm):
+    scores, index, lengths = batch
+    k = len(scores[0])
+    opts = options_for(name, k)
+    adv, metrics = compute_advantages(name, torch.tensor(scores), index, mask_from(lengths),
+                                      batch_norm=batch_norm, **opts)
+    expected = ref.reference(name, scores, index, lengths, batch_norm=batch_norm, **opts)
+    for j, length in enumerate(lengths):
+        row = adv[j, :length].tolist()
+        assert all(math.isclose(v, expected[j], rel_tol=1e-4, abs_tol=1e-4) for v in row), (j, row, expected[j])
+        assert adv[j, length:].abs().sum() == 0
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=batches())
+def test_density_and_weights_match_reference(batch):
+    scores, index, lengths = batch
+    _, metrics = compute_advantages("dara_asym", torch.tensor(scores), index, mask_from(lengths))
+    adv = ref.per_reward_advantages(scores, index)
+    density = ref.densities(adv, index)
+    weights = ref.dara_weights(density)
+    for c in range(len(scores[0])):
+        assert metrics[f"density/c{c}"] == pytest.approx(density[c])
+        assert metrics[f"weight/c{c}"] == pytest.approx(weights[c])
+        energy = sum(row[c] ** 2 for row in adv)
+        assert metrics[f"energy/c{c}"] == pytest.approx(energy, rel=1e-9, abs=1e-9)
+
+
+def grouped_binary(num_groups, group_size, active_share, seed, dense=True):
+    """Channel 0 dense (varies in every group), channel 1 varies in `active_share` of groups."""
+    gen = torch.Generator().manual_seed(seed)
+    index = torch.arange(num_groups).repeat_interleave(group_size)
+    dense_col = torch.randn(num_groups * group_size, generator=gen)
+    sparse = torch.zeros(num_groups, group_size)
+    active = int(round(active_share * num_groups))
+    sparse[:active, 0] = 1.0  # one success in each active group
+    return torch.stack([dense_col, sparse.reshape(-1)], dim=1), index, active
+
+
+def test_energy_equals_ideal_under_gdpo():
+    b, g = 64, 8
+    scores, index, active = grouped_binary(b, g, 0.25, seed=1)
+    _, m = compute_advantages("gdpo", scores, index, torch.ones(b * g, 3))
+    assert m["energy/c0"] == pytest.approx(b * 1.0 * (g - 1), rel=1e-5)
+    assert m["energy/c1"] == pytest.approx(b * (active / b) * (g - 1), rel=1e-5)
+    assert m["energy_vs_ideal/c0"] == pytest.approx(1.0, rel=1e-5)
+    assert m["energy_vs_ideal/c1"] == pytest.approx(1.0, rel=1e-5)
+    assert m["energy_ratio/c1"] == pytest.approx(0.25, rel=1e-5)
+    assert m["active_groups/c1"] == active
+
+
+def test_dara_sym_equalises_weighted_energy_when_uncapped():
+    b, g = 80, 4
+    scores, index, _ = grouped_binary(b, g, 0.1, seed=2)  # w = sqrt(10) < 5: cap does not bind
+    _, m = compute_advantages("dara_sym", scores, index, torch.ones(b * g, 2))
+    assert m["weight/c1"] == pytest.approx(math.sqrt(10))
+    assert m["energy_weighted/c1"] == pytest.approx(m["energy_weighted/c0"], rel=1e-5)
+    assert m["energy_weighted/c0"] == pytest.approx(b * (g - 1), rel=1e-5)
+
+
+def test_cap_binds_for_very_sparse_channel():
+    scores, index, _ = grouped_binary(100, 4, 0.01, seed=3)  # sqrt(100) = 10 > w_max
+    _, m = compute_advantages("dara_sym", scores, index, torch.ones(400, 2), w_max=5.0)
+    assert m["weight/c1"] == 5.0
+    assert m["energy_weighted/c1"] < m["energy_weighted/c0"]
+
+
+def test_asym_energy_between_gdpo_and_sym():
+    scores, index, _ = grouped_binary(50, 8, 0.2, seed=4)
+    mask = torch.ones(400, 2)
+    energies = {n: compute_advantages(n, scores, index, mask)[1]["energy_weighted/c1"]
+                for n in ("gdpo", "dara_asym", "dara_sym")}
+    assert energies["gdpo"] < energies["dara_asym"] < energies["dara_sym"]
+
+
+def test_equal_densities_give_gdpo_exactly():
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randint(0, 3, (48, 2), generator=gen).float()
+    scores[::4] = torch.tensor([5.0, 5.0])  # every group varies on both channels
+    index = torch.arange(12).repeat_interleave(4)
+    mask = mask_from([3, 5, 1, 7] * 12)
+    gdpo, _ = compute_advantages("gdpo", scores, index, mask)
+    for name in ("dara_sym", "dara_asym"):
+        adv, m = compute_advantages(name, scores, index, mask)
+        assert m["weight/c0"] == m["weight/c1"] == 1.0
+        assert torch.equal(adv, gdpo)
+
+
+def test_row_permutation_permutes_result():
+    gen = torch.Generator().manual_seed(6)
+    scores = torch.randint(0, 2, (40, 2), generator=gen).float()
+    index = [f"uid-{i // 5}" for i in range(40)]
+    mask = mask_from(torch.randint(1, 9, (40,), generator=gen).tolist(), width=8)
+    perm = torch.randperm(40, generator=gen)
+    for name in ESTIMATOR_NAMES:
+        opts = options_for(name, 2)
+        base, mb = compute_advantages(name, scores, index, mask, **opts)
+        moved, mp = compute_advantages(name, scores[perm], [index[i] for i in perm], mask[perm], **opts)
+        torch.testing.assert_close(moved, base[perm], rtol=1e-5, atol=1e-6)
+        assert mb["density/c1"] == mp["density/c1"]
+
+
+def test_string_and_int_ids_agree():
+    gen = torch.Generator().manual_seed(7)
+    scores = torch.rand(30, 2, generator=gen)
+    ints = torch.randint(0, 6, (30,), generator=gen)
+    strings = [f"{v:08x}-uid" for v in (ints * 7919).tolist()]
+    mask = torch.ones(30, 4)
+    for name in ESTIMATOR_NAMES:
+        opts = options_for(name, 2)
+        a, _ = compute_advantages(name, scores, ints, mask, **opts)
+        b, _ = compute_advantages(name, scores, strings, mask, **opts)
+        c, _ = compute_advantages(name, scores, ints.tolist(), mask, **opts)
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@pytest.mark.parametrize("name", ESTIMATOR_NAMES)
+def test_degenerate_batches_are_finite(name):
+    k3 = torch.tensor([[1.0, 0.0, 1.0]] * 6)  # every group constant, K = 3
+    cases = [
+        (k3, [0, 0, 0, 1, 1, 1]),
+        (torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 0.0]]), ["a", "b", "c"]),  # single-response groups
+        (torch.tensor([[0.0], [1.0], [1.0], [0.0]]), [0, 0, 1, 1]),  # one channel
+    ]
+    for scores, index in cases:
+        k = scores.shape[1]
+        adv, metrics = compute_advantages(name, scores, index, torch.ones(len(index), 3), **options_for(name, k))
+        assert torch.isfinite(adv).all() and adv.dtype == torch.float32
+        assert all(math.isfinite(v) for v in metrics.values())
+    adv, _ = compute_advantages(name, k3, [0, 0, 0, 1, 1, 1], torch.ones(6, 3), **options_for(name, 3))
+    assert torch.count_nonzero(adv) == 0  # nothing to learn from constant groups
+
+
+def test_zero_density_channel_gets_unit_weight():
+    scores = torch.tensor([[0.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
+    _, m = compute_advantages("dara_asym", scores, [0, 0, 1, 1], torch.ones(4, 2))
+    assert m["density/c1"] == 0.0 and m["weight/c1"] == 1.0 and m["energy_vs_ideal/c1"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: compute_advantages("nope", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "unknown estimator"),
+        (lambda: compute_advantages("gdpo", torch.zeros(3, 1), [0, 0], torch.ones(3, 1)), "group ids"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(3, 1)), "rows"),
+        (lambda: compute_advantages("gdpo", torch.tensor([[0.0], [math.nan]]), [0, 0], torch.ones(2, 1)), "NaN"),
+        (lambda: compute_advantages("gdpo", torch.tensor([[0.0], [math.inf]]), [0, 0], torch.ones(2, 1)), "NaN or inf"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 2), [0, 0], torch.ones(2, 1), weights=[1.0]), "weights"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1), batch_norm="x"), "batch_norm"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1), wmax=2), "unknown option"),
+        (lambda: compute_advantages("static", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "fixed channel weights"),
+        (lambda: compute_advantages("saw", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "reward_ranges"),
+        (lambda: compute_advantages("sa_mrpo", torch.full((2, 1), 2.0), [0, 0], torch.ones(2, 1),
+                                    reward_ranges=[[0, 1]]), "outside its reward_range"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 1, 1), [0, 0], torch.ones(2, 1)), "[N, K]"),
+    ],
+)
+def test_bad_input_raises_named_error(call, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_output_dtype_device_and_mask():
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    for mask in (torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]]),
+                 torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]], dtype=torch.bool),
+                 torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]], dtype=torch.float64)):
+        adv, _ = compute_advantages("dara_asym", scores, [0, 0, 1, 1], mask)
+        assert adv.dtype == torch.float32 and adv.device == mask.device
+        assert torch.all(adv[mask == 0] == 0)
+
+
+def test_gd2po_orders_differ_and_drop_conflicts():
+    # group 0: response 0 up on c0 and down on c1 -> conflict, dropped
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    index = [0, 0, 1, 1, 2, 2]
+    mask = torch.ones(6, 2)
+    before, m = compute_advantages("gd2po_hard", scores, index, mask)
+    after, _ = compute_advantages("gd2po_hard", scores, index, mask, query_weight="after_whiten")
+    assert before[0].abs().sum() == 0 and before[1].abs().sum() == 0
+    assert m["gd2po/dropped_fraction"] == pytest.approx(2 / 6)
+    torch.testing.assert_close(before[2:], after[2:])  # c_i = 1 where nothing is dropped
+
+
+def test_grpo_channel_terms_sum_to_advantage():
+    gen = torch.Generator().manual_seed(8)
+    scores = torch.randint(0, 3, (32, 2), generator=gen).float()
+    index = torch.arange(8).repeat_interleave(4)
+    adv, m = compute_advantages("grpo", scores, index, torch.ones(32, 1), channel_names=["a", "b"])
+    assert m["weight/a"] == 1.0
+    assert m["energy_weighted/a"] + m["energy_weighted/b"] > 0
+    # GRPO has no batch normalisation: an all-active batch keeps the z-score scale (sum of squares ~ B (G-1))
+    total_energy = float((adv[:, 0] ** 2).sum())
+    groups_varying = sum(1 for g in range(8) if scores[4 * g:4 * g + 4].sum(1).unique().numel() > 1)
+    assert total_energy == pytest.approx(groups_varying * 3, rel=1e-4)
