@@ -1,0 +1,7 @@
+"""Entry point: ``python -m results <command>``."""
+
+import sys
+
+from results.cli import main
+
+sys.exit(main())

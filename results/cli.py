@@ -1,0 +1,163 @@
+"""``python -m results <command>``: thresholds, table, plot, compare (see docs/results.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from results import compare as compare_mod
+from results import plots, tables, thresholds
+from results.loaders import RunLogError, load_runs
+
+
+def _csv_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def write_text(text: str, out: str | None) -> None:
+    """Print, or write atomically (temp file in the same folder, then os.replace)."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, target)
+    print(f"wrote {target}", file=sys.stderr)
+
+
+def render_plain(frame: pd.DataFrame, fmt: str) -> str:
+    """A plain table as CSV or markdown (empty cells for missing values)."""
+    if fmt == "csv":
+        return frame.to_csv(index=False, lineterminator="\n")
+    cells = frame.astype(object).where(frame.notna(), "")
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    for _, row in cells.iterrows():
+        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_thresholds(args) -> None:
+    frame = load_runs(args.runs)
+    out = thresholds.threshold_steps(
+        frame,
+        args.metric,
+        args.threshold,
+        rule=args.rule,
+        group_by=args.group_by,
+        per_seed=args.per_seed,
+        window=args.window,
+        hold=args.hold,
+    )
+    write_text(render_plain(out, args.format), args.out)
+
+
+def cmd_table(args) -> None:
+    attach = [(path, spec) for path, spec in (args.attach or [])]
+    summary = tables.build_table(
+        args.runs,
+        args.metrics,
+        group_by=args.group_by,
+        step=args.step,
+        drop_if=args.drop_if or [],
+        attach=attach,
+        paper=args.paper,
+    )
+    write_text(tables.render(summary, args.group_by, args.metrics, args.format, args.digits), args.out)
+
+
+def cmd_plot(args) -> None:
+    if args.kind == "curves":
+        if not args.metrics:
+            raise SystemExit("plot curves needs --metrics")
+        written = plots.plot_curves(
+            load_runs(args.runs), args.metrics, args.out, group_by=args.group_by, thresholds=args.threshold or []
+        )
+    elif args.kind == "channels":
+        written = plots.plot_channels(load_runs(args.runs), args.out, group_by=args.group_by)
+    else:
+        if not args.metrics:
+            raise SystemExit("plot checkpoints needs --metrics")
+        table = pd.concat([tables.read_paper_table(p) for p in args.runs], ignore_index=True)
+        written = plots.plot_checkpoints(table, args.metrics, args.out, group_by=args.group_by)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_compare(args) -> None:
+    ours, paper = pd.read_csv(args.ours), pd.read_csv(args.paper)
+    rename = dict(pair.split("=", 1) for pair in (args.rename or []))
+    out = compare_mod.compare_tables(ours, paper, args.on, args.metrics, rename)
+    write_text(render_plain(out, args.format), args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m results", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("thresholds", help="first step a metric reaches a threshold (median or sustained rule)")
+    p.add_argument("runs", nargs="+", help="run folders, metrics.jsonl files or long-format CSVs")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--threshold", type=float, required=True)
+    p.add_argument("--rule", choices=thresholds.RULES, default="median")
+    p.add_argument("--group-by", type=_csv_list, default=[], help="extra grouping columns, e.g. model_size")
+    p.add_argument("--per-seed", action="store_true", help="one step per run instead of the seed-median curve")
+    p.add_argument("--window", type=int, default=10, help="sustained rule: trailing-mean window (steps)")
+    p.add_argument("--hold", type=int, default=20, help="sustained rule: steps the mean must stay above X")
+    p.add_argument("--format", choices=("csv", "md"), default="csv")
+    p.add_argument("--out")
+    p.set_defaults(func=cmd_thresholds)
+
+    p = sub.add_parser("table", help="mean and sample sd over seeds per method and metric")
+    p.add_argument("runs", nargs="+", help="per-run CSVs, run folders or metrics.jsonl files")
+    p.add_argument("--metrics", type=_csv_list, required=True)
+    p.add_argument("--group-by", type=_csv_list, default=["method"])
+    p.add_argument("--step", help="curves: the step to read (an integer or 'last')")
+    p.add_argument("--attach", nargs=2, action="append", metavar=("CURVES", "METRIC@STEP"),
+                   help="add each run's curve value at a step as column METRIC@STEP")
+    p.add_argument("--drop-if", action="append", metavar="COND", help="drop runs where COND holds, e.g. 'val_format@100<0.8'")
+    p.add_argument("--paper", help="the paper's per-method table, shown beside ours")
+    p.add_argument("--format", choices=("md", "csv", "latex"), default="md")
+    p.add_argument("--digits", type=int, default=2)
+    p.add_argument("--out")
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("plot", help="training curves, DARA channel curves, checkpoint curves (PNG + PDF)")
+    p.add_argument("kind", choices=("curves", "channels", "checkpoints"))
+    p.add_argument("runs", nargs="+", help="runs (curves, channels) or summary CSVs (checkpoints)")
+    p.add_argument("--metrics", type=_csv_list, default=[])
+    p.add_argument("--group-by", type=_csv_list, default=[])
+    p.add_argument("--threshold", action="append", metavar="[METRIC=]X",
+                   help="horizontal reference line on every panel, or on METRIC's panels only (repeatable)")
+    p.add_argument("--out", required=True, help="output prefix; writes PREFIX.png and PREFIX.pdf")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("compare", help="our table against the paper's, with differences")
+    p.add_argument("ours")
+    p.add_argument("paper")
+    p.add_argument("--on", type=_csv_list, default=["method"], help="key columns")
+    p.add_argument("--metrics", type=_csv_list, default=None)
+    p.add_argument("--rename", action="append", metavar="PAPER=OURS", help="map a paper metric name to ours")
+    p.add_argument("--format", choices=("csv", "md"), default="md")
+    p.add_argument("--out")
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (RunLogError, KeyError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0

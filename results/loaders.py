@@ -1,0 +1,140 @@
+"""Loaders for run logs and for the authors' reference CSVs.
+
+Everything is turned into one *long* pandas DataFrame: one row per (run, step),
+one column per metric, plus the run's identifying columns (``run``, ``method``,
+``seed`` and every scalar field of ``run_info.json`` such as ``task``/``model``).
+
+Accepted inputs (see docs/results.md):
+- a run folder holding ``metrics.jsonl`` (+ ``run_info.json``), as written by
+  ``python -m dara.train`` (conventions: one JSON object per step with "step");
+- a folder of run folders (every ``metrics.jsonl`` below it is one run);
+- a single ``.jsonl`` file (its ``run_info.json`` is read from the same folder
+  when present, otherwise ``method``/``seed`` must be fields of the rows);
+- a CSV: long-format curves (``method``, ``seed``, ``step`` columns, e.g. the
+  authors' training_dynamics.csv) or a per-run / per-method table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+RUN_INFO_FILE = "run_info.json"
+# Columns that identify a run rather than measure it.
+ID_COLUMNS = ("run", "method", "seed")
+
+
+class RunLogError(ValueError):
+    """A run log or table cannot be read as documented."""
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Parse a JSONL file; a truncated *last* line (a run killed mid-write) is dropped and logged,
+    any other bad line is an error naming the file and line."""
+    rows: list[dict] = []
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines):
+                log.warning("%s: dropped a truncated last line (%s)", path, err)
+                continue
+            raise RunLogError(f"{path}:{number}: not valid JSON ({err})") from err
+        if not isinstance(row, dict):
+            raise RunLogError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def _scalar_fields(info: dict) -> dict:
+    return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
+
+
+def load_jsonl_run(path: Path) -> pd.DataFrame:
+    """One run's metrics.jsonl -> long frame with run/method/seed columns.
+
+    Duplicate steps (a resumed run re-logging a step) keep the last record; the
+    number dropped is logged, never silently merged."""
+    path = Path(path)
+    rows = read_jsonl(path)
+    if not rows:
+        raise RunLogError(f"{path}: no metric records")
+    info_path = path.parent / RUN_INFO_FILE
+    info = _scalar_fields(json.loads(info_path.read_text())) if info_path.exists() else {}
+    frame = pd.DataFrame(rows)
+    if "step" not in frame.columns:
+        raise RunLogError(f"{path}: records lack the 'step' field")
+    for key, value in info.items():
+        if key not in frame.columns:
+            frame[key] = value
+    if "run" not in frame.columns:
+        frame["run"] = info.get("run_name") or path.parent.name
+    missing = [c for c in ("method", "seed") if c not in frame.columns]
+    if missing:
+        raise RunLogError(f"{path}: no {missing} (neither in {RUN_INFO_FILE} nor in the records)")
+    before = len(frame)
+    frame = frame.drop_duplicates(subset=["step"], keep="last")
+    if len(frame) < before:
+        log.warning("%s: %d duplicated step records dropped (kept the last of each)", path, before - len(frame))
+    return frame.sort_values("step").reset_index(drop=True)
+
+
+def find_run_logs(folder: Path) -> list[Path]:
+    """Every metrics.jsonl at or below ``folder``, sorted for a stable order."""
+    return sorted(Path(folder).rglob(METRICS_FILE))
+
+
+def load_csv(path: Path) -> pd.DataFrame:
+    """A CSV (CRLF or LF line endings) with a ``method`` column."""
+    frame = pd.read_csv(path)
+    if "method" not in frame.columns:
+        raise RunLogError(f"{path}: a results CSV needs a 'method' column; it has {list(frame.columns)}")
+    return frame
+
+
+def load_runs(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+    """Load run folders, JSONL files and CSVs into one long frame (rows concatenated)."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    frames: list[pd.DataFrame] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            logs = find_run_logs(path)
+            if not logs:
+                raise RunLogError(f"{path}: no {METRICS_FILE} at or below this folder")
+            frames.extend(load_jsonl_run(p) for p in logs)
+        elif path.suffix == ".jsonl":
+            frames.append(load_jsonl_run(path))
+        elif path.suffix == ".csv":
+            frames.append(load_csv(path))
+        elif not path.exists():
+            raise RunLogError(f"{path}: no such file or folder")
+        else:
+            raise RunLogError(f"{path}: expected a run folder, a .jsonl or a .csv file")
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    """Raise a clear error listing the columns ``what`` needs but the data lacks."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        known = ", ".join(map(str, frame.columns))
+        raise RunLogError(f"{what} needs column(s) {missing}; the data has: {known}")
+
+
+def format_seeds(seeds: Iterable) -> str:
+    """Seeds as the authors' tables write them: sorted integers joined by commas ('' when none)."""
+    values = sorted({int(s) for s in seeds if s is not None and not (isinstance(s, float) and math.isnan(s))})
+    return ",".join(str(s) for s in values)

@@ -1,0 +1,210 @@
+"""Figures: training curves with seed bands, DARA density/weight per channel, checkpoint curves.
+
+Every figure is written as PNG and PDF (matplotlib, Agg backend: no display needed).
+- ``curves``: per method, the median over seeds (line) and the min-max range (band) of each metric.
+- ``channels``: per reward channel, the active-group density pi_k and the weight w_k over steps
+  (our keys ``dara/density/<c>``, ``dara/weight/<c>``; the authors' ``dara/pi_<c>``, ``dara/w_<c>``).
+- ``checkpoints``: per method, a checkpoint metric's mean with a +-sd band (e.g. BFCL v4 every 10 steps).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from results.loaders import require_columns  # noqa: E402
+
+# Stable colours so a method keeps its colour across figures.
+METHOD_COLOURS = {
+    "grpo": "#7f7f7f",
+    "gdpo": "#1f77b4",
+    "dara": "#d62728",
+    "dara_sym": "#d62728",
+    "dara_asym": "#ff7f0e",
+    "dvao": "#2ca02c",
+    "gd2po_hard": "#9467bd",
+    "gd2po_snr": "#8c564b",
+    "gdpo_saw": "#17becf",
+    "saw": "#17becf",
+    "sa_mrpo": "#e377c2",
+    "static": "#bcbd22",
+    "rvpo": "#8c564b",
+    "base": "#000000",
+}
+_CHANNEL_PATTERNS = {
+    "density": (re.compile(r"^dara/density/(?P<c>.+)$"), re.compile(r"^dara/pi_(?P<c>.+)$")),
+    "weight": (re.compile(r"^dara/weight/(?P<c>.+)$"), re.compile(r"^dara/w_(?P<c>.+)$")),
+}
+
+
+def _colour(method: str, index: int) -> str:
+    return METHOD_COLOURS.get(str(method), f"C{index % 10}")
+
+
+def save_figure(fig, out_prefix: str | Path) -> list[Path]:
+    """Write ``<prefix>.png`` (150 dpi) and ``<prefix>.pdf``, each via a temp file then os.replace."""
+    prefix = Path(out_prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for ext in ("png", "pdf"):
+        target = prefix.with_name(prefix.name + f".{ext}")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=f".{ext}")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
+            os.replace(tmp, target)
+            os.chmod(target, 0o644)  # mkstemp creates 0600; figures are meant to be shared
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        written.append(target)
+    plt.close(fig)
+    return written
+
+
+def _panels(groups: list, n_cols: int, width: float = 4.2, height: float = 3.2):
+    n_rows = max(1, len(groups))
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, height * n_rows), squeeze=False)
+    return fig, axes
+
+
+def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
+    if not group_by:
+        return [("", frame)]
+    items = []
+    for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        items.append((", ".join(f"{c}={v}" for c, v in zip(group_by, key, strict=True)), part))
+    return items
+
+
+def plot_curves(
+    frame: pd.DataFrame,
+    metrics: Sequence[str],
+    out_prefix: str | Path,
+    *,
+    group_by: Sequence[str] = (),
+    thresholds: Sequence[str | float] = (),
+    title: str | None = None,
+) -> list[Path]:
+    """Rows = groups, columns = metrics; per method the median over seeds and a min-max seed band.
+
+    ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only)."""
+    lines = parse_threshold_lines(thresholds, metrics)
+    require_columns(frame, ["method", "step", *metrics, *group_by], "plot curves")
+    items = _group_items(frame, group_by)
+    fig, axes = _panels(items, len(metrics))
+    for row, (label, part) in enumerate(items):
+        for col, metric in enumerate(metrics):
+            ax = axes[row][col]
+            for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
+                stats = runs.groupby("step")[metric].agg(["median", "min", "max", "count"])
+                colour = _colour(method, i)
+                n = int(runs["seed"].nunique()) if "seed" in runs.columns else 1
+                ax.plot(stats.index, stats["median"], color=colour, lw=1.5, label=f"{method} (n={n})")
+                if n > 1:
+                    ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
+            for level in lines.get(metric, []):
+                ax.axhline(level, color="black", ls=":", lw=0.8)
+            ax.set_xlabel("step")
+            ax.set_ylabel(metric)
+            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
+            ax.grid(alpha=0.3)
+        axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle(title or "median over seeds, band = min-max", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, out_prefix)
+
+
+def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) -> dict[str, list[float]]:
+    """``["0.8", "train_format=0.9"]`` -> {metric: [levels]}; a bare level applies to every metric."""
+    lines: dict[str, list[float]] = {m: [] for m in metrics}
+    for spec in specs:
+        metric, sep, level = str(spec).rpartition("=")
+        if not sep:
+            for m in metrics:
+                lines[m].append(float(level))
+        elif metric not in lines:
+            raise ValueError(f"threshold {spec!r} names {metric!r}, which is not among the plotted metrics {list(metrics)}")
+        else:
+            lines[metric].append(float(level))
+    return lines
+
+
+def channel_columns(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """{"density": {channel: column}, "weight": {channel: column}} found among the frame's columns."""
+    found: dict[str, dict[str, str]] = {"density": {}, "weight": {}}
+    for column in frame.columns:
+        for kind, patterns in _CHANNEL_PATTERNS.items():
+            for pattern in patterns:
+                match = pattern.match(str(column))
+                if match:
+                    found[kind].setdefault(match["c"], column)
+    return found
+
+
+def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequence[str] = ()) -> list[Path]:
+    """Rows = groups x methods that log DARA channels; columns = density, weight. One line per channel
+    (median over seeds, min-max band)."""
+    columns = channel_columns(frame)
+    if not columns["density"] and not columns["weight"]:
+        raise ValueError("plot channels: no dara/density/<c>, dara/weight/<c> (or dara/pi_<c>, dara/w_<c>) columns")
+    logged = [c for kind in columns.values() for c in kind.values()]
+    frame = frame.dropna(subset=logged, how="all")
+    items = [
+        (f"{label} {method}".strip(), runs)
+        for label, part in _group_items(frame, group_by)
+        for method, runs in part.groupby("method", sort=False)
+    ]
+    fig, axes = _panels(items, 2)
+    for row, (label, runs) in enumerate(items):
+        for col, kind in enumerate(("density", "weight")):
+            ax = axes[row][col]
+            for i, (channel, column) in enumerate(sorted(columns[kind].items())):
+                stats = runs.dropna(subset=[column]).groupby("step")[column].agg(["median", "min", "max"])
+                ax.plot(stats.index, stats["median"], color=f"C{i}", lw=1.5, label=channel)
+                ax.fill_between(stats.index, stats["min"], stats["max"], color=f"C{i}", alpha=0.15, lw=0)
+            ax.set_xlabel("step")
+            ax.set_ylabel("active-group density $\\pi_k$" if kind == "density" else "weight $w_k$")
+            ax.set_title(f"{label}: {kind}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, out_prefix)
+
+
+def plot_checkpoints(
+    table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = ()
+) -> list[Path]:
+    """Checkpoint curves from a per-(method, step) summary table with ``<metric>_mean``/``_sd`` columns:
+    line = mean over seeds, band = +-1 sd (no band where sd is empty, i.e. one run)."""
+    needed = ["method", "step", *group_by] + [f"{m}_mean" for m in metrics]
+    require_columns(table, needed, "plot checkpoints")
+    items = _group_items(table, group_by)
+    fig, axes = _panels(items, len(metrics))
+    for row, (label, part) in enumerate(items):
+        for col, metric in enumerate(metrics):
+            ax = axes[row][col]
+            for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
+                rows = rows.sort_values("step")
+                mean = rows[f"{metric}_mean"].astype(float)
+                sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
+                colour = _colour(method, i)
+                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=str(method))
+                ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
+            ax.set_xlabel("checkpoint step")
+            ax.set_ylabel(metric)
+            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
+            ax.grid(alpha=0.3)
+        axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.tight_layout()
+    return save_figure(fig, out_prefix)

@@ -1,0 +1,188 @@
+"""Seed-level summary tables: mean and sample sd (ddof=1) over runs, per method and metric.
+
+EXPERIMENTS.md, "Across seeds: score each checkpoint, then report mean and sample
+sd (ddof=1)". The output frame mirrors the authors' method-results files: the
+group columns, ``n``, ``seeds`` (sorted, comma-joined), then ``<metric>_mean`` and
+``<metric>_sd`` per metric. A group of one run has an empty sd (undefined).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from results.loaders import RunLogError, format_seeds, load_runs, require_columns
+
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
+_CONDITION = re.compile(r"^\s*(?P<col>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.+?)\s*$")
+# "val_format@100" names a curve metric read at one step and attached to per-run rows.
+_AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")
+
+
+def parse_condition(text: str) -> tuple[str, str, object]:
+    """'col OP value' -> (col, op, value); value is a float, a bool or a string."""
+    match = _CONDITION.match(text)
+    if not match:
+        raise ValueError(f"cannot read condition {text!r}; write it as COLUMN OP VALUE, OP one of {list(_OPS)}")
+    raw = match["value"]
+    value: object
+    if raw in ("True", "False"):
+        value = raw == "True"
+    else:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = raw.strip("'\"")
+    return match["col"], match["op"], value
+
+
+def drop_rows(frame: pd.DataFrame, condition: str) -> pd.DataFrame:
+    """Drop the rows for which ``condition`` holds. A row with no value in the column is kept: exclusion
+    needs evidence (e.g. the base model has no training curve and stays in the table)."""
+    col, op, value = parse_condition(condition)
+    require_columns(frame, [col], f"--drop-if {condition!r}")
+    holds = frame[col].map(lambda x: bool(pd.notna(x) and _OPS[op](x, value))).astype(bool)
+    return frame[~holds].reset_index(drop=True)
+
+
+def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> pd.DataFrame:
+    """Add column ``spec`` = METRIC@STEP: each run's curve value at that step, matched on the identifying
+    columns the two frames share (e.g. model_size, method, seed). Runs with no curve get an empty value."""
+    match = _AT_STEP.match(spec)
+    if not match:
+        raise ValueError(f"--attach expects METRIC@STEP (e.g. val_format@100), got {spec!r}")
+    metric, step = match["metric"], int(match["step"])
+    require_columns(curves, ["step", metric], f"--attach {spec}")
+    keys = [c for c in ("model_size", "task", "model", "method", "seed") if c in frame.columns and c in curves.columns]
+    if not {"method", "seed"} <= set(keys):
+        raise RunLogError(f"--attach {spec}: both tables need 'method' and 'seed' columns to be matched")
+    at_step = curves.loc[curves["step"] == step, [*keys, metric]].dropna(subset=[metric])
+    if at_step.duplicated(keys).any():
+        raise RunLogError(f"--attach {spec}: several curve rows per run at step {step} (keys {keys})")
+    merged = frame.merge(at_step.rename(columns={metric: spec}), on=keys, how="left")
+    return merged
+
+
+def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
+    """Mean and sample sd (ddof=1) of each metric over the rows (runs) of each group."""
+    require_columns(frame, [*group_by, *metrics], "table")
+    rows = []
+    for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(group_by, key, strict=True))
+        row["n"] = len(part)
+        row["seeds"] = format_seeds(part["seed"]) if "seed" in part.columns else ""
+        for metric in metrics:
+            values = part[metric].dropna().astype(float).to_numpy()
+            if len(values) < len(part):
+                raise RunLogError(f"table: group {row} has {len(part) - len(values)} run(s) without {metric!r}")
+            row[f"{metric}_mean"] = float(values.mean())
+            row[f"{metric}_sd"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def select_step(frame: pd.DataFrame, step: str | int | None, metrics: Sequence[str]) -> pd.DataFrame:
+    """Per-step curves -> one row per run: the rows at ``step``, or each run's last row with all metrics
+    (``step='last'``). Frames without a ``step`` column (per-run tables) pass unchanged."""
+    if step is None or "step" not in frame.columns:
+        return frame
+    run_key = [c for c in ("run", "model_size", "method", "seed") if c in frame.columns]
+    have = frame.dropna(subset=list(metrics))
+    if str(step) == "last":
+        return have.sort_values("step").groupby(run_key, sort=False, dropna=False).tail(1).reset_index(drop=True)
+    return have[have["step"] == int(step)].reset_index(drop=True)
+
+
+def read_paper_table(path: str | Path) -> pd.DataFrame:
+    """The paper's per-method table (``<metric>_mean`` and ``<metric>_sd`` or ``_std`` columns)."""
+    table = pd.read_csv(path)
+    return table.rename(columns={c: c[: -len("_std")] + "_sd" for c in table.columns if c.endswith("_std")})
+
+
+def _fmt(value: float, digits: int) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    text = _fmt(mean, digits)
+    return f"{text}{pm}{_fmt(sd, digits)}" if sd is not None and not np.isnan(sd) else text
+
+
+def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
+    """Add ``paper_<metric>_mean``/``_sd`` beside ours, matched on the group columns present in the paper."""
+    keys = [c for c in group_by if c in paper.columns]
+    if not keys:
+        raise RunLogError(f"paper table shares none of the group columns {list(group_by)}")
+    cols = [c for m in metrics for c in (f"{m}_mean", f"{m}_sd") if c in paper.columns]
+    if not cols:
+        raise RunLogError(f"paper table has none of the metrics {list(metrics)} (as <metric>_mean columns)")
+    theirs = paper[[*keys, *cols]].rename(columns={c: f"paper_{c}" for c in cols})
+    return summary.merge(theirs, on=keys, how="left")
+
+
+def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str], fmt: str, digits: int = 2) -> str:
+    """The summary as ``md`` (mean ± sd cells, paper beside when present), ``csv`` (all numbers) or
+    ``latex`` (a tabular with mean $\\pm$ sd)."""
+    if fmt == "csv":
+        return summary.to_csv(index=False, lineterminator="\n")
+    pm = " ± " if fmt == "md" else " $\\pm$ "
+    header = [*group_by, "n"]
+    for m in metrics:
+        header.append(m)
+        if f"paper_{m}_mean" in summary.columns:
+            header.append(f"{m} (paper)")
+    body = []
+    for _, row in summary.iterrows():
+        cells = [str(row[c]) for c in group_by] + [str(row["n"])]
+        for m in metrics:
+            cells.append(_mean_sd(row[f"{m}_mean"], row[f"{m}_sd"], digits, pm))
+            if f"paper_{m}_mean" in summary.columns:
+                cells.append(_mean_sd(row[f"paper_{m}_mean"], row.get(f"paper_{m}_sd", math.nan), digits, pm))
+        body.append(cells)
+    if fmt == "md":
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        return "\n".join(lines) + "\n"
+    if fmt == "latex":
+        def esc(text: str) -> str:
+            return text.replace("_", "\\_").replace("%", "\\%")
+
+        lines = ["\\begin{tabular}{" + "l" * len(group_by) + "r" * (len(header) - len(group_by)) + "}", "\\toprule"]
+        lines.append(" & ".join(esc(h) for h in header) + " \\\\")
+        lines.append("\\midrule")
+        lines += [" & ".join(esc(c) if i < len(group_by) else c for i, c in enumerate(cells)) + " \\\\" for cells in body]
+        lines += ["\\bottomrule", "\\end{tabular}"]
+        return "\n".join(lines) + "\n"
+    raise ValueError(f"unknown table format {fmt!r}; choose md, csv or latex")
+
+
+def build_table(
+    runs: Sequence[str | Path],
+    metrics: Sequence[str],
+    *,
+    group_by: Sequence[str] = ("method",),
+    step: str | int | None = None,
+    drop_if: Sequence[str] = (),
+    attach: Sequence[tuple[str | Path, str]] = (),
+    paper: str | Path | None = None,
+) -> pd.DataFrame:
+    """Load runs, pick one row per run, attach curve values, drop excluded runs, summarise, add the paper."""
+    frame = load_runs(runs)
+    for curve_path, spec in attach:
+        frame = attach_curve_value(frame, load_runs([curve_path]), spec)
+    frame = select_step(frame, step, metrics)
+    for condition in drop_if:
+        frame = drop_rows(frame, condition)
+    summary = summarise(frame, group_by, metrics)
+    if paper is not None:
+        summary = with_paper(summary, read_paper_table(paper), group_by, metrics)
+    return summary

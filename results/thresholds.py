@@ -1,0 +1,113 @@
+"""Threshold steps: how fast a method reaches a target behaviour (EXPERIMENTS.md, "Headline speed metric").
+
+Two rules:
+- ``median`` (tool calling): the first step at which the median over seeds of the
+  per-step metric reaches the threshold (>= X).
+- ``sustained`` (math length reward): the first step at which the trailing
+  ``window``-step mean (default 10) reaches X and stays >= X for the next
+  ``hold`` steps (default 20).
+
+Curves are taken over the steps that carry a value for the metric (validation
+metrics are logged every 10 steps; rows without the metric are skipped, not
+read as zero). With several seeds, ``sustained`` is applied to the median-over-
+seeds curve too, unless ``per_seed`` asks for one step per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from results.loaders import require_columns
+
+RULES = ("median", "sustained")
+
+
+def first_step_reaching(steps: Sequence[int], values: Sequence[float], threshold: float) -> int | None:
+    """First step whose value is >= threshold (steps ascending); None when never reached."""
+    values = np.asarray(values, dtype=float)
+    hits = np.flatnonzero(values >= threshold)
+    return int(np.asarray(steps)[hits[0]]) if hits.size else None
+
+
+def trailing_mean(values: Sequence[float], window: int) -> np.ndarray:
+    """Mean of the last ``window`` values ending at each position; NaN until a full window exists."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, np.nan)
+    if window <= 0:
+        raise ValueError(f"window must be positive, got {window}")
+    if values.size >= window:
+        sums = np.cumsum(np.concatenate([[0.0], values]))
+        out[window - 1 :] = (sums[window:] - sums[:-window]) / window
+    return out
+
+
+def first_sustained_step(
+    steps: Sequence[int], values: Sequence[float], threshold: float, *, window: int = 10, hold: int = 20
+) -> int | None:
+    """First step s whose trailing ``window``-mean is >= threshold and stays >= it at each of the next
+    ``hold`` logged steps. A step too close to the end of the run to show ``hold`` more steps does not count
+    (the rule cannot be confirmed there)."""
+    means = trailing_mean(values, window)
+    ok = means >= threshold  # NaN (partial window) compares False
+    n = ok.size
+    for i in range(n - hold):
+        if ok[i] and ok[i + 1 : i + hold + 1].all():
+            return int(np.asarray(steps)[i])
+    return None
+
+
+def seed_median_curve(frame: pd.DataFrame, metric: str, group_cols: Sequence[str]) -> pd.DataFrame:
+    """Per group and step: the median over seeds of ``metric`` and how many seeds logged it."""
+    present = frame.dropna(subset=[metric])
+    keys = [*group_cols, "step"]
+    curve = present.groupby(keys, sort=False, dropna=False)[metric].agg(["median", "count"]).reset_index()
+    return curve.rename(columns={"median": metric, "count": "n_seeds"}).sort_values(keys, kind="stable")
+
+
+def _rule_step(steps, values, rule: str, threshold: float, window: int, hold: int) -> int | None:
+    if rule == "median":
+        return first_step_reaching(steps, values, threshold)
+    if rule == "sustained":
+        return first_sustained_step(steps, values, threshold, window=window, hold=hold)
+    raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
+
+
+def threshold_steps(
+    frame: pd.DataFrame,
+    metric: str,
+    threshold: float,
+    *,
+    rule: str = "median",
+    group_by: Sequence[str] = (),
+    per_seed: bool = False,
+    window: int = 10,
+    hold: int = 20,
+) -> pd.DataFrame:
+    """One row per (group..., method[, seed]) with the first step the rule is met (<NA> when never).
+
+    Groups keep the order in which they first appear in the data."""
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
+    group_cols = [*group_by, "method"]
+    require_columns(frame, [*group_cols, "step", metric], "thresholds")
+    if per_seed:
+        require_columns(frame, ["seed"], "thresholds --per-seed")
+        group_cols.append("seed")
+        curves = frame.dropna(subset=[metric]).sort_values([*group_cols, "step"], kind="stable")
+    else:
+        if "seed" not in frame.columns and frame.duplicated([*group_cols, "step"]).any():
+            raise ValueError("several rows per step and no 'seed' column to tell runs apart")
+        curves = seed_median_curve(frame, metric, group_cols)
+    order = frame[group_cols].drop_duplicates()
+    rows = []
+    for key, part in curves.groupby(group_cols, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        step = _rule_step(part["step"].to_numpy(), part[metric].to_numpy(), rule, threshold, window, hold)
+        rows.append({**dict(zip(group_cols, key, strict=True)), "step": step})
+    found = pd.DataFrame(rows, columns=[*group_cols, "step"])
+    out = order.merge(found, on=group_cols, how="left")
+    out["step"] = out["step"].astype("Int64")
+    return out.reset_index(drop=True)

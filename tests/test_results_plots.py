@@ -1,0 +1,83 @@
+"""Figures render to PNG and PDF from the authors' curves and from our JSONL run logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from results.cli import main
+from results.loaders import RunLogError, load_runs
+from results.plots import channel_columns, parse_threshold_lines
+
+
+def reference_dir() -> Path:
+    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
+        path = root / "reference" / "dara_authors"
+        if path.is_dir():
+            return path
+    pytest.skip("the authors' reference data (shared/reference/dara_authors) is not present")
+
+
+def assert_figure(prefix: Path) -> None:
+    png, pdf = prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + ".pdf")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000
+
+
+def write_run(folder: Path, method: str, seed: int, steps: int = 12) -> None:
+    folder.mkdir(parents=True)
+    info = {"run_name": folder.name, "method": method, "seed": seed, "task": "toolrl", "model": "tiny"}
+    (folder / "run_info.json").write_text(json.dumps(info))
+    with open(folder / "metrics.jsonl", "w") as handle:
+        for step in range(1, steps + 1):
+            record = {"step": step, "reward/format/mean": min(1.0, step / 10 + seed / 50),
+                      "dara/density/format": 0.5 / step, "dara/density/correctness": 0.4,
+                      "dara/weight/format": min(5.0, (0.4 * step / 0.5) ** 0.5), "dara/weight/correctness": 1.0}
+            handle.write(json.dumps(record) + "\n")
+
+
+def test_plots_from_authors_files(tmp_path):
+    ref = reference_dir()
+    curves = str(ref / "reference" / "training_dynamics.csv")
+    assert main(["plot", "curves", curves, "--metrics", "train_format,val_format", "--group-by", "model_size",
+                 "--threshold", "train_format=0.8", "--out", str(tmp_path / "curves")]) == 0
+    assert main(["plot", "channels", curves, "--group-by", "model_size", "--out", str(tmp_path / "channels")]) == 0
+    assert main(["plot", "checkpoints", str(ref / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv"),
+                 "--metrics", "average_accuracy,average_format", "--group-by", "model_size",
+                 "--out", str(tmp_path / "ckpt")]) == 0
+    for name in ("curves", "channels", "ckpt"):
+        assert_figure(tmp_path / name)
+
+
+def test_plots_from_our_run_logs(tmp_path):
+    for method in ("gdpo", "dara_asym"):
+        for seed in (0, 1):
+            write_run(tmp_path / "runs" / f"{method}_s{seed}", method, seed)
+    frame = load_runs(tmp_path / "runs")
+    assert len(frame) == 4 * 12 and set(frame["task"]) == {"toolrl"}
+    assert channel_columns(frame) == {
+        "density": {"format": "dara/density/format", "correctness": "dara/density/correctness"},
+        "weight": {"format": "dara/weight/format", "correctness": "dara/weight/correctness"},
+    }
+    assert main(["plot", "curves", str(tmp_path / "runs"), "--metrics", "reward/format/mean", "--threshold", "0.8",
+                 "--out", str(tmp_path / "ours")]) == 0
+    assert main(["plot", "channels", str(tmp_path / "runs"), "--out", str(tmp_path / "ours_ch")]) == 0
+    assert_figure(tmp_path / "ours")
+    assert_figure(tmp_path / "ours_ch")
+
+
+def test_threshold_lines_and_errors(tmp_path):
+    assert parse_threshold_lines(["0.5", "b=0.9"], ["a", "b"]) == {"a": [0.5], "b": [0.5, 0.9]}
+    with pytest.raises(ValueError, match="not among the plotted metrics"):
+        parse_threshold_lines(["c=0.9"], ["a"])
+    bad = tmp_path / "bad" / "metrics.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"step": 1, "x": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(RunLogError, match="metrics.jsonl:2"):
+        load_runs(bad)
+    # a truncated last line (run killed mid-write) is dropped, the rest reads
+    bad.write_text('{"step": 1, "x": 1, "method": "m", "seed": 0}\n{"step": 2, "x"')
+    assert pd.Series(load_runs(bad)["step"]).tolist() == [1]
