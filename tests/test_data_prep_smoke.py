@@ -1,0 +1,146 @@
+"""Smoke assets: loadable offline, verl rows in ToolRL format, deterministic, idempotent, atomic."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from data_prep import smoke, toolrl_format
+from data_prep.__main__ import main as cli_main
+from data_prep.common import DATA_CARD, folder_is_complete, read_data_card
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke") / "assets"
+    return out, smoke.build(out, seed=0)
+
+
+def file_bytes(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_paths_and_card(built):
+    out, paths = built
+    assert paths == {
+        "model_dir": str(out / "model"),
+        "train": str(out / "train.parquet"),
+        "test": str(out / "test.parquet"),
+    }
+    card = read_data_card(out)
+    assert card["splits"] == {"train": smoke.N_TRAIN, "test": smoke.N_TEST}
+    assert card["seed"] == 0 and card["code_version"] == smoke.code_version()
+    assert set(card["outputs_sha256"]) >= {
+        "train.parquet",
+        "test.parquet",
+        "model/model.safetensors",
+        "model/tokenizer.json",
+        "model/config.json",
+    }
+    # The warm start must leave the format reward varying within prompt groups.
+    probe = card["format_probe"]
+    assert 0.1 <= probe["format_rate"] <= 0.6
+    assert probe["groups_with_mixed_format"] >= probe["groups"] // 4
+
+
+def test_model_and_tokenizer_load_offline(built, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model_dir = built[1]["model_dir"]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert model.config.tie_word_embeddings and model.config.vocab_size == len(tokenizer)
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+    im_end, end_of_text = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    assert model.generation_config.eos_token_id == [im_end, end_of_text]
+
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    no_system = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert no_system.startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")
+    # Special tokens stay single ids, and the text round-trips through the loaded tokenizer.
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+    assert tokenizer.decode(ids) == text
+
+
+def test_rows_follow_verl_schema_and_toolrl_format(built):
+    from transformers import AutoTokenizer
+
+    paths = built[1]
+    tokenizer = AutoTokenizer.from_pretrained(paths["model_dir"])
+    for split, count in (("train", smoke.N_TRAIN), ("test", smoke.N_TEST)):
+        rows = pq.read_table(paths[split]).to_pylist()
+        assert len(rows) == count
+        for index, row in enumerate(rows):
+            assert list(row) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+            assert row["data_source"] == "rlla"
+            assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+            assert row["extra_info"]["split"] == split and row["extra_info"]["index"] == index
+            truth = row["reward_model"]["ground_truth"]
+            assert row["reward_model"]["style"] == "rule"
+            assert toolrl_format.format_ok(truth, truth)
+            assert re.search(r"Name: \w+", row["prompt"][0]["content"])
+            prompt_ids = tokenizer.apply_chat_template(
+                row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            assert len(prompt_ids) < smoke.MAX_PROMPT_TOKENS
+            assert len(tokenizer(truth, add_special_tokens=False)["input_ids"]) < smoke.MAX_ANSWER_TOKENS
+    kinds = {
+        (
+            "<tool_call>" in r["reward_model"]["ground_truth"],
+            "<response>" in r["reward_model"]["ground_truth"],
+        )
+        for r in pq.read_table(paths["train"]).to_pylist()
+    }
+    assert kinds == {(True, False), (False, True)}
+
+
+def test_second_build_reuses_and_cli_returns_same_paths(built, capsys):
+    out, paths = built
+    before = {p: os.stat(p).st_mtime_ns for p in (out / DATA_CARD, Path(paths["train"]))}
+    assert smoke.build(out, seed=0) == paths
+    assert cli_main(["smoke", "--out", str(out)]) == 0
+    assert str(out / "model") in capsys.readouterr().out
+    assert {p: os.stat(p).st_mtime_ns for p in before} == before
+
+
+def test_tampered_build_is_not_complete(built, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(built[0], copy)
+    expect = {"dataset": "smoke", "seed": 0, "code_version": smoke.code_version()}
+    assert folder_is_complete(copy, expect)
+    assert not folder_is_complete(copy, {**expect, "seed": 1})
+    with open(copy / "test.parquet", "ab") as handle:
+        handle.write(b"x")
+    assert not folder_is_complete(copy, expect)
+
+
+def test_forced_rebuild_is_byte_identical(built):
+    out, _ = built
+    before = file_bytes(out)
+    smoke.build(out, seed=0, force=True)
+    assert file_bytes(out) == before
+
+
+def test_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
+    def crash(staging, seed):
+        (staging / "train.parquet").write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(smoke, "_build_into", crash)
+    out = tmp_path / "assets"
+    with pytest.raises(KeyboardInterrupt):
+        smoke.build(out, seed=0)
+    assert list(tmp_path.iterdir()) == []
