@@ -33,9 +33,9 @@ whitening over fewer than two tokens returns zeros; DVAO gives 0 to size-1 group
 weighted std is <= 1e-8; GD2PO with nothing kept gives all zeros.
 """
 
-from .api import OPTIONS, compute_advantages
+from .api import OPTIONS, compute_advantages, diagnose
 from .methods import ESTIMATORS
 
 ESTIMATOR_NAMES = tuple(ESTIMATORS)
 
-__all__ = ["compute_advantages", "ESTIMATORS", "ESTIMATOR_NAMES", "OPTIONS"]
+__all__ = ["compute_advantages", "diagnose", "ESTIMATORS", "ESTIMATOR_NAMES", "OPTIONS"]

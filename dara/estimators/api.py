@@ -57,8 +57,8 @@ def compute_advantages(
         raise ValueError(f"index has {groups.num_responses} group ids but scores has {scores.shape[0]} rows")
 
     advantages = group_zscore(scores, groups)
-    active = groups.sum(advantages.abs()) > ACTIVE_EPS  # [B, K]
-    density = active.sum(dim=0).to(torch.float64) / groups.num_groups
+    active = groups.sum(advantages.abs()) > ACTIVE_EPS  # [B, K]: sum_j |A_k(i,j)| > 1e-8
+    density = active.sum(dim=0).to(torch.float64) / groups.num_groups  # pi_k
     prior = opts["weights"] if opts["weights"] is not None else scores.new_ones(num_channels)
     batch = ChannelBatch(scores, groups, advantages, density, prior, opts)
     agg = estimator.fn(batch)
@@ -151,25 +151,45 @@ def _check_ranges(ranges, scores: torch.Tensor, names: list[str]) -> torch.Tenso
     return table
 
 
+def diagnose(scores, index, channel_names: Sequence[str] | None = None) -> dict[str, float]:
+    """Per-channel density, active groups and energies of raw channel scores, without any estimator.
+
+    Used where the advantage itself comes from elsewhere (verl's summed-reward GRPO) but the paper's
+    instruments are still wanted for every channel. Cheap: [N, K] work only.
+    """
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    scores = scores.unsqueeze(-1) if scores.dim() == 1 else scores
+    names = list(channel_names) if channel_names else [f"c{k}" for k in range(scores.shape[1])]
+    groups = group_codes(index, scores.device)
+    advantages = group_zscore(scores, groups)
+    active = groups.sum(advantages.abs()) > ACTIVE_EPS
+    stats = _channel_stats(groups, advantages, active)
+    keys = [f"{metric}/{name}" for metric in stats for name in names]
+    values = torch.cat([v.reshape(-1) for v in stats.values()]).tolist()
+    return dict(zip(keys, values, strict=True))
+
+
+def _channel_stats(groups: Groups, advantages: torch.Tensor, active: torch.Tensor) -> dict[str, torch.Tensor]:
+    """density, active_groups, energy, energy_ratio (to the largest channel) and energy_vs_ideal."""
+    energy = (advantages * advantages).sum(dim=0)
+    ideal = ((groups.sizes - 1).clamp(min=0).to(energy.dtype).unsqueeze(-1) * active).sum(dim=0)
+    largest = energy.max()
+    return {
+        "density": active.sum(dim=0).to(energy.dtype) / groups.num_groups,
+        "active_groups": active.sum(dim=0).to(energy.dtype),
+        "energy": energy,
+        "energy_ratio": energy / largest if largest > 0 else torch.zeros_like(energy),
+        "energy_vs_ideal": torch.where(ideal > 0, energy / ideal.clamp(min=1), torch.zeros_like(energy)),
+    }
+
+
 def _diagnostics(batch: ChannelBatch, agg: Aggregate, active: torch.Tensor, values: torch.Tensor,
                  names: list[str]) -> dict[str, float]:
     """The paper's per-channel instruments, gathered into one tensor so a GPU syncs once."""
     groups: Groups = batch.groups
-    energy = (batch.advantages * batch.advantages).sum(dim=0)
-    weighted = (agg.channel_terms * agg.channel_terms).sum(dim=0)
-    ideal = ((groups.sizes - 1).clamp(min=0).to(energy.dtype).unsqueeze(-1) * active).sum(dim=0)
-    largest = energy.max()
-    ratio = energy / largest if largest > 0 else torch.zeros_like(energy)
-    vs_ideal = torch.where(ideal > 0, energy / ideal.clamp(min=1), torch.zeros_like(energy))
-    per_channel = {
-        "density": batch.density,
-        "active_groups": active.sum(dim=0).to(energy.dtype),
-        "energy": energy,
-        "weight": agg.weights,
-        "energy_weighted": weighted,
-        "energy_ratio": ratio,
-        "energy_vs_ideal": vs_ideal,
-    }
+    per_channel = _channel_stats(groups, batch.advantages, active)
+    per_channel["weight"] = agg.weights
+    per_channel["energy_weighted"] = (agg.channel_terms * agg.channel_terms).sum(dim=0)
     keys = [f"{metric}/{name}" for metric in per_channel for name in names]
     stacked = torch.cat([v.reshape(-1).to(torch.float64) for v in per_channel.values()])
     response_std = values.std() if values.numel() > 1 else values.new_zeros(())

@@ -1,0 +1,23 @@
+"""verl's v1 TaskRunner, made to import the project's registrations inside its Ray actor.
+
+verl's `run_ppo(config, task_runner_class)` takes the TaskRunner class as an argument precisely so a
+recipe can change it; ours only makes sure `dara.verl` (estimators, trainers) and the modules named in
+`run.import_modules` (e.g. a reward manager) are imported where the trainer runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import ray
+from verl.trainer.main_ppo import TaskRunnerV1
+
+
+@ray.remote
+class DaraTaskRunner(TaskRunnerV1.__ray_actor_class__):
+    def run(self, config):
+        import dara.verl  # noqa: F401  (registrations take effect in this actor)
+
+        for module in (config.get("run", {}) or {}).get("import_modules", None) or []:
+            importlib.import_module(module)
+        return super().run(config)

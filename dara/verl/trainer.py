@@ -1,0 +1,160 @@
+"""The project's verl trainer: reward channels into the advantage step, diagnostics into the logs.
+
+verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs from TransferQueue for the
+advantage step, so per-channel rewards (reward_extra_info) never reach an estimator. `ChannelTrainerMixin`
+overrides exactly that step: it also fetches the channels named in `algorithm.reward_channels`, then
+calls verl's own `compute_advantage_for_multi_trajectories` with a `ChannelContext` as its config.
+Everything else (rollout, reward loop, KL, PPO update, checkpoints) is verl's.
+
+The mixin is registered over each verl trainer mode as `dara_<mode>` (`trainer.v1.trainer_mode`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from verl.protocol import DataProto
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+from verl.trainer.ppo.v1 import (
+    PPOTrainerColocateAsync,
+    PPOTrainerSeparateAsync,
+    PPOTrainerSync,
+    register_trainer,
+)
+from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+from verl.workers.utils.padding import response_to_nested
+
+from dara.run_log import RunLog
+from dara.verl.estimators import ChannelContext, library_name, verl_estimator_name
+
+logger = logging.getLogger(__name__)
+
+# What verl's own advantage step reads (trainer_base.PPOTrainer._compute_advantage, verl 0.9.1).
+ADVANTAGE_FIELDS = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob",
+                    "values"]
+METRIC_PREFIX = "dara/"
+
+
+def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch.Tensor:
+    """[N, K] float64 channel scores from each sample's `extra_fields["reward_extra_info"]`.
+
+    Raises a ValueError naming the missing channel and the keys the reward function did return.
+    """
+    infos = []
+    for value in extra_fields:
+        fields = getattr(value, "data", value)
+        infos.append(fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {})
+    available = sorted(infos[0]) if infos else []
+    for channel in channels:
+        missing = sum(channel not in info for info in infos)
+        if missing:
+            raise ValueError(
+                f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's extra info of "
+                f"{missing}/{len(infos)} samples; the reward function returned keys {available}"
+            )
+    rows = [[float(info[c]) for c in channels] for info in infos]
+    scores = torch.tensor(rows, dtype=torch.float64).reshape(len(infos), len(channels))
+    if not torch.isfinite(scores).all():
+        bad = (~torch.isfinite(scores)).nonzero()[0].tolist()
+        raise ValueError(f"reward channel {channels[bad[1]]!r} is NaN or inf for sample {bad[0]}")
+    return scores
+
+
+class ChannelTrainerMixin:
+    """Overrides verl's advantage step for the project's estimators; logs a run log per step."""
+
+    def init(self):
+        super().init()
+        self.run_log = RunLog.from_config(self.config, resumed_step=self.global_steps)
+
+    def _reward_channels(self) -> list[str]:
+        channels = list(self.config.algorithm.get("reward_channels", None) or [])
+        if not channels:
+            raise ValueError("algorithm.reward_channels is empty: name the reward_extra_info keys to use as channels")
+        return channels
+
+    def _compute_advantage(self, batch, metrics: dict):
+        name = library_name(str(self.config.algorithm.adv_estimator))
+        if name is None:  # one of verl's own estimators: verl's own path
+            return super()._compute_advantage(batch, metrics)
+        channels = self._reward_channels()
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=ADVANTAGE_FIELDS + ["extra_fields"])
+        scores = channel_scores_from_extra_fields(list(data.pop("extra_fields")), channels)
+        response_mask = data["response_mask"]
+        proto = DataProto(batch=data.to_padded_tensor())
+        proto.batch["token_level_scores"] = proto.batch["rm_scores"]
+        proto.non_tensor_batch["uid"] = np.array(proto.batch.pop("uid").tolist(), dtype=object)
+
+        algorithm = self.config.algorithm
+        if algorithm.use_kl_in_reward:
+            proto, kl_metrics = apply_kl_penalty(proto, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            proto.batch["token_level_rewards"] = proto.batch["token_level_scores"]
+        rollout_corr = algorithm.get("rollout_correction", None)
+        corrected = (rollout_corr is not None and "rollout_log_probs" in proto.batch
+                     and not rollout_corr.get("bypass_mode", False))
+        if corrected:
+            proto, is_metrics = compute_rollout_correction_and_add_to_batch(proto, rollout_corr)
+            metrics.update(is_metrics)
+
+        real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+        proto = self._advantages_for_real_rows(proto, scores, channels, real, batch.keys, name, metrics)
+
+        fields = ["advantages", "returns"] + (["token_level_rewards"] if algorithm.use_kl_in_reward else [])
+        if corrected:
+            fields.append("response_mask")
+            if "rollout_is_weights" in proto.batch:
+                fields.append("rollout_is_weights")
+        output = TensorDict({f: response_to_nested(proto.batch[f], response_mask) for f in fields},
+                            batch_size=len(batch))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+    def _advantages_for_real_rows(self, proto, scores, channels, real, keys, name, metrics):
+        """Run the estimator on the real samples only: verl's divisibility padding gets advantage 0."""
+        context = ChannelContext(self.config.algorithm, scores[torch.from_numpy(real)], channels)
+        subset = proto if real.all() else proto.select_idxs(np.flatnonzero(real))
+        subset = compute_advantage_for_multi_trajectories(
+            subset,
+            batch_keys=[k for k, keep in zip(keys, real, strict=True) if keep],
+            adv_estimator=verl_estimator_name(name),
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            config=context,
+        )
+        if real.all():
+            proto = subset
+        else:
+            for field in ("advantages", "returns"):
+                full = torch.zeros_like(proto.batch["response_mask"], dtype=subset.batch[field].dtype)
+                full[torch.from_numpy(real)] = subset.batch[field]
+                proto.batch[field] = full
+        metrics.update({METRIC_PREFIX + k: v for k, v in context.metrics.items()})
+        real_scores = context.channel_scores
+        metrics.update({f"reward/{c}/mean": float(real_scores[:, k].mean()) for k, c in enumerate(channels)})
+        return proto
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        if getattr(self, "run_log", None) is not None:
+            self.run_log.write(global_steps, metrics, self._reward_channels())
+
+
+@register_trainer("dara_sync")
+class DaraTrainerSync(ChannelTrainerMixin, PPOTrainerSync):
+    """verl's synchronous trainer with the project's advantage step."""
+
+
+@register_trainer("dara_colocate_async")
+class DaraTrainerColocateAsync(ChannelTrainerMixin, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous trainer with the project's advantage step."""
+
+
+@register_trainer("dara_separate_async")
+class DaraTrainerSeparateAsync(ChannelTrainerMixin, PPOTrainerSeparateAsync):
+    """verl's separate-pool asynchronous trainer with the project's advantage step."""

@@ -1,0 +1,166 @@
+"""The verl binding: every estimator through verl's own advantage path, and a test on each seam.
+
+A seam test pins what the binding relies on in verl 0.9.1, so an upgrade that moves it fails here.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+import dara.verl  # noqa: F401  (registrations)
+from dara.estimators import ESTIMATOR_NAMES, compute_advantages
+from dara.verl.estimators import ChannelContext, estimator_options, verl_estimator_name
+from dara.verl.trainer import ADVANTAGE_FIELDS, ChannelTrainerMixin, channel_scores_from_extra_fields
+
+CHANNELS = ["correctness", "format"]
+
+
+def algorithm_config(**overrides):
+    base = {"adv_estimator": "dara_asym", "reward_channels": CHANNELS, "channel_weights": None,
+            "batch_norm": "token", "norm_adv_by_std_in_grpo": True,
+            "dara": {"w_max": 5.0, "reward_ranges": [[-3.0, 3.0], [0.0, 1.0]], "tau": 0.8, "gamma": 0.5,
+                     "static_form": "sym", "gd2po_query_weight": "before_whiten"}}
+    base.update(overrides)
+    return OmegaConf.create(base)
+
+
+def real_batch(seed=0, groups=6, group_size=4, prompt_len=5, response_len=7):
+    """A DataProto shaped as verl builds it: prompts | responses, score on the last valid token."""
+    gen = torch.Generator().manual_seed(seed)
+    n = groups * group_size
+    lengths = torch.randint(1, response_len + 1, (n,), generator=gen)
+    response_mask = (torch.arange(response_len)[None, :] < lengths[:, None]).long()
+    attention_mask = torch.cat([torch.ones(n, prompt_len, dtype=torch.long), response_mask], dim=1)
+    correctness = torch.randint(-3, 4, (n,), generator=gen).double()
+    fmt = (torch.rand(n, generator=gen) < 0.3).double()
+    scores = torch.stack([correctness, fmt], dim=1)
+    token_rewards = torch.zeros(n, response_len)
+    token_rewards[torch.arange(n), lengths - 1] = scores.sum(1).float()
+    uids = np.array([f"uid-{i // group_size}" for i in range(n)], dtype=object)
+    data = DataProto(
+        batch=TensorDict({"prompts": torch.zeros(n, prompt_len, dtype=torch.long),
+                          "responses": torch.zeros(n, response_len, dtype=torch.long),
+                          "attention_mask": attention_mask, "response_mask": response_mask,
+                          "token_level_rewards": token_rewards}, batch_size=n),
+        non_tensor_batch={"uid": uids, "correctness": correctness.numpy().astype(np.float32),
+                          "format": fmt.numpy().astype(np.float32)},
+    )
+    return data, scores
+
+
+@pytest.mark.parametrize("name", ESTIMATOR_NAMES)
+def test_every_estimator_through_verl_compute_advantage(name):
+    data, scores = real_batch()
+    algorithm = algorithm_config(adv_estimator=name,
+                                 channel_weights=[1.0, 5.0] if name == "static" else None)
+    context = ChannelContext(algorithm, scores, CHANNELS)
+    out = compute_advantage(data, adv_estimator=verl_estimator_name(name), config=context)
+    mask = data.batch["response_mask"]
+    if name == "grpo":  # verl's meaning: the summed token-level reward
+        expected, _ = compute_advantages("grpo", data.batch["token_level_rewards"].sum(-1), data.non_tensor_batch["uid"],
+                                         mask)
+    else:
+        expected, _ = compute_advantages(name, scores, data.non_tensor_batch["uid"], mask,
+                                         **estimator_options(algorithm, CHANNELS))
+    torch.testing.assert_close(out.batch["advantages"], expected)
+    torch.testing.assert_close(out.batch["returns"], expected)
+    assert f"density/{CHANNELS[1]}" in context.metrics and f"energy/{CHANNELS[0]}" in context.metrics
+
+
+def test_grpo_matches_verl_own_grpo():
+    data, scores = real_batch(seed=1)
+    ours = compute_advantage(data, adv_estimator=verl_estimator_name("grpo"),
+                             config=ChannelContext(algorithm_config(), scores, CHANNELS)).batch["advantages"].clone()
+    theirs = compute_advantage(data, adv_estimator="grpo", config=algorithm_config()).batch["advantages"]
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_gdpo_matches_verl_builtin_gdpo():
+    data, scores = real_batch(seed=2)
+    ours = compute_advantage(data, adv_estimator=verl_estimator_name("gdpo"),
+                             config=ChannelContext(algorithm_config(), scores, CHANNELS)).batch["advantages"].clone()
+    verl_cfg = OmegaConf.create({"gdpo_reward_keys": CHANNELS, "norm_adv_by_std_in_grpo": True})
+    theirs = compute_advantage(data, adv_estimator="gdpo", config=verl_cfg).batch["advantages"]
+    torch.testing.assert_close(ours, theirs * data.batch["response_mask"], rtol=1e-4, atol=1e-4)
+
+
+def test_registered_estimator_refuses_a_call_without_channels():
+    data, _ = real_batch()
+    with pytest.raises(ValueError, match="needs per-channel rewards"):
+        compute_advantage(data, adv_estimator="dara_asym", config=algorithm_config())
+
+
+def test_seam_registry_names():
+    registry = core_algos.ADV_ESTIMATOR_REGISTRY
+    for name in ESTIMATOR_NAMES:
+        assert registry[verl_estimator_name(name)].__module__ == "dara.verl.estimators"
+    assert verl_estimator_name("grpo") == "dara_grpo" and verl_estimator_name("dara_asym") == "dara_asym"
+    # verl keeps its own gdpo under the bare name
+    assert registry["gdpo"].__module__ == "verl.trainer.ppo.core_algos"
+
+
+def test_seam_compute_advantage_passes_config_and_index():
+    seen = {}
+
+    @core_algos.register_adv_est("dara_test_probe")
+    def probe(**kwargs):
+        seen.update(kwargs)
+        return kwargs["response_mask"].float(), kwargs["response_mask"].float()
+
+    data, _ = real_batch()
+    marker = object()
+    compute_advantage(data, adv_estimator="dara_test_probe", config=marker)
+    assert seen["config"] is marker
+    assert list(seen["index"]) == list(data.non_tensor_batch["uid"])
+    assert set(seen) == {"token_level_rewards", "response_mask", "config", "index"}
+
+
+def test_seam_v1_trainer_methods_and_fields():
+    from verl.trainer.ppo.v1 import PPOTrainer, get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer as Base
+
+    source = inspect.getsource(Base._compute_advantage)
+    for field in ADVANTAGE_FIELDS:
+        assert f'"{field}"' in source, f"verl's advantage step no longer fetches {field}"
+    assert "compute_advantage_for_multi_trajectories" in source
+    for method in ("init", "_compute_advantage", "_compute_metrics"):
+        assert callable(getattr(PPOTrainer, method))
+    for mode in ("dara_sync", "dara_colocate_async", "dara_separate_async"):
+        assert issubclass(get_trainer_cls(mode), ChannelTrainerMixin)
+    params = inspect.signature(Base._compute_metrics).parameters
+    assert list(params) == ["self", "batch", "metrics", "timing_raw", "global_steps", "epoch"]
+
+
+def test_seam_reward_extra_info_lives_in_extra_fields():
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    source = inspect.getsource(AgentLoopWorkerTQ._agent_loop_postprocess)
+    assert 'extra_fields["reward_extra_info"]' in source
+
+
+def test_seam_task_runner_class_is_subclassable():
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+    assert "task_runner_class" in inspect.signature(run_ppo).parameters
+    assert callable(TaskRunnerV1.__ray_actor_class__.run)
+
+
+def test_channel_scores_from_extra_fields():
+    fields = [{"reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0}},
+              {"reward_extra_info": {"correctness": -3.0, "format": 0.0, "score": -3.0}}]
+    scores = channel_scores_from_extra_fields(fields, CHANNELS)
+    assert scores.tolist() == [[3.0, 1.0], [-3.0, 0.0]]
+    with pytest.raises(ValueError, match=r"'length'.*returned keys \['correctness', 'format', 'score'\]"):
+        channel_scores_from_extra_fields(fields, ["correctness", "length"])
+    fields[1]["reward_extra_info"]["format"] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        channel_scores_from_extra_fields(fields, CHANNELS)
