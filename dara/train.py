@@ -92,6 +92,7 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
 def train(cfg: DictConfig) -> None:
     """Check, prepare and run one training job (the body of the Hydra app)."""
     _absolute_paths(cfg)
+    OmegaConf.resolve(cfg)  # Ray actors then see plain values, no project resolvers needed there
     check_config(cfg)
     if cfg.run.skip_if_finished and _finished(cfg):
         print(f"[dara] {cfg.run.name} already finished ({cfg.run.output_dir}); skipping", flush=True)

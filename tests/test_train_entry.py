@@ -1,0 +1,105 @@
+"""The Hydra entry without starting Ray: composition, `--cfg job`, config checks, the run log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import dara
+from dara.config_checks import ConfigError, check_config
+from dara.estimators import ESTIMATOR_NAMES, compute_advantages, diagnose
+from dara.run_log import RunLog, read_metrics
+from dara.train import CONF_DIR
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def test_default_composes_to_smoke_dara_asym():
+    cfg = composed()
+    assert cfg.run.task == "smoke" and cfg.run.model == "tiny"
+    assert cfg.algorithm.adv_estimator == "dara_asym"
+    assert cfg.trainer.v1.trainer_mode == "dara_sync"
+    assert list(cfg.algorithm.reward_channels) == ["format", "correctness"]
+    assert cfg.run.name == "smoke-tiny-dara_asym-s0"
+    assert cfg.reward.custom_reward_function.path == f"{dara.PROJECT_ROOT}/rewards/verl_entry.py"
+    check_config(cfg)
+
+
+@pytest.mark.parametrize("estimator", sorted({*ESTIMATOR_NAMES, "gd2po_hard_after"} - {"static"}))
+def test_every_estimator_config_composes(estimator):
+    cfg = composed(f"estimator={estimator}")
+    assert cfg.algorithm.adv_estimator in ESTIMATOR_NAMES
+    check_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["estimator=static"], "channel_weights"),
+        (["algorithm.channel_weights=[1,2,3]"], "3 entries for 2"),
+        (["estimator=saw", "algorithm.dara.reward_ranges=null"], "reward_ranges"),
+        (["algorithm.reward_channels=[]"], "reward_channels"),
+        (["algorithm.batch_norm=sequence"], "batch_norm"),
+        (["trainer.v1.trainer_mode=sync"], "project's trainer"),
+        (["algorithm.dara.w_max=0.5"], "w_max"),
+    ],
+)
+def test_invalid_combinations_fail_before_ray(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_config(composed(*overrides))
+
+
+def test_cfg_job_prints_without_running(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "dara.train", "estimator=gdpo", f"run.output_root={tmp_path}", "--cfg", "job"],
+        capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    printed = OmegaConf.create(out.stdout)
+    assert printed.algorithm.adv_estimator == "gdpo"
+    assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+def test_invalid_config_exits_with_message(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "dara.train", "estimator=static", f"run.output_root={tmp_path}"],
+        capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT,
+    )
+    assert out.returncode != 0
+    assert "invalid configuration" in out.stderr and "channel_weights" in out.stderr
+    assert not (tmp_path / "smoke-tiny-static_sym-s0").exists()
+
+
+def test_run_log_drops_steps_after_resume(tmp_path):
+    log = RunLog(tmp_path / "metrics.jsonl", total_steps=4)
+    for step in (1, 2, 3):
+        log.write(step, {"reward/format/mean": 0.5, "dara/density/format": 0.25, "note": "text"}, ["format"])
+    resumed = RunLog(tmp_path / "metrics.jsonl", total_steps=4, resumed_step=2)  # checkpoint at step 2
+    resumed.write(3, {"reward/format/mean": 0.75}, ["format"])
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert records[-1]["reward/format/mean"] == 0.75 and "note" not in records[0]
+    with open(tmp_path / "metrics.jsonl", "a") as handle:  # a torn line from a killed writer
+        handle.write('{"step": 4, "rew')
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    json.dumps(records)
+
+
+def test_diagnose_agrees_with_estimator_metrics():
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 3, (40, 2), generator=gen).float()
+    index = torch.arange(10).repeat_interleave(4)
+    _, metrics = compute_advantages("gdpo", scores, index, torch.ones(40, 2), channel_names=["a", "b"])
+    diag = diagnose(scores, index, channel_names=["a", "b"])
+    for key, value in diag.items():
+        assert metrics[key] == pytest.approx(value)
+    assert {"density/a", "energy/b", "energy_vs_ideal/a", "active_groups/b"} <= set(diag)
