@@ -1,0 +1,174 @@
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} ...``
+
+Files in ``--out``: ``generations.jsonl`` (+ ``.meta.json``: model, backend-independent sampling
+settings, data), ``scores.jsonl``, ``summary.json`` and ``summary.md``. Every stage is resumable: it
+only adds the cases its output file lacks. Exit status 1 when cases are still missing after retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from results.evaluation import bfcl_eval, math_eval, toolrl_eval
+from results.evaluation.backends import SamplingConfig, make_backend
+from results.evaluation.runner import run_cases
+from results.evaluation.store import CaseStore, write_json_atomic
+
+# EXPERIMENTS.md sampling per benchmark family; ToolRL held-out: greedy, verl's validation default.
+DEFAULTS = {
+    "math": {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768},
+    "toolrl": {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 1024},
+    "bfcl": {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192},
+}
+
+
+def load_cases(args) -> list[dict]:
+    if args.bench == "math":
+        return math_eval.load_math_cases(args.data, limit=args.limit)
+    if args.bench == "toolrl":
+        return toolrl_eval.load_toolrl_cases(args.data, limit=args.limit)
+    return bfcl_eval.load_bfcl_cases(args.categories, limit=args.limit)
+
+
+def sampling_of(args) -> SamplingConfig:
+    return SamplingConfig(n=args.samples, temperature=args.temperature, top_p=args.top_p,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def generate(args, cases: list[dict]) -> int:
+    sampling = sampling_of(args)
+    settings = {"bench": args.bench, "model": str(Path(args.model).resolve()), "sampling": sampling.as_dict(),
+                "data": sorted(map(str, args.data or [])), "categories": list(args.categories or [])}
+    store = CaseStore(Path(args.out) / "generations.jsonl", settings)
+    todo = [c for c in cases if c["case_id"] not in store]
+    if not todo:
+        print(f"[generate] all {len(cases)} cases already generated", file=sys.stderr)
+        return 0
+    options = {"device": args.device} if args.backend == "hf" else {"tensor_parallel_size": args.tp}
+    backend = make_backend(args.backend, args.model, **options)
+    module = {"math": math_eval, "toolrl": toolrl_eval, "bfcl": bfcl_eval}[args.bench]
+    summary = run_cases(cases, store, module.make_producer(backend, sampling), batch_size=args.batch_size,
+                        retries=args.retries, backoff_s=args.backoff, label=f"{args.bench} generate")
+    return 1 if summary.missing else 0
+
+
+def score(args, cases: list[dict]) -> int:
+    generations = CaseStore(Path(args.out) / "generations.jsonl")
+    scores = CaseStore(Path(args.out) / "scores.jsonl", {"bench": args.bench, "length_limit": args.length_limit})
+    by_id = {c["case_id"]: c for c in cases}
+    todo = [r for r in generations.records.values() if r["case_id"] not in scores]
+    pool = None
+    if args.bench == "math" and todo:
+        from rewards.pool import HardTimeoutPool
+
+        pool = HardTimeoutPool(args.score_workers, args.score_timeout, preload=["rewards.math"])
+    try:
+        _score_all(args, todo, by_id, scores, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+    print(f"[{args.bench} score] {len(scores)} cases scored ({len(todo)} new)", file=sys.stderr)
+    return 0
+
+
+def _score_all(args, todo, by_id, scores, pool) -> None:
+    for i, record in enumerate(todo, start=1):
+        if args.bench == "math":
+            scored = math_eval.score_record(record, length_limit=args.length_limit, pool=pool)
+        elif args.bench == "toolrl":
+            scored = toolrl_eval.score_record(record)
+        else:
+            scored = bfcl_eval.score_record(record, by_id[record["case_id"]])
+        scores.append(scored)
+        if i % 50 == 0 or i == len(todo):
+            print(f"[{args.bench} score] {i}/{len(todo)}", file=sys.stderr, flush=True)
+
+
+def aggregate(args, cases: list[dict]) -> int:
+    out = Path(args.out)
+    scored = [r for r in CaseStore(out / "scores.jsonl").records.values() if r["case_id"] in {c["case_id"] for c in cases}]
+    missing = len(cases) - len(scored)
+    if args.bench == "math":
+        math_eval.check_complete(scored, args.samples)
+        table = math_eval.summarise_math(scored, n_boot=args.boot, seed=args.seed)
+        summary = {"benchmarks": table.to_dict("records"),
+                   "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored))}
+        text = math_eval.render_math_table(table)
+    elif args.bench == "toolrl":
+        summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
+        text = "| metric | mean | 95% CI |\n|---|---|---|\n" + "".join(
+            f"| {m} | {summary[m]:.3f} | [{summary[m + '_lo']:.3f}, {summary[m + '_hi']:.3f}] |\n"
+            for m in toolrl_eval.METRICS)
+    else:
+        summary = bfcl_eval.summarise_bfcl(scored)
+        lines = ["| category | cases | accuracy | format |", "|---|---|---|---|"]
+        lines += [f"| {c} | {v['cases']} | {v['accuracy']:.2f} | {v['format']:.2f} |"
+                  for c, v in summary["categories"].items()]
+        for key in ("average_accuracy", "average_format"):
+            if key in summary:
+                lines.append(f"| **{key}** | | {summary[key]:.2f} | |")
+        text = "\n".join(lines) + "\n"
+    summary["missing_cases"] = missing
+    write_json_atomic(out / "summary.json", summary)
+    (out / "summary.md").write_text(text)
+    print(text)
+    if missing:
+        print(f"warning: {missing} of {len(cases)} cases have no score yet (rerun generate)", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m results.evaluation", description=__doc__)
+    parser.add_argument("bench", choices=("math", "toolrl", "bfcl"))
+    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all"))
+    parser.add_argument("--out", required=True, help="output folder of this evaluation")
+    parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    parser.add_argument("--device", default="cpu", help="hf backend device")
+    parser.add_argument("--tp", type=int, default=1, help="vllm tensor-parallel size")
+    parser.add_argument("--data", nargs="*", help="math: benchmark .json/.parquet files; toolrl: .parquet files")
+    parser.add_argument("--categories", nargs="*", default=None, help="bfcl categories (default: the 14 of the paper)")
+    parser.add_argument("--limit", type=int, help="first N cases per file/category (smoke runs)")
+    parser.add_argument("--samples", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--retries", type=int, default=3)
+    parser.add_argument("--backoff", type=float, default=5.0, help="seconds before the first retry (doubling)")
+    parser.add_argument("--length-limit", type=int, default=math_eval.LENGTH_LIMIT, help="math: Exceed/Joint limit")
+    parser.add_argument("--score-workers", type=int, default=2, help="math: verification worker processes")
+    parser.add_argument("--score-timeout", type=float, default=10.0, help="math: seconds per verification")
+    parser.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    for key, value in DEFAULTS[args.bench].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.bench == "bfcl" and not args.categories:
+        args.categories = list(bfcl_eval.bfcl.CATEGORIES)
+    if args.bench != "bfcl" and not args.data:
+        raise SystemExit(f"{args.bench} needs --data")
+    cases = load_cases(args)
+    status = 0
+    if args.stage in ("generate", "all"):
+        if not args.model:
+            raise SystemExit("generate needs --model")
+        status |= generate(args, cases)
+    if args.stage in ("score", "all"):
+        status |= score(args, cases)
+    if args.stage in ("aggregate", "all"):
+        status |= aggregate(args, cases)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

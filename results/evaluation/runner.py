@@ -1,0 +1,91 @@
+"""Resumable generation loop shared by every benchmark.
+
+``run_cases`` walks the cases that are not yet in the store, in batches; ``produce(batch)`` turns a
+batch of cases into finished records (it calls the backend); each record is appended to the store
+at once. An infrastructure error (a crashed engine, out of memory, a lost connection, a timeout) is
+retried with backoff; when the retries are spent the batch's cases stay *missing* (reported, and a
+rerun fills them), never recorded as wrong answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from results.evaluation.store import CaseStore
+
+log = logging.getLogger(__name__)
+
+# Errors of the machinery rather than of the model's answer. ValueError/KeyError (bad inputs) are not here:
+# they stop the run with their message.
+INFRA_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, OSError, TimeoutError, ConnectionError, MemoryError)
+
+
+@dataclass
+class RunSummary:
+    total: int
+    already_done: int
+    generated: int
+    missing: list[str]
+    retries: int
+    seconds: float
+
+    def line(self) -> str:
+        return (
+            f"{self.total} cases: {self.already_done} already done, {self.generated} generated now, "
+            f"{len(self.missing)} missing after retries, {self.retries} retries, {self.seconds:.1f}s"
+        )
+
+
+def case_seed(base_seed: int, case_id: str) -> int:
+    """A per-case seed independent of order and of resumption: base seed + CRC32 of the case id."""
+    return (base_seed + zlib.crc32(case_id.encode())) % (2**31 - 1)
+
+
+def run_cases(
+    cases: Sequence[dict],
+    store: CaseStore,
+    produce: Callable[[list[dict]], list[dict]],
+    *,
+    batch_size: int = 8,
+    retries: int = 3,
+    backoff_s: float = 5.0,
+    label: str = "generate",
+) -> RunSummary:
+    """Generate every case whose ``case_id`` is not in ``store``; see the module docstring."""
+    start = time.monotonic()
+    ids = [c["case_id"] for c in cases]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{label}: duplicated case ids in the input")
+    todo = [c for c in cases if c["case_id"] not in store]
+    already = len(cases) - len(todo)
+    generated, retry_count, missing = 0, 0, []
+    for offset in range(0, len(todo), batch_size):
+        batch = todo[offset : offset + batch_size]
+        for attempt in range(retries + 1):
+            try:
+                records = produce(batch)
+                break
+            except INFRA_ERRORS as err:
+                if attempt == retries:
+                    log.error("%s: batch at %d failed %d times (%s); its cases stay missing", label, offset,
+                              retries + 1, err)
+                    missing.extend(c["case_id"] for c in batch)
+                    records = []
+                    break
+                retry_count += 1
+                log.warning("%s: infrastructure error (%s: %s); retry %d/%d", label, type(err).__name__, err,
+                            attempt + 1, retries)
+                time.sleep(backoff_s * (2**attempt))
+        for record in records:
+            store.append(record)
+            generated += 1
+        done = already + generated + len(missing)
+        print(f"[{label}] {done}/{len(cases)} cases ({time.monotonic() - start:.0f}s)", file=sys.stderr, flush=True)
+    summary = RunSummary(len(cases), already, generated, missing, retry_count, time.monotonic() - start)
+    print(f"[{label}] {summary.line()}", file=sys.stderr, flush=True)
+    return summary

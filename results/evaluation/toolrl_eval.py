@@ -1,0 +1,84 @@
+"""ToolRL held-out evaluation: the 80 held-out rows (or the smoke test set), format and correctness.
+
+Each sample is scored with ``rewards.toolrl.score`` (EXPERIMENTS.md: format in {0, 1}, correctness in
+[-3, 3]). Reported: mean format, mean correctness, and the exact-match share (correctness == 3,
+identical call lists), each with a 95% bootstrap CI over cases (seeded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from results.evaluation.backends import Backend, SamplingConfig
+from results.evaluation.runner import case_seed
+
+METRICS = ("format", "correctness", "exact")
+
+
+def load_toolrl_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
+    """verl parquet rows (data_source "rlla"): prompt messages and the ground-truth assistant text."""
+    cases = []
+    for path in paths:
+        frame = pd.read_parquet(path)
+        if limit:
+            frame = frame.head(limit)
+        for i, row in enumerate(frame.itertuples()):
+            index = row.extra_info.get("index", i) if isinstance(row.extra_info, dict) else i
+            cases.append({
+                "case_id": f"{row.data_source}_{index}",
+                "data_source": row.data_source,
+                "messages": [{"role": m["role"], "content": m["content"]} for m in row.prompt],
+                "ground_truth": str(row.reward_model["ground_truth"]),
+            })
+    return cases
+
+
+def make_producer(backend: Backend, sampling: SamplingConfig):
+    def produce(batch: list[dict]) -> list[dict]:
+        seeds = [case_seed(sampling.seed, c["case_id"]) for c in batch]
+        outputs = backend.chat([c["messages"] for c in batch], sampling, seeds)
+        return [
+            {"case_id": c["case_id"], "data_source": c["data_source"], "ground_truth": c["ground_truth"],
+             "samples": [s.as_dict() for s in samples]}
+            for c, samples in zip(batch, outputs, strict=True)
+        ]
+
+    return produce
+
+
+def score_record(record: dict) -> dict:
+    """Per sample: rewards.toolrl format and correctness, and exact = correctness at its maximum (3)."""
+    from rewards import toolrl
+
+    fmt, corr = [], []
+    for sample in record["samples"]:
+        reward = toolrl.score(sample["text"], record["ground_truth"])
+        fmt.append(float(reward["format"]))
+        corr.append(float(reward["correctness"]))
+    return {"case_id": record["case_id"], "data_source": record["data_source"], "format": fmt,
+            "correctness": corr, "exact": [float(c >= 3.0) for c in corr]}
+
+
+def bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int, ci: float) -> tuple[float, float]:
+    """Percentile CI of the mean from ``n_boot`` resamples of the cases."""
+    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+    boot = values[idx].mean(axis=1)
+    lo, hi = np.percentile(boot, [100 * (1 - ci) / 2, 100 * (1 + ci) / 2])
+    return float(lo), float(hi)
+
+
+def summarise_toolrl(scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict:
+    """Means over cases of the per-case sample means, with bootstrap CIs."""
+    if not scored:
+        raise ValueError("no scored cases")
+    rng = np.random.default_rng(seed)
+    out: dict[str, float] = {"cases": len(scored)}
+    for metric in METRICS:
+        per_case = np.array([np.mean(r[metric]) for r in scored])
+        out[metric] = float(per_case.mean())
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = bootstrap_ci(per_case, rng, n_boot, ci)
+    return out

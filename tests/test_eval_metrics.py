@@ -1,0 +1,266 @@
+"""Evaluation metrics without a model: math Acc/Exceed/Joint and bootstrap CIs on outputs with known
+answers, ToolRL held-out summaries, BFCL scoring through bfcl-eval's checkers, resumable case files."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import numpy as np
+import pytest
+
+from results.evaluation import math_eval, toolrl_eval
+from results.evaluation.runner import case_seed, run_cases
+from results.evaluation.store import CaseStore, CaseStoreError
+
+
+def sample(text: str, n_tokens: int, finish: str = "stop") -> dict:
+    return {"text": text, "n_tokens": n_tokens, "finish_reason": finish}
+
+
+# ------------------------------------------------------------------------------------------------ math
+def test_math_sample_rules_on_known_answers():
+    """Correct within 4,000 tokens; correct but long (Exceed, not Joint); truncated = wrong even if the
+    box is right; a wrong box; no box."""
+    record = {"case_id": "q", "data_source": "math500", "answer": "\\frac{1}{2}", "samples": [
+        sample("so the answer is \\boxed{\\frac{1}{2}}", 120),
+        sample("... \\boxed{0.5}", 4500),
+        sample("... \\boxed{\\frac12}", 32768, "length"),
+        sample("... \\boxed{3}", 50),
+        sample("I do not know", 4000),
+    ]}
+    scored = math_eval.score_record(record)
+    assert scored["correct"] == [1, 1, 0, 0, 0]
+    assert scored["exceed"] == [0, 1, 1, 0, 0]  # 4,000 itself is within the limit
+    assert scored["joint"] == [1, 0, 0, 0, 0]
+
+
+def loop_summary(scored, n_boot, seed):
+    """Plain-loop Acc/Exceed/Joint, macro and percentile CIs, drawing the same indices as the code."""
+    rng = np.random.default_rng(seed)
+    benches = [b for b in math_eval.BENCHMARK_ORDER if any(r["data_source"] == b for r in scored)]
+    out, boots = {}, {m: [] for m in math_eval.METRICS}
+    for bench in benches:
+        rows = [r for r in scored if r["data_source"] == bench]
+        per_q = {m: [sum(r[key]) / len(r[key]) for r in rows]
+                 for m, key in (("acc", "correct"), ("exceed", "exceed"), ("joint", "joint"))}
+        idx = rng.integers(0, len(rows), size=(n_boot, len(rows)))
+        for m in math_eval.METRICS:
+            boot = [sum(per_q[m][i] for i in idx[b]) / len(rows) for b in range(n_boot)]
+            boots[m].append(boot)
+            out[(bench, m)] = (sum(per_q[m]) / len(rows), *np.percentile(boot, [2.5, 97.5]))
+    for m in math_eval.METRICS:
+        macro_boot = [sum(b[k] for b in boots[m]) / len(benches) for k in range(n_boot)]
+        out[("macro", m)] = (sum(out[(b, m)][0] for b in benches) / len(benches), *np.percentile(macro_boot, [2.5, 97.5]))
+    return out
+
+
+def synthetic_scored(rng, benches=(("aime24", 30), ("math500", 50)), samples=16):
+    scored = []
+    for bench, n_q in benches:
+        for q in range(n_q):
+            p = rng.uniform(0, 1)
+            correct = (rng.uniform(size=samples) < p).astype(int).tolist()
+            exceed = (rng.uniform(size=samples) < 0.3).astype(int).tolist()
+            scored.append({"case_id": f"{bench}_{q}", "data_source": bench, "correct": correct, "exceed": exceed,
+                           "joint": [int(c and not e) for c, e in zip(correct, exceed, strict=True)],
+                           "n_tokens": [100] * samples})
+    return scored
+
+
+def test_math_summary_equals_plain_loop_with_bootstrap():
+    scored = synthetic_scored(np.random.default_rng(3))
+    table = math_eval.summarise_math(scored, n_boot=300, seed=7).set_index("benchmark")
+    expected = loop_summary(scored, 300, 7)
+    assert list(table.index) == ["aime24", "math500", "macro"]
+    for (bench, metric), (point, lo, hi) in expected.items():
+        assert table.loc[bench, metric] == pytest.approx(point, abs=1e-12)
+        assert table.loc[bench, f"{metric}_lo"] == pytest.approx(lo, abs=1e-12)
+        assert table.loc[bench, f"{metric}_hi"] == pytest.approx(hi, abs=1e-12)
+        assert lo <= point <= hi
+    assert table.loc["macro", "questions"] == 80
+
+
+def test_math_bootstrap_is_seeded_and_narrows_with_more_questions():
+    rng = np.random.default_rng(0)
+    small = synthetic_scored(rng, benches=(("amc23", 20),))
+    again = math_eval.summarise_math(small, n_boot=2000, seed=1)
+    assert again.equals(math_eval.summarise_math(small, n_boot=2000, seed=1))
+    big = synthetic_scored(rng, benches=(("amc23", 500),))
+    width = {name: float((t["acc_hi"] - t["acc_lo"]).iloc[0])
+             for name, t in (("small", again), ("big", math_eval.summarise_math(big, n_boot=2000, seed=1)))}
+    assert width["big"] < width["small"] / 2
+
+
+def test_math_loader_reads_raw_and_verl_files(tmp_path):
+    raw = tmp_path / "amc.json"
+    raw.write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
+    cases = math_eval.load_math_cases([raw])
+    assert [c["case_id"] for c in cases] == ["amc23_0", "amc23_1"]
+    assert [c["answer"] for c in cases] == ["2", "7"]
+    assert cases[0]["messages"][0]["content"].endswith("output the final answer within \\boxed{}.")
+    with pytest.raises(ValueError, match="samples"):
+        math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
+
+
+# ------------------------------------------------------------------------------------------------ toolrl
+def test_toolrl_scores_and_summary():
+    gt = '<think> x </think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1}}\n</tool_call>'
+    record = {"case_id": "r0", "data_source": "rlla", "ground_truth": gt, "samples": [
+        sample(gt, 20), sample('<think> x </think>\n<tool_call>\n{"name": "f", "parameters": {"a": 2}}\n</tool_call>', 20),
+        sample("no tags", 3)]}
+    scored = toolrl_eval.score_record(record)
+    assert scored["format"] == [1.0, 1.0, 0.0]
+    assert scored["correctness"][0] == 3.0 and scored["correctness"][2] == -3.0
+    assert -3.0 < scored["correctness"][1] < 3.0
+    assert scored["exact"] == [1.0, 0.0, 0.0]
+    other = {**scored, "case_id": "r1", "format": [1.0] * 3, "exact": [1.0] * 3, "correctness": [3.0] * 3}
+    summary = toolrl_eval.summarise_toolrl([scored, other], n_boot=200)
+    assert summary["format"] == pytest.approx((2 / 3 + 1) / 2)
+    assert summary["exact"] == pytest.approx((1 / 3 + 1) / 2)
+    assert summary["format_lo"] <= summary["format"] <= summary["format_hi"]
+
+
+# ------------------------------------------------------------------------------------------------ BFCL
+bfcl_eval = pytest.importorskip("results.evaluation.bfcl_eval")
+pytest.importorskip("bfcl_eval")
+
+
+def toolrl_text(calls: list[dict]) -> str:
+    body = "\n".join(json.dumps({"name": c["name"], "parameters": c["parameters"]}) for c in calls)
+    return f"<think> calling </think>\n<tool_call>\n{body}\n</tool_call>"
+
+
+def flat_answer(ground_truth: list[dict]) -> list[dict] | None:
+    """A possible answer as ToolRL calls: first allowed value per parameter; None when an allowed value is
+    itself a nested structure of options (not a plain value)."""
+    calls = []
+    for call in ground_truth:
+        ((name, params),) = call.items()
+        chosen = {}
+        for key, options in params.items():
+            value = next((o for o in options if o != ""), None)
+            if isinstance(value, dict):
+                return None
+            if value is not None:
+                chosen[key] = value
+        calls.append({"name": name, "parameters": chosen})
+    return calls
+
+
+@pytest.mark.parametrize("category", ["simple_python", "parallel", "live_simple", "live_parallel"])
+def test_bfcl_checker_accepts_possible_answers_and_rejects_wrong_ones(category):
+    cases = bfcl_eval.load_bfcl_cases([category], limit=12)
+    checked = 0
+    for case in cases:
+        calls = flat_answer(case["ground_truth"])
+        if calls is None:
+            continue
+        good = {"case_id": case["case_id"], "category": category, "turns": [[toolrl_text(calls)]], "force_quit": False}
+        result = bfcl_eval.score_record(good, case)
+        assert result["valid"], (case["case_id"], result["error"])
+        assert result["format"] == 1.0
+        renamed = [{**c, "name": c["name"] + "_x"} for c in calls]
+        bad = {**good, "turns": [[toolrl_text(renamed)]]}
+        assert not bfcl_eval.score_record(bad, case)["valid"]
+        unparsed = {**good, "turns": [["<think> hm </think>\n<response> no call </response>"]]}
+        result = bfcl_eval.score_record(unparsed, case)
+        assert not result["valid"] and result["format"] == 1.0  # format is not accuracy
+        checked += 1
+    assert checked >= 8
+
+
+def keyword_calls(turn: list[str]) -> list[dict] | None:
+    calls = []
+    for text in turn:
+        node = ast.parse(text, mode="eval").body
+        if node.args:
+            return None
+        calls.append({"name": node.func.id, "parameters": {k.arg: ast.literal_eval(k.value) for k in node.keywords}})
+    return calls
+
+
+def test_bfcl_multi_turn_checker_on_ground_truth_execution():
+    """Multi-turn cases whose ground truth uses keyword arguments: replaying it as ToolRL emissions passes
+    bfcl-eval's state/response checker; dropping one turn's calls fails it."""
+    cases = bfcl_eval.load_bfcl_cases(["multi_turn_base"], limit=15)
+    checked = 0
+    for case in cases:
+        turns = [keyword_calls(t) for t in case["ground_truth"]]
+        if any(t is None for t in turns) or not all(turns):
+            continue
+        emissions = [[toolrl_text(t)] for t in turns]
+        record = {"case_id": case["case_id"], "category": "multi_turn_base", "turns": emissions, "force_quit": False}
+        assert bfcl_eval.score_record(record, case)["valid"], case["case_id"]
+        broken = {**record, "turns": [["<think> skip </think>\n<response> done </response>"]] + emissions[1:]}
+        assert not bfcl_eval.score_record(broken, case)["valid"]
+        short = {**record, "turns": emissions[:-1]}
+        assert not bfcl_eval.score_record(short, case)["valid"]
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3
+
+
+def test_bfcl_summary_groups():
+    from results import bfcl
+
+    scored = []
+    for category in bfcl.CATEGORIES:
+        for i in range(4):
+            scored.append({"case_id": f"{category}_{i}", "category": category, "valid": i < 2, "format": 1.0})
+    summary = bfcl_eval.summarise_bfcl(scored)
+    assert summary["average_accuracy"] == pytest.approx(50.0)
+    assert summary["average_format"] == pytest.approx(100.0)
+    partial = bfcl_eval.summarise_bfcl(scored[:8])
+    assert partial["groups_accuracy"] is None and "average_accuracy" not in partial
+
+
+# ------------------------------------------------------------------------------------------------ case files
+def test_case_store_resumes_repairs_and_refuses_other_settings(tmp_path):
+    path = tmp_path / "gen.jsonl"
+    store = CaseStore(path, {"sampling": {"n": 2}})
+    cases = [{"case_id": f"c{i}"} for i in range(5)]
+    calls = []
+
+    def produce(batch):
+        calls.append([c["case_id"] for c in batch])
+        return [{"case_id": c["case_id"], "value": case_seed(0, c["case_id"])} for c in batch]
+
+    run_cases(cases[:3], store, produce, batch_size=2)
+    with open(path, "a") as handle:  # a run killed mid-write
+        handle.write('{"case_id": "c3", "val')
+    store = CaseStore(path, {"sampling": {"n": 2}})
+    assert sorted(store.records) == ["c0", "c1", "c2"]
+    summary = run_cases(cases, store, produce, batch_size=2)
+    assert summary.already_done == 3 and summary.generated == 2
+    assert calls[-1] == ["c3", "c4"]
+    assert len(path.read_text().splitlines()) == 5
+    with pytest.raises(CaseStoreError, match="sampling"):
+        CaseStore(path, {"sampling": {"n": 4}})
+
+
+def test_infrastructure_errors_are_retried_then_left_missing(tmp_path):
+    store = CaseStore(tmp_path / "gen.jsonl")
+    failures = {"left": 1}
+
+    def flaky(batch):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("CUDA error: an illegal memory access")
+        return [{"case_id": c["case_id"]} for c in batch]
+
+    summary = run_cases([{"case_id": "a"}, {"case_id": "b"}], store, flaky, retries=2, backoff_s=0)
+    assert summary.retries == 1 and summary.generated == 2 and not summary.missing
+
+    def broken(batch):
+        raise ConnectionError("engine gone")
+
+    summary = run_cases([{"case_id": "c"}], store, broken, retries=1, backoff_s=0)
+    assert summary.missing == ["c"] and "c" not in store  # missing, never recorded as an answer
+
+    def bad_input(batch):
+        raise ValueError("prompt too long")
+
+    with pytest.raises(ValueError, match="prompt too long"):  # not an infrastructure error: stops the run
+        run_cases([{"case_id": "d"}], store, bad_input, backoff_s=0)
