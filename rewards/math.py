@@ -1,0 +1,318 @@
+"""Math reward channels: correctness (math-verify) and length (rollout token count).
+
+Implements "Math reasoning with a length constraint (DeepScaleR setup)" of EXPERIMENTS.md:
+
+- correctness in {0, 1}: the last complete \\boxed{...} of the response, taken after the last </think>
+  when there is one (no answer at all when a <think> block never closes), is equivalent to the reference
+  answer according to math-verify. The reference may come in any of the benchmarks' native forms.
+- length in {0, 1}: 1 if the rollout's response token count is at most `max_tokens` (default 4,000).
+  The count comes from the rollout; the text is never re-tokenised.
+- `score_conditioned`: the same, except length counts only when the answer is correct.
+
+Time limits. math-verify's own timeouts use SIGALRM, which fails outside a main thread (math-verify then
+silently returns "no answer"), and a huge integer power holds the interpreter lock so no watchdog thread
+runs either. This module therefore disables math-verify's timeouts; the hard per-item limit is a killed
+worker process (rewards.pool), applied by rewards.verl_entry and the verl reward manager. Answers whose
+exact evaluation would need more than `max_answer_digits` digits (e.g. 9^{9^{9^9}}) are not evaluated:
+they cannot equal a benchmark answer, and evaluating them would only burn the time limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math as _math
+import numbers
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+import sympy
+from math_verify import parse, verify
+
+logger = logging.getLogger(__name__)
+
+CORRECTNESS_CHANNEL = "correctness"
+LENGTH_CHANNEL = "length"
+DEFAULT_MAX_TOKENS = 4000
+# No benchmark answer needs more digits than this; see `exact_digits_bound`.
+DEFAULT_MAX_ANSWER_DIGITS = 10_000
+# The longest benchmark answer has 204 characters; a boxed text 10x longer is not an answer.
+MAX_ANSWER_CHARS = 2_000
+
+_BOXED_COMMANDS = ("\\boxed", "\\fbox")
+_HUGE = float("inf")
+
+# math-verify warns once per process that its timeout is disabled: the time limit is ours (see above).
+logging.getLogger("math_verify.parser").setLevel(logging.ERROR)
+logging.getLogger("math_verify.grader").setLevel(logging.ERROR)
+
+
+# ----------------------------------------------------------------------------- answer extraction
+def final_answer_region(response: str) -> str | None:
+    """The part of the response that may hold the final answer: after the last </think>; None when a
+    <think> block is opened and never closed (the model never produced an answer)."""
+    if "</think>" in response:
+        return response.rsplit("</think>", 1)[1]
+    if "<think>" in response:
+        return None
+    return response
+
+
+def _braced_content(text: str, open_index: int) -> str | None:
+    """Content of the brace group opening at text[open_index] == "{", or None if it never closes."""
+    depth = 0
+    for index in range(open_index, len(text)):
+        char = text[index]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_index + 1 : index]
+    return None
+
+
+def _boxed_at(text: str, start: int, command: str) -> str | None:
+    """Argument of the \\boxed command starting at `start`: a brace group, or the `\\boxed 5` form."""
+    index = start + len(command)
+    if index < len(text) and text[index].isalpha():
+        return None  # a longer command name, e.g. \boxedfoo
+    while index < len(text) and text[index] == " ":
+        index += 1
+    if index >= len(text):
+        return None
+    if text[index] == "{":
+        return _braced_content(text, index)
+    if index > start + len(command):  # "\boxed 5": up to the next space or $
+        token = text[index:].split("$", 1)[0].split(None, 1)
+        return token[0] if token else None
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last complete \\boxed{...} (or \\fbox{...}) in text; None if there is none."""
+    candidates = []
+    for command in _BOXED_COMMANDS:
+        position = text.rfind(command)
+        while position >= 0:
+            candidates.append((position, command))
+            position = text.rfind(command, 0, position)
+    for position, command in sorted(candidates, reverse=True):
+        content = _boxed_at(text, position, command)
+        if content is not None:
+            return content
+    return None
+
+
+def extract_answer(response: str) -> str | None:
+    """The model's final answer text (the last boxed content after </think>), or None."""
+    region = final_answer_region(response)
+    if region is None:
+        return None
+    answer = last_boxed(region)
+    if answer is None or not answer.strip():
+        return None
+    return answer.strip()
+
+
+# ----------------------------------------------------------------------------- reference answers
+def _number_text(value: numbers.Number) -> str:
+    if isinstance(value, bool):
+        raise ValueError(f"a boolean is not a math answer: {value!r}")
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, Fraction):
+        return (
+            f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+            if value.denominator != 1
+            else str(value.numerator)
+        )
+    if isinstance(value, numbers.Real):
+        real = float(value)
+        if not _math.isfinite(real):
+            raise ValueError(f"a non-finite number is not a math answer: {value!r}")
+        return str(int(real)) if real.is_integer() else repr(real)
+    raise ValueError(f"unsupported numeric answer type {type(value).__name__}: {value!r}")
+
+
+def _latex_text(answer: str) -> str:
+    """LaTeX of one textual answer: surrounding whitespace removed, and $...$ math segments unwrapped
+    (OlympiadBench writes several answers as "$a$,$b$", which becomes "a, b")."""
+    text = answer.strip()
+    if text.count("$") >= 2 and text.startswith("$") and text.endswith("$"):
+        segments = [segment.strip() for segment in text.split("$")]
+        maths = segments[1::2]
+        separators = segments[2:-1:2]
+        if all(separator in ("", ",") for separator in separators):
+            return ", ".join(m for m in maths if m)
+    return text
+
+
+def reference_alternatives(answer: Any) -> list[str]:
+    """LaTeX texts any of which is a correct answer.
+
+    Accepts the benchmarks' native forms: numbers (6.0 -> "6"), numeric strings ("142.0", "033"),
+    fractions, LaTeX with or without $...$, a tuple (one tuple-valued answer), and a list or array of
+    alternatives (Minerva lists equivalent forms; OlympiadBench wraps one answer in a list)."""
+    if isinstance(answer, str):
+        text = _latex_text(answer)
+        if not text:
+            raise ValueError("empty reference answer")
+        return [text]
+    if isinstance(answer, numbers.Number):
+        return [_number_text(answer)]
+    if isinstance(answer, tuple):
+        return ["(" + ", ".join(reference_alternatives(item)[0] for item in answer) + ")"]
+    if isinstance(answer, Mapping):
+        raise ValueError(f"a mapping is not a math answer: {answer!r}")
+    if hasattr(answer, "tolist"):  # numpy arrays and scalars
+        return reference_alternatives(answer.tolist())
+    if isinstance(answer, Iterable):
+        alternatives = [text for item in answer for text in reference_alternatives(item)]
+        if not alternatives:
+            raise ValueError("empty list of reference answers")
+        return list(dict.fromkeys(alternatives))
+    raise ValueError(f"unsupported reference answer type {type(answer).__name__}: {answer!r}")
+
+
+# ----------------------------------------------------------------------------- evaluation guard
+def _log10_abs_int(value: int) -> float:
+    value = abs(int(value))
+    return _math.log10(value) if value > 1 else 0.0
+
+
+def _value_log10_bound(expr: Any) -> float:
+    """Upper bound of log10 |value| of a numeric sympy expression (0 for symbols and bounded functions)."""
+    if isinstance(expr, sympy.Integer):
+        return _log10_abs_int(expr.p)
+    if isinstance(expr, sympy.Rational):
+        return max(_log10_abs_int(expr.p) - _log10_abs_int(expr.q), 0.0)
+    if isinstance(expr, sympy.Float):
+        return max(float(sympy.log(abs(expr), 10)) if expr != 0 else 0.0, 0.0)
+    if isinstance(expr, sympy.Pow):
+        base_bound, exponent_bound = _value_log10_bound(expr.base), _value_log10_bound(expr.exp)
+        if base_bound == 0.0:
+            return 0.0
+        return _HUGE if exponent_bound > 300 else 10.0**exponent_bound * base_bound
+    if isinstance(expr, sympy.Mul):
+        return sum(_value_log10_bound(arg) for arg in expr.args)
+    if isinstance(expr, sympy.Add):
+        return max(_value_log10_bound(arg) for arg in expr.args) + _math.log10(len(expr.args))
+    if isinstance(expr, sympy.factorial):
+        argument_bound = _value_log10_bound(expr.args[0])
+        return _HUGE if argument_bound > 300 else 10.0**argument_bound * max(argument_bound, 1.0)
+    args = getattr(expr, "args", ())
+    return max((_value_log10_bound(arg) for arg in args if isinstance(arg, sympy.Basic)), default=1.0)
+
+
+def exact_digits_bound(expr: Any) -> float:
+    """Upper bound of the number of decimal digits that evaluating `expr` exactly can need.
+
+    Powers and factorials of numbers are what make sympy and math-verify spin (9^{9^{9^9}} holds the
+    interpreter lock for hours); a power b^e needs about |e| * digits(b) digits, whatever the sign of e."""
+    if isinstance(expr, sympy.MatrixBase):
+        return sum(exact_digits_bound(item) for item in expr)
+    if not isinstance(expr, sympy.Basic):
+        return 0.0
+    if isinstance(expr, sympy.Rational):
+        return _log10_abs_int(expr.p) + _log10_abs_int(expr.q) + 1.0
+    if isinstance(expr, sympy.Pow):
+        base, exponent = expr.base, expr.exp
+        if exponent.free_symbols or base.free_symbols:
+            return exact_digits_bound(base) + exact_digits_bound(exponent)
+        # digits of b^e for b = p/q: |e| * (log10 |p| + log10 q)
+        if isinstance(base, sympy.Rational):
+            base_size = _log10_abs_int(base.p) + _log10_abs_int(base.q)
+        else:
+            base_size = max(exact_digits_bound(base), 1.0)
+        exponent_bound = _value_log10_bound(exponent)
+        if exponent_bound > 300:
+            return _HUGE if base_size > 0 else exact_digits_bound(exponent)
+        return 10.0**exponent_bound * base_size + exact_digits_bound(exponent)
+    if isinstance(expr, sympy.factorial):
+        return _value_log10_bound(expr)
+    return sum(exact_digits_bound(arg) for arg in expr.args)
+
+
+def is_oversized(parsed: list[Any], max_answer_digits: float | None) -> bool:
+    """True when some parsed expression would need more than `max_answer_digits` digits."""
+    if max_answer_digits is None:
+        return False
+    return any(exact_digits_bound(item) > max_answer_digits for item in parsed)
+
+
+# ----------------------------------------------------------------------------- verification
+def _parse_boxed(latex: str) -> list[Any]:
+    # parsing_timeout=None: see the module docstring (the hard limit is a killed worker process).
+    return parse(f"\\boxed{{{latex}}}", parsing_timeout=None)
+
+
+def answer_is_correct(
+    predicted: str | None, answer: Any, *, max_answer_digits: float | None = DEFAULT_MAX_ANSWER_DIGITS
+) -> bool:
+    """True if the predicted answer text is equivalent to any alternative of the reference answer."""
+    if predicted is None or len(predicted) > MAX_ANSWER_CHARS:
+        return False
+    predicted_parsed = _parse_boxed(predicted)
+    if not predicted_parsed:
+        return False
+    if is_oversized(predicted_parsed, max_answer_digits):
+        logger.info("answer needs more than %s digits, scored wrong: %.80s", max_answer_digits, predicted)
+        return False
+    for reference in reference_alternatives(answer):
+        reference_parsed = _parse_boxed(reference)
+        if reference_parsed and verify(reference_parsed, predicted_parsed, timeout_seconds=None):
+            return True
+    return False
+
+
+def length_reward(response_tokens: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> float:
+    """1.0 if the response has at most `max_tokens` tokens."""
+    if (
+        isinstance(response_tokens, bool)
+        or not isinstance(response_tokens, numbers.Integral)
+        or response_tokens < 0
+    ):
+        raise ValueError(f"response_tokens must be a non-negative integer, got {response_tokens!r}")
+    return 1.0 if int(response_tokens) <= max_tokens else 0.0
+
+
+def score(
+    response: str,
+    answer: Any,
+    response_tokens: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    *,
+    max_answer_digits: float | None = DEFAULT_MAX_ANSWER_DIGITS,
+) -> dict[str, float]:
+    """{"correctness", "length"} of one response (no time limit here: see the module docstring)."""
+    if not isinstance(response, str):
+        raise TypeError(f"response must be str, got {type(response).__name__}")
+    length = length_reward(response_tokens, max_tokens)
+    correct = answer_is_correct(extract_answer(response), answer, max_answer_digits=max_answer_digits)
+    return {CORRECTNESS_CHANNEL: 1.0 if correct else 0.0, LENGTH_CHANNEL: length}
+
+
+def score_conditioned(
+    response: str,
+    answer: Any,
+    response_tokens: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    *,
+    max_answer_digits: float | None = DEFAULT_MAX_ANSWER_DIGITS,
+) -> dict[str, float]:
+    """Like `score`, but the length reward counts only when the answer is correct."""
+    channels = score(response, answer, response_tokens, max_tokens, max_answer_digits=max_answer_digits)
+    channels[LENGTH_CHANNEL] *= channels[CORRECTNESS_CHANNEL]
+    return channels
+
+
+def channel_names() -> tuple[str, ...]:
+    return (CORRECTNESS_CHANNEL, LENGTH_CHANNEL)
+
+
+def fallback_score(response_tokens: int, max_tokens: int = DEFAULT_MAX_TOKENS, *, conditioned: bool = False):
+    """Score of an item whose verification timed out or failed: wrong, and the length channel from the
+    token count (which needs no verification); 0 under the conditioned variant."""
+    length = 0.0 if conditioned else length_reward(response_tokens, max_tokens)
+    return {CORRECTNESS_CHANNEL: 0.0, LENGTH_CHANNEL: length}
