@@ -1,4 +1,4 @@
-"""``python -m results <command>``: thresholds, table, plot, compare (see docs/results.md)."""
+"""``python -m results <command>``: thresholds, table, plot, compare, collect (see docs/results.md)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,12 @@ def cmd_compare(args) -> None:
     write_text(render_plain(out, args.format), args.out)
 
 
+def cmd_collect(args) -> None:
+    from results.collect import collect
+
+    write_text(collect(args.folders).to_csv(index=False, lineterminator="\n"), args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -149,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("csv", "md"), default="md")
     p.add_argument("--out")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("collect", help="evaluation summaries (summary.json) -> one per-run CSV for 'table'")
+    p.add_argument("folders", nargs="+", help="evaluation folders (searched for summary.json)")
+    p.add_argument("--out", help="CSV path (default: stdout)")
+    p.set_defaults(func=cmd_collect)
     return parser
 
 

@@ -84,7 +84,7 @@ def test_math_pipeline(assets, tmp_path):
     out = tmp_path / "math"
     assert main(["math", "all", "--out", str(out), "--model", assets["model_dir"], "--data", str(data),
                  "--samples", "3", "--max-new-tokens", "12", "--length-limit", "8", "--boot", "200",
-                 "--score-workers", "1"]) == 0
+                 "--score-workers", "1", "--run-method", "smoke", "--run-seed", "0", "--run-step", "0"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     rows = {r["benchmark"]: r for r in summary["benchmarks"]}
     assert set(rows) == {"amc23", "macro"} and rows["amc23"]["questions"] == 2
@@ -94,6 +94,11 @@ def test_math_pipeline(assets, tmp_path):
     for metric in ("acc", "exceed", "joint"):
         assert rows["amc23"][f"{metric}_lo"] <= rows["amc23"][metric] <= rows["amc23"][f"{metric}_hi"]
     assert "| amc23 | 2 |" in (out / "summary.md").read_text()
+    from results.collect import collect
+
+    row = collect([out]).iloc[0]
+    assert (row["method"], row["seed"], row["step"]) == ("smoke", 0, 0)
+    assert row["amc23_exceed"] == pytest.approx(100 * rows["amc23"]["exceed"])
 
 
 def test_bfcl_pipeline(assets, tmp_path):

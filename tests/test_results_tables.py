@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -165,3 +166,27 @@ def test_table_cli_formats_and_compare(tmp_path):
     assert rows.loc[("1.5B", "dara"), "diff"] == pytest.approx(0, abs=1e-9)
     # all_seeds has rvpo/gdpo_saw, which Table 1 does not: kept with our side empty, not dropped
     assert math.isnan(rows.loc[("1.5B", "rvpo"), "ours"])
+
+
+def test_collect_evaluation_summaries_into_a_seed_table(tmp_path):
+    """Per-checkpoint BFCL summaries -> per-run CSV -> the seed table, with the authors' column names."""
+    from results.collect import collect
+
+    for seed, live in ((0, 60.0), (1, 70.0)):
+        folder = tmp_path / f"dara_s{seed}" / "bfcl"
+        folder.mkdir(parents=True)
+        groups = {"live": live, "non_live": 80.0, "multi_turn": 5.0, "average": (live + 85.0) / 3}
+        summary = {"bench": "bfcl", "run": {"run_name": f"dara_s{seed}", "method": "dara", "seed": seed, "step": 100},
+                   "categories": {}, "groups_accuracy": groups, "groups_format": groups, "missing_cases": 0}
+        (folder / "summary.json").write_text(json.dumps(summary))
+    frame = collect([tmp_path])
+    assert list(frame["seed"]) == [0, 1] and list(frame["live_accuracy"]) == [60.0, 70.0]
+    per_run = tmp_path / "per_run.csv"
+    assert main(["collect", str(tmp_path), "--out", str(per_run)]) == 0
+    out = tmp_path / "t.csv"
+    assert main(["table", str(per_run), "--metrics", "live_accuracy,average_accuracy", "--format", "csv",
+                 "--out", str(out)]) == 0
+    row = pd.read_csv(out).iloc[0]
+    assert row["live_accuracy_mean"] == pytest.approx(65.0)
+    assert row["live_accuracy_sd"] == pytest.approx(math.sqrt(50.0))
+    assert row["seeds"] == "0,1"

@@ -8,6 +8,7 @@ only adds the cases its output file lacks. Exit status 1 when cases are still mi
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -112,12 +113,29 @@ def aggregate(args, cases: list[dict]) -> int:
                 lines.append(f"| **{key}** | | {summary[key]:.2f} | |")
         text = "\n".join(lines) + "\n"
     summary["missing_cases"] = missing
+    summary["bench"] = args.bench
+    summary["run"] = run_identity(args)
     write_json_atomic(out / "summary.json", summary)
     (out / "summary.md").write_text(text)
     print(text)
     if missing:
         print(f"warning: {missing} of {len(cases)} cases have no score yet (rerun generate)", file=sys.stderr)
     return 1 if missing else 0
+
+
+def run_identity(args) -> dict:
+    """Which run and checkpoint this evaluation scores: the training run's run_info.json (conventions:
+    run_name, method, seed, task, model) and the checkpoint step, for ``python -m results collect``."""
+    info: dict = {}
+    if args.run_dir:
+        path = Path(args.run_dir) / "run_info.json"
+        if not path.exists():
+            raise SystemExit(f"--run-dir {args.run_dir}: no run_info.json there")
+        info = json.loads(path.read_text())
+    for key in ("method", "seed", "step"):
+        if getattr(args, f"run_{key}") is not None:
+            info[key] = getattr(args, f"run_{key}")
+    return info
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--length-limit", type=int, default=math_eval.LENGTH_LIMIT, help="math: Exceed/Joint limit")
     parser.add_argument("--score-workers", type=int, default=2, help="math: verification worker processes")
     parser.add_argument("--score-timeout", type=float, default=10.0, help="math: seconds per verification")
+    parser.add_argument("--run-dir", help="training run folder whose run_info.json names the run (method, seed)")
+    parser.add_argument("--run-method", help="method label, when there is no run folder (e.g. base)")
+    parser.add_argument("--run-seed", type=int)
+    parser.add_argument("--run-step", type=int, help="checkpoint step evaluated")
     parser.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
     return parser
 

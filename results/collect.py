@@ -1,0 +1,63 @@
+"""Collect evaluation summaries (``summary.json`` of ``python -m results.evaluation``) into a per-run table.
+
+One row per evaluation folder: the run's identity (run_name, method, seed, task, model, step) and its
+scores, named like the authors' per-run file so that ``python -m results table ... --paper`` lines up:
+- BFCL: ``live_accuracy``, ``non_live_accuracy``, ``multi_turn_accuracy``, ``average_accuracy`` and the
+  same with ``_format`` (percent);
+- math: ``<benchmark>_acc``, ``_exceed``, ``_joint`` per benchmark and ``macro_*`` (percent);
+- ToolRL held-out: ``format``, ``correctness``, ``exact``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from results.loaders import RunLogError
+
+SUMMARY_FILE = "summary.json"
+
+
+def flatten_summary(summary: dict) -> dict:
+    """One evaluation summary -> flat score columns (see the module docstring)."""
+    bench = summary.get("bench")
+    row: dict = {}
+    if bench == "bfcl":
+        for kind in ("accuracy", "format"):
+            groups = summary.get(f"groups_{kind}")
+            if groups:
+                for group, value in groups.items():
+                    row[f"{group}_{kind}"] = value
+            for category, values in summary.get("categories", {}).items():
+                row[f"{category}_{kind}"] = values[kind]
+    elif bench == "math":
+        for bench_row in summary["benchmarks"]:
+            for metric in ("acc", "exceed", "joint"):
+                row[f"{bench_row['benchmark']}_{metric}"] = 100 * bench_row[metric]
+    elif bench == "toolrl":
+        for metric in ("format", "correctness", "exact"):
+            row[metric] = summary[metric]
+    else:
+        raise RunLogError(f"unknown evaluation summary (bench={bench!r})")
+    return row
+
+
+def collect(folders: Sequence[str | Path]) -> pd.DataFrame:
+    """Every summary.json at or below the folders -> one row each, identity columns first."""
+    paths = sorted({p for f in folders for p in ([Path(f)] if Path(f).is_file() else Path(f).rglob(SUMMARY_FILE))})
+    if not paths:
+        raise RunLogError(f"no {SUMMARY_FILE} under {list(map(str, folders))}")
+    rows = []
+    for path in paths:
+        summary = json.loads(path.read_text())
+        run = summary.get("run") or {}
+        if "method" not in run:
+            raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
+        row = {"evaluation": str(path.parent), "bench": summary.get("bench"), **run,
+               "missing_cases": summary.get("missing_cases", 0)}
+        row.update(flatten_summary(summary))
+        rows.append(row)
+    return pd.DataFrame(rows)

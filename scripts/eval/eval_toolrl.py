@@ -1,0 +1,12 @@
+"""Evaluate a checkpoint on the toolrl benchmark family: `python scripts/eval/eval_toolrl.py STAGE --out DIR ...`.
+
+The same as `python -m results.evaluation toolrl STAGE ...` (stages: generate, score, aggregate, all); see
+docs/results.md for the options and the files written.
+"""
+
+import sys
+
+from results.evaluation.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["toolrl", *sys.argv[1:]]))
