@@ -1,0 +1,274 @@
+"""verl entry: `compute_score` for verl's reward loop, and the per-sample scorer the parallel manager runs.
+
+`compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns
+{"score": sum of the channels, <channel>: value, ...} with the same keys for every sample of a task:
+
+- "rlla" (ToolRL): format, correctness (+ length when toolrl_length_channel);
+- "deepscaler" and the math evaluation sets: correctness, length.
+
+Options (verl passes `reward.custom_reward_function.reward_kwargs`; the dara_parallel manager reads
+the same keys from its config): see `RewardOptions`. Unknown options are an error, never ignored.
+
+Math scoring runs under a hard per-item time limit: `compute_score` sends the item to a process pool
+(rewards.pool) and waits, so the limit holds in any thread of any process; an item over the limit scores
+the task's fallback (correctness 0) and counts in `timeout_count()`. ToolRL scoring is pure string and
+JSON work and runs in-process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from rewards import math as math_reward
+from rewards import toolrl
+from rewards.pool import OK, TIMEOUT, HardTimeoutPool, Outcome, available_cpus
+
+logger = logging.getLogger(__name__)
+
+TOOLRL_SOURCES = frozenset({"rlla"})
+MATH_SOURCES = frozenset({"deepscaler", "aime24", "amc23", "math500", "minerva", "olympiad_bench"})
+SCORE_KEY = "score"
+# Per-sample flags the dara_parallel manager adds to reward_extra_info (they are not channels).
+TIMEOUT_KEY = "reward_timeout"
+ERROR_KEY = "reward_error"
+# verl's reward managers pass these to compute_score; they carry nothing a rule reward needs.
+_VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+# Modules every pool worker imports before taking items (sympy and math-verify take about a second).
+POOL_PRELOAD = ("rewards.verl_entry",)
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """Reward options, from config (`reward_kwargs`), never from environment variables.
+
+    toolrl_length_channel: add the think-length channel to ToolRL (three-reward study).
+    math_length_conditioned: the length reward counts only when the answer is correct.
+    max_response_tokens: the length reward's token budget (EXPERIMENTS.md: 4,000).
+    max_answer_digits: answers needing more exact digits are not evaluated (None: evaluate everything).
+    timeout_s: hard wall-clock limit per item on a pool worker.
+    num_processes: pool size (None: the CPUs this process may use, at most 16).
+    """
+
+    toolrl_length_channel: bool = False
+    math_length_conditioned: bool = False
+    max_response_tokens: int = math_reward.DEFAULT_MAX_TOKENS
+    max_answer_digits: float | None = math_reward.DEFAULT_MAX_ANSWER_DIGITS
+    timeout_s: float = 10.0
+    num_processes: int | None = None
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any] | None) -> RewardOptions:
+        """Options from a reward_kwargs mapping; an unknown key raises, naming it."""
+        kwargs = dict(kwargs or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known - _VERL_EXTRA_KWARGS)
+        if unknown:
+            raise TypeError(f"unknown reward option(s) {unknown}; known: {sorted(known)}")
+        options = cls(**{key: value for key, value in kwargs.items() if key in known})
+        options.validate()
+        return options
+
+    def validate(self) -> None:
+        if int(self.max_response_tokens) < 1:
+            raise ValueError(f"max_response_tokens must be positive, got {self.max_response_tokens!r}")
+        if not float(self.timeout_s) > 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
+        if self.num_processes is not None and int(self.num_processes) < 1:
+            raise ValueError(f"num_processes must be at least 1, got {self.num_processes!r}")
+
+    def pool_size(self) -> int:
+        return int(self.num_processes) if self.num_processes is not None else min(available_cpus(), 16)
+
+
+def task_of(data_source: str) -> str:
+    """ "toolrl" or "math" for a data_source; any other source is an error naming it."""
+    if data_source in TOOLRL_SOURCES:
+        return "toolrl"
+    if data_source in MATH_SOURCES:
+        return "math"
+    raise ValueError(
+        f"unknown data_source {data_source!r}: rewards are defined for {sorted(TOOLRL_SOURCES | MATH_SOURCES)}"
+    )
+
+
+def channel_names(data_source: str, options: RewardOptions | None = None) -> tuple[str, ...]:
+    """The reward channels of a data_source, in order (the keys of compute_score minus "score")."""
+    options = options or RewardOptions()
+    if task_of(data_source) == "toolrl":
+        return toolrl.channel_names(options.toolrl_length_channel)
+    return math_reward.channel_names()
+
+
+def _ground_truth_text(ground_truth: Any) -> str:
+    if isinstance(ground_truth, Mapping):  # a whole reward_model entry
+        ground_truth = ground_truth["ground_truth"]
+    if not isinstance(ground_truth, str):
+        raise TypeError(f"a ToolRL ground truth must be a string, got {type(ground_truth).__name__}")
+    return ground_truth
+
+
+def response_tokens_of(extra_info: Mapping[str, Any] | None) -> int:
+    """The rollout's response token count, which the math length reward needs."""
+    count = (extra_info or {}).get("response_tokens")
+    if count is None:
+        raise ValueError(
+            "the math length reward needs the rollout's response token count in extra_info['response_tokens'] "
+            "(the dara_parallel reward manager passes it; verl's naive manager does not)"
+        )
+    return int(count)
+
+
+def with_total(channels: dict[str, float]) -> dict[str, float]:
+    """{"score": sum of the channels, **channels}."""
+    return {
+        SCORE_KEY: float(sum(channels.values())),
+        **{key: float(value) for key, value in channels.items()},
+    }
+
+
+def score_sample(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    response_tokens: int | None,
+    options: RewardOptions,
+) -> dict[str, float]:
+    """The channels of one sample plus "score", computed in this process with no time limit.
+
+    This is what pool workers run; it raises only on bad data or options, never on model output."""
+    task = task_of(data_source)
+    if not isinstance(solution_str, str):
+        raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
+    if task == "toolrl":
+        channels = toolrl.score(
+            solution_str, _ground_truth_text(ground_truth), length_channel=options.toolrl_length_channel
+        )
+    else:
+        scorer = math_reward.score_conditioned if options.math_length_conditioned else math_reward.score
+        channels = scorer(
+            solution_str,
+            ground_truth,
+            response_tokens,
+            options.max_response_tokens,
+            max_answer_digits=options.max_answer_digits,
+        )
+    return with_total(channels)
+
+
+def fallback_sample(
+    data_source: str, response_tokens: int | None, options: RewardOptions
+) -> dict[str, float]:
+    """What a sample scores when its scoring timed out or failed: the lowest value of each channel,
+    except the math length channel, which the token count decides without any verification."""
+    if task_of(data_source) == "toolrl":
+        return with_total(toolrl.fallback_score(length_channel=options.toolrl_length_channel))
+    return with_total(
+        math_reward.fallback_score(
+            response_tokens, options.max_response_tokens, conditioned=options.math_length_conditioned
+        )
+    )
+
+
+def resolve_outcome(
+    outcome: Outcome, data_source: str, response_tokens: int | None, options: RewardOptions
+) -> tuple[dict[str, float], bool, bool]:
+    """(channels with "score", timed out, failed) of a pool outcome; failures are logged."""
+    if outcome.status == OK:
+        return outcome.value, False, False
+    if outcome.status == TIMEOUT:
+        logger.warning("reward for a %s sample took over the time limit; scored as its fallback", data_source)
+        return fallback_sample(data_source, response_tokens, options), True, False
+    logger.error("reward for a %s sample failed; scored as its fallback:\n%s", data_source, outcome.error)
+    return fallback_sample(data_source, response_tokens, options), False, True
+
+
+# ----------------------------------------------------------------------------- shared pool
+_pool_lock = threading.Lock()
+_shared_pool: HardTimeoutPool | None = None
+_counters = {"timeouts": 0, "errors": 0}
+
+
+def shared_pool(options: RewardOptions) -> HardTimeoutPool:
+    """This process's pool for the options' size and time limit (rebuilt when they change)."""
+    global _shared_pool
+    with _pool_lock:
+        pool = _shared_pool
+        if (
+            pool is None
+            or pool.closed
+            or pool.num_processes != options.pool_size()
+            or pool.timeout_s != float(options.timeout_s)
+        ):
+            if pool is not None:
+                pool.close()
+            pool = HardTimeoutPool(options.pool_size(), float(options.timeout_s), preload=POOL_PRELOAD)
+            _shared_pool = pool
+        return pool
+
+
+def close_shared_pool() -> None:
+    global _shared_pool
+    with _pool_lock:
+        if _shared_pool is not None:
+            _shared_pool.close()
+            _shared_pool = None
+
+
+atexit.register(close_shared_pool)
+
+
+def timeout_count() -> int:
+    """Samples `compute_score` scored as fallback because they ran over the time limit (this process)."""
+    return _counters["timeouts"]
+
+
+def error_count() -> int:
+    return _counters["errors"]
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """verl's custom reward function: {"score", <channels>} for one sample.
+
+    Math samples need extra_info["response_tokens"] and run in the shared pool under the hard time
+    limit; ToolRL samples are scored in-process."""
+    options = RewardOptions.from_kwargs(kwargs)
+    if task_of(data_source) == "toolrl":
+        return score_sample(data_source, solution_str, ground_truth, None, options)
+    response_tokens = response_tokens_of(extra_info)
+    math_reward.length_reward(response_tokens)  # a bad count is a clear error here, not a worker failure
+    outcome = (
+        shared_pool(options)
+        .submit(score_sample, data_source, solution_str, ground_truth, response_tokens, options)
+        .result()
+    )
+    channels, timed_out, failed = resolve_outcome(outcome, data_source, response_tokens, options)
+    _counters["timeouts"] += timed_out
+    _counters["errors"] += failed
+    return channels
+
+
+# ----------------------------------------------------------------------------- per-step metrics
+def step_metrics(reward_extra_info: Mapping[str, Sequence[Any]], channels: Sequence[str]) -> dict[str, float]:
+    """Per-step reward metrics from a batch's reward_extra_info (lists or arrays, one value per sample):
+    "reward/<channel>/mean" for each channel, "reward/timeouts" and "reward/errors" (counts)."""
+    metrics = {}
+    for channel in channels:
+        values = np.asarray(reward_extra_info[channel], dtype=np.float64)
+        metrics[f"reward/{channel}/mean"] = float(values.mean()) if values.size else float("nan")
+    for key, name in ((TIMEOUT_KEY, "timeouts"), (ERROR_KEY, "errors")):
+        if key in reward_extra_info:
+            metrics[f"reward/{name}"] = float(np.asarray(reward_extra_info[key], dtype=np.float64).sum())
+    return metrics

@@ -1,0 +1,328 @@
+"""The verl seam: rewards.verl_entry.compute_score and the registered "dara_parallel" reward manager,
+run through verl 0.9.1's own RewardLoopWorker on a real DataProto built with a real tokenizer."""
+
+import asyncio
+import functools
+import inspect
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rewards import verl_entry
+from rewards.verl_entry import RewardOptions, compute_score, step_metrics
+
+TOOLRL_TEST = "/work/shared/data/toolrl/rlla_4k_test.parquet"
+# One pool size and time limit for the whole module, so the shared pool is built once.
+POOL_OPTIONS = {"timeout_s": 3.0, "num_processes": 2}
+ADVERSARIAL = "Therefore \\boxed{9^{9^{9^{9}}}}"
+
+
+# ----------------------------------------------------------------------------- compute_score
+def test_compute_score_keys_and_total_per_task():
+    ground_truth = pd.read_parquet(TOOLRL_TEST)["reward_model"][0]["ground_truth"]
+    toolrl = compute_score("rlla", ground_truth, ground_truth)
+    assert toolrl == {"score": 4.0, "format": 1.0, "correctness": 3.0}
+    three = compute_score("rlla", ground_truth, ground_truth, toolrl_length_channel=True)
+    assert set(three) == {"score", "format", "correctness", "length"}
+    assert three["score"] == sum(v for k, v in three.items() if k != "score")
+    math = compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5000}, **POOL_OPTIONS)
+    assert math == {"score": 1.0, "correctness": 1.0, "length": 0.0}
+    conditioned = compute_score(
+        "deepscaler", "\\boxed{1}", "2", {"response_tokens": 5}, math_length_conditioned=True, **POOL_OPTIONS
+    )
+    assert conditioned == {"score": 0.0, "correctness": 0.0, "length": 0.0}
+    assert verl_entry.channel_names("rlla") == ("format", "correctness")
+    assert verl_entry.channel_names("minerva") == ("correctness", "length")
+
+
+def test_compute_score_errors_name_the_problem():
+    with pytest.raises(ValueError, match="unknown data_source 'gsm8k'"):
+        compute_score("gsm8k", "x", "1")
+    with pytest.raises(TypeError, match="unknown reward option"):
+        compute_score("rlla", "x", "<think></think>", toolrl_length=True)
+    with pytest.raises(ValueError, match="response_tokens"):
+        compute_score("math500", "\\boxed{1}", "1", {})
+    # verl's own extra kwargs are accepted and ignored
+    assert compute_score("rlla", "x", "<think></think>", reward_router_address=None)["format"] == 0.0
+
+
+def test_adversarial_latex_returns_within_seconds_from_a_thread_and_counts_a_timeout():
+    results = {}
+    before = verl_entry.timeout_count()
+
+    def score_in_thread():
+        started = time.monotonic()
+        results["score"] = compute_score(
+            "aime24", ADVERSARIAL, "5", {"response_tokens": 10}, max_answer_digits=None, **POOL_OPTIONS
+        )
+        results["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=score_in_thread)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert results["score"] == {
+        "score": 1.0,
+        "correctness": 0.0,
+        "length": 1.0,
+    }  # length needs no verification
+    assert results["seconds"] < POOL_OPTIONS["timeout_s"] + 5
+    assert verl_entry.timeout_count() == before + 1
+    # the guard (on by default) rejects the same answer at once, with no timeout
+    started = time.monotonic()
+    guarded = compute_score("aime24", ADVERSARIAL, "5", {"response_tokens": 10}, **POOL_OPTIONS)
+    assert guarded["correctness"] == 0.0 and time.monotonic() - started < 3
+    assert verl_entry.timeout_count() == before + 1
+
+
+def test_step_metrics_match_a_plain_loop():
+    rng = np.random.default_rng(0)
+    extra = {
+        "format": rng.integers(0, 2, 37).astype(float).tolist(),
+        "correctness": rng.uniform(-3, 3, 37).tolist(),
+        "reward_timeout": [0.0] * 35 + [1.0, 1.0],
+        "reward_error": [0.0] * 37,
+    }
+    metrics = step_metrics(extra, ["format", "correctness"])
+    for channel in ("format", "correctness"):
+        total = 0.0
+        for value in extra[channel]:
+            total += value
+        assert metrics[f"reward/{channel}/mean"] == pytest.approx(total / 37)
+    assert metrics["reward/timeouts"] == 2.0 and metrics["reward/errors"] == 0.0
+
+
+# ----------------------------------------------------------------------------- the verl reward manager
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """The smoke run's tokenizer recipe (byte-level BPE, ChatML specials), trained here offline."""
+    from data_prep import smoke
+
+    tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke.synthetic_records(0, 40)))
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def manager_module():
+    import dara.verl.reward_manager as module
+
+    return module
+
+
+def verl_config(tokenizer_dir, **reward_kwargs):
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {"model": {"path": tokenizer_dir, "tokenizer_path": None}},
+            "trainer": {"experiment_name": "test"},
+            "reward": {
+                "num_workers": 1,
+                "reward_kwargs": {**POOL_OPTIONS, **reward_kwargs},
+                "custom_reward_function": {"path": None, "name": "compute_score"},
+                "reward_manager": {"source": "register", "name": "dara_parallel", "module": {"path": None}},
+                "reward_model": {"enable": False},
+                "sandbox_fusion": {"url": None},
+            },
+        }
+    )
+
+
+def make_batch(tokenizer, rows, prompt_length=6, response_padding=3):
+    """A verl rollout batch: left-padded prompts, right-padded responses (each ending in <|im_end|>)."""
+    pad = tokenizer.pad_token_id
+    encoded = [tokenizer(row["text"] + "<|im_end|>", add_special_tokens=False)["input_ids"] for row in rows]
+    response_length = max(len(ids) for ids in encoded) + response_padding
+    prompts, responses, masks = [], [], []
+    for response_ids in encoded:
+        prompt_ids = tokenizer("question", add_special_tokens=False)["input_ids"][:prompt_length]
+        prompts.append([pad] * (prompt_length - len(prompt_ids)) + prompt_ids)
+        responses.append(response_ids + [pad] * (response_length - len(response_ids)))
+        masks.append(
+            [0] * (prompt_length - len(prompt_ids))
+            + [1] * len(prompt_ids)
+            + [1] * len(response_ids)
+            + [0] * (response_length - len(response_ids))
+        )
+    from verl import DataProto
+
+    prompts, responses, masks = torch.tensor(prompts), torch.tensor(responses), torch.tensor(masks)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": masks,
+        },
+        non_tensors={
+            "data_source": np.array([row["source"] for row in rows], dtype=object),
+            "reward_model": np.array(
+                [{"style": "rule", "ground_truth": row["truth"]} for row in rows], dtype=object
+            ),
+            "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
+        },
+    )
+
+
+def run_reward_loop(config, data):
+    """verl's own RewardLoopWorker (what each Ray reward worker runs), called in-process."""
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    worker = RewardLoopWorker(config)
+    return worker, asyncio.run(worker.compute_score_batch(data))
+
+
+def toolrl_rows():
+    truths = [r["ground_truth"] for r in pd.read_parquet(TOOLRL_TEST)["reward_model"][:3]]
+    return [
+        {"source": "rlla", "text": truths[0], "truth": truths[0]},
+        {"source": "rlla", "text": truths[1], "truth": truths[1]},
+        {
+            "source": "rlla",
+            "text": "<think> x </think>\n<tool_call>\n{bad json}\n</tool_call>",
+            "truth": truths[2],
+        },
+        {"source": "rlla", "text": "no format at all", "truth": truths[0]},
+    ]
+
+
+def test_registered_manager_scores_toolrl_rows_through_verls_reward_loop(tokenizer_dir, manager_module):
+    config = verl_config(tokenizer_dir, toolrl_length_channel=True)
+    worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), toolrl_rows()))
+    assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
+    options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
+    keys = {"score", "format", "correctness", "length", "reward_timeout", "reward_error"}
+    for row, output in zip(toolrl_rows(), outputs, strict=True):
+        expected = verl_entry.score_sample(
+            "rlla", row["text"], row["truth"], None, options
+        )  # serial, in-process
+        extra = output["reward_extra_info"]
+        assert set(extra) == keys
+        assert {k: extra[k] for k in expected} == expected
+        assert output["reward_score"] == expected["score"]
+        assert extra["reward_timeout"] == 0.0 and extra["reward_error"] == 0.0
+    assert [o["reward_extra_info"]["correctness"] for o in outputs][:3] == [3.0, 0.0, -3.0]
+
+
+def _load_tokenizer(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokenizer_dir, manager_module):
+    tokenizer = _load_tokenizer(tokenizer_dir)
+    rows = [
+        {"source": "math500", "text": "short \\boxed{\\frac{1}{2}}", "truth": "0.5"},
+        {
+            "source": "math500",
+            "text": "a much longer line of reasoning " * 2 + "\\boxed{0.5}",
+            "truth": "\\frac{1}{2}",
+        },
+        {"source": "aime24", "text": ADVERSARIAL, "truth": "5"},
+        {"source": "minerva", "text": "\\boxed{3}", "truth": "4"},
+    ]
+    data = make_batch(tokenizer, rows)
+    valid = manager_module.valid_response_lengths(data)
+    limit = int(valid[0])  # the first response fits, the second does not
+    assert int(valid[1]) > limit
+    config = verl_config(tokenizer_dir, max_response_tokens=limit, max_answer_digits=None)
+    started = time.monotonic()
+    _, outputs = run_reward_loop(config, data)
+    assert time.monotonic() - started < POOL_OPTIONS["timeout_s"] + 10
+    extras = [o["reward_extra_info"] for o in outputs]
+    assert [e["correctness"] for e in extras] == [1.0, 1.0, 0.0, 0.0]
+    assert [e["length"] for e in extras] == [float(int(v) <= limit) for v in valid]
+    assert [e["reward_timeout"] for e in extras] == [0.0, 0.0, 1.0, 0.0]
+    assert all(e["score"] == e["correctness"] + e["length"] for e in extras)
+
+    # the synchronous batch call agrees, puts each score on the last valid token, and reports step metrics
+    manager = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)
+    result = manager(data, return_dict=True)
+    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+    expected_tensor = RewardManagerBase.assemble_rm_scores(data, [o["reward_score"] for o in outputs])
+    torch.testing.assert_close(result["reward_tensor"], expected_tensor)
+    assert result["metrics"]["reward/timeouts"] == 1.0
+    assert result["metrics"]["reward/correctness/mean"] == 0.5
+
+
+def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, manager_module):
+    tokenizer = _load_tokenizer(tokenizer_dir)
+    config = verl_config(tokenizer_dir)
+    manager = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)
+    unknown = make_batch(tokenizer, [{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}])
+    with pytest.raises(ValueError, match="unknown data_source"):
+        manager(unknown)
+    mixed = make_batch(
+        tokenizer,
+        [
+            {"source": "rlla", "text": "x", "truth": "<think></think>"},
+            {"source": "amc23", "text": "x", "truth": "1"},
+        ],
+    )
+    with pytest.raises(ValueError, match="mixes tasks"):
+        manager(mixed)
+
+    def other_reward(**kwargs):
+        return 0.0
+
+    with pytest.raises(ValueError, match="scores with rewards.verl_entry"):
+        manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=other_reward)
+    # verl's binding of our own function with its reward_kwargs is accepted, and a clash is an error
+    from verl.trainer.ppo.reward import _call_with_kwargs
+
+    ours = functools.partial(_call_with_kwargs, compute_score, {"toolrl_length_channel": True})
+    assert manager_module.DaraParallelRewardManager(config, tokenizer, ours).options.toolrl_length_channel
+    clash = functools.partial(_call_with_kwargs, compute_score, {"timeout_s": 99.0})
+    with pytest.raises(ValueError, match="differ"):
+        manager_module.DaraParallelRewardManager(config, tokenizer, clash)
+
+
+def test_pinned_verl_reward_api(manager_module):
+    """Every verl 0.9.1 reward-loop fact the manager relies on; a verl upgrade that changes one fails here."""
+    import verl
+    from verl.experimental.reward_loop import reward_loop
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls, naive
+    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+    from verl.trainer.ppo import reward
+    from verl.workers.config.reward import RewardManagerConfig
+
+    assert verl.__version__ == "0.9.1"
+    assert get_reward_manager_cls("dara_parallel") is manager_module.DaraParallelRewardManager
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+
+    assert REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
+    # verl's config check of reward.reward_manager.name reads that same registry
+    assert "REWARD_MANAGER.keys()" in inspect.getsource(RewardManagerConfig.__post_init__)
+    assert list(inspect.signature(RewardManagerBase.__init__).parameters) == [
+        "self",
+        "config",
+        "tokenizer",
+        "compute_score",
+    ]
+    assert inspect.iscoroutinefunction(RewardManagerBase.run_single)
+    assert list(inspect.signature(RewardManagerBase.assemble_rm_scores).parameters) == ["data", "scores"]
+    naive_params = list(inspect.signature(naive.NaiveRewardManager.__init__).parameters)
+    assert naive_params == [
+        "self",
+        "config",
+        "tokenizer",
+        "compute_score",
+        "reward_router_address",
+        "reward_model_tokenizer",
+    ]
+    load_source = inspect.getsource(reward.load_reward_manager)
+    assert "compute_score=final_compute_score" in load_source and "**reward_kwargs" in load_source
+    assert "partial(_call_with_kwargs, raw_fn, reward_kwargs)" in inspect.getsource(
+        reward.get_custom_reward_fn
+    )
+    worker_source = inspect.getsource(reward_loop.RewardLoopWorker)
+    assert "self.reward_manager.run_single(data)" in worker_source
+    assert 'item["reward_score"]' in inspect.getsource(reward_loop.RewardLoopManager.compute_rm_score)
+    assert "reward_extra_infos[0].keys()" in inspect.getsource(reward_loop.RewardLoopManager.compute_rm_score)
