@@ -152,7 +152,8 @@ class HardTimeoutPool:
         self._lock = threading.Lock()
         self._pending: collections.deque[_Task] = collections.deque()
         self._task_ids = itertools.count()
-        self._closed = False
+        self._closed = False  # no new items (set by close, or when the supervisor fails)
+        self._shut_down = False  # close() has run
         self._startup_failures = 0
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_writer.setblocking(False)
@@ -183,9 +184,9 @@ class HardTimeoutPool:
     def close(self) -> None:
         """Stop the supervisor and the workers; pending items resolve as errors."""
         with self._lock:
-            if self._closed:
+            if self._shut_down:
                 return
-            self._closed = True
+            self._shut_down = self._closed = True
         self._wake()
         self._supervisor.join(timeout=10)
         for worker in self._workers:

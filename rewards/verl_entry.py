@@ -40,8 +40,9 @@ TIMEOUT_KEY = "reward_timeout"
 ERROR_KEY = "reward_error"
 # verl's reward managers pass these to compute_score; they carry nothing a rule reward needs.
 _VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
-# Modules every pool worker imports before taking items (sympy and math-verify take about a second).
-POOL_PRELOAD = ("rewards.verl_entry",)
+# Modules every pool worker imports before taking items: sympy and math-verify (about a second), then
+# math-verify's first-use warm-up (rewards.warm), so no item pays for either.
+POOL_PRELOAD = ("rewards.verl_entry", "rewards.warm")
 
 
 @dataclass(frozen=True)

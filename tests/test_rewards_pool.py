@@ -1,0 +1,118 @@
+"""The hard-timeout process pool: results equal serial scoring, items over the limit are killed from any
+thread (even while holding the interpreter lock), failures are reported, never raised or hung on."""
+
+import json
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rewards import math as math_reward
+from rewards.pool import ERROR, OK, TIMEOUT, HardTimeoutPool
+
+# pow(9, 9**9) has 370 million digits: a C-level loop that holds the GIL for minutes.
+GIL_HOLDING_ITEM = (pow, 9, 9**9)
+# Generous for real items on a loaded 2-core machine (warm items take milliseconds).
+LIMIT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with HardTimeoutPool(num_processes=2, timeout_s=LIMIT_S, preload=("rewards.warm",)) as shared:
+        yield shared
+
+
+def test_pool_results_equal_serial_scoring(pool):
+    rows = json.loads(Path("/work/shared/data/math_benchmarks/math.json").read_text())
+    rows = random.Random(0).sample(rows, 16)
+    items = []
+    for index, row in enumerate(rows):
+        other = rows[(index + 1) % len(rows)]["answer"]
+        guess = row["answer"] if index % 2 else other
+        items.append((f"<think> ... </think> \\boxed{{{guess}}}", row["answer"], 100 * index))
+    serial = [math_reward.score(*item) for item in items]
+    outcomes = pool.map(math_reward.score, items)
+    assert [o.status for o in outcomes] == [OK] * len(items)
+    assert [o.value for o in outcomes] == serial
+    assert {s["correctness"] for s in serial} == {0.0, 1.0}
+
+
+def test_gil_holding_item_is_killed_from_a_worker_thread_and_the_pool_recovers(pool):
+    before = pool.stats.timeouts, pool.stats.restarts
+    result = {}
+
+    def submit_from_thread():
+        started = time.monotonic()
+        result["outcome"] = pool.submit(*GIL_HOLDING_ITEM).result()
+        result["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=submit_from_thread)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert result["outcome"].status == TIMEOUT
+    assert LIMIT_S <= result["seconds"] < LIMIT_S + 5
+    assert (pool.stats.timeouts, pool.stats.restarts) == (before[0] + 1, before[1] + 1)
+    assert pool.submit(pow, 2, 10).result().value == 1024  # the replacement works
+
+
+def test_timeouts_do_not_block_other_items(pool):
+    started = time.monotonic()
+    outcomes = pool.map(pow, [GIL_HOLDING_ITEM[1:]] + [(2, n) for n in range(20)])
+    assert outcomes[0].status == TIMEOUT
+    assert [o.value for o in outcomes[1:]] == [2**n for n in range(20)]
+    assert time.monotonic() - started < LIMIT_S + 5
+
+
+def test_waiting_in_the_queue_does_not_count_against_the_limit():
+    with HardTimeoutPool(num_processes=1, timeout_s=1.0) as single:
+        outcomes = single.map(time.sleep, [(0.6,)] * 3)  # 1.8 s in all, 0.6 s each
+    assert [o.status for o in outcomes] == [OK] * 3
+
+
+def test_item_errors_are_reported_with_their_traceback(pool):
+    outcome = pool.submit(int, "not a number").result()
+    assert outcome.status == ERROR
+    assert "ValueError" in outcome.error and "not a number" in outcome.error
+    assert pool.submit(int, "12").result().value == 12
+
+
+def test_a_worker_killed_from_outside_is_reported_and_replaced(pool):
+    future = pool.submit(time.sleep, 1.0)
+    time.sleep(0.3)
+    busy = [w.process.pid for w in pool._workers if w.task is not None]
+    assert len(busy) == 1
+    os.kill(busy[0], 9)
+    outcome = future.result(timeout=10)
+    assert outcome.status == ERROR and "died" in outcome.error
+    assert pool.submit(pow, 3, 3).result(timeout=10).value == 27
+
+
+def test_workers_that_cannot_start_fail_items_instead_of_hanging():
+    broken = HardTimeoutPool(num_processes=1, timeout_s=1.0, preload=("no_such_module_for_the_pool_test",))
+    try:
+        outcome = broken.submit(pow, 2, 2).result(timeout=60)
+        assert outcome.status == ERROR and "no_such_module_for_the_pool_test" in outcome.error
+    finally:
+        broken.close()
+
+
+def test_close_resolves_queued_items_and_refuses_new_ones():
+    pool = HardTimeoutPool(num_processes=1, timeout_s=5.0)
+    running = pool.submit(time.sleep, 2.0)
+    queued = pool.submit(pow, 2, 2)
+    time.sleep(0.5)
+    pool.close()
+    assert running.result(timeout=5).status == ERROR
+    assert queued.result(timeout=5).status == ERROR
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit(pow, 2, 2)
+
+
+@pytest.mark.parametrize("kwargs", [{"timeout_s": 0}, {"timeout_s": None}, {"num_processes": 0}])
+def test_bad_settings_are_clear_errors(kwargs):
+    with pytest.raises(ValueError):
+        HardTimeoutPool(**{"num_processes": 1, "timeout_s": 1.0, **kwargs})
