@@ -33,6 +33,10 @@ def test_math_sample_rules_on_known_answers():
     assert scored["correct"] == [1, 1, 0, 0, 0]
     assert scored["exceed"] == [0, 1, 1, 0, 0]  # 4,000 itself is within the limit
     assert scored["joint"] == [1, 0, 0, 0, 0]
+    # native answer forms: AMC's float, Minerva's list of alternatives
+    amc = {**record, "answer": 142.0, "samples": [sample("\\boxed{142}", 10)]}
+    minerva = {**record, "answer": ["9.6\n"], "samples": [sample("\\boxed{9.6}", 10)]}
+    assert math_eval.score_record(amc)["correct"] == [1] and math_eval.score_record(minerva)["correct"] == [1]
 
 
 def loop_summary(scored, n_boot, seed):
@@ -97,7 +101,7 @@ def test_math_loader_reads_raw_and_verl_files(tmp_path):
     raw.write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
     cases = math_eval.load_math_cases([raw])
     assert [c["case_id"] for c in cases] == ["amc23_0", "amc23_1"]
-    assert [c["answer"] for c in cases] == ["2", "7"]
+    assert [c["answer"] for c in cases] == [2.0, ["7\n"]]  # native forms, read by rewards.math
     assert cases[0]["messages"][0]["content"].endswith("output the final answer within \\boxed{}.")
     with pytest.raises(ValueError, match="samples"):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)

@@ -190,3 +190,18 @@ def test_collect_evaluation_summaries_into_a_seed_table(tmp_path):
     assert row["live_accuracy_mean"] == pytest.approx(65.0)
     assert row["live_accuracy_sd"] == pytest.approx(math.sqrt(50.0))
     assert row["seeds"] == "0,1"
+
+
+def test_table_over_jsonl_runs_at_a_step_and_at_the_last_step(tmp_path):
+    for seed in (0, 1, 2):
+        run = tmp_path / f"gdpo_s{seed}"
+        run.mkdir()
+        (run / "run_info.json").write_text(json.dumps({"run_name": run.name, "method": "gdpo", "seed": seed,
+                                                       "task": "toolrl", "model": "tiny"}))
+        steps = 4 if seed < 2 else 3  # seed 2 stopped early
+        (run / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, "val-core/rlla/format": seed + s / 10}) + "\n" for s in range(1, steps + 1)))
+    at3 = build_table([tmp_path], ["val-core/rlla/format"], group_by=["task", "method"], step=3)
+    assert at3.loc[0, "n"] == 3 and at3.loc[0, "val-core/rlla/format_mean"] == pytest.approx(1.3)
+    last = build_table([tmp_path], ["val-core/rlla/format"], group_by=["method"], step="last")
+    assert last.loc[0, "val-core/rlla/format_mean"] == pytest.approx((0.4 + 1.4 + 2.3) / 3)

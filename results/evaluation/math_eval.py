@@ -31,15 +31,12 @@ FILE_TO_SOURCE = {"aime": "aime24", "amc": "amc23", "math": "math500", "minerva"
                   "olympiad_bench": "olympiad_bench"}
 
 
-def _answer_text(raw) -> str:
-    """Benchmarks store answers as strings, numbers (AMC: 142.0) or one-element lists (Minerva, Olympiad)."""
-    if isinstance(raw, list):
-        if not raw:
-            raise ValueError("empty answer list")
-        raw = raw[0]
-    if isinstance(raw, float) and raw.is_integer():
-        return str(int(raw))
-    return str(raw).strip()
+def _reference_answer(raw, where: str):
+    """The benchmark's answer in its native form (string, number, list of alternatives): rewards.math
+    reads them all. Only a missing or empty answer is refused here."""
+    if raw is None or raw == "" or raw == []:
+        raise ValueError(f"{where}: no reference answer")
+    return raw
 
 
 def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
@@ -55,7 +52,7 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
             for i, row in enumerate(rows[:limit]):
                 messages = [{"role": "user", "content": row["problem"] + PROMPT_SUFFIX}]
                 cases.append({"case_id": f"{source}_{i}", "data_source": source, "messages": messages,
-                              "answer": _answer_text(row["answer"])})
+                              "answer": _reference_answer(row.get("answer"), f"{path}[{i}]")})
         elif path.suffix == ".parquet":
             frame = pd.read_parquet(path)
             for i, row in enumerate(frame.head(limit).itertuples() if limit else frame.itertuples()):
