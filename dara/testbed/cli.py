@@ -1,0 +1,116 @@
+"""Command line of the testbed: run the studies, write the outputs, print the summary tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from dara.testbed.experiments import RunResult, Study, full_studies, quick_studies, run_study
+from dara.testbed.report import (
+    format_table,
+    plot_curves,
+    plot_energy,
+    plot_group_size,
+    plot_steps_to,
+    summary_rows,
+    write_runs,
+    write_steps,
+    write_summary,
+)
+
+DEFAULT_OUT = Path("results/testbed")
+DEFAULT_QUICK_OUT = Path("outputs/testbed_quick")  # outputs/ is git-ignored: CI never dirties results/
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m dara.testbed", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few seeds and steps (CI; under 2 minutes)")
+    parser.add_argument("--out", type=Path, help=f"output folder (default {DEFAULT_OUT}, --quick: {DEFAULT_QUICK_OUT})")
+    parser.add_argument("--studies", help="comma-separated subset of the studies (default: all)")
+    parser.add_argument("--estimators", help="comma-separated subset of each study's estimators")
+    parser.add_argument("--seeds", type=int, help="seeds of the main study (default 8; --quick 2)")
+    parser.add_argument("--side-seeds", type=int, help="seeds of the side studies (default 5)")
+    parser.add_argument("--steps", type=int, help="training steps per run")
+    parser.add_argument("--lr", type=float, help="Adam learning rate of every study")
+    parser.add_argument("--format-init-rate", type=float, help="initial format compliance of the sparse studies")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the runs are tiny)")
+    return parser.parse_args(argv)
+
+
+def select_studies(args: argparse.Namespace) -> list[Study]:
+    if args.quick:
+        studies = quick_studies()
+        if args.seeds or args.steps:
+            studies = [replace(s, seeds=args.seeds or s.seeds, steps=args.steps or s.steps) for s in studies]
+    else:
+        kwargs = {k: v for k, v in (("seeds", args.seeds), ("side_seeds", args.side_seeds), ("steps", args.steps)) if v}
+        studies = full_studies(**kwargs)
+    if args.lr:
+        studies = [replace(s, lr=args.lr) for s in studies]
+    if args.format_init_rate:
+        # the dense study keeps its own (dense) rate: it exists to contrast with the sparse ones
+        studies = [
+            s if s.name == "dense" else replace(s, task=replace(s.task, format_init_rate=args.format_init_rate))
+            for s in studies
+        ]
+    if args.studies:
+        wanted = args.studies.split(",")
+        unknown = set(wanted) - {s.name for s in studies}
+        if unknown:
+            raise SystemExit(f"unknown studies {sorted(unknown)}; choose from {[s.name for s in studies]}")
+        studies = [s for s in studies if s.name in wanted]
+    if args.estimators:
+        wanted = tuple(args.estimators.split(","))
+        studies = [replace(s, estimators=tuple(e for e in s.estimators if e in wanted)) for s in studies]
+        studies = [s for s in studies if s.estimators]
+        if not studies:
+            raise SystemExit(f"no study runs any of the estimators {list(wanted)}")
+    return studies
+
+
+def write_outputs(out: Path, studies: list[Study], results: dict[str, list[RunResult]]) -> list[dict[str, object]]:
+    """Every file of a testbed run; returns the summary rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    everything = [r for name in results for r in results[name]]
+    rows = summary_rows(everything)
+    write_summary(out / "summary.csv", rows)
+    write_runs(out / "runs.csv", everything)
+    for study in studies:
+        write_steps(out / f"steps_{study.name}.csv", study, results[study.name])
+        for g in study.group_sizes:
+            plot_curves(out / f"curves_{study.name}_G{g}.png", study, results[study.name], g)
+        plot_energy(out / f"energy_{study.name}.png", rows, study.name, study.task.channel_names)
+    if "main" in results:
+        plot_steps_to(out / "steps_to_main.png", rows, "main")
+    group_studies = [s.name for s in studies if s.name in ("main", "group_size")]
+    if "group_size" in group_studies:
+        plot_group_size(out / "group_size.png", rows, group_studies)
+    config = {s.name: {**asdict(s), "task": asdict(s.task)} for s in studies}
+    tmp = out / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=2, default=str))
+    tmp.replace(out / "config.json")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    studies = select_studies(args)
+    out = args.out or (DEFAULT_QUICK_OUT if args.quick else DEFAULT_OUT)
+    total = sum(s.num_runs for s in studies)
+    print(f"testbed: {len(studies)} studies, {total} runs -> {out}", flush=True)
+    start = time.perf_counter()
+    results = {}
+    for study in studies:
+        print(f"== study {study.name}: {study.description}", flush=True)
+        results[study.name] = run_study(study, log=lambda line: print(line, flush=True))
+    rows = write_outputs(out, studies, results)
+    for study in studies:
+        print(f"\n### {study.name}: {study.description}\n{format_table(rows, study.name)}")
+    print(f"\ntestbed: {total} runs in {time.perf_counter() - start:.0f}s; outputs in {out}/")
+    return 0

@@ -1,0 +1,292 @@
+"""Outputs of a testbed run: per-step CSVs, per-run outcomes, summary.csv with 95% CIs, plots, a table.
+
+Every file is written to a temporary name and moved into place, so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from dara.testbed.experiments import THRESHOLDS, RunResult, Study
+from dara.testbed.stats import mean_ci, moving_average
+
+SUMMARY_COLUMNS = ("estimator", "group_size", "metric", "mean", "ci_low", "ci_high", "study", "n_seeds")
+STEP_KEYS = (
+    "reward/{c}/mean",
+    "density/{c}",
+    "weight/{c}",
+    "energy_vs_ideal/{c}",
+    "weighted_energy_vs_ideal/{c}",
+    "energy_ratio/{c}",
+)
+STEP_EXTRA = ("response_length/mean", "actor/clip_frac", "actor/entropy")
+
+
+def _fmt(value: float) -> str:
+    """Five significant digits; an undefined value (no active group that step) is an empty cell."""
+    return "" if not math.isfinite(value) else f"{value:.5g}"
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def write_steps(path: Path, study: Study, results: list[RunResult]) -> None:
+    """One row per (estimator, G, seed, step) of a study."""
+    keys = [k.format(c=c) for c in study.task.channel_names for k in STEP_KEYS] + list(STEP_EXTRA)
+    rows = []
+    for res in results:
+        for rec in res.records:
+            cells = [_fmt(rec.get(k, math.nan)) for k in keys]
+            rows.append([res.config.estimator, res.config.group_size, res.config.seed, int(rec["step"]), *cells])
+    _write_csv(path, ["estimator", "group_size", "seed", "step", *keys], rows)
+
+
+def write_runs(path: Path, results: list[RunResult]) -> None:
+    """One row per run with its scalar outcomes (summarize_run)."""
+    keys = sorted({k for res in results for k in res.outcome})
+    rows = [
+        [res.study, res.config.estimator, res.config.group_size, res.config.seed]
+        + [_fmt(res.outcome.get(k, math.nan)) for k in keys]
+        for res in results
+    ]
+    _write_csv(path, ["study", "estimator", "group_size", "seed", *keys], rows)
+
+
+def summary_rows(results: list[RunResult]) -> list[dict[str, object]]:
+    """Mean and 95% t-interval over seeds of every outcome, per (study, estimator, G)."""
+    cells: dict[tuple[str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for res in results:
+        bucket = cells[(res.study, res.config.estimator, res.config.group_size)]
+        for key, value in res.outcome.items():
+            bucket[key].append(value)
+    rows = []
+    for (study, estimator, g), metrics in cells.items():
+        for metric in sorted(metrics):
+            values = [v for v in metrics[metric] if math.isfinite(v)]
+            if not values:
+                continue
+            mean, low, high = mean_ci(values)
+            rows.append(
+                {
+                    "estimator": estimator,
+                    "group_size": g,
+                    "metric": metric,
+                    "mean": mean,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "study": study,
+                    "n_seeds": len(values),
+                }
+            )
+    return rows
+
+
+def write_summary(path: Path, rows: list[dict[str, object]]) -> None:
+    def cell(v: object) -> object:
+        return _fmt(v) if isinstance(v, float) else v
+
+    _write_csv(path, SUMMARY_COLUMNS, ([cell(r[c]) for c in SUMMARY_COLUMNS] for r in rows))
+
+
+TABLE_METRICS = (
+    "steps_to_0.8",
+    "steps_to_0.99",
+    "reached_0.99",
+    "format_auc",
+    "final_correctness",
+    "density/format",
+    "weight/format",
+    "energy_vs_ideal/format",
+    "weighted_energy_vs_ideal/format",
+)
+
+
+def format_table(rows: list[dict[str, object]], study: str, metrics: Sequence[str] = TABLE_METRICS) -> str:
+    """A Markdown table of one study: `mean [ci_low, ci_high]` per estimator and group size."""
+    index = {(r["estimator"], r["group_size"], r["metric"]): r for r in rows if r["study"] == study}
+    keys = sorted({(e, g) for e, g, _ in index}, key=lambda k: (k[1], _estimator_order(k[0])))
+    lines = ["| estimator | G | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for estimator, g in keys:
+        cells = []
+        for metric in metrics:
+            r = index.get((estimator, g, metric))
+            if r is None:
+                cells.append("-")
+            else:
+                digits = 0 if metric.startswith("steps_to") else 2
+                cells.append(f"{r['mean']:.{digits}f} [{r['ci_low']:.{digits}f}, {r['ci_high']:.{digits}f}]")
+        lines.append(f"| {estimator} | {g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _estimator_order(name: str) -> int:
+    from dara.testbed.experiments import ALL_ESTIMATORS
+
+    return ALL_ESTIMATORS.index(name) if name in ALL_ESTIMATORS else len(ALL_ESTIMATORS)
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def _mean_band(curves: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+    """Per-step mean and 95% interval over seeds, skipping undefined values."""
+    mean, low, high = [], [], []
+    for step_values in zip(*curves, strict=True):
+        finite = [v for v in step_values if math.isfinite(v)]
+        if finite:
+            m, lo, hi = mean_ci(finite)
+        else:
+            m = lo = hi = math.nan
+        mean.append(m)
+        low.append(lo)
+        high.append(hi)
+    return mean, low, high
+
+
+def plot_curves(path: Path, study: Study, results: list[RunResult], group_size: int) -> None:
+    """Training curves per estimator (mean over seeds, 95% band): compliance, correctness, density, weight."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sparse = study.task.sparse_channel
+    panels = [
+        (f"reward/{sparse}/mean", f"{sparse} compliance (train, 5-step mean)", True),
+        ("reward/correctness/mean", "correctness (train, 5-step mean)", True),
+        (f"density/{sparse}", f"active-group density pi_{sparse}", False),
+        (f"weight/{sparse}", f"weight w_{sparse} (estimator's)", False),
+    ]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+    colours = plt.get_cmap("tab10")
+    for i, estimator in enumerate(study.estimators):
+        runs = [r for r in results if r.config.estimator == estimator and r.config.group_size == group_size]
+        if not runs:
+            continue
+        for ax, (key, title, smooth) in zip(axes.flat, panels, strict=True):
+            curves = [[rec.get(key, math.nan) for rec in run.records] for run in runs]
+            if smooth:
+                curves = [moving_average(c, 5) for c in curves]
+            mean, low, high = _mean_band(curves)
+            steps = range(1, len(mean) + 1)
+            ax.plot(steps, mean, color=colours(i % 10), label=estimator, lw=1.4)
+            ax.fill_between(steps, low, high, color=colours(i % 10), alpha=0.08)
+            ax.set_title(title, fontsize=10)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    axes[0][0].axhline(0.8, color="grey", ls=":", lw=0.8)
+    axes[0][0].axhline(0.99, color="grey", ls=":", lw=0.8)
+    axes[0][0].legend(fontsize=8, ncol=2)
+    n = study.seeds
+    fig.suptitle(f"testbed study '{study.name}', G={group_size}, B={study.budget // group_size}, {n} seeds (95% bands)")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_steps_to(path: Path, rows: list[dict[str, object]], study: str) -> None:
+    """steps_to_0.8 and steps_to_0.99 per estimator with 95% intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    metrics = [f"steps_to_{t:g}" for t in THRESHOLDS] + ["final_correctness"]
+    for ax, metric in zip(axes, metrics, strict=True):
+        picked = [r for r in rows if r["study"] == study and r["metric"] == metric]
+        picked.sort(key=lambda r: _estimator_order(str(r["estimator"])))
+        names = [str(r["estimator"]) for r in picked]
+        means = [float(r["mean"]) for r in picked]
+        err = [[m - float(r["ci_low"]) for m, r in zip(means, picked, strict=True)],
+               [float(r["ci_high"]) - m for m, r in zip(means, picked, strict=True)]]  # fmt: skip
+        ax.barh(names, means, xerr=err, color="tab:blue", alpha=0.7, capsize=3)
+        ax.set_title(metric + (" (lower is faster)" if metric.startswith("steps") else ""))
+        ax.invert_yaxis()
+    fig.suptitle(f"testbed study '{study}': mean over seeds with 95% intervals")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_group_size(path: Path, rows: list[dict[str, object]], studies: Sequence[str]) -> None:
+    """The fixed-budget group-size study: speed, density and final correctness against G."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ["steps_to_0.8", "steps_to_0.99", "density/format", "final_correctness"]
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    picked = [r for r in rows if r["study"] in studies]
+    estimators = sorted({str(r["estimator"]) for r in rows if r["study"] == studies[-1]}, key=_estimator_order)
+    colours = plt.get_cmap("tab10")
+    for ax, metric in zip(axes, metrics, strict=True):
+        for estimator in estimators:
+            pts = sorted(
+                (int(r["group_size"]), float(r["mean"]), float(r["ci_low"]), float(r["ci_high"]))
+                for r in picked
+                if r["estimator"] == estimator and r["metric"] == metric
+            )
+            if not pts:
+                continue
+            gs = [p[0] for p in pts]
+            means = [p[1] for p in pts]
+            err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
+            colour = colours(_estimator_order(estimator) % 10)
+            ax.errorbar(gs, means, yerr=err, marker="o", capsize=3, label=estimator, color=colour)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("group size G (B = budget / G)")
+        ax.set_title(metric)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("fixed budget of responses per step: larger groups raise density (95% intervals over seeds)")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_energy(path: Path, rows: list[dict[str, object]], study: str, channels: Sequence[str]) -> None:
+    """Energy per channel against B * pi * (G - 1): unweighted (1.0 under GDPO) and after weighting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=False)
+    estimators = sorted({str(r["estimator"]) for r in rows if r["study"] == study}, key=_estimator_order)
+    width = 0.8 / len(channels)
+    for ax, key in zip(axes, ("energy_vs_ideal", "weighted_energy_vs_ideal"), strict=True):
+        for k, channel in enumerate(channels):
+            index = {r["estimator"]: r for r in rows if r["study"] == study and r["metric"] == f"{key}/{channel}"}
+            xs, means, err_lo, err_hi = [], [], [], []
+            for i, estimator in enumerate(estimators):
+                r = index.get(estimator)
+                if r is None:
+                    continue
+                xs.append(i + (k - (len(channels) - 1) / 2) * width)
+                means.append(float(r["mean"]))
+                err_lo.append(float(r["mean"]) - float(r["ci_low"]))
+                err_hi.append(float(r["ci_high"]) - float(r["mean"]))
+            ax.bar(xs, means, width, yerr=[err_lo, err_hi], capsize=2, label=channel)
+        ax.axhline(1.0, color="grey", ls=":", lw=0.8)
+        ax.set_xticks(range(len(estimators)))
+        ax.set_xticklabels(estimators, rotation=40, ha="right")
+        ax.set_title(f"{key} (energy / (B * pi * (G-1)), mean over steps)")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"testbed study '{study}': advantage energy against the ideal GDPO energy")
+    _save(fig, path)
+    plt.close(fig)

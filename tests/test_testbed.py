@@ -1,0 +1,235 @@
+"""Unit tests of the CPU testbed: task scoring, the policy's distribution, PPO loss, statistics."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import pytest
+import torch
+
+from dara.testbed import stats
+from dara.testbed.policy import TinyPolicy
+from dara.testbed.task import (
+    CLOSE,
+    EOS,
+    NUM_SPECIAL,
+    OPEN,
+    TaskConfig,
+    build_prompts,
+    initial_distribution,
+    initial_format_rate,
+    response_lengths,
+    response_mask,
+    score,
+    score_loop,
+)
+from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
+
+
+def random_tokens(config: TaskConfig, n: int, seed: int) -> torch.Tensor:
+    """Random responses biased towards the structure the rewards look for (tags, EOS, targets)."""
+    gen = torch.Generator().manual_seed(seed)
+    weights = torch.ones(config.vocab_size)
+    weights[EOS], weights[OPEN], weights[CLOSE] = 2.0, 3.0, 3.0
+    tokens = torch.multinomial(weights.expand(n, -1), config.max_len, replacement=True, generator=gen)
+    tokens[: n // 4, 0] = OPEN
+    return tokens
+
+
+@pytest.mark.parametrize("length_channel", [False, True])
+def test_score_matches_loop_reference(length_channel):
+    config = TaskConfig(length_channel=length_channel)
+    prompts = build_prompts(config)
+    tokens = random_tokens(config, 4000, seed=1)
+    rows = torch.randint(0, prompts.targets.shape[0], (4000,), generator=torch.Generator().manual_seed(2))
+    targets = prompts.targets[rows]
+    # put the target in the first content positions of some rows, so correctness takes every value
+    tokens[:500, 1 : 1 + config.answer_slots] = targets[:500]
+    fast, slow = score(tokens, targets, config), score_loop(tokens, targets, config)
+    assert fast.shape == (4000, len(config.channel_names))
+    assert torch.equal(fast, slow)
+    assert len(set(fast[:, 0].tolist())) == config.answer_slots + 1  # every partial-credit level occurs
+    assert 0 < fast[:, 1].mean() < 1
+
+
+def test_response_lengths_and_mask():
+    tokens = torch.tensor([[5, 6, EOS, 7, EOS], [EOS, 5, 5, 5, 5], [5, 5, 5, 5, 5]])
+    assert response_lengths(tokens).tolist() == [3, 1, 5]
+    assert response_mask(tokens).tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+
+
+def test_prompts_targets_are_per_slot_permutations_and_split_is_disjoint():
+    config = TaskConfig()
+    prompts = build_prompts(config)
+    assert prompts.digits.shape == (config.num_content**config.answer_slots, config.answer_slots)
+    for slot in range(config.answer_slots):
+        mapping = {}
+        for d, t in zip(prompts.digits[:, slot].tolist(), prompts.targets[:, slot].tolist(), strict=True):
+            assert mapping.setdefault(d, t) == t  # the target of a slot depends on that slot's digit only
+        assert sorted(mapping.values()) == list(range(NUM_SPECIAL, NUM_SPECIAL + config.num_content))
+    train, held_out = set(prompts.train_ids.tolist()), set(prompts.eval_ids.tolist())
+    assert not train & held_out and len(train | held_out) == prompts.digits.shape[0]
+
+
+def test_bad_task_knobs_are_rejected_with_the_knob_named():
+    with pytest.raises(ValueError, match="format_init_rate"):
+        TaskConfig(format_init_rate=0.5)
+    with pytest.raises(ValueError, match="eos_init_prob"):
+        TaskConfig(eos_init_prob=1.0)
+    with pytest.raises(ValueError, match="max_len"):
+        TaskConfig(max_len=4)
+
+
+def all_responses(config: TaskConfig) -> torch.Tensor:
+    """Every distinct response: n non-EOS tokens then EOS (padded with EOS), or max_len non-EOS tokens."""
+    non_eos = range(1, config.vocab_size)
+    rows = []
+    for n in range(config.max_len + 1):
+        for body in itertools.product(non_eos, repeat=n):
+            rows.append(list(body) + [EOS] * (config.max_len - n))
+    return torch.tensor(rows)
+
+
+def perturbed_policy(config: TaskConfig, seed: int) -> TinyPolicy:
+    torch.manual_seed(seed)
+    policy = TinyPolicy(config, hidden=16, embed=4)
+    with torch.no_grad():
+        policy.head.weight.normal_(0.0, 1.0)  # a prompt- and prefix-dependent policy, not the flat start
+    return policy
+
+
+def test_policy_is_a_distribution_over_responses_and_sampling_follows_it():
+    config = TaskConfig(num_content=2, answer_slots=1, max_len=4, format_init_rate=0.05, eos_init_prob=0.2)
+    policy = perturbed_policy(config, seed=3)
+    responses = all_responses(config)
+    digits = torch.zeros(responses.shape[0], 1, dtype=torch.long)
+    with torch.no_grad():
+        log_probs, _ = policy.token_log_probs(digits, responses)
+    seq_log_prob = (log_probs * response_mask(responses)).sum(dim=1)
+    assert seq_log_prob.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+
+    n = 40000
+    samples = policy.sample(torch.zeros(n, 1, dtype=torch.long), torch.Generator().manual_seed(4))
+    lookup = {tuple(r): i for i, r in enumerate(responses.tolist())}
+    counts = torch.bincount(torch.tensor([lookup[tuple(s)] for s in samples.tolist()]), minlength=len(lookup))
+    expected = seq_log_prob.exp() * n
+    common = expected > 200
+    assert common.sum() >= 5
+    # each frequent response within 5 binomial standard deviations of its probability
+    sd = (expected[common] * (1 - expected[common] / n)).sqrt()
+    assert ((counts[common] - expected[common]).abs() < 5 * sd).all()
+
+
+def test_initial_policy_samples_the_calibrated_distribution_and_format_rate():
+    config = TaskConfig(format_init_rate=0.04)
+    torch.manual_seed(0)
+    policy = TinyPolicy(config)
+    prompts = build_prompts(config)
+    ids = torch.randint(0, prompts.digits.shape[0], (30000,), generator=torch.Generator().manual_seed(5))
+    digits = prompts.digits[ids]
+    with torch.no_grad():
+        previous, count = policy.prefix_summaries(torch.randint(0, config.vocab_size, (5, config.max_len)))
+        probs = torch.softmax(policy.logits(digits[:5], previous, count), dim=-1)
+    assert torch.allclose(probs, initial_distribution(config).float().expand_as(probs), atol=1e-6)
+    q_tag = initial_distribution(config)[OPEN].item()
+    assert initial_format_rate(q_tag, config) == pytest.approx(0.04)
+
+    tokens = policy.sample(digits, torch.Generator().manual_seed(6))
+    rate = score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
+    assert abs(rate - 0.04) < 5 * math.sqrt(0.04 * 0.96 / 30000)
+
+
+def test_clipped_surrogate_matches_loop_reference():
+    gen = torch.Generator().manual_seed(7)
+    ratio = torch.rand(6, 5, generator=gen) * 1.2 + 0.4
+    adv = torch.randn(6, 5, generator=gen)
+    mask = (torch.rand(6, 5, generator=gen) > 0.3).float()
+    total, count = 0.0, 0
+    for i in range(6):
+        for t in range(5):
+            if mask[i, t]:
+                r, a = ratio[i, t].item(), adv[i, t].item()
+                total += max(-a * r, -a * min(max(r, 0.8), 1.2))
+                count += 1
+    assert clipped_surrogate_loss(ratio, adv, mask, 0.2).item() == pytest.approx(total / count, rel=1e-5)
+
+
+def test_ppo_update_raises_the_probability_of_a_positively_advantaged_response():
+    config = TaskConfig()
+    policy = perturbed_policy(config, seed=8)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    digits = torch.zeros(16, config.answer_slots, dtype=torch.long)
+    tokens = policy.sample(digits, torch.Generator().manual_seed(9))
+    mask = response_mask(tokens)
+    advantages = torch.zeros(16, 1).expand(-1, config.max_len).clone()
+    advantages[0] = 1.0  # only response 0 is reinforced
+    before = (policy.token_log_probs(digits[:1], tokens[:1])[0] * mask[:1]).sum()
+    run = RunConfig(estimator="gdpo", num_prompts=2, group_size=8, mini_batches=1)
+    ppo_update(policy, optimizer, digits, tokens, mask, advantages * mask, run, torch.Generator().manual_seed(1))
+    after = (policy.token_log_probs(digits[:1], tokens[:1])[0] * mask[:1]).sum()
+    assert after > before
+
+
+def test_runs_are_reproducible_and_record_the_library_diagnostics():
+    config = TaskConfig()
+    run = RunConfig(estimator="dara_asym", seed=3, steps=3, num_prompts=8, group_size=4)
+    first, final = train_run(config, run)
+    second, _ = train_run(config, run)
+    assert [{k: v for k, v in r.items() if k != "step_seconds"} for r in first] == [
+        {k: v for k, v in r.items() if k != "step_seconds"} for r in second
+    ]
+    assert {"density/format", "weight/format", "energy_vs_ideal/correctness", "reward/format/mean"} <= set(first[0])
+    assert set(final) == {"eval/correctness", "eval/format"}
+
+
+def test_a_custom_advantage_function_receives_the_batch_and_drives_training():
+    """The hook a researcher uses to probe a new estimator before it enters the library."""
+    from dara.estimators import compute_advantages
+
+    calls = []
+
+    def probe(name, scores, index, mask, **options):
+        calls.append((name, tuple(scores.shape), len(index), tuple(mask.shape), options["channel_names"]))
+        return compute_advantages("gdpo", scores, index, mask, **options)
+
+    config = TaskConfig()
+    train_run(config, RunConfig(estimator="my_estimator", steps=2, num_prompts=4, group_size=4), advantage_fn=probe)
+    assert calls == [("my_estimator", (16, 2), 16, (16, config.max_len), ["correctness", "format"])] * 2
+
+
+def test_estimator_options_cover_the_estimators_that_need_them():
+    config = TaskConfig(length_channel=True)
+    assert estimator_options("static", config)["weights"] == [1.0, 3.0, 3.0]
+    assert estimator_options("saw", config)["reward_ranges"] == [[0.0, 1.0]] * 3
+    assert estimator_options("gdpo", config) == {}
+
+
+def test_mean_ci_matches_the_t_interval_formula():
+    values = [3.0, 5.0, 4.0, 8.0, 6.0]
+    mean, low, high = stats.mean_ci(values)
+    half = 2.776 * statistics.stdev(values) / math.sqrt(5)
+    assert mean == pytest.approx(statistics.mean(values))
+    assert (low, high) == pytest.approx((mean - half, mean + half))
+    assert stats.mean_ci([2.0, math.nan]) == (2.0, 2.0, 2.0)
+    assert stats.t_quantile_975(500) == 1.96
+    with pytest.raises(ValueError, match="no finite value"):
+        stats.mean_ci([math.nan])
+
+
+def steps_to_loop(values, threshold, window):
+    for i in range(window - 1, len(values)):
+        if sum(values[i - window + 1 : i + 1]) / window >= threshold:
+            return i + 1
+    return None
+
+
+def test_steps_to_matches_loop_reference():
+    gen = torch.Generator().manual_seed(11)
+    for trial in range(200):
+        curve = torch.rand(30, generator=gen).cumsum(0).div(15).clamp(max=1.0).tolist()
+        window = 1 + trial % 6
+        for threshold in (0.3, 0.8, 0.99):
+            assert stats.steps_to(curve, threshold, window) == steps_to_loop(curve, threshold, window)
+    assert stats.steps_to([1.0, 1.0], 0.5, window=5) is None
