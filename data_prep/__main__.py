@@ -35,9 +35,9 @@ def parser() -> argparse.ArgumentParser:
     for name, (_, help_text) in DATASETS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--out", required=True, help="output folder (replaced atomically)")
-        sub.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
         if name == "smoke":
             sub.add_argument("--seed", type=int, default=0)
+            sub.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
         else:
             sub.add_argument(
                 "--source", default=None, help="local file/folder or hub dataset id (default: hub)"

@@ -228,6 +228,9 @@ def atomic_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
         )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes 0700; the output folder gets ordinary permissions
     try:
         yield staging
         retired = None

@@ -16,7 +16,8 @@ from data_prep.common import DATA_CARD, folder_is_complete, read_data_card
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke") / "assets"
+    # One build per test session, shared with the other data_prep test modules (build() reuses it).
+    out = tmp_path_factory.getbasetemp() / "data_prep_smoke"
     return out, smoke.build(out, seed=0)
 
 

@@ -1,0 +1,170 @@
+"""DeepScaleR-Preview -> verl train parquet (EXPERIMENTS.md, "Math reasoning with a length constraint").
+
+Source: the hub dataset ``agentica-org/DeepScaleR-Preview-Dataset`` (40,315 rows of problem, answer,
+solution) through ``datasets``, or a local JSON / JSON-lines file of the same records.
+Prompt: one user message, the problem followed by " Let's think step by step and output the final answer
+within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
+answer}, extra_info {split: "train", index, source_index}.
+
+Filters, each counted in the data card: rows without a usable answer, rows without a problem, and prompts
+longer than 1,024 tokens under the model's tokenizer (counted the way verl's filter_overlong_prompts counts
+them: the chat-templated prompt with the generation prompt, when the tokenizer has a chat template).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from data_prep.common import (
+    DataPrepError,
+    FilterLog,
+    atomic_folder,
+    command_line,
+    make_row,
+    read_json_records,
+    sha256_file,
+    sha256_text,
+    write_data_card,
+    write_parquet,
+)
+from data_prep.math_answers import normalise_answer
+
+DATA_SOURCE = "deepscaler"
+HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
+DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
+MAX_PROMPT_TOKENS = 1024
+TOKENIZE_BATCH = 512
+
+
+def prompt_text(problem: str) -> str:
+    return problem + PROMPT_SUFFIX
+
+
+def load_records(source: str | None) -> tuple[list[dict], dict]:
+    """Records {problem, answer, ...} and a description of the input for the data card."""
+    source = source or HUB_ID
+    if Path(source).exists():
+        records = read_json_records(source, ("problem", "answer"))
+        return records, {"source": str(source), "inputs_sha256": {Path(source).name: sha256_file(source)}}
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(source, split="train")
+    except Exception as err:  # datasets raises many types (offline, missing repo, bad config)
+        raise DataPrepError(f"could not load hub dataset {source!r} (nor is it a local file): {err}") from err
+    missing = {"problem", "answer"} - set(dataset.column_names)
+    if missing:
+        raise DataPrepError(
+            f"hub dataset {source} lacks column(s) {sorted(missing)}: has {dataset.column_names}"
+        )
+    records = dataset.to_list()
+    if not records:
+        raise DataPrepError(f"hub dataset {source} is empty")
+    return records, {"source": source, "inputs_sha256": {}, "hub_fingerprint": dataset._fingerprint}
+
+
+def load_tokenizer(name_or_path: str | None):
+    from transformers import AutoTokenizer
+
+    name_or_path = name_or_path or DEFAULT_TOKENIZER
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except Exception as err:  # OSError offline, ValueError for a bad folder
+        raise DataPrepError(f"could not load tokenizer {name_or_path!r}: {err}") from err
+
+
+def prompt_token_counts(tokenizer, prompts: list[list[dict]]) -> list[int]:
+    """Token count of each prompt: chat-templated with the generation prompt when the tokenizer has a template
+    (what verl's filter_overlong_prompts measures), else the plain text of the messages."""
+    counts = []
+    for start in range(0, len(prompts), TOKENIZE_BATCH):
+        batch = prompts[start : start + TOKENIZE_BATCH]
+        if tokenizer.chat_template:
+            texts = tokenizer.apply_chat_template(batch, add_generation_prompt=True, tokenize=False)
+        else:
+            texts = ["\n".join(m["content"] for m in messages) for messages in batch]
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        counts.extend(len(ids) for ids in encoded)
+        print(
+            f"[deepscaler] measured {min(start + TOKENIZE_BATCH, len(prompts))}/{len(prompts)} prompts",
+            flush=True,
+        )
+    return counts
+
+
+def build(
+    out_dir: str | os.PathLike,
+    source: str | None = None,
+    tokenizer: str | None = None,
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS,
+) -> dict:
+    """Write train.parquet and data_card.json into ``out_dir``; returns the data card."""
+    records, input_info = load_records(source)
+    filters = FilterLog()
+    filters.declare("no_problem", "problem missing or empty")
+    filters.declare("no_answer", "answer missing, empty or not a usable math answer")
+    filters.declare("prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer")
+
+    candidates = []
+    for position, record in enumerate(records):
+        problem = record.get("problem")
+        if not isinstance(problem, str) or not problem.strip():
+            filters.drop("no_problem", "problem missing or empty")
+            continue
+        try:
+            answer = normalise_answer(record.get("answer"))
+        except ValueError:
+            filters.drop("no_answer", "answer missing, empty or not a usable math answer")
+            continue
+        candidates.append((position, [{"role": "user", "content": prompt_text(problem)}], answer))
+
+    tok = load_tokenizer(tokenizer)
+    counts = prompt_token_counts(tok, [messages for _, messages, _ in candidates])
+    rows = []
+    for (position, messages, answer), count in zip(candidates, counts, strict=True):
+        if count > max_prompt_tokens:
+            filters.drop(
+                "prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"
+            )
+            continue
+        extra = {"split": "train", "index": len(rows), "source_index": position}
+        rows.append(make_row(DATA_SOURCE, messages, answer, extra, ability="math"))
+    if not rows:
+        raise DataPrepError(f"no usable rows: {filters.as_list()}")
+
+    with atomic_folder(out_dir) as staging:
+        write_parquet(rows, staging / "train.parquet")
+        card = write_data_card(
+            staging,
+            {
+                "dataset": "deepscaler",
+                "data_source": DATA_SOURCE,
+                **input_info,
+                "input_rows": len(records),
+                "prompt_template": "{problem}" + PROMPT_SUFFIX,
+                "splits": {"train": len(rows)},
+                "filters": filters.as_list(),
+                "tokenizer": {
+                    "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
+                    "class": type(tok).__name__,
+                    "vocab_sha256": sha256_text(repr(sorted(tok.get_vocab().items()))),
+                    "chat_template_used": bool(tok.chat_template),
+                    "max_prompt_tokens": max_prompt_tokens,
+                },
+                "command": command_line(),
+            },
+        )
+    print(
+        f"[deepscaler] {len(records)} rows -> train {len(rows)} ({filters.total()} dropped: "
+        + ", ".join(f"{f['name']} {f['dropped']}" for f in filters.as_list())
+        + f") in {out_dir}",
+        flush=True,
+    )
+    return card
+
+
+def main(args) -> dict:
+    card = build(args.out, args.source, args.tokenizer, args.max_prompt_tokens)
+    return {"out": str(Path(args.out).absolute()), "splits": card["splits"], "filters": card["filters"]}

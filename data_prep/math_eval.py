@@ -1,0 +1,156 @@
+"""The five math evaluation sets -> one verl test parquet (EXPERIMENTS.md, DeepScaleR setup, "Evaluation").
+
+AIME 2024 (30), AMC 2022/23 (83), MATH-500 (500), Minerva (272), OlympiadBench OE_TO_maths_en_COMP (675 in
+DeepScaleR's copy, 674 on the hub): 1,560 rows from the local copy. ``data_source`` names the benchmark:
+aime24, amc23, math500, minerva, olympiad_bench. Prompt: the DeepScaleR template (problem + " Let's think
+step by step and output the final answer within \\boxed{}."). Ground truth: the first accepted answer as a
+string the math reward accepts (data_prep.math_answers); every accepted alternative is in
+``extra_info["answer_alternatives"]`` (Minerva lists several for 75 problems).
+
+Sources: ``--source DIR`` with DeepScaleR's test files (aime.json, amc.json, math.json, minerva.json,
+olympiad_bench.json; the shared copy is that content), or the hub datasets listed in BENCHMARKS (default).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from data_prep.common import (
+    DataPrepError,
+    FilterLog,
+    atomic_folder,
+    command_line,
+    make_row,
+    read_json_records,
+    sha256_file,
+    write_data_card,
+    write_parquet,
+)
+from data_prep.deepscaler import prompt_text
+from data_prep.math_answers import answer_alternatives
+
+# data_source -> local file name, hub (dataset id, config, split), accepted row counts
+BENCHMARKS = {
+    "aime24": {"file": "aime.json", "hub": ("HuggingFaceH4/aime_2024", None, "train"), "rows": (30,)},
+    "amc23": {"file": "amc.json", "hub": ("AI-MO/aimo-validation-amc", None, "train"), "rows": (83,)},
+    "math500": {"file": "math.json", "hub": ("HuggingFaceH4/MATH-500", None, "test"), "rows": (500,)},
+    "minerva": {"file": "minerva.json", "hub": ("math-ai/minervamath", None, "test"), "rows": (272,)},
+    "olympiad_bench": {
+        "file": "olympiad_bench.json",
+        "hub": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
+        "rows": (674, 675),
+    },
+}
+PROBLEM_COLUMNS = ("problem", "question")
+ANSWER_COLUMNS = ("answer", "final_answer")
+
+
+def _pick(record: dict, names: tuple[str, ...], what: str, origin: str) -> str:
+    for name in names:
+        if name in record:
+            return name
+    raise DataPrepError(f"{origin}: no {what} column (looked for {list(names)}; has {sorted(record)})")
+
+
+def load_local(folder: Path, benchmark: str) -> tuple[list[dict], dict]:
+    path = folder / BENCHMARKS[benchmark]["file"]
+    records = read_json_records(path, ())
+    return records, {path.name: sha256_file(path)}
+
+
+def load_hub(benchmark: str) -> tuple[list[dict], dict]:
+    import datasets
+
+    repo, config, split = BENCHMARKS[benchmark]["hub"]
+    try:
+        dataset = datasets.load_dataset(repo, config, split=split)
+    except Exception as err:  # offline, missing repo or config: datasets raises many types
+        raise DataPrepError(
+            f"could not load {benchmark} from the hub ({repo}, {config}, {split}): {err}"
+        ) from err
+    records = dataset.to_list()
+    if not records:
+        raise DataPrepError(f"hub dataset {repo} is empty")
+    return records, {f"hub:{repo}": dataset._fingerprint}
+
+
+def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: FilterLog) -> list[dict]:
+    problem_key = _pick(records[0], PROBLEM_COLUMNS, "problem", origin)
+    answer_key = _pick(records[0], ANSWER_COLUMNS, "answer", origin)
+    rows = []
+    for position, record in enumerate(records):
+        problem = record.get(problem_key)
+        if not isinstance(problem, str) or not problem.strip():
+            filters.drop("no_problem", "problem missing or empty")
+            continue
+        try:
+            alternatives = answer_alternatives(record.get(answer_key))
+        except ValueError:
+            filters.drop("no_answer", "answer missing, empty or not a usable math answer")
+            continue
+        extra = {
+            "split": "test",
+            "index": len(rows),
+            "benchmark": benchmark,
+            "source_index": position,
+            "answer_alternatives": alternatives,
+        }
+        messages = [{"role": "user", "content": prompt_text(problem)}]
+        rows.append(make_row(benchmark, messages, alternatives[0], extra, ability="math"))
+    return rows
+
+
+def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
+    """Write test.parquet and data_card.json into ``out_dir``; returns the data card."""
+    filters = FilterLog()
+    filters.declare("no_problem", "problem missing or empty")
+    filters.declare("no_answer", "answer missing, empty or not a usable math answer")
+    if source is not None and not Path(source).is_dir():
+        raise DataPrepError(
+            f"math_eval --source must be a folder holding {[b['file'] for b in BENCHMARKS.values()]}"
+        )
+    rows, inputs, counts, unexpected = [], {}, {}, {}
+    for benchmark, spec in BENCHMARKS.items():
+        if source is None:
+            records, hashes = load_hub(benchmark)
+            origin = spec["hub"][0]
+        else:
+            records, hashes = load_local(Path(source), benchmark)
+            origin = str(Path(source) / spec["file"])
+        inputs.update(hashes)
+        bench_rows = benchmark_rows(benchmark, records, origin, filters)
+        counts[benchmark] = len(bench_rows)
+        if len(bench_rows) not in spec["rows"]:
+            unexpected[benchmark] = {"rows": len(bench_rows), "expected": list(spec["rows"])}
+            print(
+                f"[math_eval] warning: {benchmark} has {len(bench_rows)} rows, expected {spec['rows']}",
+                flush=True,
+            )
+        rows.extend(bench_rows)
+        print(f"[math_eval] {benchmark}: {len(bench_rows)} rows from {origin}", flush=True)
+
+    with atomic_folder(out_dir) as staging:
+        write_parquet(rows, staging / "test.parquet")
+        card = write_data_card(
+            staging,
+            {
+                "dataset": "math_eval",
+                "data_source": list(BENCHMARKS),
+                "source": str(source) if source is not None else "hub",
+                "inputs_sha256": inputs,
+                "splits": {"test": len(rows)},
+                "rows_per_benchmark": counts,
+                "unexpected_row_counts": unexpected,
+                "filters": filters.as_list(),
+                "tokenizer": None,
+                "command": command_line(),
+            },
+        )
+    print(f"[math_eval] {len(rows)} rows ({filters.total()} dropped) in {out_dir}", flush=True)
+    return card
+
+
+def main(args) -> dict:
+    card = build(args.out, args.source)
+    return {"out": str(Path(args.out).absolute()), "rows_per_benchmark": card["rows_per_benchmark"]}

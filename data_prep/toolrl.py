@@ -1,0 +1,151 @@
+"""ToolRL (rlla_4k) -> verl train/test parquet with the official split.
+
+EXPERIMENTS.md, "Tool calling (ToolRL setup)": the source is a JSON list of {instruction, input, output}
+(``rlla_rl.json`` of ToolRL's repository). Split rule of ToolRL's own preprocessing: ``np.random.seed(31415)``
+then ``np.random.shuffle`` of the list; the last ``int(0.02 * n)`` rows are held out (4,000 rows -> 3,920 /
+80; the 400 rows of rlla_sft.json -> 392 / 8). Row: data_source "rlla", prompt = [system: instruction,
+user: input], ability "math" (as ToolRL writes it), reward_model {style: rule, ground_truth: output},
+extra_info {split, index, instruction, input, output} with index counted within the split.
+
+Rows whose fields are not non-empty strings are dropped AFTER the split and counted in the data card, so
+every surviving row keeps the split the official rule gives it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from data_prep import toolrl_format
+from data_prep.common import (
+    DataPrepError,
+    FilterLog,
+    atomic_folder,
+    command_line,
+    make_row,
+    read_json_records,
+    sha256_file,
+    write_data_card,
+    write_parquet,
+)
+
+DATA_SOURCE = "rlla"
+SPLIT_SEED = 31415
+HELD_OUT_FRACTION = 0.02
+FIELDS = ("instruction", "input", "output")
+DEFAULT_SOURCE = "https://raw.githubusercontent.com/qiancheng0/ToolRL/main/dataset/rlla_4k_raw/rlla_rl.json"
+CHECKOUT_PATH = Path("dataset") / "rlla_4k_raw" / "rlla_rl.json"
+
+
+def official_split(records: list) -> tuple[list, list]:
+    """ToolRL's split: seed numpy's global-state generator with 31415, shuffle the list in place, hold out the
+    last int(0.02 * n) rows. A private RandomState(31415) draws the same numbers without touching the global
+    state."""
+    shuffled = list(records)
+    np.random.RandomState(SPLIT_SEED).shuffle(shuffled)
+    held_out = int(len(shuffled) * HELD_OUT_FRACTION)
+    if held_out == 0:
+        raise DataPrepError(
+            f"{len(records)} rows give an empty held-out split (int(0.02 * n) = 0); need >= 50"
+        )
+    return shuffled[:-held_out], shuffled[-held_out:]
+
+
+def resolve_source(source: str | None, download_dir: str) -> Path:
+    """A local JSON file, a ToolRL checkout (folder holding dataset/rlla_4k_raw/rlla_rl.json) or a URL."""
+    source = source or DEFAULT_SOURCE
+    if source.startswith(("http://", "https://")):
+        target = Path(download_dir) / "rlla_rl.json"
+        print(f"[toolrl] downloading {source}", flush=True)
+        try:
+            urllib.request.urlretrieve(source, target)
+        except OSError as err:
+            raise DataPrepError(f"could not download {source}: {err}") from err
+        return target
+    path = Path(source)
+    if path.is_dir():
+        path = path / CHECKOUT_PATH
+    if not path.is_file():
+        raise DataPrepError(
+            f"ToolRL source not found: {path} (give rlla_rl.json, a ToolRL checkout, or a URL)"
+        )
+    return path
+
+
+def usable(record: dict, filters: FilterLog) -> bool:
+    for field in FIELDS:
+        value = record[field]
+        if not isinstance(value, str) or not value.strip():
+            filters.drop(f"bad_{field}", f"'{field}' is not a non-empty string")
+            return False
+    return True
+
+
+def to_rows(records: list[dict], split: str, filters: FilterLog) -> list[dict]:
+    rows = []
+    for record in records:
+        if not usable(record, filters):
+            continue
+        messages = [
+            {"role": "system", "content": record["instruction"]},
+            {"role": "user", "content": record["input"]},
+        ]
+        extra = {
+            "split": split,
+            "index": len(rows),
+            "instruction": record["instruction"],
+            "input": record["input"],
+            "output": record["output"],
+        }
+        rows.append(make_row(DATA_SOURCE, messages, record["output"], extra, ability=toolrl_format.ABILITY))
+    return rows
+
+
+def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
+    """Write train.parquet, test.parquet and data_card.json into ``out_dir``; returns the data card."""
+    with tempfile.TemporaryDirectory() as download_dir:
+        path = resolve_source(source, download_dir)
+        records = read_json_records(path, FIELDS)
+        input_hash = sha256_file(path)
+        train, test = official_split(records)
+        filters = FilterLog()
+        for field in FIELDS:
+            filters.declare(f"bad_{field}", f"'{field}' is not a non-empty string")
+        splits = {"train": to_rows(train, "train", filters), "test": to_rows(test, "test", filters)}
+        for name, rows in splits.items():
+            if not rows:
+                raise DataPrepError(f"no usable rows left in the {name} split of {path}")
+        with atomic_folder(out_dir) as staging:
+            for name, rows in splits.items():
+                write_parquet(rows, staging / f"{name}.parquet")
+            card = write_data_card(
+                staging,
+                {
+                    "dataset": "toolrl",
+                    "data_source": DATA_SOURCE,
+                    "source": str(source or DEFAULT_SOURCE),
+                    "inputs_sha256": {path.name: input_hash},
+                    "input_rows": len(records),
+                    "split_rule": "np.random.seed(31415); np.random.shuffle(rows); last int(0.02 * n) held out",
+                    "split_before_filters": {"train": len(train), "test": len(test)},
+                    "splits": {name: len(rows) for name, rows in splits.items()},
+                    "filters": filters.as_list(),
+                    "tokenizer": None,
+                    "command": command_line(),
+                },
+            )
+    print(
+        f"[toolrl] {len(records)} rows -> train {card['splits']['train']} / test {card['splits']['test']} "
+        f"({filters.total()} dropped) in {out_dir}",
+        flush=True,
+    )
+    return card
+
+
+def main(args) -> dict:
+    card = build(args.out, args.source)
+    return {"out": str(Path(args.out).absolute()), "splits": card["splits"], "filters": card["filters"]}

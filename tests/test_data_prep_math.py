@@ -1,0 +1,221 @@
+"""Math data: the five evaluation sets (1,560 rows, self-verifying answers) and the DeepScaleR training rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from data_prep import deepscaler, math_eval, smoke
+from data_prep.__main__ import main as cli_main
+from data_prep.common import DataPrepError, read_data_card
+from data_prep.math_answers import answer_alternatives, normalise_answer
+
+
+def shared_data() -> Path:
+    """The shared test data: ../shared beside the checkout (CI) or /work/shared."""
+    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
+        if (root / "data" / "math_benchmarks").is_dir():
+            return root / "data"
+    pytest.skip("the shared math data (shared/data/math_benchmarks) is not present", allow_module_level=True)
+
+
+BENCHMARKS = shared_data() / "math_benchmarks"
+TRAIN_SAMPLE = shared_data() / "math_train_sample" / "aime_train.json"
+NATIVE_FILES = {
+    "aime24": "aime",
+    "amc23": "amc",
+    "math500": "math",
+    "minerva": "minerva",
+    "olympiad_bench": "olympiad_bench",
+}
+
+
+@pytest.fixture(scope="module")
+def eval_rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("math_eval") / "out"
+    math_eval.build(out, str(BENCHMARKS))
+    return out, pq.read_table(out / "test.parquet").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def smoke_tokenizer_dir(tmp_path_factory):
+    # The same session folder as the smoke tests: a complete build there is reused, not rebuilt.
+    return smoke.build(tmp_path_factory.getbasetemp() / "data_prep_smoke")["model_dir"]
+
+
+# ---------------------------------------------------------------------------------------------- answers
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (142.0, ["142"]),
+        (7, ["7"]),
+        (0.5, ["0.5"]),
+        ("  \\frac{1}{2}\n", ["\\frac{1}{2}"]),
+        ("$2^{1009}$", ["2^{1009}"]),
+        ("$a$,$b$", ["a, b"]),
+        ("$5 Yuan", ["$5 Yuan"]),
+        (["9.6\n", "9.6", "10"], ["9.6", "10"]),
+        (("1", 2), ["1", "2"]),
+    ],
+)
+def test_answer_alternatives(value, expected):
+    assert answer_alternatives(value) == expected
+    assert normalise_answer(value) == expected[0]
+
+
+@pytest.mark.parametrize("value", [None, True, "", "   ", [], math.nan, math.inf, {"a": 1}])
+def test_unusable_answers_raise(value):
+    with pytest.raises(ValueError):
+        answer_alternatives(value)
+
+
+# ---------------------------------------------------------------------------------------------- math_eval
+def test_math_eval_counts_and_schema(eval_rows):
+    out, rows = eval_rows
+    assert len(rows) == 1560
+    counts = {}
+    for row in rows:
+        counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
+        assert row["prompt"][0]["role"] == "user" and len(row["prompt"]) == 1
+        assert row["prompt"][0]["content"].endswith(deepscaler.PROMPT_SUFFIX)
+        assert row["reward_model"]["style"] == "rule"
+        assert row["reward_model"]["ground_truth"] == row["extra_info"]["answer_alternatives"][0]
+    assert counts == {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 675}
+    card = read_data_card(out)
+    assert card["rows_per_benchmark"] == counts and card["unexpected_row_counts"] == {}
+    assert set(card["inputs_sha256"]) == {f"{name}.json" for name in NATIVE_FILES.values()}
+
+
+def test_math_eval_answers_verify_against_themselves_and_the_native_answers(eval_rows):
+    from rewards.math import score
+
+    native = {
+        source: json.loads((BENCHMARKS / f"{name}.json").read_text()) for source, name in NATIVE_FILES.items()
+    }
+    failures, rewritten = [], 0
+    for row in eval_rows[1]:
+        truth = row["reward_model"]["ground_truth"]
+        response = f"The answer is \\boxed{{{truth}}}."
+        if score(response, truth, 10)["correctness"] != 1.0:
+            failures.append(("self", row["data_source"], truth))
+        original = native[row["data_source"]][row["extra_info"]["source_index"]]["answer"]
+        # Where normalisation changed the text, the new text must still match the benchmark's own answer.
+        first = original[0] if isinstance(original, list) else original
+        if not (isinstance(first, str) and first.strip() == truth):
+            rewritten += 1
+            if score(response, original, 10)["correctness"] != 1.0:
+                failures.append(("native", row["data_source"], truth, original))
+    assert failures == []
+    assert rewritten > 100  # AMC floats, OlympiadBench $...$ answers
+
+
+def test_math_eval_rerun_is_byte_identical(eval_rows, tmp_path):
+    out, _ = eval_rows
+    assert cli_main(["math_eval", "--source", str(BENCHMARKS), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "test.parquet").read_bytes() == (out / "test.parquet").read_bytes()
+
+
+def test_math_eval_bad_sources(tmp_path):
+    with pytest.raises(DataPrepError, match="must be a folder"):
+        math_eval.build(tmp_path / "out", str(BENCHMARKS / "aime.json"))
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "aime.json").write_text('[{"problem": "1+1?", "answer": "2"}]')
+    with pytest.raises(DataPrepError, match="amc.json"):
+        math_eval.build(tmp_path / "out", str(tmp_path / "partial"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_math_eval_hub_loading_fails_clearly_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setitem(math_eval.BENCHMARKS["aime24"], "hub", ("no-such-org/no-such-set", None, "train"))
+    with pytest.raises(DataPrepError, match="could not load aime24 from the hub"):
+        math_eval.build(tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------- deepscaler
+def plain_prompt_lengths(tokenizer, problems):
+    """One prompt at a time, the way verl's filter_overlong_prompts measures it."""
+    lengths = []
+    for problem in problems:
+        messages = [{"role": "user", "content": problem + deepscaler.PROMPT_SUFFIX}]
+        lengths.append(
+            len(
+                tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=True, return_dict=False
+                )
+            )
+        )
+    return lengths
+
+
+def test_deepscaler_filters_match_a_plain_loop(tmp_path, smoke_tokenizer_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    records = json.loads(TRAIN_SAMPLE.read_text())
+    limit = 400  # low enough that the smoke tokenizer drops a good share of the AIME problems
+    card = deepscaler.build(tmp_path / "out", str(TRAIN_SAMPLE), smoke_tokenizer_dir, max_prompt_tokens=limit)
+    tokenizer = AutoTokenizer.from_pretrained(smoke_tokenizer_dir)
+    lengths = plain_prompt_lengths(tokenizer, [r["problem"] for r in records])
+    kept = [i for i, n in enumerate(lengths) if n <= limit]
+    assert 0 < len(records) - len(kept) < len(records)
+    drops = {f["name"]: f["dropped"] for f in card["filters"]}
+    assert drops == {"no_problem": 0, "no_answer": 0, "prompt_too_long": len(records) - len(kept)}
+    rows = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert [r["extra_info"]["source_index"] for r in rows] == kept
+    for index, (row, source_index) in enumerate(zip(rows, kept, strict=True)):
+        record = records[source_index]
+        assert row["data_source"] == "deepscaler" and row["extra_info"]["index"] == index
+        assert row["prompt"] == [{"role": "user", "content": record["problem"] + deepscaler.PROMPT_SUFFIX}]
+        assert row["reward_model"] == {"style": "rule", "ground_truth": normalise_answer(record["answer"])}
+    assert card["tokenizer"]["max_prompt_tokens"] == limit and card["splits"] == {"train": len(kept)}
+
+
+def test_deepscaler_counts_rows_without_answer_or_problem(tmp_path, smoke_tokenizer_dir):
+    records = [
+        {"problem": "What is 1+1?", "answer": "2", "solution": "1+1=2"},
+        {"problem": "What is 2+2?", "answer": "", "solution": ""},
+        {"problem": "What is 3+3?", "solution": "6"},
+        {"problem": "  ", "answer": "5"},
+        {"problem": "What is 4+4?", "answer": 8.0},
+    ]
+    source = tmp_path / "small.json"
+    source.write_text("\n".join(json.dumps(r) for r in records))  # JSON lines are accepted too
+    with pytest.raises(DataPrepError, match="lacks required field"):
+        deepscaler.build(tmp_path / "out", str(source), smoke_tokenizer_dir)
+    records[2]["answer"] = None
+    source.write_text("\n".join(json.dumps(r) for r in records))
+    card = deepscaler.build(tmp_path / "out", str(source), smoke_tokenizer_dir)
+    assert {f["name"]: f["dropped"] for f in card["filters"]} == {
+        "no_problem": 1,
+        "no_answer": 2,
+        "prompt_too_long": 0,
+    }
+    rows = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["2", "8"]
+
+
+def test_deepscaler_cli_and_rerun(tmp_path, smoke_tokenizer_dir, capsys):
+    args = ["deepscaler", "--source", str(TRAIN_SAMPLE), "--tokenizer", smoke_tokenizer_dir]
+    assert cli_main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert cli_main([*args, "--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "a" / "train.parquet").read_bytes() == (tmp_path / "b" / "train.parquet").read_bytes()
+    card = read_data_card(tmp_path / "a")
+    assert (
+        card["input_rows"] == 975
+        and card["splits"]["train"] + sum(f["dropped"] for f in card["filters"]) == 975
+    )
+    assert card["inputs_sha256"] == {
+        "aime_train.json": read_data_card(tmp_path / "b")["inputs_sha256"]["aime_train.json"]
+    }
+
+
+def test_deepscaler_missing_tokenizer_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataPrepError, match="could not load tokenizer"):
+        deepscaler.build(tmp_path / "out", str(TRAIN_SAMPLE), str(tmp_path / "no-tokenizer"))
+    assert not (tmp_path / "out").exists()
