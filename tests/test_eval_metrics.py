@@ -4,12 +4,13 @@ answers, ToolRL held-out summaries, BFCL scoring through bfcl-eval's checkers, r
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from results.evaluation import math_eval, toolrl_eval
+from results.evaluation import bfcl_eval, math_eval, toolrl_eval
 from results.evaluation.runner import case_seed, run_cases
 from results.evaluation.store import CaseStore, CaseStoreError
 
@@ -126,8 +127,8 @@ def test_toolrl_scores_and_summary():
 
 
 # ------------------------------------------------------------------------------------------------ BFCL
-bfcl_eval = pytest.importorskip("results.evaluation.bfcl_eval")
-pytest.importorskip("bfcl_eval")
+needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
+                                reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval)")
 
 
 def toolrl_text(calls: list[dict]) -> str:
@@ -153,6 +154,7 @@ def flat_answer(ground_truth: list[dict]) -> list[dict] | None:
 
 
 @pytest.mark.parametrize("category", ["simple_python", "parallel", "live_simple", "live_parallel"])
+@needs_bfcl
 def test_bfcl_checker_accepts_possible_answers_and_rejects_wrong_ones(category):
     cases = bfcl_eval.load_bfcl_cases([category], limit=12)
     checked = 0
@@ -184,6 +186,7 @@ def keyword_calls(turn: list[str]) -> list[dict] | None:
     return calls
 
 
+@needs_bfcl
 def test_bfcl_multi_turn_checker_on_ground_truth_execution():
     """Multi-turn cases whose ground truth uses keyword arguments: replaying it as ToolRL emissions passes
     bfcl-eval's state/response checker; dropping one turn's calls fails it."""

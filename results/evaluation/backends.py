@@ -26,6 +26,12 @@ class SamplingConfig:
     max_new_tokens: int = 32768
     seed: int = 0
 
+    def __post_init__(self):
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"n and max_new_tokens must be positive: {self}")
+        if self.n > 1 and self.temperature <= 0:
+            raise ValueError(f"{self.n} samples per case need temperature > 0 (greedy decoding gives one answer)")
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -132,8 +138,13 @@ class VLLMBackend:
     def chat(self, conversations, sampling: SamplingConfig, seeds) -> list[list[Completion]]:
         from vllm import SamplingParams
 
+        # Token ids, not text: vLLM would add special tokens again to a template that already has them.
         prompts = [
-            self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in conversations
+            {"prompt_token_ids": self.tokenizer(
+                self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
+                add_special_tokens=False,
+            )["input_ids"]}
+            for m in conversations
         ]
         params = [
             SamplingParams(

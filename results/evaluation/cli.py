@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, help="cases per backend call (default: hf 8, vllm 512)")
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--backoff", type=float, default=5.0, help="seconds before the first retry (doubling)")
     parser.add_argument("--length-limit", type=int, default=math_eval.LENGTH_LIMIT, help="math: Exceed/Joint limit")
@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in DEFAULTS[args.bench].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.batch_size is None:
+        args.batch_size = 8 if args.backend == "hf" else 512
     if args.bench == "bfcl" and not args.categories:
         args.categories = list(bfcl_eval.bfcl.CATEGORIES)
     if args.bench != "bfcl" and not args.data:
