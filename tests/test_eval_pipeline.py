@@ -118,3 +118,12 @@ def test_bfcl_pipeline(assets, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["categories"]) == {"simple_python", "live_simple", "multi_turn_base"}
     assert all(v["cases"] == 1 for v in summary["categories"].values())
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_toolrl_pipeline_on_cuda(assets, tmp_path):
+    out = tmp_path / "cuda"
+    assert main(["toolrl", "all", "--out", str(out), "--model", assets["model_dir"], "--data", assets["test"],
+                 "--device", "cuda", "--limit", "4", "--samples", "2", "--temperature", "1.0",
+                 "--max-new-tokens", "32", "--boot", "100"]) == 0
+    assert json.loads((out / "summary.json").read_text())["cases"] == 4
