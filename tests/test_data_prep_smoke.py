@@ -145,3 +145,26 @@ def test_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         smoke.build(out, seed=0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verl_dataset_reads_the_rows_within_the_prompt_limit(built):
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    paths = built[1]
+    tokenizer = AutoTokenizer.from_pretrained(paths["model_dir"])
+    config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": smoke.MAX_PROMPT_TOKENS,
+            "filter_overlong_prompts": True,
+            "truncation": "error",
+            "return_raw_chat": True,
+        }
+    )
+    dataset = RLHFDataset(data_files=paths["train"], tokenizer=tokenizer, config=config)
+    assert len(dataset) == smoke.N_TRAIN  # verl's own length filter keeps every row
+    item = dataset[3]
+    assert item["data_source"] == "rlla" and item["extra_info"]["index"] == 3
+    assert item["reward_model"]["ground_truth"].startswith("<think>")
