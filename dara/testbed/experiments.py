@@ -142,8 +142,8 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
       a run that never does counts as `study.steps` (a lower bound; reached_<x> gives the share).
     - format_auc: mean training format compliance over all steps (speed without censoring).
     - final_<channel>: held-out mean after the last step.
-    - energy_vs_ideal/<c>, weighted_energy_vs_ideal/<c>, density/<c>, weight/<c>, energy_ratio/<c>:
-      means over the steps where the value is defined.
+    - energy_vs_ideal/<c>, weighted_energy_vs_ideal/<c>, weighted_energy_share/<c>, density/<c>,
+      weight/<c>, energy_ratio/<c>: means over the steps where the value is defined.
     """
     sparse = study.task.sparse_channel
     compliance = [r[f"reward/{sparse}/mean"] for r in records]
@@ -156,7 +156,14 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
     for key, value in final.items():
         out[key.replace("eval/", "final_")] = value
     for name in study.task.channel_names:
-        for key in ("energy_vs_ideal", "weighted_energy_vs_ideal", "density", "weight", "energy_ratio"):
+        for key in (
+            "energy_vs_ideal",
+            "weighted_energy_vs_ideal",
+            "weighted_energy_share",
+            "density",
+            "weight",
+            "energy_ratio",
+        ):
             values = [r[f"{key}/{name}"] for r in records if math.isfinite(r.get(f"{key}/{name}", math.nan))]
             if values:
                 out[f"{key}/{name}"] = sum(values) / len(values)

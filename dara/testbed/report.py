@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dara.testbed.experiments import THRESHOLDS, RunResult, Study
-from dara.testbed.stats import mean_ci, moving_average
+from dara.testbed.stats import mean_ci
 
 SUMMARY_COLUMNS = ("estimator", "group_size", "metric", "mean", "ci_low", "ci_high", "study", "n_seeds")
 STEP_KEYS = (
@@ -23,6 +23,7 @@ STEP_KEYS = (
     "energy_vs_ideal/{c}",
     "weighted_energy_vs_ideal/{c}",
     "energy_ratio/{c}",
+    "weighted_energy_share/{c}",
 )
 STEP_EXTRA = ("response_length/mean", "actor/clip_frac", "actor/entropy")
 
@@ -109,6 +110,7 @@ TABLE_METRICS = (
     "weight/format",
     "energy_vs_ideal/format",
     "weighted_energy_vs_ideal/format",
+    "weighted_energy_share/format",
 )
 
 
@@ -161,43 +163,59 @@ def _mean_band(curves: list[list[float]]) -> tuple[list[float], list[float], lis
 
 
 def plot_curves(path: Path, study: Study, results: list[RunResult], group_size: int) -> None:
-    """Training curves per estimator (mean over seeds, 95% band): compliance, correctness, density, weight."""
+    """Training curves per estimator (mean over seeds of 5-step trailing means, 95% band).
+
+    Panels: every channel's training mean, then the sparse channel's density and weight.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     sparse = study.task.sparse_channel
-    panels = [
-        (f"reward/{sparse}/mean", f"{sparse} compliance (train, 5-step mean)", True),
-        ("reward/correctness/mean", "correctness (train, 5-step mean)", True),
-        (f"density/{sparse}", f"active-group density pi_{sparse}", False),
-        (f"weight/{sparse}", f"weight w_{sparse} (estimator's)", False),
+    panels = [(f"reward/{c}/mean", f"{c} (train mean)", (0.0, 1.0)) for c in study.task.channel_names]
+    panels += [
+        (f"density/{sparse}", f"active-group density pi_{sparse}", (0.0, 1.0)),
+        (f"weight/{sparse}", f"weight w_{sparse} applied by the estimator", (0.0, math.inf)),
     ]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+    cols = math.ceil(len(panels) / 2)
+    fig, axes = plt.subplots(2, cols, figsize=(6 * cols, 8), sharex=True)
     colours = plt.get_cmap("tab10")
-    for i, estimator in enumerate(study.estimators):
+    for estimator in study.estimators:
         runs = [r for r in results if r.config.estimator == estimator and r.config.group_size == group_size]
         if not runs:
             continue
-        for ax, (key, title, smooth) in zip(axes.flat, panels, strict=True):
-            curves = [[rec.get(key, math.nan) for rec in run.records] for run in runs]
-            if smooth:
-                curves = [moving_average(c, 5) for c in curves]
+        colour = colours(_estimator_order(estimator) % 10)
+        for ax, (key, title, (lo_bound, hi_bound)) in zip(axes.flat, panels, strict=False):
+            curves = [_smooth([rec.get(key, math.nan) for rec in run.records], 5) for run in runs]
             mean, low, high = _mean_band(curves)
+            low = [max(v, lo_bound) for v in low]
+            high = [min(v, hi_bound) for v in high]
             steps = range(1, len(mean) + 1)
-            ax.plot(steps, mean, color=colours(i % 10), label=estimator, lw=1.4)
-            ax.fill_between(steps, low, high, color=colours(i % 10), alpha=0.08)
-            ax.set_title(title, fontsize=10)
-    for ax in axes[1]:
+            ax.plot(steps, mean, color=colour, label=estimator, lw=1.4)
+            ax.fill_between(steps, low, high, color=colour, alpha=0.08)
+            ax.set_title(title + ", 5-step mean", fontsize=10)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
         ax.set_xlabel("step")
-    axes[0][0].axhline(0.8, color="grey", ls=":", lw=0.8)
-    axes[0][0].axhline(0.99, color="grey", ls=":", lw=0.8)
-    axes[0][0].legend(fontsize=8, ncol=2)
-    n = study.seeds
-    fig.suptitle(f"testbed study '{study.name}', G={group_size}, B={study.budget // group_size}, {n} seeds (95% bands)")
+    sparse_ax = axes.flat[study.task.channel_names.index(sparse)]
+    for threshold in THRESHOLDS:
+        sparse_ax.axhline(threshold, color="grey", ls=":", lw=0.8)
+    axes.flat[0].legend(fontsize=8, ncol=2)
+    b = study.budget // group_size
+    fig.suptitle(f"testbed study '{study.name}', G={group_size}, B={b}, {study.seeds} seeds (95% bands over seeds)")
     _save(fig, path)
     plt.close(fig)
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    """Trailing mean that skips undefined steps (a channel with no active group has no weight)."""
+    out = []
+    for i in range(len(values)):
+        finite = [v for v in values[max(0, i - window + 1) : i + 1] if math.isfinite(v)]
+        out.append(sum(finite) / len(finite) if finite else math.nan)
+    return out
 
 
 def plot_steps_to(path: Path, rows: list[dict[str, object]], study: str) -> None:
@@ -217,7 +235,7 @@ def plot_steps_to(path: Path, rows: list[dict[str, object]], study: str) -> None
         err = [[m - float(r["ci_low"]) for m, r in zip(means, picked, strict=True)],
                [float(r["ci_high"]) - m for m, r in zip(means, picked, strict=True)]]  # fmt: skip
         ax.barh(names, means, xerr=err, color="tab:blue", alpha=0.7, capsize=3)
-        ax.set_title(metric + (" (lower is faster)" if metric.startswith("steps") else ""))
+        ax.set_title(metric + (" (lower is faster; never = budget)" if metric.startswith("steps") else ""))
         ax.invert_yaxis()
     fig.suptitle(f"testbed study '{study}': mean over seeds with 95% intervals")
     _save(fig, path)
@@ -251,6 +269,8 @@ def plot_group_size(path: Path, rows: list[dict[str, object]], studies: Sequence
             colour = colours(_estimator_order(estimator) % 10)
             ax.errorbar(gs, means, yerr=err, marker="o", capsize=3, label=estimator, color=colour)
         ax.set_xscale("log", base=2)
+        all_gs = sorted({int(r["group_size"]) for r in picked})
+        ax.set_xticks(all_gs, [str(g) for g in all_gs])
         ax.set_xlabel("group size G (B = budget / G)")
         ax.set_title(metric)
     axes[0].legend(fontsize=8)
@@ -269,7 +289,11 @@ def plot_energy(path: Path, rows: list[dict[str, object]], study: str, channels:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=False)
     estimators = sorted({str(r["estimator"]) for r in rows if r["study"] == study}, key=_estimator_order)
     width = 0.8 / len(channels)
-    for ax, key in zip(axes, ("energy_vs_ideal", "weighted_energy_vs_ideal"), strict=True):
+    titles = {
+        "energy_vs_ideal": "E_k / (B pi_k (G-1)): 1.0 = ideal GDPO normalisation",
+        "weighted_energy_share": "weighted energy / largest channel's (1.0 = matched)",
+    }
+    for ax, key in zip(axes, titles, strict=True):
         for k, channel in enumerate(channels):
             index = {r["estimator"]: r for r in rows if r["study"] == study and r["metric"] == f"{key}/{channel}"}
             xs, means, err_lo, err_hi = [], [], [], []
@@ -285,8 +309,8 @@ def plot_energy(path: Path, rows: list[dict[str, object]], study: str, channels:
         ax.axhline(1.0, color="grey", ls=":", lw=0.8)
         ax.set_xticks(range(len(estimators)))
         ax.set_xticklabels(estimators, rotation=40, ha="right")
-        ax.set_title(f"{key} (energy / (B * pi * (G-1)), mean over steps)")
+        ax.set_title(f"{key}: {titles[key]}", fontsize=9)
         ax.legend(fontsize=8)
-    fig.suptitle(f"testbed study '{study}': advantage energy against the ideal GDPO energy")
+    fig.suptitle(f"testbed study '{study}': advantage energy per channel (mean over steps, 95% intervals over seeds)")
     _save(fig, path)
     plt.close(fig)

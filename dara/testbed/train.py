@@ -112,10 +112,13 @@ def energy_record(metrics: dict[str, float], channels: tuple[str, ...], ideal_pe
 
     `energy_vs_ideal/<c>` (library) measures E_k of the per-reward advantages A_k, 1.0 under ideal
     GDPO normalisation; `weighted_energy_vs_ideal/<c>` divides the energy after the estimator's
-    weighting (`energy_weighted/<c>`) by the same ideal, i.e. w_k^2 for DARA-Sym. A channel with no
-    active group this step has no ideal energy; it is left out of both (NaN, skipped by the means).
+    weighting (`energy_weighted/<c>`) by the same ideal, i.e. w_k^2 for DARA-Sym;
+    `weighted_energy_share/<c>` is that weighted energy over the largest channel's. A channel with no
+    active group this step has no ideal energy; it is left out of all three (NaN, skipped by the means).
     """
     out: dict[str, float] = {}
+    weighted_energy = {name: float(metrics.get(f"energy_weighted/{name}", math.nan)) for name in channels}
+    largest = max(weighted_energy.values())
     for name in channels:
         active = metrics.get(f"active_groups/{name}", math.nan)
         ideal = active * ideal_per_group
@@ -124,11 +127,12 @@ def energy_record(metrics: dict[str, float], channels: tuple[str, ...], ideal_pe
                 out[f"{key}/{name}"] = float(metrics[f"{key}/{name}"])
         if ideal > 0:
             out[f"energy_vs_ideal/{name}"] = float(metrics.get(f"energy_vs_ideal/{name}", math.nan))
-            weighted = metrics.get(f"energy_weighted/{name}", math.nan)
-            out[f"weighted_energy_vs_ideal/{name}"] = float(weighted) / ideal
+            out[f"weighted_energy_vs_ideal/{name}"] = weighted_energy[name] / ideal
+            # share of the largest channel's weighted energy: the matching DARA-Sym aims at (1.0)
+            out[f"weighted_energy_share/{name}"] = weighted_energy[name] / largest if largest > 0 else math.nan
         else:
-            out[f"energy_vs_ideal/{name}"] = math.nan
-            out[f"weighted_energy_vs_ideal/{name}"] = math.nan
+            for key in ("energy_vs_ideal", "weighted_energy_vs_ideal", "weighted_energy_share"):
+                out[f"{key}/{name}"] = math.nan
     return out
 
 
