@@ -93,7 +93,9 @@ def aggregate(args, cases: list[dict]) -> int:
     scored = [r for r in CaseStore(out / "scores.jsonl").records.values() if r["case_id"] in {c["case_id"] for c in cases}]
     missing = len(cases) - len(scored)
     if args.bench == "math":
-        math_eval.check_complete(scored, args.samples)
+        meta = out / "generations.jsonl.meta.json"  # the sample count the generations were made with
+        samples = json.loads(meta.read_text())["sampling"]["n"] if meta.exists() else args.samples
+        math_eval.check_complete(scored, samples)
         table = math_eval.summarise_math(scored, n_boot=args.boot, seed=args.seed)
         summary = {"benchmarks": table.to_dict("records"),
                    "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored))}
