@@ -15,8 +15,8 @@ the task's fallback (correctness 0) and counts in `timeout_count()`. ToolRL scor
 JSON work and runs in-process.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: verl loads this file by path as a module missing from
+# sys.modules, where @dataclass cannot resolve string annotations.
 import atexit
 import logging
 import threading
@@ -65,7 +65,7 @@ class RewardOptions:
     num_processes: int | None = None
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any] | None) -> RewardOptions:
+    def from_kwargs(cls, kwargs: Mapping[str, Any] | None) -> "RewardOptions":
         """Options from a reward_kwargs mapping; an unknown key raises, naming it."""
         kwargs = dict(kwargs or {})
         known = {f.name for f in fields(cls)}
@@ -245,6 +245,12 @@ def compute_score(
 
     Math samples need extra_info["response_tokens"] and run in the shared pool under the hard time
     limit; ToolRL samples are scored in-process."""
+    import rewards.verl_entry as canonical
+
+    if canonical.compute_score is not compute_score:
+        # Loaded from its file path (reward.custom_reward_function.path), this is a second copy of the
+        # module: its functions cannot be pickled for the pool by name, and it would own a second pool.
+        return canonical.compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
     options = RewardOptions.from_kwargs(kwargs)
     if task_of(data_source) == "toolrl":
         return score_sample(data_source, solution_str, ground_truth, None, options)

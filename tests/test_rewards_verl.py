@@ -326,3 +326,37 @@ def test_pinned_verl_reward_api(manager_module):
     assert "self.reward_manager.run_single(data)" in worker_source
     assert 'item["reward_score"]' in inspect.getsource(reward_loop.RewardLoopManager.compute_rm_score)
     assert "reward_extra_infos[0].keys()" in inspect.getsource(reward_loop.RewardLoopManager.compute_rm_score)
+
+
+def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, manager_module):
+    """conf/task/deepscaler.yaml: the manager by importlib, compute_score by file path with reward_kwargs."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    config = verl_config(tokenizer_dir)
+    config.reward.reward_kwargs = {}
+    config.reward.custom_reward_function = {
+        "path": verl_entry.__file__,
+        "name": "compute_score",
+        "reward_kwargs": {**POOL_OPTIONS, "max_response_tokens": 4000},
+    }
+    config.reward.reward_manager = {
+        "source": "importlib",
+        "name": "DaraParallelRewardManager",
+        "module": {"path": "pkg://dara.verl.reward_manager", "name": "DaraParallelRewardManager"},
+    }
+    # the naive manager's path: verl's binding of the file-loaded function forwards to the package module
+    bound = get_custom_reward_fn(config)
+    assert bound(
+        data_source="amc23", solution_str="\\boxed{6}", ground_truth=6.0, extra_info={"response_tokens": 9}
+    ) == {
+        "score": 2.0,
+        "correctness": 1.0,
+        "length": 1.0,
+    }
+    rows = [
+        {"source": "amc23", "text": "\\boxed{6}", "truth": "6.0"},
+        {"source": "amc23", "text": "\\boxed{7}", "truth": "6.0"},
+    ]
+    worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
+    assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
+    assert [o["reward_score"] for o in outputs] == [2.0, 1.0]

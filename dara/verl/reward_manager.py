@@ -14,8 +14,9 @@ verl writes the score on the last valid response token (assemble_rm_scores) and 
 non_tensor_batch. Samples arrive concurrently (asyncio tasks), so the pool scores them in parallel.
 
 Config: reward.reward_manager.{source: register, name: dara_parallel}; options in reward.reward_kwargs
-(or reward.custom_reward_function.reward_kwargs when custom_reward_function.path is
-pkg://rewards.verl_entry); keys are rewards.verl_entry.RewardOptions. In a process that has not imported
+(or reward.custom_reward_function.reward_kwargs when custom_reward_function.path names
+rewards/verl_entry.py, by file path or as pkg://rewards.verl_entry); keys are
+rewards.verl_entry.RewardOptions. In a process that has not imported
 this module (e.g. a fresh Ray reward worker), use source: importlib, module.path:
 pkg://dara.verl.reward_manager, name: DaraParallelRewardManager instead; it loads the same class.
 """
@@ -24,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,6 +74,21 @@ def options_from_config(config: DictConfig, compute_score: Any = None) -> Reward
     return RewardOptions.from_kwargs({**manager_kwargs, **function_kwargs})
 
 
+def _is_verl_entry_compute_score(function: Any) -> bool:
+    """rewards.verl_entry.compute_score, imported by name or loaded by verl from the file's path (then its
+    module is a copy named custom_module_<hash>)."""
+    if function is verl_entry.compute_score:
+        return True
+    try:
+        source = Path(inspect.getsourcefile(function)).resolve()
+    except TypeError:  # a builtin or a callable object
+        return False
+    return (
+        source == Path(verl_entry.__file__).resolve()
+        and getattr(function, "__name__", None) == "compute_score"
+    )
+
+
 def _check_compute_score(compute_score: Any) -> None:
     """The manager always scores with rewards.verl_entry; a different custom reward function would be
     silently ignored, so it is an error."""
@@ -81,14 +99,11 @@ def _check_compute_score(compute_score: Any) -> None:
         if isinstance(compute_score, functools.partial) and compute_score.args
         else compute_score
     )
-    if (
-        getattr(raw, "__module__", None) == verl_entry.__name__
-        and getattr(raw, "__name__", None) == "compute_score"
-    ):
+    if _is_verl_entry_compute_score(raw):
         return
     raise ValueError(
         f"the {MANAGER_NAME!r} reward manager scores with rewards.verl_entry; got custom reward function {raw!r}. "
-        "Unset reward.custom_reward_function.path or point it at pkg://rewards.verl_entry."
+        "Unset reward.custom_reward_function.path or point it at rewards/verl_entry.py."
     )
 
 
