@@ -1,9 +1,9 @@
 """BFCL v4 with the ToolRL prompt and parser, scored by the ``bfcl-eval`` package's own checkers.
 
-- Prompt: ToolRL's system instruction listing the case's functions (``data_prep.toolrl_format``), the
-  user turn as ToolRL's ``**Dialogue Records History**`` message. Multi-turn: each model emission is an
-  assistant turn; tool results come back as a user message ``<obs> ... </obs>``; a later user turn, or
-  the functions added at a miss_func turn (BFCL's own additional-function message), is a new user turn.
+- Prompt: ``data_prep.bfcl``'s rendering of ToolRL's BFCL handler (system = ToolRL's instruction and tool
+  list, user = ``**Dialogue Records History**`` with the turn instruction). Multi-turn: each model emission
+  is an assistant turn; tool results come back as a user message ``<obs> ... </obs>``; a later user turn,
+  or the functions added at a miss_func turn (BFCL's own additional-function message), is a new user turn.
 - Parser: ``rewards.toolrl.parse_tool_calls`` (one ``{"name", "parameters"}`` JSON per line of the
   tool_call block). An emission without a parseable block ends the step loop of its turn, as in BFCL's
   prompting handlers; more than 20 steps in a turn force-quits the case (BFCL's MAXIMUM_STEP_LIMIT).
@@ -21,14 +21,12 @@ flag off for our model (our parser keeps function names as written).
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import types
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -67,7 +65,6 @@ def _bfcl():
         instances=vars(multi_turn_utils),  # where bfcl-eval caches the executable class instances
         Language=Language,
         more_functions_text=DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
-        data_dir=Path(sys.modules["bfcl_eval"].__file__).parent / "data",
     )
 
 
@@ -89,82 +86,49 @@ def language_of(category: str) -> str:
     return "python"
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | None = None) -> list[dict]:
-    """Test entries of the categories with their possible answers; multi-turn entries get their function
-    docs from the involved classes, the miss_func functions held out until their turn (as bfcl-eval's
-    populate_test_cases_with_predefined_functions does)."""
-    mod = _bfcl()
-    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    """Test entries of the categories with their possible answers, from the bfcl-eval package data.
 
-    cases = []
+    The prompt is data_prep.bfcl's rendering (ToolRL's BFCL handler: ToolRL instruction, tool list with
+    BFCL's language hints, Java/JavaScript parameters as strings, the turn instruction), the same rows as
+    ``python -m data_prep bfcl``. The checkers and the multi-turn executor get the entry as BFCL's own
+    runner does: function docs of the involved classes added, miss_func functions held out per turn, but
+    no language hints (the AST checker types Java/JavaScript values by the original parameter types)."""
+    from data_prep import bfcl as bfcl_prep
+
+    data_dir = bfcl_prep.package_data_dir()
+    cases, docs_cache = [], {}
     for category in categories:
         if category not in bfcl.CASE_COUNTS:
             raise ValueError(f"unknown BFCL category {category!r}; known: {list(bfcl.CATEGORIES)}")
-        entries = _read_jsonl(mod.data_dir / f"BFCL_v4_{category}.json")
-        answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(mod.data_dir / "possible_answer" / f"BFCL_v4_{category}.json")}
-        for entry in entries[:limit] if limit else entries:
-            if is_multi_turn(category):
-                functions = []
-                for cls in entry["involved_classes"]:
-                    functions += _read_jsonl(mod.data_dir / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls])
-                held_out = {}
-                for turn, names in entry.get("missed_function", {}).items():
-                    held_out[turn] = [f for f in functions if f["name"] in names]
-                    functions = [f for f in functions if f["name"] not in names]
-                entry = {**entry, "function": functions, "missed_function": held_out}
-            cases.append({"case_id": entry["id"], "category": category, "data_source": f"bfcl_{category}",
-                          "entry": entry, "ground_truth": answers[entry["id"]]})
+        entries = bfcl_prep.read_json_lines(data_dir / f"BFCL_v4_{category}.json")
+        answers = {a["id"]: a for a in bfcl_prep.read_json_lines(data_dir / "possible_answer" / f"BFCL_v4_{category}.json")}
+        for index, entry in enumerate(entries[:limit] if limit else entries):
+            checked = bfcl_prep.add_multi_turn_functions(entry, data_dir, docs_cache) if is_multi_turn(category) else entry
+            prompted = bfcl_prep.prepare_entry(entry, category, data_dir, docs_cache)
+            row = bfcl_prep.entry_row(prompted, answers[entry["id"]], category, index)
+            cases.append({"case_id": entry["id"], "category": category, "data_source": row["data_source"],
+                          "messages": row["prompt"], "entry": checked,
+                          "ground_truth": answers[entry["id"]]["ground_truth"]})
     return cases
 
 
 # ------------------------------------------------------------------------------------------------ prompt
-def toolrl_tools(functions: list[dict]) -> list[dict]:
-    """BFCL function docs -> ToolRL tool entries (name, description, parameter properties)."""
-    tools = []
-    for f in functions:
-        params = f.get("parameters", {})
-        properties = copy.deepcopy(params.get("properties", {}))
-        for name in params.get("required", []):
-            if name in properties:
-                properties[name]["required"] = True
-        tools.append({"name": f["name"], "description": f.get("description", ""), "parameters": properties})
-    return tools
-
-
-def first_messages(entry: dict) -> list[dict]:
-    """System (ToolRL instruction + the case's functions; a case's own system text appended) and the first
-    user turn."""
-    from data_prep import toolrl_format
-
-    system = toolrl_format.system_prompt(toolrl_tools(entry["function"]))
-    turn = entry["question"][0]
-    extra_system = [m["content"] for m in turn if m["role"] == "system"]
-    if extra_system:
-        system += "\n\n" + "\n".join(extra_system)
-    return [{"role": "system", "content": system}, {"role": "user", "content": user_message(turn)}]
-
-
 def user_message(turn: list[dict]) -> str:
-    """One BFCL turn's user/assistant history lines in ToolRL's dialogue-history message."""
-    lines = []
-    for message in turn:
-        if message["role"] == "user":
-            lines.append(f"<user> {message['content']} </user>")
-        elif message["role"] == "assistant":
-            lines.append(f"<response> {message['content']} </response>")
-    return "**Dialogue Records History**\n" + "\n".join(lines)
+    """A later multi-turn user turn, rendered like the first (data_prep.bfcl.user_message)."""
+    from data_prep import bfcl as bfcl_prep
+
+    return bfcl_prep.user_message(turn, multi_turn=True)
 
 
 def more_functions_message(functions: list[dict], text: str) -> str:
+    """miss_func's turn: BFCL's additional-function prompt with the functions as ToolRL tool entries."""
+    from data_prep import bfcl as bfcl_prep
     from data_prep import toolrl_format
 
     listing = "".join(
         toolrl_format.tool_entry(i + 1, t["name"], t["description"], t["parameters"])
-        for i, t in enumerate(toolrl_tools(functions))
+        for i, t in enumerate(bfcl_prep.toolrl_tools(functions))
     )
     return f"**Dialogue Records History**\n<user> {listing}\n{text} </user>"
 
@@ -213,7 +177,7 @@ class _Dialogue:
         self.case = case
         self.entry = case["entry"]
         self.multi = is_multi_turn(case["category"])
-        self.messages = first_messages(self.entry)
+        self.messages = [dict(m) for m in case["messages"]]
         self.turn, self.step = 0, 0
         self.turns: list[list[str]] = [[]]
         self.tokens: list[list[int]] = [[]]
