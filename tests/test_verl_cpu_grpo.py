@@ -160,6 +160,24 @@ def test_cluster_config_reaches_verl_keys(smoke_assets, tmp_path):
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
 
 
+def test_cpu_workers_mixin_swaps_verl_workers_only_on_cpu(smoke_assets, tmp_path):
+    """verl's own _init_resource_pool_mgr picks the workers; the mixin swaps in the gloo ones when device=cpu."""
+    from omegaconf import open_dict
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    from dara.verl.cpu.workers import CPUActorRolloutRefWorker, CPUPPOTrainerSync
+
+    cfg = compose_cpu_grpo_config(smoke_assets, tmp_path)
+    for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
+        with open_dict(cfg):
+            cfg.trainer.device = device
+        trainer = object.__new__(CPUPPOTrainerSync)  # only the config is read by this step
+        trainer.config = cfg
+        trainer._init_resource_pool_mgr()
+        classes = [worker.__ray_actor_class__ for worker in trainer.role_worker_mapping.values()]
+        assert classes and all(cls is expected for cls in classes), (device, classes)
+
+
 def test_verl_grpo_two_steps_on_cpu(smoke_assets, tmp_path):
     import ray
     from omegaconf import open_dict
