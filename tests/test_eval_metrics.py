@@ -104,6 +104,14 @@ def test_math_loader_reads_raw_and_verl_files(tmp_path):
     assert [c["case_id"] for c in cases] == ["amc23_0", "amc23_1"]
     assert [c["answer"] for c in cases] == [2.0, ["7\n"]]  # native forms, read by rewards.math
     assert cases[0]["messages"][0]["content"].endswith("output the final answer within \\boxed{}.")
+    import pandas as pd
+
+    rows = [{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}], "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": "9.6"},
+             "extra_info": {"split": "test", "index": 4, "answer_alternatives": ["9.6", "9.60"]}}]
+    pd.DataFrame(rows).to_parquet(tmp_path / "test.parquet")
+    (case,) = math_eval.load_math_cases([tmp_path / "test.parquet"])
+    assert case["case_id"] == "minerva_4" and case["answer"] == ["9.6", "9.60"]
     with pytest.raises(ValueError, match="samples"):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
 

@@ -57,9 +57,12 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
             frame = pd.read_parquet(path)
             for i, row in enumerate(frame.head(limit).itertuples() if limit else frame.itertuples()):
                 messages = [{"role": m["role"], "content": m["content"]} for m in row.prompt]
-                index = row.extra_info.get("index", i) if isinstance(row.extra_info, dict) else i
-                cases.append({"case_id": f"{row.data_source}_{index}", "data_source": row.data_source,
-                              "messages": messages, "answer": str(row.reward_model["ground_truth"])})
+                extra = row.extra_info if isinstance(row.extra_info, dict) else {}
+                # data_prep's math sets keep every accepted form of the answer beside the ground truth
+                alternatives = extra.get("answer_alternatives")
+                answer = [str(a) for a in alternatives] if alternatives is not None and len(alternatives) else None
+                cases.append({"case_id": f"{row.data_source}_{extra.get('index', i)}", "data_source": row.data_source,
+                              "messages": messages, "answer": answer or str(row.reward_model["ground_truth"])})
         else:
             raise ValueError(f"{path}: math benchmarks are .json (raw) or .parquet (verl rows)")
     return cases
