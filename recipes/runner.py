@@ -1,0 +1,299 @@
+"""The shared runner of the paper recipes: runs as data, dry-run listing, local and Slurm launchers.
+
+A recipe (one module per paper table or figure) returns a list of `Run`s. A `Run` is the Hydra override list
+of one `python -m dara.train` job; its name and folder follow conf/train.yaml's rule
+`run.name = ${run.task}-${run.model}-${run.method}[-<variant>]-s${run.seed}` and
+`run.output_dir = ${run.output_root}/${run.name}`, so they are known without composing the config (composing
+verl's trainer config takes ~2 s per run); tests/test_recipes.py checks every recipe's names against
+Hydra's composition. A run whose metrics.jsonl already holds its last step is finished and is skipped.
+
+Launchers:
+- local: one run after another in this machine's shell (`python -m dara.train ... run.skip_if_finished=true`).
+- slurm: one `sbatch` job array per group of runs that differ only in the seed (array index = seed), through
+  scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+import dara
+from dara.run_log import METRICS_FILE, read_metrics
+
+PROJECT_ROOT = dara.PROJECT_ROOT
+CONF_DIR = PROJECT_ROOT / "conf"
+SBATCH_SCRIPT = PROJECT_ROOT / "scripts" / "slurm" / "train.sbatch"
+DEFAULT_OUTPUT_ROOT = "outputs"
+# Substituted for the seed when a log path must be written once for a whole job array (Slurm's %a).
+SLURM_ARRAY_INDEX = "%a"
+
+
+class RecipeError(ValueError):
+    """A recipe or launcher request that cannot be carried out."""
+
+
+def method_label(estimator: str, static_form: str = "sym") -> str:
+    """`run.method` of an estimator choice (conf/estimator/*.yaml): static_<form>, gd2po_hard_after, or the
+    estimator's own name."""
+    if estimator == "static":
+        return f"static_{static_form}"
+    return estimator
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training job: the choices per axis, the seed, and any further Hydra overrides.
+
+    `variant` distinguishes runs whose task/model/method/seed coincide but whose settings differ (e.g. "g8"
+    in the group-size study); it becomes part of the run name, so every setting has its own folder.
+    """
+
+    task: str
+    model: str
+    estimator: str
+    cluster: str
+    seed: int
+    variant: str = ""
+    extra: tuple[str, ...] = ()
+    static_form: str = "sym"
+    output_root: str = DEFAULT_OUTPUT_ROOT
+    total_steps: int | None = None
+
+    @property
+    def method(self) -> str:
+        return method_label(self.estimator, self.static_form)
+
+    def name_for(self, seed: int | str) -> str:
+        variant = f"-{self.variant}" if self.variant else ""
+        return f"{self.task}-{self.model}-{self.method}{variant}-s{seed}"
+
+    @property
+    def name(self) -> str:
+        return self.name_for(self.seed)
+
+    @property
+    def root(self) -> Path:
+        """run.output_root as dara.train sees it (the launchers start it in the project root)."""
+        return PROJECT_ROOT / self.output_root
+
+    @property
+    def output_dir(self) -> Path:
+        return self.root / self.name
+
+    def group_overrides(self) -> list[str]:
+        """Every override except the seed (the part a Slurm job array shares)."""
+        overrides = [f"task={self.task}", f"model={self.model}", f"estimator={self.estimator}",
+                     f"cluster={self.cluster}"]
+        if self.estimator == "static":
+            overrides.append(f"algorithm.dara.static_form={self.static_form}")
+        if self.variant:
+            overrides.append("run.name=${run.task}-${run.model}-${run.method}-" + self.variant + "-s${run.seed}")
+        if self.output_root != DEFAULT_OUTPUT_ROOT:
+            overrides.append(f"run.output_root={self.output_root}")
+        if self.total_steps is not None:
+            overrides.append(f"trainer.total_training_steps={self.total_steps}")
+        return overrides + list(self.extra)
+
+    def overrides(self) -> list[str]:
+        return self.group_overrides() + [f"run.seed={self.seed}"]
+
+    def group_key(self) -> tuple:
+        return tuple(self.group_overrides())
+
+
+# ----------------------------------------------------------------------------- config facts without composing
+def _load_with_defaults(path: Path):
+    """A group file merged over the files its own defaults list names (same group), as Hydra would."""
+    node = OmegaConf.load(path)
+    defaults = node.pop("defaults", None) or []
+    merged = OmegaConf.create()
+    for entry in defaults:
+        if entry == "_self_":
+            merged = OmegaConf.merge(merged, node)
+            node = None
+        else:
+            merged = OmegaConf.merge(merged, _load_with_defaults(path.parent / f"{entry}.yaml"))
+    return merged if node is None else OmegaConf.merge(merged, node)
+
+
+def group_file(group: str, choice: str) -> Path:
+    path = CONF_DIR / group / f"{choice}.yaml"
+    if not path.exists():
+        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
+        raise RecipeError(f"{group}={choice} does not exist; choices: {choices}")
+    return path
+
+
+def group_value(group: str, choice: str, key: str, default=None):
+    """A plain value a group file sets (e.g. trainer.nnodes of a cluster), read without composing."""
+    value = OmegaConf.select(_load_with_defaults(group_file(group, choice)), key, default=default)
+    return default if value is None else value
+
+
+def _override_value(overrides: Iterable[str], key: str) -> str | None:
+    value = None
+    for item in overrides:
+        name, _, rest = item.lstrip("+").partition("=")
+        if name == key:
+            value = rest
+    return value
+
+
+def expected_steps(run: Run) -> int:
+    """The run's last step: an explicit override, else the task file's trainer.total_training_steps."""
+    explicit = _override_value(run.overrides(), "trainer.total_training_steps")
+    if explicit is not None:
+        return int(explicit)
+    return int(group_value("task", run.task, "trainer.total_training_steps"))
+
+
+def is_finished(run: Run) -> bool:
+    """metrics.jsonl of the run's folder holds its last step (what `run.skip_if_finished` checks)."""
+    path = run.output_dir / METRICS_FILE
+    if not path.exists():
+        return False
+    last = expected_steps(run)
+    return any(record.get("step") == last for record in read_metrics(path))
+
+
+def with_options(runs: Sequence[Run], *, output_root: str | None = None, cluster: str | None = None,
+                 extra: Sequence[str] = (), total_steps: int | None = None) -> list[Run]:
+    """The recipe's runs with the command line's global settings applied."""
+    changes = {}
+    if output_root is not None:
+        changes["output_root"] = str(Path(output_root).absolute())
+    if cluster is not None:
+        group_file("cluster", cluster)
+        changes["cluster"] = cluster
+    if total_steps is not None:
+        changes["total_steps"] = int(total_steps)
+    return [replace(run, extra=run.extra + tuple(extra), **changes) for run in runs]
+
+
+# ----------------------------------------------------------------------------- listing
+def describe(runs: Sequence[Run]) -> str:
+    """The dry-run table: each run's name, status, output folder and full override list."""
+    lines = []
+    for index, run in enumerate(runs, 1):
+        status = "finished" if is_finished(run) else "to run"
+        lines.append(f"[{index}/{len(runs)}] {run.name}  ({status})")
+        lines.append(f"    output: {run.output_dir}")
+        lines.append(f"    python -m dara.train {shlex.join(run.overrides())}")
+    return "\n".join(lines)
+
+
+def summary_line(runs: Sequence[Run]) -> str:
+    axes = {axis: sorted({str(getattr(r, axis)) for r in runs}) for axis in ("task", "model", "method", "seed")}
+    variants = sorted({r.variant for r in runs if r.variant})
+    text = "; ".join(f"{axis}: {', '.join(values)}" for axis, values in axes.items())
+    return f"{len(runs)} runs ({text}{'; variants: ' + ', '.join(variants) if variants else ''})"
+
+
+# ----------------------------------------------------------------------------- local launcher
+def train_command(run: Run, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "dara.train", *run.overrides(), "run.skip_if_finished=true"]
+
+
+def launch_local(runs: Sequence[Run], python: str = sys.executable) -> int:
+    """Run each unfinished run in turn; returns the number of failed runs."""
+    failed, done, skipped = [], 0, 0
+    for index, run in enumerate(runs, 1):
+        if is_finished(run):
+            skipped += 1
+            print(f"[recipes] [{index}/{len(runs)}] {run.name}: finished, skipped", flush=True)
+            continue
+        print(f"[recipes] [{index}/{len(runs)}] {run.name}: starting", flush=True)
+        start = time.monotonic()
+        code = subprocess.call(train_command(run, python), cwd=PROJECT_ROOT)
+        minutes = (time.monotonic() - start) / 60
+        if code == 0:
+            done += 1
+            print(f"[recipes] [{index}/{len(runs)}] {run.name}: done in {minutes:.1f} min", flush=True)
+        else:
+            failed.append(run.name)
+            print(f"[recipes] [{index}/{len(runs)}] {run.name}: FAILED (exit {code})", flush=True)
+    print(f"[recipes] local: {done} ran, {skipped} already finished, {len(failed)} failed"
+          + (f": {', '.join(failed)}" if failed else ""), flush=True)
+    return len(failed)
+
+
+# ----------------------------------------------------------------------------- Slurm launcher
+@dataclass(frozen=True)
+class SlurmOptions:
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    extra_args: tuple[str, ...] = ()
+    python: str | None = None
+
+
+def seed_groups(runs: Sequence[Run]) -> list[list[Run]]:
+    """Runs grouped by everything but the seed, in first-seen order (one job array each)."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.group_key(), []).append(run)
+    return list(groups.values())
+
+
+def array_log_path(run: Run) -> Path:
+    """The group's Slurm log path with %A (array job id) and %a (index = seed) left for Slurm to fill."""
+    return run.root / run.name_for(SLURM_ARRAY_INDEX) / "logs" / "slurm-%A_%a.out"
+
+
+def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions()) -> list[str]:
+    """`sbatch` for one job array: nodes and GPUs per node from the cluster file, one task per node."""
+    first = group[0]
+    seeds = sorted({run.seed for run in group})
+    if any(s < 0 for s in seeds):
+        raise RecipeError(f"Slurm array indices (= seeds) must be >= 0, got {seeds}")
+    nodes = int(group_value("cluster", first.cluster, "trainer.nnodes", 1))
+    gpus = int(group_value("cluster", first.cluster, "trainer.n_gpus_per_node", 0))
+    device = group_value("cluster", first.cluster, "trainer.device", "cuda")
+    job_name = first.name_for("x").removesuffix("-sx")
+    command = ["sbatch", "--parsable", f"--job-name={job_name}", f"--array={','.join(map(str, seeds))}",
+               f"--nodes={nodes}", "--ntasks-per-node=1", "--requeue", "--open-mode=append",
+               f"--chdir={PROJECT_ROOT}", f"--output={array_log_path(first)}"]
+    if device == "cuda":
+        command += [f"--gpus-per-node={gpus}", "--exclusive"]
+    for flag, value in (("--partition", options.partition), ("--account", options.account),
+                        ("--time", options.time)):
+        if value:
+            command.append(f"{flag}={value}")
+    command += list(options.extra_args)
+    command.append(str(SBATCH_SCRIPT))
+    if options.python:
+        command += ["--python", options.python]
+    return command + ["--seed-from-array", *first.group_overrides()]
+
+
+def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *, dry_run: bool = False) -> list[str]:
+    """Submit one job array per seed group (finished runs left out); returns the job ids."""
+    job_ids = []
+    pending = [run for run in runs if not is_finished(run)]
+    skipped = len(runs) - len(pending)
+    for group in seed_groups(pending):
+        command = sbatch_command(group, options)
+        if dry_run:
+            print("[recipes] " + shlex.join(command), flush=True)
+            continue
+        for run in group:  # Slurm opens the log before the job starts: the folder must exist
+            (run.output_dir / "logs").mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT)
+        if result.returncode != 0:
+            raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
+        job_id = result.stdout.strip().split(";")[0]
+        job_ids.append(job_id)
+        print(f"[recipes] submitted array {job_id} ({group[0].name_for('{' + ','.join(str(r.seed) for r in group) + '}')})",
+              flush=True)
+    verb = "to submit" if dry_run else "submitted"
+    print(f"[recipes] slurm: {len(seed_groups(pending))} job arrays, {len(pending)} runs {verb}, "
+          f"{skipped} already finished", flush=True)
+    return job_ids

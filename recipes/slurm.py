@@ -1,0 +1,94 @@
+"""Helpers that scripts/slurm/train.sbatch calls on the job's first node.
+
+    python -m recipes.slurm job-env [hydra overrides...]     # shell assignments: run folder, Ray resources
+    python -m recipes.slurm wait-nodes --address HOST:PORT --nodes N [--timeout S]
+
+`job-env` composes the run's config exactly as `python -m dara.train` will (same conf/, same overrides) and
+prints what the batch script needs before training starts: the run folder, and the Ray resources per node
+that the config asks for (`ray_kwargs.ray_init.num_cpus / num_gpus / object_store_memory`: a CPU run asks
+for logical CPUs and one logical GPU; a GPU cluster leaves them null and the allocation decides). The batch
+script starts Ray with them and hands the trainer the cluster's address instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+from omegaconf import OmegaConf
+
+from recipes.runner import CONF_DIR
+
+
+def compose_run(overrides: list[str]):
+    """The composed, resolved training config of `python -m dara.train <overrides>` (starts nothing)."""
+    from hydra import compose, initialize_config_dir
+
+    import dara  # noqa: F401  (registers ${dara.root:})
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def job_env(cfg) -> dict[str, str]:
+    """Shell variables for the batch script (empty string = not set by the config)."""
+    ray_init = OmegaConf.select(cfg, "ray_kwargs.ray_init", default={}) or {}
+
+    def text(value) -> str:
+        return "" if value is None else str(value)
+
+    return {
+        "RUN_NAME": str(cfg.run.name),
+        "RUN_DIR": os.path.abspath(str(cfg.run.output_dir)),
+        "TRAINER_DEVICE": str(cfg.trainer.device),
+        "CONFIG_GPUS_PER_NODE": text(cfg.trainer.n_gpus_per_node),
+        "CONFIG_RAY_NUM_CPUS": text(ray_init.get("num_cpus")),
+        "CONFIG_RAY_NUM_GPUS": text(ray_init.get("num_gpus")),
+        "CONFIG_RAY_OBJECT_STORE_MEMORY": text(ray_init.get("object_store_memory")),
+    }
+
+
+def wait_for_nodes(address: str, nodes: int, timeout: float) -> int:
+    """Connect to the Ray cluster at `address` and wait until `nodes` nodes are alive; returns the count."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+            print(f"[dara-slurm] ray nodes alive: {alive}/{nodes}", flush=True)
+            if alive >= nodes:
+                return alive
+            if time.monotonic() > deadline:
+                raise SystemExit(f"[dara-slurm] only {alive} of {nodes} Ray nodes joined within {timeout:.0f}s")
+            time.sleep(2)
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    top = argparse.ArgumentParser(prog="python -m recipes.slurm")
+    commands = top.add_subparsers(dest="command", required=True)
+    env = commands.add_parser("job-env", help="print the run's shell variables")
+    env.add_argument("overrides", nargs="*")
+    wait = commands.add_parser("wait-nodes", help="wait until N Ray nodes joined")
+    wait.add_argument("--address", required=True)
+    wait.add_argument("--nodes", type=int, required=True)
+    wait.add_argument("--timeout", type=float, default=300.0)
+    args = top.parse_args(argv)
+    if args.command == "job-env":
+        for key, value in job_env(compose_run(args.overrides)).items():
+            print(f"{key}={shlex.quote(value)}")
+    else:
+        wait_for_nodes(args.address, args.nodes, args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

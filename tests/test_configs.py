@@ -1,0 +1,201 @@
+"""Every recipe's runs compose (Hydra compose API, nothing started) and carry EXPERIMENTS.md's hyperparameters.
+
+The tables below are copied from ../shared/paper/EXPERIMENTS.md; each composed run is compared with them key by
+key in verl's own config keys. Composition costs ~2 s per run (verl's trainer config), so each group of runs
+that differ only in the seed is composed once, with its first seed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from dara.config_checks import check_config
+from recipes import RECIPES, load
+from recipes.runner import CONF_DIR, PROJECT_ROOT, seed_groups
+
+# EXPERIMENTS.md "Tool calling (ToolRL setup)", in verl's keys. ppo_mini_batch_size counts prompts in verl
+# (x rollout.n responses): 512 responses = 128 prompts x G=4.
+TOOLRL = {
+    "data.train_batch_size": 512,
+    "actor_rollout_ref.rollout.n": 4,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 128,
+    "actor_rollout_ref.actor.ppo_epochs": 1,
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.grad_clip": 1.0,
+    "actor_rollout_ref.actor.entropy_coeff": 0.001,
+    "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_high": 0.2,
+    "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    "actor_rollout_ref.actor.use_kl_loss": False,
+    "algorithm.use_kl_in_reward": True,
+    "algorithm.kl_ctrl.kl_coef": 0.001,
+    "algorithm.kl_ctrl.type": "fixed",
+    "algorithm.filter_groups.enable": False,
+    "data.max_prompt_length": 2048,
+    "data.max_response_length": 1024,
+    "actor_rollout_ref.rollout.temperature": 1.0,
+    "actor_rollout_ref.rollout.top_p": 1.0,
+    "trainer.total_training_steps": 100,
+    "trainer.test_freq": 10,
+    "trainer.val_before_train": True,
+    "algorithm.batch_norm": "token",
+    "algorithm.reward_channels": ["format", "correctness"],
+    "trainer.n_gpus_per_node": 4,  # 4 x A100-40GB per run
+    "trainer.nnodes": 1,
+}
+TOOLRL_THREE = {**TOOLRL, "algorithm.reward_channels": ["format", "correctness", "length"],
+                "reward.custom_reward_function.reward_kwargs.toolrl_length_channel": True}
+# EXPERIMENTS.md "Math reasoning with a length constraint (DeepScaleR setup)".
+MATH = {
+    "data.train_batch_size": 512,
+    "actor_rollout_ref.rollout.n": 16,
+    "algorithm.filter_groups.enable": True,
+    "algorithm.filter_groups.metric": "reward",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+    "actor_rollout_ref.actor.ppo_epochs": 1,
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_high": 0.28,
+    "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+    "actor_rollout_ref.actor.entropy_coeff": 0.0,
+    "actor_rollout_ref.actor.grad_clip": 1.0,
+    "actor_rollout_ref.actor.use_kl_loss": True,
+    "actor_rollout_ref.actor.kl_loss_type": "mse",
+    "actor_rollout_ref.actor.kl_loss_coef": 5e-4,
+    "algorithm.use_kl_in_reward": False,
+    "data.max_prompt_length": 1024,
+    "data.max_response_length": 8000,
+    "actor_rollout_ref.rollout.temperature": 1.0,
+    "trainer.total_training_steps": 200,
+    "algorithm.batch_norm": "response",
+    "algorithm.reward_channels": ["correctness", "length"],
+    "reward.custom_reward_function.reward_kwargs.max_response_tokens": 4000,
+    "trainer.n_gpus_per_node": 8,  # one 8-GPU node
+    "trainer.nnodes": 1,
+}
+TASK_TABLES = {"toolrl": TOOLRL, "toolrl_three_rewards": TOOLRL_THREE, "deepscaler": MATH}
+# Every GPU run: verl's vLLM rollout and FSDP actor/reference, checkpoints every N steps, resume from the latest.
+GPU_RUN = {"actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.mode": "async",
+           "actor_rollout_ref.actor.strategy": "fsdp", "actor_rollout_ref.ref.strategy": "fsdp",
+           "trainer.device": "cuda", "trainer.resume_mode": "auto", "trainer.v1.trainer_mode": "dara_sync"}
+# The paper's run sets (EXPERIMENTS.md): recipe -> (models, methods, seeds, runs).
+PAPER_RUNS = {
+    "toolrl_main": ({"qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct"},
+                    {"grpo", "gdpo", "dvao", "gd2po_hard_after", "dara_sym", "dara_asym"}, {0, 1, 2, 4, 5}, 60),
+    "group_size": ({"qwen2.5-1.5b-instruct"}, {"grpo", "gdpo", "dara_asym", "dara_sym"}, {0, 1, 2}, 48),
+    "three_rewards": ({"qwen2.5-1.5b-instruct"}, {"grpo", "gdpo", "dara_asym", "dara_sym"}, {0, 1, 2}, 12),
+    "math_main": ({"deepseek-r1-distill-qwen-1.5b", "deepseek-r1-distill-qwen-7b", "qwen3-4b-instruct-2507"},
+                  {"grpo", "gdpo", "dara_asym", "dara_sym"}, {0}, 12),
+    "fixed_weight": ({"deepseek-r1-distill-qwen-1.5b"}, {"static_sym", "static_asym"}, {0}, 2),
+}
+
+
+@functools.cache
+def composed(overrides: tuple[str, ...]):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def value(cfg, key):
+    found = OmegaConf.select(cfg, key, throw_on_missing=True)
+    return OmegaConf.to_container(found) if OmegaConf.is_config(found) else found
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_every_run_of_every_recipe_composes_with_its_name_folder_and_checks(recipe):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    for group in seed_groups(load(recipe).runs(load(recipe).DEFAULT_SEEDS)):
+        first = group[0]
+        cfg = composed(tuple(first.overrides()))
+        assert cfg.run.name == first.name and cfg.run.method == first.method
+        assert (PROJECT_ROOT / cfg.run.output_dir) == first.output_dir
+        assert cfg.run.seed == first.seed == cfg.data.seed == cfg.actor_rollout_ref.rollout.seed
+        assert cfg.trainer.default_local_dir == f"{cfg.run.output_dir}/checkpoints"
+        check_config(cfg)
+        if cfg.trainer.device == "cuda":  # verl's own checks (the CPU path is checked by its own run)
+            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+            omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+            omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+        # the other seeds of the group differ in run.seed and the name's seed only
+        assert [r.overrides()[:-1] for r in group] == [first.overrides()[:-1]] * len(group)
+        assert all(r.name == first.name_for(r.seed) for r in group)
+
+
+@pytest.mark.parametrize("recipe", list(PAPER_RUNS))
+def test_recipes_hold_the_papers_runs_and_hyperparameters(recipe):
+    models, methods, seeds, count = PAPER_RUNS[recipe]
+    module = load(recipe)
+    runs = module.runs(module.DEFAULT_SEEDS)
+    assert len(runs) == count and len({r.name for r in runs}) == count
+    assert {r.model for r in runs} == models and {r.method for r in runs} == methods
+    assert {r.seed for r in runs} == seeds
+    mismatches = []
+    for group in seed_groups(runs):
+        cfg = composed(tuple(group[0].overrides()))
+        expected = {**TASK_TABLES[cfg.run.task], **GPU_RUN}
+        if recipe == "group_size":  # G x prompts = 2,048 responses; mini-batch 512 responses
+            for key in ("data.train_batch_size", "actor_rollout_ref.rollout.n",
+                        "actor_rollout_ref.actor.ppo_mini_batch_size"):
+                expected.pop(key)
+            n = cfg.actor_rollout_ref.rollout.n
+            assert n in (4, 8, 16, 32)
+            assert cfg.data.train_batch_size * n == 2048
+            assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * n == 512
+        if recipe == "fixed_weight":
+            expected["algorithm.channel_weights"] = [1.0, 5.0]
+            expected["algorithm.adv_estimator"] = "static"
+        for key, wanted in expected.items():
+            if value(cfg, key) != wanted:
+                mismatches.append(f"{cfg.run.name}: {key} = {value(cfg, key)!r}, EXPERIMENTS.md: {wanted!r}")
+        assert cfg.trainer.save_freq > 0 and cfg.trainer.total_training_steps % cfg.trainer.save_freq == 0
+    assert not mismatches, "\n".join(mismatches)
+
+
+def test_group_size_4_shares_the_main_tables_runs():
+    """G=4 at 512 prompts is the main table's setting: same runs, same folders (a rerun skips them)."""
+    main = {r.name: r for r in load("toolrl_main").runs((0, 1, 2))}
+    g4 = [r for r in load("group_size").runs((0, 1, 2)) if not r.variant]
+    assert len(g4) == 12 and all(r.name in main for r in g4)
+    for run in g4[:: len(g4) // 4]:  # one per method: the composed configs are identical
+        assert composed(tuple(run.overrides())) == composed(tuple(main[run.name].overrides()))
+
+
+# vLLM TP size, memory share and the FSDP token budget per model scale and GPU type (conf/cluster/*.yaml)
+@pytest.mark.parametrize("cluster, model, tp, memory", [
+    ("a100_40g_x4", "qwen2.5-1.5b-instruct", 1, 0.5),
+    ("a100_40g_x4", "qwen2.5-3b-instruct", 1, 0.4),
+    ("h100_x8", "deepseek-r1-distill-qwen-1.5b", 1, 0.6),
+    ("h100_x8", "deepseek-r1-distill-qwen-7b", 1, 0.55),
+    ("a100_80g_x8", "deepseek-r1-distill-qwen-7b", 2, 0.5),
+])
+def test_cluster_tables_set_rollout_and_fsdp_per_model_and_gpu(cluster, model, tp, memory):
+    task = "toolrl" if model.startswith("qwen2.5") else "deepscaler"
+    cfg = composed((f"task={task}", f"model={model}", f"cluster={cluster}"))
+    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    assert (rollout.tensor_model_parallel_size, rollout.gpu_memory_utilization) == (tp, memory)
+    assert cfg.trainer.n_gpus_per_node % rollout.tensor_model_parallel_size == 0
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu >= longest
+    assert cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu >= longest
+    assert actor.fsdp_config.param_offload == cfg.run.hardware[cfg.run.model_scale].param_offload
+
+
+@pytest.mark.parametrize("cluster, gpus", [("a100_40g_x4", 4), ("a100_80g_x8", 8), ("h100_x8", 8)])
+def test_submitit_launcher_configs_compose(cluster, gpus):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
+        cfg = compose(config_name="train", return_hydra_config=True,
+                      overrides=[f"hydra/launcher=slurm_{cluster}", f"cluster={cluster}", "task=toolrl",
+                                 "model=qwen2.5-1.5b-instruct"])
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (1, gpus, 1)
+    assert launcher.max_num_timeout > 0 and launcher.additional_parameters.requeue is True
+    assert cfg.trainer.n_gpus_per_node == gpus
