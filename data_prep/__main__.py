@@ -15,7 +15,10 @@ from data_prep.common import DataPrepError
 
 # dataset name -> (module, one-line help)
 DATASETS = {
-    "toolrl": ("data_prep.toolrl", "ToolRL rlla JSON -> train/test parquet (seed 31415, last 2% held out)"),
+    "toolrl": (
+        "data_prep.toolrl",
+        "ToolRL rlla JSON -> train/test parquet (seed 31415, last 2 percent held out)",
+    ),
     "deepscaler": (
         "data_prep.deepscaler",
         "DeepScaleR-Preview -> train parquet (prompt template, length filter)",

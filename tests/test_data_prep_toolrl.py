@@ -173,3 +173,11 @@ def test_atomic_folder_never_replaces_unrelated_files(tmp_path):
         with atomic_folder(keep):
             pass
     assert (keep / "notes.txt").read_text() == "precious"
+
+
+def test_cli_help_lists_every_dataset(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert all(name in shown for name in ("toolrl", "deepscaler", "math_eval", "bfcl", "smoke"))
