@@ -103,6 +103,8 @@ class HFRolloutServer:
         self.eos_token_ids = _eos_token_ids(self.model_config, self.model)
         tokenizer = self.model_config.tokenizer
         pad = tokenizer.pad_token_id if tokenizer is not None else None
+        pad = pad if pad is not None else getattr(self.model.config, "pad_token_id", None)
+        # left padding is masked out, so any id works; eos is the fallback when nothing names a pad token
         self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
         max_positions = getattr(self.model.config, "max_position_embeddings", None)
         self.max_model_len = int(self.config.max_model_len or max_positions or 1 << 30)
