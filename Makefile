@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(if $(GPU),,$(PY) -m pip install -q $(TORCH))
 	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 smoke: $(STAMP)

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -75,6 +76,23 @@ def _write_run_info(cfg: DictConfig) -> None:
     os.replace(tmp, out / "run_info.json")
 
 
+@contextmanager
+def _ray_session(cfg: DictConfig):
+    """A local Ray started and stopped by this run, its temp files and auth token inside the run folder.
+
+    With `ray_kwargs.ray_init.address` set (a Slurm job's cluster), the existing cluster is used as it is.
+    """
+    if OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None):
+        yield
+        return
+    from dara.verl.cpu import local_ray_session
+
+    with local_ray_session(cfg.run.output_dir) as extra, open_dict(cfg):
+        for key, value in extra.items():
+            cfg.ray_kwargs.ray_init[key] = value
+        yield
+
+
 def _summary(cfg: DictConfig, seconds: float) -> str:
     path = Path(cfg.run.output_dir) / METRICS_FILE
     records = read_metrics(path) if path.exists() else []
@@ -110,17 +128,22 @@ def train(cfg: DictConfig) -> None:
 
     from dara.verl.task_runner import DaraTaskRunner
 
+    if cfg.trainer.device == "cpu":
+        from dara.verl.cpu import use_cpu_platform
+
+        use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     start = time.monotonic()
-    try:
-        run_ppo(cfg, task_runner_class=DaraTaskRunner)
-    except ray.exceptions.RayTaskError as error:  # surface the cause, not a Ray traceback wall
-        cause = error.as_instanceof_cause()
-        raise SystemExit(f"[dara] training failed: {type(cause).__name__}: {cause}") from None
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    with _ray_session(cfg):
+        try:
+            run_ppo(cfg, task_runner_class=DaraTaskRunner)
+        except ray.exceptions.RayTaskError as error:  # surface the cause, not a Ray traceback wall
+            cause = error.as_instanceof_cause()
+            raise SystemExit(f"[dara] training failed: {type(cause).__name__}: {cause}") from None
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
     print(_summary(cfg, time.monotonic() - start), flush=True)
 
 

@@ -16,10 +16,12 @@ from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import dara.verl  # noqa: F401  (registrations)
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages
+from dara.verl import register
 from dara.verl.estimators import ChannelContext, estimator_options, verl_estimator_name
 from dara.verl.trainer import ADVANTAGE_FIELDS, ChannelTrainerMixin, channel_scores_from_extra_fields
+
+register()
 
 CHANNELS = ["correctness", "format"]
 

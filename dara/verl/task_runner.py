@@ -16,7 +16,9 @@ from verl.trainer.main_ppo import TaskRunnerV1
 @ray.remote
 class DaraTaskRunner(TaskRunnerV1.__ray_actor_class__):
     def run(self, config):
-        import dara.verl  # noqa: F401  (registrations take effect in this actor)
+        from dara.verl import register
+
+        register()  # registrations take effect in this actor
 
         for module in (config.get("run", {}) or {}).get("import_modules", None) or []:
             importlib.import_module(module)

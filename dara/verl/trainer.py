@@ -6,7 +6,8 @@ overrides exactly that step: it also fetches the channels named in `algorithm.re
 calls verl's own `compute_advantage_for_multi_trajectories` with a `ChannelContext` as its config.
 Everything else (rollout, reward loop, KL, PPO update, checkpoints) is verl's.
 
-The mixin is registered over each verl trainer mode as `dara_<mode>` (`trainer.v1.trainer_mode`).
+The mixin is registered over each verl trainer mode as `dara_<mode>` (`trainer.v1.trainer_mode`), together
+with the CPU runtime's worker mixin, which acts only when `trainer.device=cpu`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 from verl.workers.utils.padding import response_to_nested
 
 from dara.run_log import RunLog
+from dara.verl.cpu.workers import CPUWorkersMixin
 from dara.verl.estimators import ChannelContext, library_name, verl_estimator_name
 
 logger = logging.getLogger(__name__)
@@ -146,15 +148,15 @@ class ChannelTrainerMixin:
 
 
 @register_trainer("dara_sync")
-class DaraTrainerSync(ChannelTrainerMixin, PPOTrainerSync):
+class DaraTrainerSync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerSync):
     """verl's synchronous trainer with the project's advantage step."""
 
 
 @register_trainer("dara_colocate_async")
-class DaraTrainerColocateAsync(ChannelTrainerMixin, PPOTrainerColocateAsync):
+class DaraTrainerColocateAsync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with the project's advantage step."""
 
 
 @register_trainer("dara_separate_async")
-class DaraTrainerSeparateAsync(ChannelTrainerMixin, PPOTrainerSeparateAsync):
+class DaraTrainerSeparateAsync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerSeparateAsync):
     """verl's separate-pool asynchronous trainer with the project's advantage step."""
