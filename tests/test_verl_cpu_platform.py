@@ -104,3 +104,28 @@ def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
     # the seam CPUWorkersMixin exists for: if verl stops naming the device twice, the mixin can go
     assert "Duplicate device type cpu" in report["verl_join"]
     assert report["joined"] is True and report["group_backend"] == "gloo" and report["all_reduce"] == [1.0, 1.0]
+
+
+def test_local_ray_session_keeps_ray_files_in_the_output_folder(tmp_path):
+    import shutil
+    import tempfile
+
+    from dara.verl.cpu.ray_local import local_ray_session, ray_folders
+
+    short_root = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short enough for Ray's socket paths
+    short = ray_folders(short_root)
+    assert short["tmp_for_ray"] == short["tmp"] and short["home"].is_dir()
+    deep = tmp_path.joinpath(*["a_rather_long_folder_name"] * 4)
+    long = ray_folders(deep)
+    assert long["tmp_for_ray"] != long["tmp"] and len(str(long["tmp_for_ray"])) < 40
+    assert long["tmp_for_ray"].resolve() == long["tmp"].resolve()  # a short alias of the folder in the run
+    assert ray_folders(deep)["tmp_for_ray"] == long["tmp_for_ray"]  # stable across calls
+
+    before = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "HOME", "RAY_AUTH_MODE")}
+    with local_ray_session(short_root, shutdown=False) as ray_init:
+        assert ray_init == {"_temp_dir": str(short["tmp"])}
+        assert os.environ["RAY_TMPDIR"] == str(short["tmp"]) and os.environ["HOME"] == str(short["home"])
+        assert os.environ["RAY_AUTH_MODE"] == "disabled"
+    assert {key: os.environ.get(key) for key in before} == before
+    long["tmp_for_ray"].unlink()
+    shutil.rmtree(short_root)
