@@ -127,5 +127,7 @@ def test_local_ray_session_keeps_ray_files_in_the_output_folder(tmp_path):
         assert os.environ["RAY_TMPDIR"] == str(short["tmp"]) and os.environ["HOME"] == str(short["home"])
         assert os.environ["RAY_AUTH_MODE"] == "disabled"
     assert {key: os.environ.get(key) for key in before} == before
-    long["tmp_for_ray"].unlink()
+    with local_ray_session(deep, shutdown=False) as ray_init:
+        assert ray_init == {"_temp_dir": str(long["tmp_for_ray"])} and long["tmp_for_ray"].is_symlink()
+    assert not long["tmp_for_ray"].exists() and long["tmp"].is_dir()  # alias removed, files stay in the run
     shutil.rmtree(short_root)

@@ -72,6 +72,8 @@ def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True) -
                 if ray.is_initialized():
                     ray.shutdown()
         finally:
+            if folders["tmp_for_ray"] != folders["tmp"] and folders["tmp_for_ray"].is_symlink():
+                folders["tmp_for_ray"].unlink()  # the short alias only lives as long as the session
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
