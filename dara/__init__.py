@@ -8,10 +8,13 @@
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
+try:
+    from omegaconf import OmegaConf
+except ImportError:  # the estimator library alone needs only torch and numpy (e.g. a bare GPU box)
+    OmegaConf = None
+
 # `${dara.root:}` in conf/ files: the checkout's root, so configs name project files portably.
-if not OmegaConf.has_resolver("dara.root"):
+if OmegaConf is not None and not OmegaConf.has_resolver("dara.root"):
     OmegaConf.register_new_resolver("dara.root", lambda: str(PROJECT_ROOT))

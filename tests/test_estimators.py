@@ -208,6 +208,7 @@ def test_zero_density_channel_gets_unit_weight():
         (lambda: compute_advantages("sa_mrpo", torch.full((2, 1), 2.0), [0, 0], torch.ones(2, 1),
                                     reward_ranges=[[0, 1]]), "outside its reward_range"),
         (lambda: compute_advantages("gdpo", torch.zeros(2, 1, 1), [0, 0], torch.ones(2, 1)), "[N, K]"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), ["a", None], torch.ones(2, 1)), "missing group id"),
     ],
 )
 def test_bad_input_raises_named_error(call, message):

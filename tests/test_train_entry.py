@@ -76,7 +76,8 @@ def test_invalid_config_exits_with_message(tmp_path):
     )
     assert out.returncode != 0
     assert "invalid configuration" in out.stderr and "channel_weights" in out.stderr
-    assert not (tmp_path / "smoke-tiny-static_sym-s0").exists()
+    run_dir = tmp_path / "smoke-tiny-static_sym-s0"  # Hydra may create it for its own .hydra/ record
+    assert not (run_dir / "run_info.json").exists() and not (run_dir / "ray").exists()
 
 
 def test_run_log_drops_steps_after_resume(tmp_path):
