@@ -174,11 +174,13 @@ def _channel_stats(groups: Groups, advantages: torch.Tensor, active: torch.Tenso
     energy = (advantages * advantages).sum(dim=0)
     ideal = ((groups.sizes - 1).clamp(min=0).to(energy.dtype).unsqueeze(-1) * active).sum(dim=0)
     largest = energy.max()
+    ratio = torch.where(largest > 0, energy / largest.clamp(min=torch.finfo(energy.dtype).tiny),
+                        torch.zeros_like(energy))
     return {
         "density": active.sum(dim=0).to(energy.dtype) / groups.num_groups,
         "active_groups": active.sum(dim=0).to(energy.dtype),
         "energy": energy,
-        "energy_ratio": energy / largest if largest > 0 else torch.zeros_like(energy),
+        "energy_ratio": ratio,
         "energy_vs_ideal": torch.where(ideal > 0, energy / ideal.clamp(min=1), torch.zeros_like(energy)),
     }
 

@@ -60,25 +60,26 @@ def group_codes(index: Sequence | np.ndarray | torch.Tensor, device: torch.devic
     if isinstance(index, torch.Tensor):
         if index.dtype.is_floating_point or index.dim() != 1:
             raise ValueError(f"index must be a 1-D tensor of integer group ids, got {index.dtype} {tuple(index.shape)}")
-        _, codes = torch.unique(index.to(device), return_inverse=True)
+        uniques, codes = torch.unique(index.to(device), return_inverse=True)
+        codes = codes.to(torch.int64)
+        return Groups(codes=codes, sizes=torch.bincount(codes, minlength=len(uniques)), num_groups=len(uniques))
+    ids = np.asarray(index)
+    if ids.ndim != 1:
+        raise ValueError(f"index must be a flat sequence of group ids, got shape {ids.shape}")
+    if _factorize is not None:
+        inverse, uniques = _factorize(ids, sort=False)  # hashes Python objects as they are
+        if (inverse < 0).any():
+            position = int(np.flatnonzero(inverse < 0)[0])
+            raise ValueError(f"index has a missing group id (None or NaN) at response {position}")
     else:
-        ids = np.asarray(index)
-        if ids.ndim != 1:
-            raise ValueError(f"index must be a flat sequence of group ids, got shape {ids.shape}")
-        if _factorize is not None:
-            inverse, _ = _factorize(ids, sort=False)  # hashes Python objects as they are
-            if (inverse < 0).any():
-                position = int(np.flatnonzero(inverse < 0)[0])
-                raise ValueError(f"index has a missing group id (None or NaN) at response {position}")
-        else:
-            if ids.dtype.kind == "O":
-                ids = ids.astype(str)  # np.unique sorts: object ids must be comparable, so as text
-            _, inverse = np.unique(ids, return_inverse=True)
-        codes = torch.from_numpy(np.ascontiguousarray(inverse, dtype=np.int64).reshape(-1)).to(device)
-    codes = codes.to(torch.int64)
-    num_groups = int(codes.max().item()) + 1 if codes.numel() else 0
-    sizes = torch.bincount(codes, minlength=num_groups)
-    return Groups(codes=codes, sizes=sizes, num_groups=num_groups)
+        if ids.dtype.kind == "O":
+            ids = ids.astype(str)  # np.unique sorts: object ids must be comparable, so as text
+        uniques, inverse = np.unique(ids, return_inverse=True)
+    inverse = np.ascontiguousarray(inverse, dtype=np.int64).reshape(-1)
+    # Codes and sizes are built on the host and copied once: no device round trip for the group count.
+    sizes = np.bincount(inverse, minlength=len(uniques))
+    return Groups(codes=torch.from_numpy(inverse).to(device), sizes=torch.from_numpy(sizes).to(device),
+                  num_groups=len(uniques))
 
 
 def constant_groups(values: torch.Tensor, groups: Groups) -> torch.Tensor:

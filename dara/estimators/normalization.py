@@ -30,12 +30,11 @@ def token_whiten(values: torch.Tensor, lengths: torch.Tensor, keep: torch.Tensor
     if keep is not None:
         weights = weights * keep
     total = weights.sum()
-    if total < 2:
-        return torch.zeros_like(values)
-    mean = (weights * values).sum() / total
+    # Written without a host-side branch on `total`, so a GPU batch never waits for a sync here.
+    mean = (weights * values).sum() / total.clamp(min=1)
     centred = values - mean
-    var = (weights * centred * centred).sum() / (total - 1)
-    out = centred * torch.rsqrt(var + WHITEN_EPS)
+    var = (weights * centred * centred).sum() / (total - 1).clamp(min=1)
+    out = centred * torch.rsqrt(var + WHITEN_EPS) * (total >= 2)
     return out if keep is None else out * keep
 
 
