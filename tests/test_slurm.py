@@ -1,0 +1,140 @@
+"""The CPU smoke run on a real one-node Slurm cluster, through the recipes' Slurm launcher and
+scripts/slurm/train.sbatch (Ray head started by the job, trainer against it), and a preemption: a running job
+is requeued (`scontrol requeue`), released, resumes from its latest verl checkpoint and ends with every step
+exactly once. tests/slurm_cluster.py installs (apt-get) and starts Slurm; skipped only where it cannot be
+installed. Both runs take ~6-7 minutes together on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dara.run_log import read_metrics
+from recipes.runner import PROJECT_ROOT
+from tests.slurm_cluster import LocalSlurm, SlurmUnavailable
+
+JOB_TIMEOUT_S = 480
+DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slurm")
+    try:
+        cluster = LocalSlurm(folder).__enter__()
+    except SlurmUnavailable as error:
+        pytest.skip(f"no Slurm on this machine: {error}")
+    home = folder / "home"
+    home.mkdir()
+    # Ray 2.60 writes under HOME; jobs inherit this environment (sbatch --export=ALL)
+    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def output_root(tmp_path_factory):
+    """One output root for both runs, so the smoke assets are built once."""
+    return tmp_path_factory.mktemp("runs")
+
+
+def submit_recipe(slurm: LocalSlurm, output_root: Path, *args: str) -> str:
+    command = [sys.executable, "-m", "recipes", "smoke", "--launcher", "slurm", "--output-root", str(output_root),
+               "--python", sys.executable, *args]
+    result = slurm.command(command, cwd=PROJECT_ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "submitted array" in line)
+    return line.split("submitted array ")[1].split()[0]
+
+
+def job_log(run_dir: Path) -> str:
+    return "\n".join(path.read_text(errors="replace") for path in sorted((run_dir / "logs").glob("slurm-*.out")))
+
+
+def wait_done(slurm: LocalSlurm, job_id: str, run_dir: Path) -> str:
+    try:
+        return slurm.wait_state(job_id, DONE, JOB_TIMEOUT_S)
+    except TimeoutError:
+        slurm.command(["scancel", job_id])
+        pytest.fail(f"job {job_id} did not finish in {JOB_TIMEOUT_S}s; log tail:\n{job_log(run_dir)[-4000:]}")
+
+
+def steps_of(run_dir: Path) -> list[int]:
+    return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def ray_processes_left() -> list[str]:
+    """Live processes of any Ray cluster a job of train.sbatch started (their temp folder is /tmp/ray_dara_<id>)."""
+    out = subprocess.run(["pgrep", "-af", "ray_dara_"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def test_cpu_smoke_run_through_sbatch(slurm, output_root):
+    job_id = submit_recipe(slurm, output_root)
+    run_dir = output_root / "smoke-tiny-dara_asym-s0"
+    state = wait_done(slurm, job_id, run_dir)
+    log = job_log(run_dir)
+    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    assert steps_of(run_dir) == [1, 2, 3]
+    for record in read_metrics(run_dir / "metrics.jsonl"):
+        for channel in ("format", "correctness"):
+            for key in (f"reward/{channel}/mean", f"dara/density/{channel}", f"dara/weight/{channel}"):
+                assert math.isfinite(record[key]), (record["step"], key)
+            assert 0.0 <= record[f"dara/density/{channel}"] <= 1.0 and record[f"dara/weight/{channel}"] >= 1.0
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert (info["run_name"], info["seed"], info["method"]) == ("smoke-tiny-dara_asym-s0", 0, "dara_asym")
+    assert "ray nodes alive: 1/1" in log and "training exited with 0" in log and "ray cluster stopped" in log
+    assert (run_dir / "logs" / f"job-{job_id}_0.log").exists()
+    assert not ray_processes_left()
+    # a rerun of the recipe finds the run finished and submits nothing
+    again = slurm.command([sys.executable, "-m", "recipes", "smoke", "--launcher", "slurm", "--output-root",
+                           str(output_root)], cwd=PROJECT_ROOT, timeout=120)
+    assert "0 runs submitted, 1 already finished" in again.stdout
+
+
+def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, output_root):
+    steps = 5
+    job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1")
+    run_dir = output_root / "smoke-tiny-dara_asym-s1"
+    metrics = run_dir / "metrics.jsonl"
+
+    # requeue right after a step's metrics line: its checkpoint is complete, the next step is under way
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
+        assert slurm.job_state(job_id) in {"PENDING", "RUNNING", "CONFIGURING"}, job_log(run_dir)[-4000:]
+        assert time.monotonic() < deadline, f"no 2 steps in {JOB_TIMEOUT_S}s:\n{job_log(run_dir)[-4000:]}"
+        time.sleep(0.5)
+    before = metrics.read_text().splitlines()
+    requeue = slurm.command(["scontrol", "requeue", job_id])
+    requeued_at = time.time()
+    assert requeue.returncode == 0, requeue.stderr
+    done_before = [json.loads(line)["step"] for line in before]
+    assert done_before and done_before[-1] < steps, "the run finished before it could be requeued"
+
+    slurm.wait_state(job_id, {"PENDING"}, 120)
+    assert slurm.job_field(job_id, "Reason") == "BeginTime"
+    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
+    state = wait_done(slurm, job_id, run_dir)
+    log = job_log(run_dir)
+    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    assert slurm.job_field(job_id, "Restarts") == "1" and "restart 1" in log
+
+    # every step exactly once; the steps done before the requeue were kept, not recomputed
+    assert steps_of(run_dir) == list(range(1, steps + 1))
+    assert metrics.read_text().splitlines()[: len(before)] == before
+    checkpoints = run_dir / "checkpoints"
+    resumed_from = done_before[-1]
+    for step in range(1, steps + 1):
+        folder = checkpoints / f"global_step_{step}"
+        assert folder.is_dir(), f"no checkpoint of step {step}"
+        written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
+        assert (written < requeued_at) == (step <= resumed_from), (step, resumed_from)
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
+    assert not ray_processes_left()
