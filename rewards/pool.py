@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 _PR_SET_PDEATHSIG = 1
 MAX_STARTUP_FAILURES = 3
+# Items queued in each worker's pipe at once (the running one included).
+PREFETCH = 2
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class _Worker:
     process: Any
     connection: Connection
     ready: bool = False
-    task: _Task | None = None
+    # Items sent to this worker, in order: the first is running (since `started`), the rest wait in its pipe.
+    tasks: collections.deque = field(default_factory=collections.deque)
     started: float = 0.0
 
 
@@ -178,8 +181,15 @@ class HardTimeoutPool:
         self, fn: Callable[..., Any], items: Iterable[tuple], kwargs: dict | None = None
     ) -> list[Outcome]:
         """Run fn(*item, **kwargs) for every item; outcomes in item order."""
-        futures = [self.submit(fn, *item, **(kwargs or {})) for item in items]
-        return [future.result() for future in futures]
+        tasks = [_Task(-1, fn, tuple(item), dict(kwargs or {}), Future()) for item in items]
+        with self._lock:  # one lock and one wake-up for the whole batch
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            for task in tasks:
+                task.task_id = next(self._task_ids)
+            self._pending.extend(tasks)
+        self._wake()
+        return [task.future.result() for task in tasks]
 
     def close(self) -> None:
         """Stop the supervisor and the workers; pending items resolve as errors."""
@@ -190,9 +200,9 @@ class HardTimeoutPool:
         self._wake()
         self._supervisor.join(timeout=10)
         for worker in self._workers:
-            self._stop_worker(worker, graceful=worker.task is None)
-            if worker.task is not None:
-                self._resolve(worker.task, Outcome(ERROR, error="pool closed while the item ran"))
+            self._stop_worker(worker, graceful=not worker.tasks)
+            while worker.tasks:
+                self._resolve(worker.tasks.popleft(), Outcome(ERROR, error="pool closed while the item ran"))
         with self._lock:
             while self._pending:
                 self._resolve(
@@ -258,34 +268,54 @@ class HardTimeoutPool:
             task.future.set_result(outcome)
 
     def _assign_pending(self) -> None:
-        for index, worker in enumerate(self._workers):
-            if not worker.ready or worker.task is not None:
-                continue
-            with self._lock:
-                if not self._pending:
+        """Give every idle worker an item first, then top each pipe up to PREFETCH items, so a worker
+        goes on to its next item without waiting for this thread (which a loaded machine may not
+        schedule for milliseconds)."""
+        for depth in range(1, PREFETCH + 1):
+            for index, worker in enumerate(self._workers):
+                if worker.ready and len(worker.tasks) < depth and not self._send_next(index):
                     return
-                task = self._pending.popleft()
-            try:
-                worker.connection.send((task.task_id, task.fn, task.args, task.kwargs))
-            except (OSError, ValueError) as error:  # the worker died while idle
-                with self._lock:
-                    self._pending.appendleft(task)
-                logger.warning(
-                    "reward pool worker %s died while idle (%s); replacing it", worker.process.pid, error
-                )
-                self._replace(index)
-                continue
-            except Exception:  # noqa: BLE001 - e.g. an argument that cannot be pickled
-                self._resolve(task, Outcome(ERROR, error=traceback.format_exc(limit=4)))
-                continue
-            worker.task, worker.started = task, time.monotonic()
+
+    def _send_next(self, index: int) -> bool:
+        """Send the next queued item to worker `index`; False when the queue is empty."""
+        worker = self._workers[index]
+        with self._lock:
+            if not self._pending:
+                return False
+            task = self._pending.popleft()
+        try:
+            worker.connection.send((task.task_id, task.fn, task.args, task.kwargs))
+        except (OSError, ValueError) as error:  # the worker died
+            with self._lock:
+                self._pending.appendleft(task)
+            logger.warning("reward pool worker %s died (%s); replacing it", worker.process.pid, error)
+            self._requeue_and_replace(index, running_outcome=Outcome(ERROR, error="worker process died"))
+            return True
+        except Exception:  # noqa: BLE001 - e.g. an argument that cannot be pickled
+            self._resolve(task, Outcome(ERROR, error=traceback.format_exc(limit=4)))
+            return True
+        if not worker.tasks:
+            worker.started = time.monotonic()
+        worker.tasks.append(task)
+        return True
+
+    def _requeue_and_replace(self, index: int, running_outcome: Outcome) -> None:
+        """Resolve the worker's running item with `running_outcome`, put the items waiting in its pipe
+        back at the front of the queue (in order), and replace the worker."""
+        worker = self._workers[index]
+        running = worker.tasks.popleft() if worker.tasks else None
+        with self._lock:
+            self._pending.extendleft(reversed(worker.tasks))
+        worker.tasks.clear()
+        self._replace(index)
+        if running is not None:
+            self._resolve(running, running_outcome)
 
     def _receive(self, index: int) -> None:
         worker = self._workers[index]
         try:
             message = worker.connection.recv()
         except (EOFError, OSError):
-            task = worker.task
             if not worker.ready:
                 self._startup_failures += 1
                 if self._startup_failures > MAX_STARTUP_FAILURES:
@@ -298,39 +328,33 @@ class HardTimeoutPool:
                 worker.process.pid,
                 worker.process.exitcode,
             )
-            if task is not None:
-                elapsed = time.monotonic() - worker.started
-                self._resolve(
-                    task, Outcome(ERROR, error="worker process died while scoring", seconds=elapsed)
-                )
-            self._replace(index)
+            elapsed = time.monotonic() - worker.started
+            died = Outcome(ERROR, error="worker process died while scoring", seconds=elapsed)
+            self._requeue_and_replace(index, running_outcome=died)
             return
         if message[0] == "ready":
             worker.ready = True
             self._startup_failures = 0
             return
         task_id, status, value, error, seconds = message
-        task = worker.task
-        worker.task = None
-        if task is not None and task.task_id == task_id:
+        if worker.tasks and worker.tasks[0].task_id == task_id:
+            task = worker.tasks.popleft()
+            # The worker has started its next item (if any) now, as far as this thread can tell: a late
+            # read only makes that item's limit more generous, never shorter.
+            worker.started = time.monotonic()
             self._resolve(task, Outcome(status, value, error, seconds))
 
     def _kill_overdue(self) -> None:
         now = time.monotonic()
         for index, worker in enumerate(self._workers):
-            if worker.task is not None and now - worker.started >= self.timeout_s:
-                task = worker.task
-                worker.task = None
-                self._replace(index)
-                self._resolve(
-                    task,
-                    Outcome(
-                        TIMEOUT, error=f"over the {self.timeout_s:g} s limit", seconds=now - worker.started
-                    ),
+            if worker.tasks and now - worker.started >= self.timeout_s:
+                over = Outcome(
+                    TIMEOUT, error=f"over the {self.timeout_s:g} s limit", seconds=now - worker.started
                 )
+                self._requeue_and_replace(index, running_outcome=over)
 
     def _next_wait(self) -> float | None:
-        deadlines = [w.started + self.timeout_s for w in self._workers if w.task is not None]
+        deadlines = [w.started + self.timeout_s for w in self._workers if w.tasks]
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
@@ -343,10 +367,10 @@ class HardTimeoutPool:
             logger.exception("reward pool supervisor failed; failing every queued and running item")
             with self._lock:
                 self._closed = True
-                stranded = list(self._pending) + [w.task for w in self._workers if w.task is not None]
+                stranded = list(self._pending) + [t for w in self._workers for t in w.tasks]
                 self._pending.clear()
             for worker in self._workers:
-                worker.task = None
+                worker.tasks.clear()
             for task in stranded:
                 self._resolve(
                     task, Outcome(ERROR, error=f"reward pool failed: {traceback.format_exc(limit=2)}")

@@ -192,37 +192,30 @@ def resolve_outcome(
 
 # ----------------------------------------------------------------------------- shared pool
 _pool_lock = threading.Lock()
-_shared_pool: HardTimeoutPool | None = None
+_shared_pools: dict[tuple[int, float], HardTimeoutPool] = {}
 _counters = {"timeouts": 0, "errors": 0}
 
 
 def shared_pool(options: RewardOptions) -> HardTimeoutPool:
-    """This process's pool for the options' size and time limit (rebuilt when they change)."""
-    global _shared_pool
+    """This process's pool for the options' size and time limit, started on first use and shared by
+    every caller with the same two settings."""
+    key = (options.pool_size(), float(options.timeout_s))
     with _pool_lock:
-        pool = _shared_pool
-        if (
-            pool is None
-            or pool.closed
-            or pool.num_processes != options.pool_size()
-            or pool.timeout_s != float(options.timeout_s)
-        ):
-            if pool is not None:
-                pool.close()
-            pool = HardTimeoutPool(options.pool_size(), float(options.timeout_s), preload=POOL_PRELOAD)
-            _shared_pool = pool
+        pool = _shared_pools.get(key)
+        if pool is None or pool.closed:
+            pool = HardTimeoutPool(key[0], key[1], preload=POOL_PRELOAD)
+            _shared_pools[key] = pool
         return pool
 
 
-def close_shared_pool() -> None:
-    global _shared_pool
+def close_shared_pools() -> None:
     with _pool_lock:
-        if _shared_pool is not None:
-            _shared_pool.close()
-            _shared_pool = None
+        for pool in _shared_pools.values():
+            pool.close()
+        _shared_pools.clear()
 
 
-atexit.register(close_shared_pool)
+atexit.register(close_shared_pools)
 
 
 def timeout_count() -> int:
@@ -262,8 +255,9 @@ def compute_score(
         .result()
     )
     channels, timed_out, failed = resolve_outcome(outcome, data_source, response_tokens, options)
-    _counters["timeouts"] += timed_out
-    _counters["errors"] += failed
+    with _pool_lock:  # verl's naive manager calls this from several threads
+        _counters["timeouts"] += timed_out
+        _counters["errors"] += failed
     return channels
 
 

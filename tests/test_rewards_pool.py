@@ -83,7 +83,7 @@ def test_item_errors_are_reported_with_their_traceback(pool):
 def test_a_worker_killed_from_outside_is_reported_and_replaced(pool):
     future = pool.submit(time.sleep, 1.0)
     time.sleep(0.3)
-    busy = [w.process.pid for w in pool._workers if w.task is not None]
+    busy = [w.process.pid for w in pool._workers if w.tasks]
     assert len(busy) == 1
     os.kill(busy[0], 9)
     outcome = future.result(timeout=10)
@@ -116,3 +116,10 @@ def test_close_resolves_queued_items_and_refuses_new_ones():
 def test_bad_settings_are_clear_errors(kwargs):
     with pytest.raises(ValueError):
         HardTimeoutPool(**{"num_processes": 1, "timeout_s": 1.0, **kwargs})
+
+
+def test_items_spread_over_idle_workers_before_queueing_behind_busy_ones(pool):
+    started = time.monotonic()
+    outcomes = pool.map(time.sleep, [(1.0,), (1.0,)])  # two workers: both run at once
+    assert [o.status for o in outcomes] == [OK, OK]
+    assert time.monotonic() - started < 1.9
