@@ -102,3 +102,19 @@ def test_steps_to_is_consistent_with_the_per_step_curves(quick_run):
                 break
         # the per-step CSV rounds to 5 digits; a tie at exactly 0.8 could flip by one step
         assert math.isclose(float(run["steps_to_0.8"]), expected, abs_tol=1)
+
+
+def test_study_selection_filters_and_rejects_unknown_names():
+    from dara.testbed.cli import parse_args, select_studies
+
+    studies = select_studies(parse_args(["--studies", "main,dense", "--estimators", "gdpo,dara_asym", "--seeds", "3"]))
+    assert [s.name for s in studies] == ["main", "dense"]
+    assert all(s.estimators == ("gdpo", "dara_asym") for s in studies)
+    assert studies[0].seeds == 3
+    sparse = select_studies(parse_args(["--format-init-rate", "0.05"]))
+    assert {s.name: s.task.format_init_rate for s in sparse}["main"] == 0.05
+    assert {s.name: s.task.format_init_rate for s in sparse}["dense"] == 0.10  # the dense contrast keeps its rate
+    with pytest.raises(SystemExit, match="unknown studies"):
+        select_studies(parse_args(["--studies", "nope"]))
+    with pytest.raises(SystemExit, match="no study runs"):
+        select_studies(parse_args(["--estimators", "not_an_estimator"]))

@@ -103,7 +103,7 @@ def full_studies(seeds: int = 8, side_seeds: int = 4, steps: int = 150) -> list[
             (8,),
             side,
             steps,
-            description="format 10% at init: both channels dense, DARA's weights near 1",
+            description="format 10% at init: format is the dense channel, DARA leaves its weight near 1",
         ),
         Study(
             "three_channel",
