@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dara.testbed.experiments import THRESHOLDS, RunResult, Study
+from dara.testbed.experiments import ALL_ESTIMATORS, THRESHOLDS, RunResult, Study
 from dara.testbed.stats import mean_ci
 
 SUMMARY_COLUMNS = ("estimator", "group_size", "metric", "mean", "ci_low", "ci_high", "study", "n_seeds")
@@ -133,8 +133,7 @@ def format_table(rows: list[dict[str, object]], study: str, metrics: Sequence[st
 
 
 def _estimator_order(name: str) -> int:
-    from dara.testbed.experiments import ALL_ESTIMATORS
-
+    """Position in the library's canonical order (unknown names, e.g. a custom estimator, last)."""
     return ALL_ESTIMATORS.index(name) if name in ALL_ESTIMATORS else len(ALL_ESTIMATORS)
 
 
