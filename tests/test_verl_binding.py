@@ -166,3 +166,14 @@ def test_channel_scores_from_extra_fields():
     fields[1]["reward_extra_info"]["format"] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         channel_scores_from_extra_fields(fields, CHANNELS)
+
+
+def test_seam_trainer_modes_are_verls_names():
+    """verl branches on trainer_mode == "sync" etc.: each dara trainer hands verl the mode it implements."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer as Base
+
+    for mode in ("sync", "colocate_async", "separate_async"):
+        ours = get_trainer_cls(f"dara_{mode}")
+        assert ours.VERL_MODE == mode and issubclass(ours, get_trainer_cls(mode))
+    assert 'self.trainer_mode == "sync"' in inspect.getsource(Base._build_replay_buffer)

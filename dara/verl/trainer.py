@@ -17,6 +17,7 @@ import logging
 import numpy as np
 import torch
 import transfer_queue as tq
+from omegaconf import open_dict
 from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty
@@ -69,6 +70,16 @@ def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch
 
 class ChannelTrainerMixin:
     """Overrides verl's advantage step for the project's estimators; logs a run log per step."""
+
+    VERL_MODE: str  # the verl trainer mode the class implements ("sync", "colocate_async", ...)
+
+    def __init__(self, config):
+        # verl's trainer branches on the mode's *name* (replay buffer, refill, checkpoints: `== "sync"`) and
+        # reads the mode's options under trainer.v1.<mode>. TaskRunner already chose this class by its
+        # registered name (dara_<mode>), so from here on verl sees the mode the class implements.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = self.VERL_MODE
+        super().__init__(config)
 
     def init(self):
         super().init()
@@ -151,12 +162,18 @@ class ChannelTrainerMixin:
 class DaraTrainerSync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerSync):
     """verl's synchronous trainer with the project's advantage step."""
 
+    VERL_MODE = "sync"
+
 
 @register_trainer("dara_colocate_async")
 class DaraTrainerColocateAsync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with the project's advantage step."""
 
+    VERL_MODE = "colocate_async"
+
 
 @register_trainer("dara_separate_async")
 class DaraTrainerSeparateAsync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerSeparateAsync):
     """verl's separate-pool asynchronous trainer with the project's advantage step."""
+
+    VERL_MODE = "separate_async"
