@@ -100,7 +100,7 @@ def test_cpu_smoke_run_through_sbatch(slurm, output_root):
 
 
 def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, output_root):
-    steps = 5
+    steps = 4
     job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1")
     run_dir = output_root / "smoke-tiny-dara_asym-s1"
     metrics = run_dir / "metrics.jsonl"
