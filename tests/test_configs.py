@@ -212,10 +212,9 @@ def math_filter_overrides() -> list[str]:
     return [f"algorithm.filter_groups.{key}={block[key]}" for key in ("enable", "metric", "max_inflight_gen_batches")]
 
 
-@pytest.mark.xfail(strict=True, reason="gap in dara/verl/trainer.py: verl's base trainer branches on "
-                   "trainer_mode == 'sync', and 'dara_sync' takes the async paths (ReplayBufferAsync: no sync DAPO "
-                   "drain/discard, TransferQueue checkpointing); see docs/experiments.md")
 def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
+    """verl's base trainer branches on trainer_mode == "sync": dara_sync must get the sync DAPO replay buffer
+    (drain in-flight requests, discard the surplus), exactly as verl's own sync trainer builds it."""
     from verl.trainer.ppo.v1 import PPOTrainerSync
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
@@ -223,7 +222,7 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
 
     cfg = composed(tuple(math_filter_overrides()))
     stock = PPOTrainerSync(OmegaConf.merge(cfg, {"trainer": {"v1": {"trainer_mode": "sync"}}})).replay_buffer
-    ours = DaraTrainerSync(cfg).replay_buffer
+    ours = DaraTrainerSync(cfg.copy()).replay_buffer
     assert type(stock) is ReplayBuffer and stock.filter_groups_metric == "reward"
     assert (stock.train_batch_size, stock.gen_batch_size, stock.max_inflight_gen_batches) == (8, 1, 2)
     assert type(ours) is type(stock)
