@@ -1,7 +1,6 @@
 """The verl seam: rewards.verl_entry.compute_score and the registered "dara_parallel" reward manager,
 run through verl 0.9.1's own RewardLoopWorker on a real DataProto built with a real tokenizer."""
 
-import asyncio
 import functools
 import inspect
 import threading
@@ -174,7 +173,8 @@ def run_reward_loop(config, data):
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     worker = RewardLoopWorker(config)
-    return worker, asyncio.run(worker.compute_score_batch(data))
+    # on the event loop verl bound the worker and its manager to (verl.utils.ray_utils.get_event_loop)
+    return worker, worker.loop.run_until_complete(worker.compute_score_batch(data))
 
 
 def toolrl_rows():
@@ -360,3 +360,23 @@ def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, manager_mod
     worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
     assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
     assert [o["reward_score"] for o in outputs] == [2.0, 1.0]
+
+
+def test_naive_manager_with_the_file_path_entry_as_the_toolrl_configs_use_it(tokenizer_dir):
+    """conf/task/toolrl*.yaml: verl's naive manager calls compute_score (by file path) per sample."""
+    config = verl_config(tokenizer_dir)
+    config.reward.reward_kwargs = {}
+    config.reward.reward_manager = {"source": "register", "name": "naive", "module": {"path": None}}
+    config.reward.custom_reward_function = {
+        "path": verl_entry.__file__,
+        "name": "compute_score",
+        "reward_kwargs": {"toolrl_length_channel": True},
+    }
+    rows = toolrl_rows()
+    _, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
+    options = RewardOptions(toolrl_length_channel=True)
+    for row, output in zip(rows, outputs, strict=True):
+        assert output["reward_extra_info"] == verl_entry.score_sample(
+            "rlla", row["text"], row["truth"], None, options
+        )
+        assert output["reward_score"] == output["reward_extra_info"]["score"]
