@@ -177,3 +177,41 @@ def test_seam_trainer_modes_are_verls_names():
         ours = get_trainer_cls(f"dara_{mode}")
         assert ours.VERL_MODE == mode and issubclass(ours, get_trainer_cls(mode))
     assert 'self.trainer_mode == "sync"' in inspect.getsource(Base._build_replay_buffer)
+
+
+def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
+    from transfer_queue import KVBatchMeta
+
+    from dara.verl.trainer import CHECKPOINT_TRACKER, group_filter_counts
+
+    batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"],
+                        tags=[{}, {}, {}, {"is_padding": True}])
+    counts = group_filter_counts(batch, {"training/filter_groups/evicted_samples": 3,
+                                         "training/filter_groups/discarded_surplus_samples": 1})
+    assert counts == {"filter/kept_groups": 2.0, "filter/drawn_groups": 6.0}
+
+    class VerlLikeSave:  # what verl's _save_checkpoint does to the marker, in isolation
+        def _save_checkpoint(self):
+            (tmp_path / CHECKPOINT_TRACKER).write_text(str(self.global_steps))
+
+        def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+            pass
+
+    class Trainer(ChannelTrainerMixin, VerlLikeSave):
+        def __init__(self):
+            self.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)},
+                                            "algorithm": {"reward_channels": CHANNELS,
+                                                          "filter_groups": {"enable": False}}})
+            self.run_log = RunLog(tmp_path / "metrics.jsonl")
+
+    from dara.run_log import RunLog
+
+    trainer = Trainer()
+    for step in (1, 2):
+        trainer.global_steps = step
+        trainer._save_checkpoint()
+        marker = tmp_path / CHECKPOINT_TRACKER
+        # until the step's metrics are logged, a resume starts from the previous checkpoint
+        assert (marker.read_text() if marker.exists() else None) == (None if step == 1 else "1")
+        trainer._compute_metrics(batch, {}, {}, step, 0)
+        assert marker.read_text() == str(step)

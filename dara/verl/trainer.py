@@ -13,6 +13,8 @@ with the CPU runtime's worker mixin, which acts only when `trainer.device=cpu`.
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 ADVANTAGE_FIELDS = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob",
                     "values"]
 METRIC_PREFIX = "dara/"
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker in default_local_dir
 
 
 def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch.Tensor:
@@ -66,6 +69,25 @@ def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch
         bad = (~torch.isfinite(scores)).nonzero()[0].tolist()
         raise ValueError(f"reward channel {channels[bad[1]]!r} is NaN or inf for sample {bad[0]}")
     return scores
+
+
+def group_filter_counts(batch, metrics: dict) -> dict[str, float]:
+    """Dynamic sampling made explicit: groups kept in the step's batch and groups drawn to fill it.
+
+    verl's group filter logs the groups it evicted (summed reward constant) and the surplus it discarded;
+    kept is the number of distinct prompt groups among the batch's real (non-padding) samples.
+    """
+    kept = len({key.split("_")[0] for key, tag in zip(batch.keys, batch.tags, strict=True)
+                if not tag.get("is_padding", False)})
+    evicted = sum(float(v) for k, v in metrics.items() if k.endswith("/filter_groups/evicted_samples"))
+    surplus = sum(float(v) for k, v in metrics.items() if k.endswith("/filter_groups/discarded_surplus_samples"))
+    return {"filter/kept_groups": float(kept), "filter/drawn_groups": kept + evicted + surplus}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 class ChannelTrainerMixin:
@@ -152,10 +174,29 @@ class ChannelTrainerMixin:
         metrics.update({f"reward/{c}/mean": float(real_scores[:, k].mean()) for k, c in enumerate(channels)})
         return proto
 
+    def _save_checkpoint(self):
+        tracker = Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER
+        previous = tracker.read_text() if tracker.exists() else None
+        super()._save_checkpoint()
+        if getattr(self, "run_log", None) is None or not tracker.exists():
+            return
+        # verl marks the step resumable before the step's metrics are logged; hold the mark back until
+        # the run log has the step, so a job killed in between redoes the step instead of losing its line.
+        self._pending_tracker = tracker.read_text()
+        if previous is None:
+            tracker.unlink()
+        else:
+            _atomic_write(tracker, previous)
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        if self.config.algorithm.filter_groups.get("enable", False):
+            metrics.update(group_filter_counts(batch, metrics))
         if getattr(self, "run_log", None) is not None:
             self.run_log.write(global_steps, metrics, self._reward_channels())
+            pending, self._pending_tracker = getattr(self, "_pending_tracker", None), None
+            if pending is not None:
+                _atomic_write(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
 
 
 @register_trainer("dara_sync")
