@@ -201,7 +201,8 @@ LATEXISH = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=60, deadline=None)
+# derandomize: math-verify runs here without the pool's time limit, so CI replays known examples only
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.one_of(st.text(max_size=80), LATEXISH), st.integers(min_value=0, max_value=10_000))
 def test_arbitrary_text_never_raises_and_stays_binary(response, tokens):
     scores = math_reward.score(response, "2", tokens)

@@ -9,9 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rewards import math as math_reward
 from rewards.pool import ERROR, OK, TIMEOUT, HardTimeoutPool
+from rewards.verl_entry import RewardOptions, score_sample
 
 # pow(9, 9**9) has 370 million digits: a C-level loop that holds the GIL for minutes.
 GIL_HOLDING_ITEM = (pow, 9, 9**9)
@@ -123,3 +126,32 @@ def test_items_spread_over_idle_workers_before_queueing_behind_busy_ones(pool):
     outcomes = pool.map(time.sleep, [(1.0,), (1.0,)])  # two workers: both run at once
     assert [o.status for o in outcomes] == [OK, OK]
     assert time.monotonic() - started < 1.9
+
+
+ADVERSARIAL_ALPHABET = [
+    "\\boxed{",
+    "}",
+    "{",
+    "^{",
+    "!",
+    "9",
+    "99",
+    "(",
+    ")",
+    "\\frac",
+    "x",
+    "+",
+    ",",
+    "</think>",
+    " ",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(ADVERSARIAL_ALPHABET), max_size=24).map("".join))
+def test_random_latex_through_the_pool_never_errors(pool, response):
+    options = RewardOptions()
+    outcome = pool.submit(score_sample, "math500", response, "2", 10, options).result()
+    assert outcome.status in (OK, TIMEOUT)  # a model's text is scored or timed out, never an error
+    if outcome.status == OK:
+        assert outcome.value["correctness"] in (0.0, 1.0) and outcome.value["length"] == 1.0
