@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.runner import case_seed
+from results.evaluation.runner import single_turn_producer
 
 PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 LENGTH_LIMIT = 4000
@@ -70,17 +70,7 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
     """Batch of cases -> finished records with every sample's text, token count and finish reason."""
-
-    def produce(batch: list[dict]) -> list[dict]:
-        seeds = [case_seed(sampling.seed, c["case_id"]) for c in batch]
-        outputs = backend.chat([c["messages"] for c in batch], sampling, seeds)
-        return [
-            {"case_id": c["case_id"], "data_source": c["data_source"], "answer": c["answer"],
-             "samples": [s.as_dict() for s in samples]}
-            for c, samples in zip(batch, outputs, strict=True)
-        ]
-
-    return produce
+    return single_turn_producer(backend, sampling, carried=("answer",))
 
 
 def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -> dict:

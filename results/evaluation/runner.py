@@ -46,6 +46,22 @@ def case_seed(base_seed: int, case_id: str) -> int:
     return (base_seed + zlib.crc32(case_id.encode())) % (2**31 - 1)
 
 
+def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[[list[dict]], list[dict]]:
+    """Batch of single-turn cases -> finished records: the `carried` case fields plus every sample.
+
+    Each case samples with its own seed (`case_seed`), so results do not depend on batching or resumption.
+    """
+
+    def produce(batch: list[dict]) -> list[dict]:
+        seeds = [case_seed(sampling.seed, c["case_id"]) for c in batch]
+        outputs = backend.chat([c["messages"] for c in batch], sampling, seeds)
+        return [{**{key: c[key] for key in ("case_id", "data_source", *carried)},
+                 "samples": [s.as_dict() for s in samples]}
+                for c, samples in zip(batch, outputs, strict=True)]
+
+    return produce
+
+
 def run_cases(
     cases: Sequence[dict],
     store: CaseStore,

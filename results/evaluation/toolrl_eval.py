@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.runner import case_seed
+from results.evaluation.runner import single_turn_producer
 
 METRICS = ("format", "correctness", "exact")
 
@@ -38,16 +38,8 @@ def load_toolrl_cases(paths: Sequence[str | Path], limit: int | None = None) -> 
 
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
-    def produce(batch: list[dict]) -> list[dict]:
-        seeds = [case_seed(sampling.seed, c["case_id"]) for c in batch]
-        outputs = backend.chat([c["messages"] for c in batch], sampling, seeds)
-        return [
-            {"case_id": c["case_id"], "data_source": c["data_source"], "ground_truth": c["ground_truth"],
-             "samples": [s.as_dict() for s in samples]}
-            for c, samples in zip(batch, outputs, strict=True)
-        ]
-
-    return produce
+    """Batch of cases -> finished records with every sample's text, token count and finish reason."""
+    return single_turn_producer(backend, sampling, carried=("ground_truth",))
 
 
 def score_record(record: dict) -> dict:
