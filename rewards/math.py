@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math as _math
 import numbers
+import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -58,21 +59,24 @@ def final_answer_region(response: str) -> str | None:
     return response
 
 
-def _braced_content(text: str, open_index: int) -> str | None:
-    """Content of the brace group opening at text[open_index] == "{", or None if it never closes."""
-    depth = 0
-    for index in range(open_index, len(text)):
-        char = text[index]
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_index + 1 : index]
-    return None
+_BRACE = re.compile(r"[{}]")
+_BARE_ARGUMENT = re.compile(r"[^\s$]+")
 
 
-def _boxed_at(text: str, start: int, command: str) -> str | None:
+def _closing_braces(text: str) -> dict[int, int]:
+    """The index of the matching "}" of every "{" that closes: one pass over the braces, so a response
+    with thousands of unclosed boxes costs linear time, not a scan to the end per box."""
+    open_indices: list[int] = []
+    closing: dict[int, int] = {}
+    for match in _BRACE.finditer(text):
+        if match.group() == "{":
+            open_indices.append(match.start())
+        elif open_indices:
+            closing[open_indices.pop()] = match.start()
+    return closing
+
+
+def _boxed_at(text: str, start: int, command: str, closing: dict[int, int]) -> str | None:
     """Argument of the \\boxed command starting at `start`: a brace group, or the `\\boxed 5` form."""
     index = start + len(command)
     if index < len(text) and text[index].isalpha():
@@ -82,10 +86,11 @@ def _boxed_at(text: str, start: int, command: str) -> str | None:
     if index >= len(text):
         return None
     if text[index] == "{":
-        return _braced_content(text, index)
+        end = closing.get(index)
+        return None if end is None else text[index + 1 : end]
     if index > start + len(command):  # "\boxed 5": up to the next space or $
-        token = text[index:].split("$", 1)[0].split(None, 1)
-        return token[0] if token else None
+        bare = _BARE_ARGUMENT.match(text, index)
+        return bare.group() if bare else None
     return None
 
 
@@ -97,8 +102,11 @@ def last_boxed(text: str) -> str | None:
         while position >= 0:
             candidates.append((position, command))
             position = text.rfind(command, 0, position)
+    if not candidates:
+        return None
+    closing = _closing_braces(text)
     for position, command in sorted(candidates, reverse=True):
-        content = _boxed_at(text, position, command)
+        content = _boxed_at(text, position, command, closing)
         if content is not None:
             return content
     return None

@@ -46,8 +46,6 @@ _FORMAT_PATTERNS = {
 _THINK_TAGS = ("<think>", "</think>")
 _TOOL_CALL_TAGS = ("<tool_call>", "</tool_call>")
 _RESPONSE_TAGS = ("<response>", "</response>")
-_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_TOOL_CALL_CONTENT = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 class MalformedToolCalls(ValueError):
@@ -97,20 +95,31 @@ def format_reward(response: str, ground_truth: str) -> float:
 def think_length_reward(response: str, word_limit: int = THINK_WORD_LIMIT) -> float:
     """1.0 if the (first) think block has at most `word_limit` whitespace-separated words; 0.0 when
     it is longer or there is no closed think block."""
-    match = _THINK_BLOCK.search(strip_assistant_text(response))
-    if match is None:
+    thought = first_block(strip_assistant_text(response), "<think>", "</think>")
+    if thought is None:
         return 0.0
-    return 1.0 if len(match.group(1).split()) <= word_limit else 0.0
+    return 1.0 if len(thought.split()) <= word_limit else 0.0
+
+
+def first_block(text: str, opening: str, closing: str) -> str | None:
+    """The text between the first `opening` and the first `closing` after it (what a lazy
+    `opening(.*?)closing` search finds), in linear time: a regex search rescans the rest of the text
+    for every unclosed opening tag, and degenerate outputs repeat tags thousands of times."""
+    start = text.find(opening)
+    if start < 0:
+        return None
+    end = text.find(closing, start + len(opening))
+    return None if end < 0 else text[start + len(opening) : end]
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any]]:
     """The calls of the first <tool_call> block after the think block: one JSON object per line, each
     with a "name" and an object "parameters". Raises MalformedToolCalls naming the problem."""
-    block = _TOOL_CALL_CONTENT.search(after_think(text))
+    block = first_block(after_think(text), "<tool_call>", "</tool_call>")
     if block is None:
         raise MalformedToolCalls("no <tool_call> ... </tool_call> block")
     calls = []
-    for line_number, line in enumerate(block.group(1).strip().split("\n"), start=1):
+    for line_number, line in enumerate(block.strip().split("\n"), start=1):
         try:
             call = json.loads(line)
         except (ValueError, RecursionError) as error:

@@ -2,6 +2,7 @@
 
 import json
 import random
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -208,3 +209,10 @@ def test_arbitrary_text_never_raises_and_stays_binary(response, tokens):
     scores = math_reward.score(response, "2", tokens)
     assert scores["correctness"] in (0.0, 1.0)
     assert scores["length"] == (1.0 if tokens <= 4000 else 0.0)
+
+
+def test_degenerate_repetition_is_scored_in_linear_time():
+    started = time.monotonic()
+    assert math_reward.extract_answer("\\boxed{" * 50_000) is None
+    assert math_reward.extract_answer("\\boxed{1} " + "{" * 50_000) == "1"
+    assert time.monotonic() - started < 2

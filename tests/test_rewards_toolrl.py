@@ -302,3 +302,17 @@ def test_arbitrary_text_never_raises_and_stays_in_range(response, ground_truth):
 def test_deeply_nested_json_is_malformed_not_a_crash():
     response = THINK + "\n<tool_call>\n" + "[" * 100_000 + "\n</tool_call>"
     assert toolrl.correctness_reward(response, GT_TOOL) == -3.0
+
+
+def test_degenerate_repetition_is_scored_quickly():
+    import time
+
+    started = time.monotonic()
+    for response in (
+        "<think>" * 20_000,
+        "<tool_call>\n" * 20_000,
+        "<think> </think>\n" + "<response>" * 20_000,
+    ):
+        scores = toolrl.score(response, GT_BOTH, length_channel=True)
+        assert scores["format"] == 0.0
+    assert time.monotonic() - started < 2
