@@ -315,6 +315,17 @@ def score_conditioned(
     return channels
 
 
+def clear_answer_caches() -> None:
+    """Empty this process's answer caches (math-verify's parse caches and sympy's cache); benchmarks
+    call it so that a repeated pass is not flattered by answers it has seen."""
+    from math_verify import parser
+    from sympy.core.cache import clear_cache
+
+    parser.parse_latex_cached.cache_clear()
+    parser.parse_expr_cached.cache_clear()
+    clear_cache()
+
+
 def channel_names() -> tuple[str, ...]:
     return (CORRECTNESS_CHANNEL, LENGTH_CHANNEL)
 
