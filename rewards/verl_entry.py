@@ -268,7 +268,9 @@ def step_metrics(reward_extra_info: Mapping[str, Sequence[Any]], channels: Seque
     metrics = {}
     for channel in channels:
         values = np.asarray(reward_extra_info[channel], dtype=np.float64)
-        metrics[f"reward/{channel}/mean"] = float(values.mean()) if values.size else float("nan")
+        if values.size == 0:
+            raise ValueError(f"no samples for reward channel {channel!r}: a step metric needs at least one")
+        metrics[f"reward/{channel}/mean"] = float(values.mean())
     for key, name in ((TIMEOUT_KEY, "timeouts"), (ERROR_KEY, "errors")):
         if key in reward_extra_info:
             metrics[f"reward/{name}"] = float(np.asarray(reward_extra_info[key], dtype=np.float64).sum())
