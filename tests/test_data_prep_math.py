@@ -13,14 +13,11 @@ from data_prep import deepscaler, math_eval, smoke
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, read_data_card
 from data_prep.math_answers import answer_alternatives, normalise_answer
+from tests.shared_data import shared_path
 
 
 def shared_data() -> Path:
-    """The shared test data: ../shared beside the checkout (CI) or /work/shared."""
-    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
-        if (root / "data" / "math_benchmarks").is_dir():
-            return root / "data"
-    pytest.skip("the shared math data (shared/data/math_benchmarks) is not present", allow_module_level=True)
+    return shared_path("data", "math_benchmarks").parent
 
 
 BENCHMARKS = shared_data() / "math_benchmarks"

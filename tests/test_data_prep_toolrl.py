@@ -13,14 +13,11 @@ import pytest
 from data_prep import toolrl, toolrl_format
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, atomic_folder, read_data_card
+from tests.shared_data import shared_path
 
 
 def shared_data() -> Path:
-    """The shared test data: ../shared beside the checkout (CI) or /work/shared."""
-    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
-        if (root / "data" / "toolrl").is_dir():
-            return root / "data"
-    pytest.skip("the shared ToolRL data (shared/data/toolrl) is not present", allow_module_level=True)
+    return shared_path("data", "toolrl").parent
 
 
 SHARED = str(shared_data() / "toolrl")

@@ -11,14 +11,11 @@ import pytest
 from results.cli import main
 from results.loaders import RunLogError, load_runs
 from results.plots import channel_columns, parse_threshold_lines
+from tests.shared_data import shared_path
 
 
 def reference_dir() -> Path:
-    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
-        path = root / "reference" / "dara_authors"
-        if path.is_dir():
-            return path
-    pytest.skip("the authors' reference data (shared/reference/dara_authors) is not present")
+    return shared_path("reference", "dara_authors")
 
 
 def assert_figure(prefix: Path) -> None:

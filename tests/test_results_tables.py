@@ -14,14 +14,11 @@ from results import bfcl
 from results.cli import main
 from results.compare import compare_tables
 from results.tables import build_table, drop_rows, parse_condition, summarise
+from tests.shared_data import shared_path
 
 
 def reference_dir() -> Path:
-    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
-        path = root / "reference" / "dara_authors"
-        if path.is_dir():
-            return path
-    pytest.skip("the authors' reference data (shared/reference/dara_authors) is not present")
+    return shared_path("reference", "dara_authors")
 
 
 PAPER = "paper_bfcl_v4_20260920"

@@ -17,15 +17,11 @@ from hypothesis import strategies as st
 
 from results.cli import main
 from results.thresholds import first_sustained_step, threshold_steps, trailing_mean
+from tests.shared_data import shared_path
 
 
 def reference_dir() -> Path:
-    """The authors' data: ../shared beside the checkout (CI) or /work/shared."""
-    for root in (Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")):
-        path = root / "reference" / "dara_authors"
-        if path.is_dir():
-            return path
-    pytest.skip("the authors' reference data (shared/reference/dara_authors) is not present")
+    return shared_path("reference", "dara_authors")
 
 
 DYNAMICS = "reference/training_dynamics.csv"

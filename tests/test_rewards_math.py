@@ -4,7 +4,6 @@ import json
 import random
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards import math as math_reward
+from tests.shared_data import shared_path
 
-BENCHMARKS = Path("/work/shared/data/math_benchmarks")
+BENCHMARKS = shared_path("data", "math_benchmarks")
 BENCHMARK_FILES = ["aime.json", "amc.json", "math.json", "minerva.json", "olympiad_bench.json"]
 
 

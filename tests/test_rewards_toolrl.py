@@ -1,7 +1,6 @@
 """ToolRL reward: golden cases for every rule of EXPERIMENTS.md, the real held-out ground truths, fuzzing."""
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -9,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards import toolrl
+from tests.shared_data import shared_path
 
-TOOLRL_DATA = Path("/work/shared/data/toolrl")
+TOOLRL_DATA = shared_path("data", "toolrl")
 
 
 def calls_block(*calls):

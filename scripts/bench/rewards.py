@@ -35,7 +35,9 @@ from rewards import math as math_reward  # noqa: E402
 from rewards.pool import OK, HardTimeoutPool, available_cpus  # noqa: E402
 from rewards.verl_entry import POOL_PRELOAD, RewardOptions, score_sample  # noqa: E402
 
-DATA = Path("/work/shared/data")
+# The shared data: ../shared beside the checkout, else /work/shared.
+DATA = next((root / "data" for root in (_HERE.parents[2] / "shared", Path("/work/shared")) if root.is_dir()),
+            Path("/work/shared/data"))
 MATH_SOURCES = {
     "aime.json": "aime24",
     "amc.json": "amc23",
