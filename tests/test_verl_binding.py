@@ -215,3 +215,13 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
         assert (marker.read_text() if marker.exists() else None) == (None if step == 1 else "1")
         trainer._compute_metrics(batch, {}, {}, step, 0)
         assert marker.read_text() == str(step)
+
+
+def test_reward_flag_counts():
+    from dara.verl.trainer import reward_flag_counts
+
+    fields = [{"reward_extra_info": {"format": 1.0, "reward_timeout": 1, "reward_error": 0}},
+              {"reward_extra_info": {"format": 0.0, "reward_timeout": 0, "reward_error": 1}},
+              {"reward_extra_info": {"format": 0.0, "reward_timeout": 1, "reward_error": 0}}]
+    assert reward_flag_counts(fields) == {"reward/timeouts": 2.0, "reward/errors": 1.0}
+    assert reward_flag_counts([{"reward_extra_info": {"format": 1.0}}]) == {}

@@ -90,6 +90,23 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+REWARD_FLAGS = {"reward_timeout": "reward/timeouts", "reward_error": "reward/errors"}  # rewards.verl_entry
+
+
+def reward_flag_counts(extra_fields) -> dict[str, float]:
+    """Per-step counts of the reward manager's per-sample flags (timed out, failed), where it sets them."""
+    counts = dict.fromkeys(REWARD_FLAGS.values(), 0.0)
+    seen = False
+    for value in extra_fields:
+        fields = getattr(value, "data", value)
+        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        for flag, key in REWARD_FLAGS.items():
+            if flag in info:
+                seen = True
+                counts[key] += float(info[flag])
+    return counts if seen else {}
+
+
 class ChannelTrainerMixin:
     """Overrides verl's advantage step for the project's estimators; logs a run log per step."""
 
@@ -120,7 +137,9 @@ class ChannelTrainerMixin:
         channels = self._reward_channels()
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                select_fields=ADVANTAGE_FIELDS + ["extra_fields"])
-        scores = channel_scores_from_extra_fields(list(data.pop("extra_fields")), channels)
+        extra_fields = list(data.pop("extra_fields"))
+        scores = channel_scores_from_extra_fields(extra_fields, channels)
+        metrics.update(reward_flag_counts(extra_fields))
         response_mask = data["response_mask"]
         proto = DataProto(batch=data.to_padded_tensor())
         proto.batch["token_level_scores"] = proto.batch["rm_scores"]
