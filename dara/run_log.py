@@ -7,6 +7,7 @@ appears exactly once however often the run was interrupted.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -14,6 +15,7 @@ from numbers import Number
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
+log = logging.getLogger(__name__)
 
 
 def _flat_float(value):
@@ -26,15 +28,32 @@ def _flat_float(value):
     return None
 
 
+class RunLogError(ValueError):
+    """A run log that cannot be read as documented."""
+
+
 def read_metrics(path: str | Path) -> list[dict]:
-    """All step records of a metrics.jsonl (a torn last line from a killed writer is ignored)."""
+    """All records of a JSONL run log, in order.
+
+    A truncated *last* line (a writer killed mid-line) is dropped with a warning; any other bad line is
+    an error naming the file and line, never skipped silently.
+    """
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines):
+                log.warning("%s: dropped a truncated last line (%s)", path, err)
                 continue
+            raise RunLogError(f"{path}:{number}: not valid JSON ({err})") from err
+        if not isinstance(record, dict):
+            raise RunLogError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        records.append(record)
     return records
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dara.run_log import RunLogError, read_metrics
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -32,29 +34,8 @@ RUN_INFO_FILE = "run_info.json"
 ID_COLUMNS = ("run", "method", "seed")
 
 
-class RunLogError(ValueError):
-    """A run log or table cannot be read as documented."""
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Parse a JSONL file; a truncated *last* line (a run killed mid-write) is dropped and logged,
-    any other bad line is an error naming the file and line."""
-    rows: list[dict] = []
-    lines = path.read_text().splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines):
-                log.warning("%s: dropped a truncated last line (%s)", path, err)
-                continue
-            raise RunLogError(f"{path}:{number}: not valid JSON ({err})") from err
-        if not isinstance(row, dict):
-            raise RunLogError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+# One reader for every JSONL run log (tolerates only a truncated last line): the training side's.
+read_jsonl = read_metrics
 
 
 def _scalar_fields(info: dict) -> dict:
