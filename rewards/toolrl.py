@@ -1,25 +1,31 @@
-"""ToolRL reward channels: format, correctness and the optional think-length channel.
+"""ToolRL reward channels with the original ToolRL scorer's semantics, in linear time.
 
-Implements the "Tool calling (ToolRL setup)" rules of EXPERIMENTS.md:
+The authors trained with ``verl.utils.reward_score.rlla`` (``customize_format_reward_func``,
+``customize_correctness_reward_tool``); these channels reproduce its values case by case (tests compare
+them on every held-out ground truth and thousands of generated variants). Protocol pieces (tags, the
+format test, call blocks) live in ``tasks.toolrl``.
 
-- format in {0, 1}: the required pattern is chosen by the ground truth (tool call only, response only,
-  both, neither); DOTALL match on the stripped assistant text, and every required tag appears exactly once.
-- correctness in [-3, 3]: 0 when the ground truth has no tool call; -3 on any parse failure of the
-  predicted block; +3 for identical call lists; else 6 * score / S_max - 3 with the name / key matching
-  score and S_max = 1 + sum over ground-truth calls of (1 + number of parameters).
-- length in {0, 1} (three-reward study): 1 if the think block has at most 16 whitespace-separated words.
+- format in {0, 1}: the pattern the ground truth's kind requires (tags anywhere in the ground truth), with
+  each required tool_call / response tag exactly once; think tags are not counted.
+- correctness in [-3, 3]: 0 when the ground truth has no tool call. Otherwise the predicted calls are the
+  lines of the block after the FIRST "<tool_call>" anywhere (a mention inside the thinking counts), each
+  parsed as JSON; -3 when a tag is missing or anything raises while scoring. Fields are read only when the
+  rule needs them, and values compare with Python equality (10 == 10.0, true == 1).
+- length in {0, 1} (three-reward study): 1 if the LAST think span has at most 16 whitespace-separated words.
 
-Values compare with strict equality: equal JSON values of the same JSON type (1 != 1.0, 1 != true,
-"1" != 1); dictionaries compare regardless of key order.
+Linear time: the scorer's lazy anchored regex rescans the text for every repeated tag; here every tag is
+located with str.find / str.count, and the rest (JSON parsing, the call matching) was linear already.
+No option changes these semantics: there is no intended difference from the scorer.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+from tasks import toolrl as protocol
 
 FORMAT_CHANNEL = "format"
 CORRECTNESS_CHANNEL = "correctness"
@@ -29,154 +35,55 @@ MAX_CORRECTNESS = 3.0
 MIN_CORRECTNESS = -3.0
 THINK_WORD_LIMIT = 16
 
-# Stripped (repeatedly) from the end of the assistant text before scoring.
-END_OF_TURN_MARKERS = ("<|im_end|>", "<|endoftext|>")
 
-_THINK = r"<think>.*?</think>"
-_TOOL_CALL_BLOCK = r"<tool_call>\n.*?\n</tool_call>"
-_RESPONSE_BLOCK = r"<response>.*?</response>"
-
-# Required pattern per ground-truth kind, keyed by (has tool call, has response).
-_FORMAT_PATTERNS = {
-    (True, False): re.compile(rf"^{_THINK}\n{_TOOL_CALL_BLOCK}$", re.DOTALL),
-    (False, True): re.compile(rf"^{_THINK}\n{_RESPONSE_BLOCK}$", re.DOTALL),
-    (True, True): re.compile(rf"^{_THINK}\n{_TOOL_CALL_BLOCK}\n{_RESPONSE_BLOCK}$", re.DOTALL),
-    (False, False): re.compile(rf"^{_THINK}$", re.DOTALL),
-}
-_THINK_TAGS = ("<think>", "</think>")
-_TOOL_CALL_TAGS = ("<tool_call>", "</tool_call>")
-_RESPONSE_TAGS = ("<response>", "</response>")
+def format_reward(text: str, ground_truth: str) -> float:
+    """1.0 when ``text`` (the stripped assistant text) has the format the ground truth requires, else 0.0."""
+    return 1.0 if protocol.matches_format(text, ground_truth) else 0.0
 
 
-class MalformedToolCalls(ValueError):
-    """A tool_call block that is missing or does not hold one {"name", "parameters": {...}} per line."""
-
-
-def strip_assistant_text(text: str) -> str:
-    """Remove surrounding whitespace and any trailing end-of-turn markers (repeated ones too)."""
-    stripped = text.strip()
-    while True:
-        for marker in END_OF_TURN_MARKERS:
-            if stripped.endswith(marker):
-                stripped = stripped[: -len(marker)].rstrip()
-                break
-        else:
-            return stripped
-
-
-def after_think(text: str) -> str:
-    """The text after the first </think> (all of it when there is none): where the tool_call and
-    response blocks belong. A think block that merely mentions "<tool_call>" or "<response>" must not
-    decide the ground-truth kind or be parsed as the call block."""
-    return text.split("</think>", 1)[1] if "</think>" in text else text
-
-
-def ground_truth_kind(ground_truth: str) -> tuple[bool, bool]:
-    """(has tool call, has response) of a ground-truth assistant text."""
-    answer = after_think(ground_truth)
-    return "<tool_call>" in answer, "<response>" in answer
-
-
-def format_reward(response: str, ground_truth: str) -> float:
-    """1.0 when the stripped response matches the pattern the ground truth requires, with each
-    required tag exactly once; else 0.0."""
-    text = strip_assistant_text(response)
-    has_tool_call, has_response = ground_truth_kind(ground_truth)
-    required_tags = list(_THINK_TAGS)
-    if has_tool_call:
-        required_tags += _TOOL_CALL_TAGS
-    if has_response:
-        required_tags += _RESPONSE_TAGS
-    if any(text.count(tag) != 1 for tag in required_tags):
-        return 0.0
-    return 1.0 if _FORMAT_PATTERNS[(has_tool_call, has_response)].match(text) else 0.0
-
-
-def think_length_reward(response: str, word_limit: int = THINK_WORD_LIMIT) -> float:
-    """1.0 if the (first) think block has at most `word_limit` whitespace-separated words; 0.0 when
-    it is longer or there is no closed think block."""
-    thought = first_block(strip_assistant_text(response), "<think>", "</think>")
+def think_length_reward(text: str, word_limit: int = THINK_WORD_LIMIT) -> float:
+    """1.0 if the last think span has at most ``word_limit`` words; 0.0 when longer or a tag is missing."""
+    thought = protocol.last_think_span(text)
     if thought is None:
         return 0.0
     return 1.0 if len(thought.split()) <= word_limit else 0.0
 
 
-def first_block(text: str, opening: str, closing: str) -> str | None:
-    """The text between the first `opening` and the first `closing` after it (what a lazy
-    `opening(.*?)closing` search finds), in linear time: a regex search rescans the rest of the text
-    for every unclosed opening tag, and degenerate outputs repeat tags thousands of times."""
-    start = text.find(opening)
-    if start < 0:
-        return None
-    end = text.find(closing, start + len(opening))
-    return None if end < 0 else text[start + len(opening) : end]
-
-
-def parse_tool_calls(text: str) -> list[dict[str, Any]]:
-    """The calls of the first <tool_call> block after the think block: one JSON object per line, each
-    with a "name" and an object "parameters". Raises MalformedToolCalls naming the problem."""
-    block = first_block(after_think(text), "<tool_call>", "</tool_call>")
-    if block is None:
-        raise MalformedToolCalls("no <tool_call> ... </tool_call> block")
-    calls = []
-    for line_number, line in enumerate(block.strip().split("\n"), start=1):
-        try:
-            call = json.loads(line)
-        except (ValueError, RecursionError) as error:
-            raise MalformedToolCalls(f"line {line_number} is not JSON: {error}") from None
-        if not isinstance(call, dict) or "name" not in call:
-            raise MalformedToolCalls(f"line {line_number} has no 'name'")
-        if not isinstance(call.get("parameters"), dict):
-            raise MalformedToolCalls(f"line {line_number}: 'parameters' is not an object")
-        calls.append(call)
-    return calls
-
-
-def canonical(value: Any) -> str:
-    """A string that two JSON values share exactly when they are strictly equal (same JSON types,
-    same values, object keys in any order)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=True)
-
-
 def match_score(reference: Sequence[Any], predicted: Sequence[Any]) -> float:
-    """match(A, B) of EXPERIMENTS.md: 1 if equal, 0 if either is empty, else the multiset
-    |A n B| / (|A| + |B| - |A n B|)."""
-    reference_keys = [canonical(item) for item in reference]
-    predicted_keys = [canonical(item) for item in predicted]
-    if reference_keys == predicted_keys:
+    """1 if the lists are equal, 0 if either is empty, else multiset |A n B| / (|A| + |B| - |A n B|)
+    (items compare with Python equality; an unhashable item raises, as in the scorer)."""
+    if list(reference) == list(predicted):
         return 1.0
-    if not reference_keys or not predicted_keys:
+    if not reference or not predicted:
         return 0.0
-    overlap = sum((Counter(reference_keys) & Counter(predicted_keys)).values())
-    return overlap / (len(reference_keys) + len(predicted_keys) - overlap)
+    overlap = sum((Counter(reference) & Counter(predicted)).values())
+    return overlap / (len(reference) + len(predicted) - overlap)
 
 
-def call_list_score(reference_calls: list[dict], predicted_calls: list[dict]) -> float:
-    """Correctness in [-3, 3] of a parsed predicted call list against the ground-truth calls.
+def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
+    """Correctness in [-3, 3] of parsed call lists; raises where the scorer raises (the caller scores -3).
 
-    score = match(names) + for each ground-truth call, in order, the best not-yet-used predicted call of
-    the same name valued match(param keys) + number of strictly equal parameter values (the first best
-    one is taken, and only when its value is positive, as in ToolRL's reference code);
-    reward = 6 * score / S_max - 3, S_max = 1 + sum over ground-truth calls of (1 + number of params).
-    """
-    if canonical(reference_calls) == canonical(predicted_calls):
+    +3 for equal lists. Else score = match(names) + for each ground-truth call, in order, the first best
+    unused predicted call of the same name (only a positive value counts), valued match(param keys) +
+    number of equal values; reward = 6 * score / S_max - 3, S_max = 1 + sum of (1 + number of params).
+    A predicted call's "parameters" is read only when its name equals the ground-truth call's."""
+    if reference_calls == predicted_calls:
         return MAX_CORRECTNESS
     score = match_score([c["name"] for c in reference_calls], [c["name"] for c in predicted_calls])
     max_score = 1.0
     used: set[int] = set()
     for reference in reference_calls:
-        reference_params = reference["parameters"]
+        name, reference_params = reference["name"], reference["parameters"]
         max_score += 1.0 + len(reference_params)
         best_index, best_value = -1, 0.0
         for index, predicted in enumerate(predicted_calls):
-            if index in used or canonical(predicted["name"]) != canonical(reference["name"]):
+            if index in used or predicted["name"] != name:
                 continue
             predicted_params = predicted["parameters"]
-            value = match_score(list(reference_params), list(predicted_params))
+            value = match_score(list(reference_params.keys()), list(predicted_params.keys()))
             value += sum(
-                1.0
-                for key, expected in reference_params.items()
-                if key in predicted_params and canonical(predicted_params[key]) == canonical(expected)
+                1.0 for key, expected in reference_params.items()
+                if key in predicted_params and predicted_params[key] == expected
             )
             if value > best_value:
                 best_index, best_value = index, value
@@ -186,24 +93,33 @@ def call_list_score(reference_calls: list[dict], predicted_calls: list[dict]) ->
     return (MAX_CORRECTNESS - MIN_CORRECTNESS) * score / max_score + MIN_CORRECTNESS
 
 
-def correctness_reward(response: str, ground_truth: str) -> float:
-    """Correctness channel in [-3, 3]; 0 when the ground truth has no tool call.
+def reference_calls(ground_truth: str) -> list:
+    """The ground truth's calls (first block, one JSON value per line). A line that is not JSON raises
+    ValueError naming the ground truth: bad data, which the scorer does not survive either."""
+    block = protocol.first_call_block(ground_truth, require_close=False)
+    calls = []
+    for line in protocol.block_lines(block):
+        try:
+            calls.append(json.loads(line))
+        except (ValueError, RecursionError) as error:
+            raise ValueError(f"ground truth has a tool_call line that is not JSON ({error}): {ground_truth[:200]!r}") from None
+    return calls
 
-    A ground truth whose own tool_call block is malformed raises ValueError (a data error); a malformed
-    or missing predicted block scores -3 (model output never raises)."""
-    if not ground_truth_kind(ground_truth)[0]:
+
+def correctness_reward(text: str, ground_truth: str) -> float:
+    """Correctness channel in [-3, 3] of ``text`` (the stripped assistant text); 0 when the ground truth
+    has no tool call. Model output never raises: whatever the scorer would fail on scores -3."""
+    if protocol.TOOL_CALL_OPEN not in ground_truth:
         return 0.0
-    try:
-        reference_calls = parse_tool_calls(ground_truth)
-    except MalformedToolCalls as error:
-        raise ValueError(
-            f"ground truth has a malformed tool_call block ({error}): {ground_truth[:200]!r}"
-        ) from None
-    try:
-        predicted_calls = parse_tool_calls(strip_assistant_text(response))
-    except MalformedToolCalls:
+    expected = reference_calls(ground_truth)
+    block = protocol.first_call_block(text)
+    if block is None:
         return MIN_CORRECTNESS
-    return call_list_score(reference_calls, predicted_calls)
+    try:
+        predicted = [json.loads(line) for line in protocol.block_lines(block)]
+        return call_list_reward(expected, predicted)
+    except Exception:  # the scorer's rule: anything raising while scoring gives the minimum
+        return MIN_CORRECTNESS
 
 
 def channel_names(length_channel: bool = False) -> tuple[str, ...]:
@@ -213,17 +129,19 @@ def channel_names(length_channel: bool = False) -> tuple[str, ...]:
 
 
 def score(response: str, ground_truth: str, *, length_channel: bool = False) -> dict[str, float]:
-    """{"format", "correctness"[, "length"]} of one assistant response against its ground truth."""
+    """{"format", "correctness"[, "length"]} of one decoded response against its ground truth. The
+    response is reduced to the scorer's assistant text first (tasks.toolrl.assistant_text)."""
     if not isinstance(response, str) or not isinstance(ground_truth, str):
         raise TypeError(
             f"response and ground_truth must be str, got {type(response).__name__}, {type(ground_truth).__name__}"
         )
+    text = protocol.assistant_text(response)
     channels = {
-        FORMAT_CHANNEL: format_reward(response, ground_truth),
-        CORRECTNESS_CHANNEL: correctness_reward(response, ground_truth),
+        FORMAT_CHANNEL: format_reward(text, ground_truth),
+        CORRECTNESS_CHANNEL: correctness_reward(text, ground_truth),
     }
     if length_channel:
-        channels[LENGTH_CHANNEL] = think_length_reward(response)
+        channels[LENGTH_CHANNEL] = think_length_reward(text)
     return channels
 
 

@@ -1,318 +1,325 @@
-"""ToolRL reward: golden cases for every rule of EXPERIMENTS.md, the real held-out ground truths, fuzzing."""
+"""ToolRL rewards against the original scorer (verl.utils.reward_score.rlla), case by case.
 
+Every held-out ground truth, the readable ground truths of the shared SFT rows, and thousands of generated
+variants (value types, repeated and misplaced tags, partial calls, missing fields, tag soup) must score
+exactly what verl's ``customize_format_reward_func`` and ``customize_correctness_reward_tool`` give on the
+scorer's own assistant text; the length channel follows the authors' last-think rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
 import json
+import random
+import re
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from verl.utils.reward_score import rlla
 
 from rewards import toolrl
+from tasks import toolrl as protocol
 from tests.shared_data import shared_path
 
 TOOLRL_DATA = shared_path("data", "toolrl")
 
 
-def calls_block(*calls):
-    return "<tool_call>\n" + "\n".join(json.dumps(call) for call in calls) + "\n</tool_call>"
+# ----------------------------------------------------------------------------- the reference
+def scorer_text(solution: str) -> str:
+    """rlla.compute_score's extraction for Qwen models."""
+    return solution.split("<|im_start|>assistant")[-1].split("<|im_end|>")[0].strip()
 
 
-def call(name, **parameters):
-    return {"name": name, "parameters": parameters}
+def reference(solution: str, ground_truth: str) -> dict[str, float]:
+    """verl's scorer functions, quiet (do_print=False, stdout captured all the same)."""
+    completions = [[{"role": "assistant", "content": scorer_text(solution)}]]
+    with contextlib.redirect_stdout(io.StringIO()):
+        fmt = rlla.customize_format_reward_func(completions, [ground_truth], 0, 1.0, 0.0, False)[0]
+        correct = rlla.customize_correctness_reward_tool(completions, [ground_truth], 0, 3.0, -3.0, False)[0]
+    return {"format": float(fmt), "correctness": float(correct), "length": reference_length(solution)}
 
 
-THINK = "<think> reasoning </think>"
-GT_TOOL = THINK + "\n" + calls_block(call("get_weather", city="Paris", days=3))
-GT_RESPONSE = THINK + "\n<response> Hello </response>"
-GT_BOTH = GT_TOOL + "\n<response> Calling it. </response>"
-GT_NEITHER = THINK
+def reference_length(solution: str, limit: int = 16) -> float:
+    """The authors' customize_length_reward_func with length_max_words=16, written plainly."""
+    text = scorer_text(solution)
+    if "<think>" not in text or "</think>" not in text:
+        return 0.0
+    words = len(text.split("<think>")[-1].split("</think>")[0].strip().split())
+    return float(words <= limit)
 
 
-def correctness(predicted_calls, reference_calls):
-    return toolrl.correctness_reward(
-        THINK + "\n" + calls_block(*predicted_calls), THINK + "\n" + calls_block(*reference_calls)
-    )
+def assert_agrees(solution: str, ground_truth: str) -> None:
+    expected = reference(solution, ground_truth)
+    ours = toolrl.score(solution, ground_truth, length_channel=True)
+    assert ours == pytest.approx(expected, abs=1e-12), (solution[:400], ground_truth[:400])
 
 
-# ----------------------------------------------------------------------------- format
-@pytest.mark.parametrize(
-    "response, ground_truth, expected",
-    [
-        (GT_TOOL, GT_TOOL, 1.0),
-        ("  \n" + GT_TOOL + "\n<|im_end|>", GT_TOOL, 1.0),  # whitespace and end-of-turn marker stripped
-        (GT_TOOL + "<|im_end|><|endoftext|>", GT_TOOL, 1.0),
-        ("<think> multi\nline\nthought </think>\n" + calls_block(call("a")), GT_TOOL, 1.0),  # DOTALL
-        (THINK + calls_block(call("a")), GT_TOOL, 0.0),  # no newline between the blocks
-        (
-            THINK + "\n<tool_call>" + json.dumps(call("a")) + "</tool_call>",
-            GT_TOOL,
-            0.0,
-        ),  # call not on its own line
-        (GT_TOOL + "\ntrailing text", GT_TOOL, 0.0),
-        (GT_TOOL + "\n" + calls_block(call("a")), GT_TOOL, 0.0),  # <tool_call> twice
-        ("<think> a <think> b </think>\n" + calls_block(call("a")), GT_TOOL, 0.0),  # <think> twice
-        (GT_RESPONSE, GT_TOOL, 0.0),  # the ground truth requires a tool call
-        (GT_BOTH, GT_TOOL, 0.0),
-        (GT_RESPONSE, GT_RESPONSE, 1.0),
-        (GT_TOOL, GT_RESPONSE, 0.0),
-        (GT_RESPONSE + "\n<response> again </response>", GT_RESPONSE, 0.0),
-        (GT_BOTH, GT_BOTH, 1.0),
-        (THINK + "\n<response> x </response>\n" + calls_block(call("a")), GT_BOTH, 0.0),  # wrong order
-        (GT_TOOL, GT_BOTH, 0.0),
-        ("<think> only thinking </think>", GT_NEITHER, 1.0),
-        (GT_RESPONSE, GT_NEITHER, 0.0),
-        ("no tags at all", GT_NEITHER, 0.0),
-        ("", GT_TOOL, 0.0),
-    ],
-)
-def test_format_reward_golden(response, ground_truth, expected):
-    assert toolrl.format_reward(response, ground_truth) == expected
-
-
-def test_think_that_mentions_tags_keeps_the_ground_truth_kind_and_fails_the_tag_count():
-    ground_truth = "<think> no <response> needed yet </think>\n" + calls_block(call("a", x=1))
-    assert toolrl.ground_truth_kind(ground_truth) == (True, False)
-    # only required tags are counted: a <response> mention inside the think block is allowed
-    assert toolrl.format_reward(ground_truth, ground_truth) == 1.0
-    mention = "<think> I will emit a <tool_call> block </think>\n" + calls_block(call("a", x=1))
-    assert toolrl.format_reward(mention, ground_truth) == 0.0  # <tool_call> twice
-    assert toolrl.correctness_reward(mention, ground_truth) == 3.0  # the block after </think> is parsed
-
-
-# ----------------------------------------------------------------------------- correctness
-def test_correctness_zero_when_ground_truth_has_no_tool_call():
-    assert toolrl.correctness_reward(GT_TOOL, GT_RESPONSE) == 0.0
-    assert toolrl.correctness_reward("garbage", GT_NEITHER) == 0.0
-
-
-@pytest.mark.parametrize(
-    "response",
-    [
-        GT_RESPONSE,  # missing block
-        THINK + "\n<tool_call>\n" + json.dumps(call("get_weather")),  # never closed
-        THINK + "\n<tool_call>\n{not json}\n</tool_call>",
-        THINK
-        + "\n<tool_call>\n"
-        + json.dumps(call("a"))
-        + "\n\n</tool_call>\n",  # blank line inside the block
-        THINK + "\n" + calls_block({"parameters": {}}),  # missing name
-        THINK
-        + "\n"
-        + calls_block({"name": "get_weather", "parameters": "Paris"}),  # parameters not an object
-        THINK + "\n" + calls_block({"name": "get_weather"}),  # parameters missing
-        THINK + "\n<tool_call>\n[1, 2]\n</tool_call>",  # a line that is not an object
-    ],
-)
-def test_malformed_prediction_scores_minimum(response):
-    assert toolrl.correctness_reward(response, GT_TOOL) == -3.0
-
-
-def test_malformed_ground_truth_is_a_clear_error():
-    with pytest.raises(ValueError, match="ground truth has a malformed tool_call block"):
-        toolrl.correctness_reward(GT_TOOL, THINK + "\n<tool_call>\nnot json\n</tool_call>")
-
-
-@pytest.mark.parametrize(
-    "predicted, reference, expected",
-    [
-        # identical call lists, and key order does not matter
-        ([call("a", x=1, y="b")], [call("a", x=1, y="b")], 3.0),
-        ([{"name": "a", "parameters": {"y": "b", "x": 1}}], [call("a", x=1, y="b")], 3.0),
-        # one wrong value: names 1 + keys 1 + one equal value = 3 of S_max 4 -> 6 * 3/4 - 3
-        ([call("a", x=1, y="c")], [call("a", x=1, y="b")], 1.5),
-        # strict equality: 1.0, "1" and true are not 1
-        ([call("a", x=1.0, y="b")], [call("a", x=1, y="b")], 1.5),
-        ([call("a", x="1", y="b")], [call("a", x=1, y="b")], 1.5),
-        ([call("a", x=True, y="b")], [call("a", x=1, y="b")], 1.5),
-        # wrong name: nothing matches
-        ([call("b", x=1, y="b")], [call("a", x=1, y="b")], -3.0),
-        # an extra predicted call: names 1/2 + call 2 = 2.5 of S_max 3
-        ([call("a", x=1), call("b")], [call("a", x=1)], 2.0),
-        # the same calls in another order: each ground-truth call finds its own best match
-        ([call("a", x=2), call("a", x=1)], [call("a", x=1), call("a", x=2)], 3.0),
-        # ties go to the first best not-yet-used call: names 1/2 + keys 1 = 1.5 of S_max 3
-        ([call("a", x=2), call("a", x=3)], [call("a", x=1)], 0.0),
-        # multiset name match: [a, a, b] vs [a, b] = 2/3; calls: a(x=1) 2, a(y=1) none left, b 1; S_max 6
-        (
-            [call("a", x=1), call("b")],
-            [call("a", x=1), call("a", y=1), call("b")],
-            6 * (2 / 3 + 2 + 1) / 6 - 3,
-        ),
-        # empty parameters: equal lists match 1, one empty side 0
-        ([call("a")], [call("a")], 3.0),
-        ([call("a", z=1)], [call("a")], 0.0),
-        # extra predicted key: keys [x] vs [x, z] = 1/2, value 1 -> names 1 + 1.5 of S_max 3
-        ([call("a", x=1, z=2)], [call("a", x=1)], 6 * 2.5 / 3 - 3),
-    ],
-)
-def test_correctness_golden(predicted, reference, expected):
-    assert correctness(predicted, reference) == pytest.approx(expected)
-
-
-def test_match_score_definition():
-    assert toolrl.match_score(["a", "b"], ["a", "b"]) == 1.0
-    assert toolrl.match_score([], ["a"]) == 0.0
-    assert toolrl.match_score(["a"], []) == 0.0
-    assert toolrl.match_score([], []) == 1.0  # equal
-    assert toolrl.match_score(["a", "a", "b"], ["a", "c"]) == pytest.approx(1 / 4)
-    assert toolrl.match_score(["b", "a"], ["a", "b"]) == 1.0  # multiset, order-free
-
-
-def reference_call_score(reference, predicted):
-    """EXPERIMENTS.md's formula written again, plainly, with Python's == on canonical JSON."""
-
-    def same(a, b):
-        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-    def match(a, b):
-        a = [json.dumps(x, sort_keys=True) for x in a]
-        b = [json.dumps(x, sort_keys=True) for x in b]
-        if a == b:
-            return 1.0
-        if not a or not b:
-            return 0.0
-        remaining, overlap = list(b), 0
-        for x in a:
-            if x in remaining:
-                remaining.remove(x)
-                overlap += 1
-        return overlap / (len(a) + len(b) - overlap)
-
-    if same(reference, predicted):
-        return 3.0
-    total = match([c["name"] for c in reference], [c["name"] for c in predicted])
-    s_max, used = 1.0, []
-    for gt in reference:
-        s_max += 1 + len(gt["parameters"])
-        values = [
-            (
-                match(list(gt["parameters"]), list(p["parameters"]))
-                + sum(
-                    1
-                    for k, v in gt["parameters"].items()
-                    if k in p["parameters"] and same(p["parameters"][k], v)
-                ),
-                i,
-            )
-            for i, p in enumerate(predicted)
-            if i not in used and p["name"] == gt["name"]
-        ]
-        best = max((v for v in values), key=lambda vi: (vi[0], -vi[1]), default=(0.0, -1))
-        if best[0] > 0:
-            used.append(best[1])
-            total += best[0]
-    return 6 * total / s_max - 3
-
-
-call_strategy = st.builds(
-    (lambda name, parameters: {"name": name, "parameters": parameters}),
-    st.sampled_from(["a", "b", "c"]),
-    st.dictionaries(
-        st.sampled_from(["x", "y", "z"]), st.sampled_from([0, 1, 1.0, "1", True, None]), max_size=3
-    ),
-)
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(call_strategy, min_size=1, max_size=4), st.lists(call_strategy, min_size=0, max_size=4))
-def test_call_list_score_matches_a_plain_reimplementation(reference, predicted):
-    expected = reference_call_score(reference, predicted)
-    assert toolrl.call_list_score(reference, predicted) == pytest.approx(expected)
-    assert -3.0 <= expected <= 3.0
-
-
-# ----------------------------------------------------------------------------- length channel
-@pytest.mark.parametrize(
-    "think, expected",
-    [(" ".join(["w"] * 16), 1.0), (" ".join(["w"] * 17), 0.0), ("", 1.0), ("a\n\tb", 1.0)],
-)
-def test_think_length_channel(think, expected):
-    response = f"<think>{think}</think>\n<response> x </response>"
-    assert toolrl.think_length_reward(response) == expected
-    assert toolrl.score(response, GT_RESPONSE, length_channel=True)["length"] == expected
-
-
-def test_length_channel_without_think_block_is_zero_and_optional():
-    assert toolrl.think_length_reward("<response> x </response>") == 0.0
-    assert set(toolrl.score(GT_TOOL, GT_TOOL)) == {"format", "correctness"}
-    assert set(toolrl.score(GT_TOOL, GT_TOOL, length_channel=True)) == {"format", "correctness", "length"}
-
-
-# ----------------------------------------------------------------------------- real data
-def test_every_held_out_ground_truth_scores_full_marks_against_itself():
+def held_out_truths() -> list[str]:
     rows = pd.read_parquet(TOOLRL_DATA / "rlla_4k_test.parquet")
-    assert len(rows) == 80
-    kinds = set()
-    for reward_model in rows["reward_model"]:
-        ground_truth = reward_model["ground_truth"]
-        has_tool_call, _ = toolrl.ground_truth_kind(ground_truth)
-        kinds.add(toolrl.ground_truth_kind(ground_truth))
-        scores = toolrl.score(ground_truth + "<|im_end|>", ground_truth)
-        assert scores == {"format": 1.0, "correctness": 3.0 if has_tool_call else 0.0}
-    assert kinds == {(True, False), (False, True)}  # both kinds occur in the held-out rows
+    return [r["ground_truth"] for r in rows["reward_model"]]
 
 
-def test_model_written_outputs_score_full_correctness_against_themselves():
-    rows = json.loads((TOOLRL_DATA / "rlla_sft.json").read_text())
-    for row in rows:
-        output = row["output"]
-        scores = toolrl.score(output, output, length_channel=True)
-        has_tool_call = toolrl.ground_truth_kind(output)[0]
-        assert scores["correctness"] == (3.0 if has_tool_call else 0.0)
-        # format fails exactly when the think block repeats a required tag
-        required = ["<think>", "</think>"] + (["<tool_call>", "</tool_call>"] if has_tool_call else [])
-        assert scores["format"] == float(all(output.count(tag) == 1 for tag in required))
+def readable(ground_truth: str) -> bool:
+    try:
+        reference(ground_truth, ground_truth)
+    except ValueError:
+        return False
+    return True
 
 
-# ----------------------------------------------------------------------------- fuzzing
-TAGGY_TEXT = st.lists(
-    st.sampled_from(
-        [
-            "<think>",
-            "</think>",
-            "<tool_call>",
-            "</tool_call>",
-            "<response>",
-            "</response>",
-            "\n",
-            " ",
-            '{"name": "a", "parameters": {"x": 1}}',
-            "{",
-            "}",
-            '"',
-            "<|im_end|>",
-            "word",
+def sft_truths() -> list[str]:
+    return [row["output"] for row in json.loads((TOOLRL_DATA / "rlla_sft.json").read_text())]
+
+
+# ----------------------------------------------------------------------------- ground truths
+def test_every_held_out_ground_truth_agrees_and_scores_full_marks():
+    truths = held_out_truths()
+    assert len(truths) == 80
+    numeric = 0
+    for truth in truths:
+        assert_agrees(truth, truth)
+        has_call = "<tool_call>" in truth
+        assert toolrl.score(truth, truth) == {"format": 1.0, "correctness": 3.0 if has_call else 0.0}
+        if has_call:
+            values = [v for c in toolrl.reference_calls(truth) for v in c["parameters"].values()]
+            numeric += any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    assert numeric == 17  # EXPERIMENTS.md: 17 of the 80 have numeric parameters
+
+
+def test_sft_ground_truths_agree_and_unreadable_ones_raise_like_the_scorer():
+    unreadable = 0
+    for truth in sft_truths():
+        if readable(truth):
+            assert_agrees(truth, truth)
+        else:  # a "<tool_call>" mentioned in the thinking: the scorer's json.loads of the gt fails too
+            unreadable += 1
+            with pytest.raises(ValueError, match="ground truth has a tool_call line that is not JSON"):
+                toolrl.score(truth, truth)
+    assert unreadable == 17
+
+
+# ----------------------------------------------------------------------------- generated variants
+def mutate_value(value, rng: random.Random):
+    """Another value that Python may or may not call equal: the scorer's type semantics."""
+    if isinstance(value, bool):
+        return rng.choice([int(value), float(value), str(value).lower(), not value])
+    if isinstance(value, int):
+        return rng.choice([float(value), str(value), value + 1, bool(value)])
+    if isinstance(value, float):
+        return rng.choice([int(value) if value.is_integer() else value * 2, str(value), value])
+    if isinstance(value, str):
+        return rng.choice([value.upper(), value + " ", int(value) if value.isdigit() else value, [value]])
+    if isinstance(value, list):
+        return rng.choice([list(reversed(value)), value + value, value[:1]])
+    if isinstance(value, dict):
+        return rng.choice([dict(reversed(list(value.items()))), {}, {**value, "extra": 1}])
+    return rng.choice([0, "", None])
+
+
+def mutate_calls(calls: list, rng: random.Random) -> list:
+    calls = copy.deepcopy(calls)
+    kind = rng.randrange(14)
+    target = rng.randrange(len(calls))
+    call = calls[target]
+    params = call.get("parameters", {})
+    if kind == 0 and params:  # a value of another type or another value
+        key = rng.choice(list(params))
+        params[key] = mutate_value(params[key], rng)
+    elif kind == 1 and params:  # a parameter dropped
+        params.pop(rng.choice(list(params)))
+    elif kind == 2:  # a parameter added
+        params["unexpected"] = rng.choice([1, "x", None])
+    elif kind == 3:  # renamed call
+        call["name"] = call["name"] + "_v2"
+    elif kind == 4:  # an extra call without parameters and an unmatched name (costs only the name match)
+        calls.append({"name": "not_a_tool"})
+    elif kind == 5:  # an extra call with a matched name and no parameters (scores -3)
+        calls.append({"name": call["name"]})
+    elif kind == 6:  # duplicated call
+        calls.append(copy.deepcopy(call))
+    elif kind == 7:  # reversed order
+        calls.reverse()
+    elif kind == 8:  # parameters missing
+        call.pop("parameters", None)
+    elif kind == 9:  # parameters not an object
+        call["parameters"] = rng.choice([[1, 2], "text", 3])
+    elif kind == 10:  # a name that is not a string (unhashable for the name match)
+        call["name"] = rng.choice([{"n": 1}, ["a"], 7])
+    elif kind == 11:  # key order changed (dicts compare equal)
+        call["parameters"] = dict(reversed(list(params.items())))
+    elif kind == 12:  # a line that is not an object
+        calls[target] = rng.choice([[1, 2], "call", 3])
+    else:  # all calls dropped but one
+        calls = calls[:1]
+    return calls
+
+
+def block(lines: list[str]) -> str:
+    return "<tool_call>\n" + "\n".join(lines) + "\n</tool_call>"
+
+
+def variants(truth: str, rng: random.Random) -> list[str]:
+    """Responses derived from a ground truth: layout, tags, partial and mutated calls."""
+    out = [
+        truth,
+        truth + "\n",
+        "  \n" + truth + "\n<|im_end|>",
+        "<|im_start|>assistant\n" + truth + "<|im_end|>trailing text",
+        truth.replace("\n", "", 1),
+        truth + "\ntrailing text",
+        "<think> an earlier thought </think>\n" + truth,  # two think blocks: think tags are not counted
+        truth.replace("<think>", "<think> I will use <tool_call> now,", 1),  # the first <tool_call> is in the think
+        truth.replace("<think>", "<think> no </tool_call> yet,", 1),
+        truth.replace("</think>", "</think>\n<response> hi </response>", 1),
+        truth + "\n<response> done </response>",
+        truth + "\n" + truth,
+        truth + "<tool_call>",
+        "<tool_call>\n" + truth,
+        truth.replace("<think>", "", 1),
+        truth.replace("</think>", "", 1),
+        truth.replace("</tool_call>", "", 1),
+        truth.replace("<tool_call>\n", "<tool_call>", 1),
+        truth.replace("\n</tool_call>", "</tool_call>", 1),
+        truth.replace("<response>", "<response><response>", 1),
+        truth.replace("</response>", "", 1),
+        truth[: rng.randrange(len(truth) + 1)],  # cut anywhere: partial calls, unclosed blocks
+        "<think></think>\n<tool_call>\n\n</tool_call>",
+        "<think></think>\n<response></response>",
+        "<think></think>",
+        "",
+    ]
+    if "<tool_call>" in truth:
+        calls = toolrl.reference_calls(truth)
+        head = truth.split("<tool_call>")[0]
+        lines = [json.dumps(c) for c in calls]
+        out += [
+            head + block(lines[:-1] + [lines[-1][: rng.randrange(len(lines[-1]))]]),  # partial last call
+            head + block(lines + ["not json"]),
+            head + block(lines + [""]),
+            head + block([]),
+            head + "<tool_call>\n" + "\n".join(lines),  # never closed
+            head + block(lines) + "\n" + block(lines),
+            head + "<response> first </response>\n" + block(lines),
         ]
-    ),
-    max_size=25,
-).map("".join)
+        for _ in range(12):
+            out.append(head + block([json.dumps(c) for c in mutate_calls(calls, rng)]))
+    return out
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.one_of(st.text(max_size=300), TAGGY_TEXT), st.sampled_from([GT_TOOL, GT_RESPONSE, GT_BOTH, GT_NEITHER])
+def test_generated_variants_of_every_ground_truth_agree_with_the_scorer():
+    rng = random.Random(0)
+    truths = held_out_truths() + [t for t in sft_truths()[:120] if readable(t)]
+    checked = 0
+    for truth in truths:
+        for response in variants(truth, rng):
+            assert_agrees(response, truth)
+            checked += 1
+    assert checked > 5000
+
+
+SOUP = [
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<response>", "</response>", "\n", "\n", " ",
+    '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}',
+    '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3.0}}',
+    '{"name": "a"}', "{", "}", "word", "<|im_end|>", "<|im_start|>assistant",
+]
+GT_TOOL = '<think> t </think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}\n</tool_call>'
+GT_RESPONSE = "<think> t </think>\n<response> Hello </response>"
+GT_BOTH = GT_TOOL + "\n<response> Calling. </response>"
+GT_NEITHER = "<think> t </think>"
+
+
+def test_tag_soup_agrees_with_the_scorer_for_every_ground_truth_kind():
+    rng = random.Random(1)
+    for _ in range(4000):
+        response = "".join(rng.choice(SOUP) for _ in range(rng.randrange(14)))
+        for truth in (GT_TOOL, GT_RESPONSE, GT_BOTH, GT_NEITHER):
+            assert_agrees(response, truth)
+
+
+def test_format_test_equals_the_regex_and_counts_on_raw_strings():
+    """matches_format against the pattern strings themselves, on unstripped text (a final newline too)."""
+    rng = random.Random(2)
+    tags = {(True, False): ["<tool_call>", "</tool_call>"], (False, True): ["<response>", "</response>"]}
+    tags[(True, True)] = tags[(True, False)] + tags[(False, True)]
+    tags[(False, False)] = []
+    truths = {(True, False): GT_TOOL, (False, True): GT_RESPONSE, (True, True): GT_BOTH, (False, False): GT_NEITHER}
+    for _ in range(6000):
+        text = "".join(rng.choice(SOUP[:9] + ["x"]) for _ in range(rng.randrange(12)))
+        for kind, pattern in protocol.FORMAT_PATTERNS.items():
+            expected = bool(re.search(pattern, text, re.DOTALL)) and all(text.count(t) == 1 for t in tags[kind])
+            assert protocol.matches_format(text, truths[kind]) == expected, (text, kind)
+
+
+# ----------------------------------------------------------------------------- the rules, named
+def calls_text(*calls, think="<think> t </think>"):
+    return think + "\n" + block([json.dumps(c) for c in calls])
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        # Python equality: 3.0 == 3 and True == 1 are equal values (the previous strict rule scored 1.5)
+        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": 3.0}}), 3.0),
+        (calls_text({"name": "get_weather", "parameters": {"days": 3, "city": "Paris"}}), 3.0),
+        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": "3"}}), 1.5),
+        # an extra call without parameters and an unmatched name costs only the name match: 1/2 + 3 of 4
+        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}, {"name": "x"}), 2.25),
+        # ... while one whose name matches a ground-truth call is read, and raises: -3
+        (calls_text({"name": "get_weather"}, {"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}), -3.0),
+        # the first <tool_call> anywhere is read: a mention inside the thinking decides
+        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": 3}},
+                    think="<think> I will write <tool_call> </think>"), -3.0),
+    ],
 )
-def test_arbitrary_text_never_raises_and_stays_in_range(response, ground_truth):
-    scores = toolrl.score(response, ground_truth, length_channel=True)
-    assert scores["format"] in (0.0, 1.0)
-    assert scores["length"] in (0.0, 1.0)
-    assert -3.0 <= scores["correctness"] <= 3.0
+def test_correctness_rules(response, expected):
+    assert toolrl.score(response, GT_TOOL)["correctness"] == pytest.approx(expected)
+    assert reference(response, GT_TOOL)["correctness"] == pytest.approx(expected)
 
 
-def test_deeply_nested_json_is_malformed_not_a_crash():
-    response = THINK + "\n<tool_call>\n" + "[" * 100_000 + "\n</tool_call>"
-    assert toolrl.correctness_reward(response, GT_TOOL) == -3.0
+def test_two_think_blocks_keep_format_and_length_reads_the_last():
+    response = "<think> " + "long " * 30 + "</think>\n<think> short </think>\n<response> hi </response>"
+    scores = toolrl.score(response, GT_RESPONSE, length_channel=True)
+    assert scores["format"] == 1.0 and scores["length"] == 1.0
+    first_short = "<think> short </think>\n<think> " + "long " * 30 + "</think>\n<response> hi </response>"
+    assert toolrl.score(first_short, GT_RESPONSE, length_channel=True)["length"] == 0.0
 
 
-def test_degenerate_repetition_is_scored_quickly():
-    import time
+@pytest.mark.parametrize("words, expected", [(16, 1.0), (17, 0.0), (0, 1.0)])
+def test_length_limit_is_sixteen_words(words, expected):
+    response = "<think>" + " w" * words + " </think>\n<response> x </response>"
+    assert toolrl.score(response, GT_RESPONSE, length_channel=True)["length"] == expected
+    assert toolrl.score("<response> x </response>", GT_RESPONSE, length_channel=True)["length"] == 0.0
 
-    started = time.monotonic()
-    for response in (
-        "<think>" * 20_000,
-        "<tool_call>\n" * 20_000,
-        "<think> </think>\n" + "<response>" * 20_000,
-    ):
+
+def test_channels_and_fallback():
+    assert toolrl.channel_names() == ("format", "correctness")
+    assert toolrl.channel_names(True) == ("format", "correctness", "length")
+    assert set(toolrl.score(GT_TOOL, GT_TOOL)) == {"format", "correctness"}
+    assert toolrl.fallback_score(length_channel=True) == {"format": 0.0, "correctness": -3.0, "length": 0.0}
+    with pytest.raises(TypeError, match="must be str"):
+        toolrl.score(None, GT_TOOL)
+
+
+# ----------------------------------------------------------------------------- degenerate outputs
+def test_degenerate_outputs_score_like_the_scorer_without_a_regex(monkeypatch):
+    """Repeated tags: the values equal the scorer's (checked on small copies), and no regex runs (the
+    scorer's lazy anchored search is what degenerates; scripts/bench/rewards.py times both)."""
+    small = ["<think>" * 50, "<tool_call>\n" * 50, "<think> </think>\n" + "<response>" * 50,
+             "<think>" + "</think>\n" * 50 + "<tool_call>\n{}\n</tool_call>", "[" * 5000]
+    for response in small:
+        for truth in (GT_TOOL, GT_BOTH):
+            assert_agrees(response, truth)
+
+    def no_regex(*args, **kwargs):
+        raise AssertionError("a regex ran on model output")
+
+    for name in ("search", "match", "fullmatch", "findall", "finditer", "compile"):
+        monkeypatch.setattr(re, name, no_regex)
+    for response in ("<think>" * 20_000, "<tool_call>\n" * 20_000, "<think>" + "</think>\n" * 20_000 + "<x>"):
         scores = toolrl.score(response, GT_BOTH, length_channel=True)
-        assert scores["format"] == 0.0
-    assert time.monotonic() - started < 2
+        assert scores["format"] == 0.0 and scores["correctness"] == -3.0
+    deep = "<think> </think>\n<tool_call>\n" + "[" * 100_000 + "\n</tool_call>"
+    assert toolrl.score(deep, GT_TOOL)["correctness"] == -3.0

@@ -1,0 +1,359 @@
+"""The ToolRL protocol: tags, the output format, prompt rendering (training rows and BFCL) and decoding.
+
+One definition of everything that decides what the model sees and how its text is read; ``data_prep``
+(training rows, BFCL rows, the smoke set), ``rewards.toolrl`` and the BFCL evaluation import it.
+
+Reference semantics (EXPERIMENTS.md, "Tool calling"):
+
+- the training prompt is the ``instruction`` / ``input`` of ToolRL's ``rlla_rl.json`` rows; ``system_prompt``
+  renders that instruction for any tool list (checked against the shared rows in tests);
+- the output format is the original ToolRL scorer's (``verl.utils.reward_score.rlla``): one anchored DOTALL
+  pattern per ground-truth kind plus an exactly-once count of the tool_call / response tags it requires.
+  ``matches_format`` decides it by positions of the tags in linear time (a lazy regex search is quadratic
+  on degenerate outputs that repeat a tag thousands of times);
+- the scorer reads the calls between the FIRST ``<tool_call>`` anywhere and the next tag (``first_call_block``);
+  ToolRL's BFCL handler reads the LAST block (``last_call_block``), skips lines it cannot decode and drops
+  calls named "none" (``decode_ast``, ``decode_execute``);
+- BFCL sees the dialogue as ToolRL's handler renders it (``bfcl_messages``): one system message (the training
+  instruction with BFCL's functions) and ONE user message holding the whole history. The instruction
+  sentences below are that handler's, reproduced exactly: they are protocol, like a dataset's fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
+
+# The scorer's patterns (re.search, DOTALL, on the stripped assistant text), keyed by the ground truth's
+# (has tool call, has response). ``matches_format`` implements them without a regex; tests check it
+# against these strings and against verl's function.
+FORMAT_PATTERNS = {
+    (True, False): r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>$",
+    (False, True): r"^<think>.*?</think>\n<response>.*?</response>$",
+    (True, True): r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>\n<response>.*?</response>$",
+    (False, False): r"^<think>.*?</think>$",
+}
+
+# What the verl reward receives is the decoded response; the scorer's entry keeps the text after the last
+# "<|im_start|>assistant" and before the first "<|im_end|>", stripped (its Qwen branch).
+ASSISTANT_START = "<|im_start|>assistant"
+END_OF_TURN = "<|im_end|>"
+
+# ToolRL's own parquet rows carry ability "math" (inherited from its verl data template); kept so that our
+# rows equal the official ones field for field.
+ABILITY = "math"
+
+# ------------------------------------------------------------------------------------------ training prompt
+SYSTEM_HEADER = (
+    "You are a helpful multi-turn dialogue assistant capable of leveraging tool calls to solve user tasks "
+    "and provide structured chat responses.\n\n**Available Tools**\nIn your response, you can use the "
+    "following tools:\n"
+)
+SYSTEM_FOOTER = (
+    "\n**Steps for Each Turn**\n"
+    "1. **Think:** Recall relevant context and analyze the current user goal.\n"
+    "2. **Decide on Tool Usage:** If a tool is needed, specify the tool and its parameters.\n"
+    "3. **Respond Appropriately:** If a response is needed, generate one while maintaining consistency "
+    "across user queries.\n\n"
+    "**Output Format**\n```plaintext\n<think> Your thoughts and reasoning </think>\n<tool_call>\n"
+    '{"name": "Tool name", "parameters": {"Parameter name": "Parameter content", "... ...": "... ..."}}\n'
+    '{"name": "... ...", "parameters": {"... ...": "... ...", "... ...": "... ..."}}\n'
+    "...\n</tool_call>\n<response> AI's final response </response>\n```\n\n"
+    "**Important Notes**\n"
+    "1. You must always include the `<think>` field to outline your reasoning. Provide at least one of "
+    "`<tool_call>` or `<response>`. Decide whether to use `<tool_call>` (possibly multiple times), "
+    "`<response>`, or both.\n"
+    "2. You can invoke multiple tool calls simultaneously in the `<tool_call>` fields. Each tool call should "
+    'be a JSON object with a "name" field and an "parameters" field containing a dictionary of parameters. '
+    'If no parameters are needed, leave the "parameters" field an empty dictionary.\n'
+    "3. Refer to the previous dialogue records in the history, including the user's queries, previous "
+    "`<tool_call>`, `<response>`, and any tool feedback noted as `<obs>` (if exists)."
+)
+HISTORY_HEADER = "**Dialogue Records History**\n"
+
+
+def tool_entry(position: int, name: str, description: str, parameters: Any) -> str:
+    """One numbered tool: ``N. Name: ...\\nDescription: ...\\nParameters: {json}`` (no trailing newline)."""
+    return f"{position}. Name: {name}\nDescription: {description}\nParameters: {json.dumps(parameters)}"
+
+
+def tool_listing(tools: Sequence[dict]) -> str:
+    """The numbered tools (each {name, description, parameters}), each entry ending in a newline (the
+    training rows' listing; the BFCL handler joins the entries with newlines instead)."""
+    return "".join(
+        tool_entry(i + 1, tool["name"], tool.get("description", ""), tool.get("parameters", {})) + "\n"
+        for i, tool in enumerate(tools)
+    )
+
+
+def system_prompt(tools: Sequence[dict]) -> str:
+    """ToolRL's system instruction listing ``tools``, exactly as the rows of ``rlla_rl.json`` hold it."""
+    return SYSTEM_HEADER + tool_listing(tools) + SYSTEM_FOOTER
+
+
+def user_turn(text: str) -> str:
+    """ToolRL's training user message: the dialogue history with one user turn."""
+    return f"{HISTORY_HEADER}<user> {text} </user>"
+
+
+def tool_call_block(calls: Sequence[dict]) -> str:
+    lines = "\n".join(json.dumps({"name": c["name"], "parameters": c["parameters"]}) for c in calls)
+    return f"{TOOL_CALL_OPEN}\n{lines}\n{TOOL_CALL_CLOSE}"
+
+
+def render_output(think: str, calls: Sequence[dict] | None = None, response: str | None = None) -> str:
+    """A ground-truth output: ``<think> ... </think>`` then the tool_call block and/or the response block."""
+    parts = [f"{THINK_OPEN} {think} {THINK_CLOSE}"]
+    if calls:
+        parts.append(tool_call_block(calls))
+    if response is not None:
+        parts.append(f"{RESPONSE_OPEN} {response} {RESPONSE_CLOSE}")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ output format
+def assistant_text(solution: str) -> str:
+    """The scorer's assistant text: after the last "<|im_start|>assistant", before the first "<|im_end|>",
+    stripped (a decoded response without special tokens passes through, stripped)."""
+    start = solution.rfind(ASSISTANT_START)
+    if start >= 0:
+        solution = solution[start + len(ASSISTANT_START) :]
+    end = solution.find(END_OF_TURN)
+    return (solution if end < 0 else solution[:end]).strip()
+
+
+def ground_truth_kind(ground_truth: str) -> tuple[bool, bool]:
+    """(has tool call, has response): whether the tags occur anywhere in the ground truth (the scorer's test)."""
+    return TOOL_CALL_OPEN in ground_truth, RESPONSE_OPEN in ground_truth
+
+
+def _think_then(body: str, position: int) -> bool:
+    """``^<think>.*?</think>\\n`` ends exactly at ``position``."""
+    close = position - len(THINK_CLOSE) - 1
+    return (
+        body.startswith(THINK_OPEN)
+        and close >= len(THINK_OPEN)
+        and body.startswith(THINK_CLOSE + "\n", close)
+    )
+
+
+def _call_block_at(body: str, start: int, end: int) -> bool:
+    """``<tool_call>\\n.*?\\n</tool_call>`` spans exactly body[start:end]."""
+    close = end - len(TOOL_CALL_CLOSE)
+    return (
+        body.startswith(TOOL_CALL_OPEN + "\n", start)
+        and body.startswith("\n" + TOOL_CALL_CLOSE, close - 1)
+        and close - 1 >= start + len(TOOL_CALL_OPEN) + 1
+    )
+
+
+def matches_format(text: str, ground_truth: str) -> bool:
+    """The scorer's format test on ``text`` (the stripped assistant text), in linear time.
+
+    With each required tool_call / response tag present exactly once, the anchored lazy pattern holds
+    exactly when the literals sit at fixed places around those unique tags; only the think tags may repeat
+    (they are not counted), so the ``</think>\\n`` right before the first required block decides."""
+    has_call, has_response = ground_truth_kind(ground_truth)
+    for tag in (TOOL_CALL_OPEN, TOOL_CALL_CLOSE) * has_call + (RESPONSE_OPEN, RESPONSE_CLOSE) * has_response:
+        if text.count(tag) != 1:
+            return False
+    # `$` without MULTILINE also matches before one final newline; every pattern ends in ">".
+    body = text[:-1] if text.endswith("\n") else text
+    if not has_call and not has_response:
+        return body.startswith(THINK_OPEN) and body.endswith(THINK_CLOSE) and len(body) >= 15
+    if has_response:
+        opening = body.find(RESPONSE_OPEN)
+        if not body.endswith(RESPONSE_CLOSE) or len(body) - len(RESPONSE_CLOSE) < opening + len(RESPONSE_OPEN):
+            return False
+    call = body.find(TOOL_CALL_OPEN)
+    if not has_call:
+        return _think_then(body, opening)
+    if not _think_then(body, call):
+        return False
+    call_end = body.find(TOOL_CALL_CLOSE) + len(TOOL_CALL_CLOSE)
+    if not has_response:
+        return call_end == len(body) and _call_block_at(body, call, call_end)
+    return _call_block_at(body, call, call_end) and body.startswith("\n" + RESPONSE_OPEN, call_end) and (
+        opening == call_end + 1
+    )
+
+
+def last_think_span(text: str) -> str | None:
+    """The text after the last "<think>" up to the next "</think>" (to the end when none follows), stripped;
+    None when either tag is missing anywhere (the three-reward study's length rule)."""
+    if THINK_OPEN not in text or THINK_CLOSE not in text:
+        return None
+    tail = text[text.rfind(THINK_OPEN) + len(THINK_OPEN) :]
+    end = tail.find(THINK_CLOSE)
+    return (tail if end < 0 else tail[:end]).strip()
+
+
+def first_call_block(text: str, *, require_close: bool = True) -> str | None:
+    """The scorer's call block: after the first "<tool_call>", up to the next "<tool_call>" or "</tool_call>"
+    (whichever comes first; the end of the text when neither does). None without a "<tool_call>", or (for a
+    response, ``require_close``) without a "</tool_call>" anywhere."""
+    start = text.find(TOOL_CALL_OPEN)
+    if start < 0 or (require_close and TOOL_CALL_CLOSE not in text):
+        return None
+    start += len(TOOL_CALL_OPEN)
+    ends = [i for i in (text.find(TOOL_CALL_OPEN, start), text.find(TOOL_CALL_CLOSE, start)) if i >= 0]
+    return text[start : min(ends)] if ends else text[start:]
+
+
+def last_call_block(text: str) -> str | None:
+    """ToolRL's BFCL handler's block: after the last "<tool_call>", up to the next "</tool_call>" (or the end).
+    None when the text has no "<tool_call>"."""
+    start = text.rfind(TOOL_CALL_OPEN)
+    if start < 0:
+        return None
+    start += len(TOOL_CALL_OPEN)
+    end = text.find(TOOL_CALL_CLOSE, start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def block_lines(block: str) -> list[str]:
+    """The call lines of a block: stripped, split on newlines (an empty block gives one empty line)."""
+    return block.strip().split("\n")
+
+
+# ------------------------------------------------------------------------------------------ BFCL (handler)
+BFCL_SINGLE_TURN_INSTRUCTION = (
+    "If there's no appropriate tools to apply or required parameters are missing, please directly inform me in "
+    "your response without any tool call, or call the tool with the name as 'None'. Otherwise, you should use "
+    "one or more necessary tool calls to complete the given task in this turn."
+)
+BFCL_MULTI_TURN_INSTRUCTION = (
+    "Use the one or more necessary tool calls to complete the task. You could perform tool calls for multiple "
+    "rounds so you can try and error. Please make a comprehensive plan about how to achieve the goal step by "
+    "step, and begin to call the tool step by step. If no tools apply or required parameters are missing, "
+    "please also directly state this in your response without tool calls."
+)
+# Appended after a tool result that ends the history (spelling as in the handler).
+BFCL_FOLLOW_UP_INSTRUCTION = (
+    "If you think you have completed the current task, or the task cannot be finished, please respond directly "
+    "without additional tool calls. If you encounter an error during tool execution or the task remains "
+    "unfinished, retry with the one or more necessary tool calls according to your thought and plan until "
+    "completion. Based on the tool execution feedback, reflect on if understanding or selectioin of tool is "
+    "wrong, what tool calling step is missing, and how to achieve the task goal from now on."
+)
+# BFCL's miss_func turn in prompting mode (DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING): the held-out
+# function docs as Python's str() of the list, then this sentence; they are not added to the tool list.
+BFCL_MORE_FUNCTIONS_PROMPT = "{functions}\nI have updated some more functions you can choose from. What about now?"
+
+
+def bfcl_tools(functions: Sequence[dict]) -> list[dict]:
+    """BFCL function docs as ToolRL tools: name, description, parameters = the parameter properties."""
+    return [
+        {"name": f["name"], "description": f["description"], "parameters": f["parameters"].get("properties", {})}
+        for f in functions
+    ]
+
+
+def bfcl_system_prompt(functions: Sequence[dict]) -> str:
+    """The handler's system prompt: the training instruction over BFCL's functions (entries joined by
+    newlines, then a blank line), ending in a newline. Equal to ``system_prompt(...) + "\\n"`` for a
+    non-empty list."""
+    tools = bfcl_tools(functions)
+    entries = "\n".join(tool_entry(i + 1, t["name"], t["description"], t["parameters"]) for i, t in enumerate(tools))
+    return SYSTEM_HEADER + entries + "\n" + SYSTEM_FOOTER + "\n"
+
+
+def bfcl_user_prompt(history: Sequence[dict], multi_turn: bool) -> str:
+    """The handler's one user message holding the whole dialogue.
+
+    ``history``: BFCL's messages so far: user / system (skipped) turns, assistant emissions, and tool results
+    ``{"role": "tool", "name": <the executed call>, "content": <result>}``."""
+    instruction = BFCL_MULTI_TURN_INSTRUCTION if multi_turn else BFCL_SINGLE_TURN_INSTRUCTION
+    text = HISTORY_HEADER
+    for index, message in enumerate(history):
+        role = message["role"]
+        if role == "system":
+            continue
+        if role == "user":
+            text += f"<user> {message['content'].strip()}\n{instruction} </user>\n"
+        elif role == "tool":
+            text += (
+                f"<obs> You have made the tool call {message['name'].strip()}. "
+                f"Execution returns: {message['content'].strip()} </obs>\n"
+            )
+            if index == len(history) - 1:
+                text += f"\n<user> {BFCL_FOLLOW_UP_INSTRUCTION} </user>\n"
+        elif role == "assistant":
+            text += f"\n{message['content'].strip()}\n"
+        else:
+            raise ValueError(f"BFCL history holds a message of unknown role {role!r}")
+    return text.strip()
+
+
+def bfcl_messages(history: Sequence[dict], functions: Sequence[dict], multi_turn: bool) -> list[dict]:
+    """The chat the model receives at each BFCL step: [system, user]."""
+    return [
+        {"role": "system", "content": bfcl_system_prompt(functions)},
+        {"role": "user", "content": bfcl_user_prompt(history, multi_turn)},
+    ]
+
+
+def bfcl_more_functions_message(functions: Sequence[dict]) -> dict:
+    """BFCL's user message of a miss_func turn (the held-out function docs, as BFCL formats them)."""
+    return {"role": "user", "content": BFCL_MORE_FUNCTIONS_PROMPT.format(functions=list(functions))}
+
+
+def _is_none_call(name: str) -> bool:
+    return name.strip().lower() == "none"
+
+
+def decode_ast(text: str) -> list[dict]:
+    """The handler's single-turn decoding: ``[{name: parameters}, ...]`` from the LAST tool_call block; lines
+    that fail to parse or lack a string "name" / a "parameters" are skipped, calls named "none" dropped;
+    values stay as parsed (no conversion for Java / JavaScript)."""
+    block = last_call_block(text)
+    if block is None:
+        return []
+    decoded = []
+    for line in block_lines(block):
+        try:
+            call = json.loads(line)
+            name = call["name"]
+            if _is_none_call(name):
+                continue
+            decoded.append({name: call["parameters"]})
+        except Exception:  # the handler skips any line it cannot read
+            continue
+    return decoded
+
+
+class UndecodableCalls(ValueError):
+    """A call the handler's execution decoding fails on (a non-string name, non-object parameters): BFCL
+    then ends the turn during generation and skips the step when checking."""
+
+
+def decode_execute(text: str) -> list[str]:
+    """The handler's multi-turn decoding: executable ``name(key=repr(value), ...)`` strings from the LAST
+    tool_call block. Unparseable lines and non-object lines are skipped, calls named "none" dropped; a
+    missing name is "" and missing parameters {}. Raises UndecodableCalls where the handler raises."""
+    block = last_call_block(text)
+    if block is None:
+        return []
+    calls = []
+    for line in block_lines(block):
+        try:
+            call = json.loads(line)
+        except Exception:
+            continue
+        if not isinstance(call, dict):
+            continue
+        name, parameters = call.get("name", ""), call.get("parameters", {})
+        if not isinstance(name, str):
+            raise UndecodableCalls(f"a call's name is {type(name).__name__}, not a string: {line[:200]!r}")
+        if _is_none_call(name):
+            continue
+        if not isinstance(parameters, dict):
+            raise UndecodableCalls(f"a call's parameters are not an object: {line[:200]!r}")
+        arguments = ", ".join(f"{key}={value!r}" for key, value in parameters.items())
+        calls.append(f"{name}({arguments})")
+    return calls
