@@ -26,7 +26,6 @@ import random
 import time
 from pathlib import Path
 
-from data_prep import toolrl_format
 from data_prep.common import (
     DataPrepError,
     atomic_folder,
@@ -36,6 +35,7 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
+from tasks import toolrl as protocol
 
 DATA_SOURCE = "rlla"
 N_TRAIN = 256
@@ -175,11 +175,7 @@ SHORT_FORMAT = "**Output Format**\n<think> ... </think> then <tool_call> or <res
 
 def short_system_prompt(tools: list[dict]) -> str:
     """A short ToolRL-style system instruction (the full ToolRL one is ~600 tokens, too long for the smoke run)."""
-    listing = "".join(
-        toolrl_format.tool_entry(i + 1, t["name"], t["description"], t["parameters"])
-        for i, t in enumerate(tools)
-    )
-    return SHORT_SYSTEM + listing + SHORT_FORMAT
+    return SHORT_SYSTEM + protocol.tool_listing(tools) + SHORT_FORMAT
 
 
 def _compact_parameters(parameters: dict) -> dict:
@@ -201,7 +197,7 @@ def synthetic_example(rng: random.Random) -> dict:
     kind = rng.random()
     if kind < 0.2:
         request, reply = rng.choice(CHITCHAT)
-        output = toolrl_format.render_output(CHITCHAT_THINK, response=reply)
+        output = protocol.render_output(CHITCHAT_THINK, response=reply)
     else:
         tool = rng.choice(offered)
         args = _fill(rng, tool)
@@ -215,7 +211,7 @@ def synthetic_example(rng: random.Random) -> dict:
                 request = request.rstrip(".?!") + f", and also for {value}."
                 think = "The user asks for two things."
                 calls.append({"name": tool["name"], "parameters": second})
-        output = toolrl_format.render_output(think, calls=calls)
+        output = protocol.render_output(think, calls=calls)
     public_tools = [
         {
             "name": t["name"],
@@ -226,7 +222,7 @@ def synthetic_example(rng: random.Random) -> dict:
     ]
     return {
         "instruction": short_system_prompt(public_tools),
-        "input": toolrl_format.user_turn(request),
+        "input": protocol.user_turn(request),
         "output": output,
     }
 
@@ -251,7 +247,7 @@ def to_rows(records: list[dict], split: str) -> list[dict]:
             "input": record["input"],
             "output": record["output"],
         }
-        rows.append(make_row(DATA_SOURCE, messages, record["output"], extra, ability=toolrl_format.ABILITY))
+        rows.append(make_row(DATA_SOURCE, messages, record["output"], extra, ability=protocol.ABILITY))
     return rows
 
 
@@ -386,14 +382,9 @@ def warm_start(model, tokenizer, records: list[dict], seed: int) -> dict:
 
 
 def sample_scorer():
-    """The team's reward (rewards.toolrl.score: format and correctness) when present, else the plain format
-    regex of data_prep.toolrl_format (format only)."""
-    try:
-        from rewards.toolrl import score as toolrl_score
-    except ImportError:
-        return "data_prep.toolrl_format.format_ok", lambda text, truth: {
-            "format": float(toolrl_format.format_ok(text, truth))
-        }
+    """The ToolRL reward (rewards.toolrl.score: format and correctness, the original scorer's semantics)."""
+    from rewards.toolrl import score as toolrl_score
+
     return "rewards.toolrl.score", lambda text, truth: {
         key: float(value) for key, value in toolrl_score(text, truth).items()
     }
@@ -502,8 +493,9 @@ def code_version() -> str:
     """sha256 over the source files that decide the output: a code change forces a rebuild."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
-    for name in ("smoke.py", "common.py", "toolrl_format.py"):
-        digest.update((here / name).read_bytes())
+    for path in (here / "smoke.py", here / "common.py", here.parent / "tasks" / "toolrl.py",
+                 here.parent / "rewards" / "toolrl.py"):
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -8,7 +8,11 @@ user: input], ability "math" (as ToolRL writes it), reward_model {style: rule, g
 extra_info {split, index, instruction, input, output} with index counted within the split.
 
 Rows whose fields are not non-empty strings are dropped AFTER the split and counted in the data card, so
-every surviving row keeps the split the official rule gives it.
+every surviving row keeps the split the official rule gives it. There is no length filter: as the authors
+ran it, prompts over 2,048 tokens are truncated from the left at training time (conf/task/toolrl.yaml), so
+all 3,920 / 80 rows are used. The card also counts ground truths whose tool_call block the original scorer
+cannot read (a "<tool_call>" mentioned in the thinking; rewards.toolrl raises on them like the scorer):
+none may occur in training data, and the shared SFT rows hold 17.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep import toolrl_format
 from data_prep.common import (
     DataPrepError,
     FilterLog,
@@ -32,6 +35,7 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
+from tasks import toolrl as protocol
 
 DATA_SOURCE = "rlla"
 SPLIT_SEED = 31415
@@ -39,6 +43,8 @@ HELD_OUT_FRACTION = 0.02
 FIELDS = ("instruction", "input", "output")
 DEFAULT_SOURCE = "https://raw.githubusercontent.com/qiancheng0/ToolRL/main/dataset/rlla_4k_raw/rlla_rl.json"
 CHECKOUT_PATH = Path("dataset") / "rlla_4k_raw" / "rlla_rl.json"
+# What verl does with long prompts (conf/task/toolrl.yaml): no filter, keep the last 2,048 tokens.
+PROMPT_LENGTH_POLICY = {"max_prompt_tokens": 2048, "overlong_filter": False, "truncation": "left"}
 
 
 def official_split(records: list) -> tuple[list, list]:
@@ -101,8 +107,23 @@ def to_rows(records: list[dict], split: str, filters: FilterLog) -> list[dict]:
             "input": record["input"],
             "output": record["output"],
         }
-        rows.append(make_row(DATA_SOURCE, messages, record["output"], extra, ability=toolrl_format.ABILITY))
+        rows.append(make_row(DATA_SOURCE, messages, record["output"], extra, ability=protocol.ABILITY))
     return rows
+
+
+def scorer_unreadable(rows: list[dict]) -> int:
+    """Rows whose ground truth the original scorer cannot read (it raises on them)."""
+    from rewards.toolrl import reference_calls
+
+    count = 0
+    for row in rows:
+        truth = row["reward_model"]["ground_truth"]
+        if protocol.TOOL_CALL_OPEN in truth:
+            try:
+                reference_calls(truth)
+            except ValueError:
+                count += 1
+    return count
 
 
 def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
@@ -134,6 +155,10 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
                     "split_before_filters": {"train": len(train), "test": len(test)},
                     "splits": {name: len(rows) for name, rows in splits.items()},
                     "filters": filters.as_list(),
+                    "prompt_length": PROMPT_LENGTH_POLICY,
+                    "ground_truths_unreadable_by_scorer": {
+                        name: scorer_unreadable(rows) for name, rows in splits.items()
+                    },
                     "tokenizer": None,
                     "command": command_line(),
                 },

@@ -119,7 +119,10 @@ def test_every_run_of_every_recipe_composes_with_its_name_folder_and_checks(reci
         cfg = composed(tuple(first.overrides()))
         assert cfg.run.name == first.name and cfg.run.method == first.method
         assert (PROJECT_ROOT / cfg.run.output_dir) == first.output_dir
-        assert cfg.run.seed == first.seed == cfg.data.seed == cfg.actor_rollout_ref.rollout.seed
+        assert cfg.run.seed == first.seed == cfg.data.seed
+        # tool calling fixes the rollout (vLLM) seed at 0 (EXPERIMENTS.md); math follows the run seed
+        rollout_seed = 0 if cfg.run.task.startswith("toolrl") else cfg.run.seed
+        assert cfg.actor_rollout_ref.rollout.seed == rollout_seed
         assert cfg.trainer.default_local_dir == f"{cfg.run.output_dir}/checkpoints"
         check_config(cfg)
         if cfg.trainer.device == "cuda":  # verl's own checks (the CPU path is checked by its own run)

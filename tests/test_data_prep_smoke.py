@@ -9,9 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep import smoke, toolrl_format
+from data_prep import smoke
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DATA_CARD, folder_is_complete, read_data_card
+from tasks import toolrl as protocol
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_rows_follow_verl_schema_and_toolrl_format(built):
             assert row["extra_info"]["split"] == split and row["extra_info"]["index"] == index
             truth = row["reward_model"]["ground_truth"]
             assert row["reward_model"]["style"] == "rule"
-            assert toolrl_format.format_ok(truth, truth)
+            assert protocol.matches_format(truth, truth)
             assert re.search(r"Name: \w+", row["prompt"][0]["content"])
             prompt_ids = tokenizer.apply_chat_template(
                 row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False

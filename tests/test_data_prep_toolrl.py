@@ -10,9 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep import toolrl, toolrl_format
+from data_prep import toolrl
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, atomic_folder, read_data_card
+from tasks import toolrl as protocol
 from tests.shared_data import shared_path
 
 
@@ -81,7 +82,7 @@ def test_rows_equal_the_official_held_out_rows():
 
 
 def parse_tools(instruction: str) -> list[dict]:
-    listing = instruction[len(toolrl_format.SYSTEM_HEADER) : -len(toolrl_format.SYSTEM_FOOTER)]
+    listing = instruction[len(protocol.SYSTEM_HEADER) : -len(protocol.SYSTEM_FOOTER)]
     pattern = re.compile(r"\d+\. Name: (.*)\nDescription: (.*)\nParameters: (.*)\n")
     tools = [
         {"name": n, "description": d, "parameters": json.loads(p)} for n, d, p in pattern.findall(listing)
@@ -95,7 +96,7 @@ def test_system_prompt_renderer_reproduces_toolrl_instructions():
         instruction = row["extra_info"]["instruction"]
         tools = parse_tools(instruction)
         assert tools
-        assert toolrl_format.system_prompt(tools) == instruction
+        assert protocol.system_prompt(tools) == instruction
 
 
 def test_rerun_is_byte_identical_and_cli_works(built, tmp_path, capsys):
@@ -178,3 +179,26 @@ def test_cli_help_lists_every_dataset(capsys):
     assert exit_info.value.code == 0
     shown = capsys.readouterr().out
     assert all(name in shown for name in ("toolrl", "deepscaler", "math_eval", "bfcl", "smoke"))
+
+
+def test_full_size_source_gives_3920_and_80_with_no_length_filter(tmp_path):
+    """The full rlla_rl.json (4,000 rows) cannot be downloaded here: ten copies of the shared 400 rows run
+    the same count logic end to end. No row is dropped for its length (verl truncates from the left)."""
+    records = json.load(open(RAW))
+    source = tmp_path / "rlla_rl.json"
+    source.write_text(json.dumps(records * 10))
+    card = toolrl.build(tmp_path / "out", str(source))
+    assert card["input_rows"] == 4000
+    assert card["split_before_filters"] == card["splits"] == {"train": 3920, "test": 80}
+    assert card["prompt_length"] == {"max_prompt_tokens": 2048, "overlong_filter": False, "truncation": "left"}
+    assert [f["name"] for f in card["filters"]] == ["bad_instruction", "bad_input", "bad_output"]
+    # the shared SFT rows mention "<tool_call>" in 17 thoughts: ten copies hold 170 such ground truths
+    assert sum(card["ground_truths_unreadable_by_scorer"].values()) == 170
+
+
+def test_shared_rows_card_counts_392_and_8_and_scorer_readability(built):
+    card = read_data_card(built)
+    assert card["splits"] == {"train": 392, "test": 8}
+    assert sum(card["ground_truths_unreadable_by_scorer"].values()) == 17
+    official = pq.read_table(OFFICIAL_TEST).to_pylist()
+    assert toolrl.scorer_unreadable(official) == 0  # the authors' held-out rows: all readable
