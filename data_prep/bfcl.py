@@ -14,11 +14,12 @@ Test entries are prepared the way BFCL prepares them before a model sees them:
   are removed from the list and kept per turn under ``missed_function``;
 - every function offered from the start gets BFCL's language hint (Java 8 SDK / JavaScript / Python 3 syntax), and
   Java and JavaScript parameters become strings with their original type named in the description.
-The prompt is what ToolRL's BFCL handler builds: system = ToolRL's instruction with the numbered tool list
-(``Parameters`` = the JSON of the parameter properties), user = ``**Dialogue Records History**`` with the
-first turn's user messages and BFCL's turn instruction. The ground truth is BFCL's possible answer as JSON;
-``extra_info["entry"]`` holds the whole prepared entry (all turns, initial_config, ...) as JSON for the
-multi-turn driver and BFCL's checker.
+The prompt is what ToolRL's BFCL handler builds (``tasks.toolrl.bfcl_messages``): system = ToolRL's
+instruction with the numbered tool list (``Parameters`` = the JSON of the parameter properties), user = ONE
+message ``**Dialogue Records History**`` with the first turn's user messages, each followed by the handler's
+instruction sentence (single-turn or multi-turn). The ground truth is BFCL's possible answer as JSON;
+``extra_info["entry"]`` holds the whole prepared entry (all turns, initial_config, ...) as JSON, keys in
+BFCL's order, for the multi-turn driver and BFCL's checker.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import json
 import os
 from pathlib import Path
 
-from data_prep import toolrl_format
 from data_prep.common import (
     DataPrepError,
     FilterLog,
@@ -41,6 +41,7 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
+from tasks import toolrl as protocol
 
 VERSION_PREFIX = "BFCL_v4"
 ABILITY = "tool_calling"
@@ -74,20 +75,6 @@ MULTI_TURN_FUNC_DOCS = {
     "TravelAPI": "travel_booking.json",
     "VehicleControlAPI": "vehicle_control.json",
 }
-
-# The turn instructions ToolRL's BFCL handler appends inside <user> ... </user>.
-SINGLE_TURN_INSTRUCTION = (
-    "If there's no appropriate tools to apply or required parameters are missing, please directly inform me in "
-    "your response without any tool call, or call the tool with the name as 'None'. Otherwise, you should use "
-    "one or more necessary tool calls to complete the given task in this turn."
-)
-MULTI_TURN_INSTRUCTION = (
-    "Use the one or more necessary tool calls to complete the task. You could perform tool calls for multiple "
-    "rounds so you can try and error. Please make a comprehensive plan about how to achieve the goal step by "
-    "step, and begin to call the tool step by step. If no tools apply or required parameters are missing, "
-    "please also directly state this in your response without tool calls."
-)
-
 
 # ----------------------------------------------------------------------------------------------------------
 # locating and reading BFCL's files
@@ -220,44 +207,15 @@ def prepare_entry(entry: dict, category: str, data_dir: Path, docs_cache: dict) 
 # ----------------------------------------------------------------------------------------------------------
 # ToolRL rendering
 # ----------------------------------------------------------------------------------------------------------
-def toolrl_tools(functions: list[dict]) -> list[dict]:
-    """BFCL function docs as ToolRL tools: name, description, parameters = the parameter properties."""
-    return [
-        {
-            "name": f["name"],
-            "description": f["description"],
-            "parameters": f.get("parameters", {}).get("properties", {}),
-        }
-        for f in functions
-    ]
-
-
-def system_message(functions: list[dict]) -> str:
-    # ToolRL's BFCL handler ends its system prompt with a newline; the training rows do not.
-    return toolrl_format.system_prompt(toolrl_tools(functions)) + "\n"
-
-
-def user_message(first_turn: list[dict], multi_turn: bool) -> str:
-    """ToolRL's BFCL handler: the dialogue history of the first turn (system messages are skipped)."""
-    instruction = MULTI_TURN_INSTRUCTION if multi_turn else SINGLE_TURN_INSTRUCTION
-    text = "**Dialogue Records History**\n"
-    for message in first_turn:
-        if message["role"] == "user":
-            text += f"<user> {message['content'].strip()}\n{instruction} </user>\n"
-        elif message["role"] == "assistant":
-            text += f"\n{message['content'].strip()}\n"
-        elif message["role"] != "system":
-            raise DataPrepError(f"unexpected role {message['role']!r} in a first turn")
-    return text.strip()
+def first_turn_messages(entry: dict, category: str) -> list[dict]:
+    """The chat the model receives for an entry's first turn (ToolRL's BFCL handler)."""
+    group = CATEGORIES[category][0]
+    return protocol.bfcl_messages(entry["question"][0], entry["function"], multi_turn=group == "multi_turn")
 
 
 def entry_row(entry: dict, answer: dict, category: str, index: int) -> dict:
     group = CATEGORIES[category][0]
-    first_turn = entry["question"][0]
-    messages = [
-        {"role": "system", "content": system_message(entry["function"])},
-        {"role": "user", "content": user_message(first_turn, multi_turn=group == "multi_turn")},
-    ]
+    messages = first_turn_messages(entry, category)
     extra = {
         "split": "test",
         "index": index,
@@ -265,7 +223,7 @@ def entry_row(entry: dict, answer: dict, category: str, index: int) -> dict:
         "category": category,
         "group": group,
         "turns": len(entry["question"]),
-        "entry": json.dumps(entry, sort_keys=True),
+        "entry": json.dumps(entry),
     }
     return make_row(f"bfcl_{category}", messages, json.dumps(answer["ground_truth"]), extra, ability=ABILITY)
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep import bfcl, toolrl_format
+from data_prep import bfcl
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, read_data_card
+from tasks import toolrl as protocol
 
 JAVA_FUNCTION = {
     "name": "Util.join",
@@ -123,9 +124,9 @@ def test_java_case_is_prepared_and_rendered_like_bfcl_and_toolrl(bfcl_folder, tm
         "description": "Join items. Note that the provided function is in Java 8 SDK syntax.",
         "parameters": expected_parameters,
     }
-    assert row["prompt"][0] == {"role": "system", "content": toolrl_format.system_prompt([tool]) + "\n"}
+    assert row["prompt"][0] == {"role": "system", "content": protocol.system_prompt([tool]) + "\n"}
     assert row["prompt"][1]["content"] == (
-        "**Dialogue Records History**\n<user> Join a and b.\n" + bfcl.SINGLE_TURN_INSTRUCTION + " </user>"
+        "**Dialogue Records History**\n<user> Join a and b.\n" + protocol.BFCL_SINGLE_TURN_INSTRUCTION + " </user>"
     )
     assert json.loads(row["reward_model"]["ground_truth"]) == [{"Util.join": {"items": ["[a, b]"]}}]
     assert row["extra_info"]["id"] == "simple_java_0" and row["extra_info"]["group"] == "non_live"
@@ -149,7 +150,7 @@ def test_miss_func_holds_out_functions_and_drops_cases_without_answers(bfcl_fold
     )
     assert entry["missed_function"] == {"2": [MATH_DOCS[1]]}  # held out, without the hint, as BFCL does
     assert "Name: sqrt" not in row["prompt"][0]["content"] and "1. Name: add\n" in row["prompt"][0]["content"]
-    assert bfcl.MULTI_TURN_INSTRUCTION in row["prompt"][1]["content"]
+    assert protocol.BFCL_MULTI_TURN_INSTRUCTION in row["prompt"][1]["content"]
     assert row["extra_info"]["turns"] == 3 and row["extra_info"]["group"] == "multi_turn"
     assert card["inputs_sha256"].keys() >= {"multi_turn_func_doc/math_api.json"}
 
@@ -172,7 +173,7 @@ def test_bundled_data_gives_the_papers_3301_cases(tmp_path, capsys):
     assert card["rows_per_category"] == {name: count for name, (_, count) in bfcl.CATEGORIES.items()}
     assert card["splits"] == {"test": 3301} and card["unexpected_row_counts"] == {}
     rows = pq.read_table(tmp_path / "out" / "test.parquet", columns=["data_source", "prompt"]).to_pylist()
-    assert all(r["prompt"][0]["content"].startswith(toolrl_format.SYSTEM_HEADER + "1. Name: ") for r in rows)
+    assert all(r["prompt"][0]["content"].startswith(protocol.SYSTEM_HEADER + "1. Name: ") for r in rows)
     first = (tmp_path / "out" / "test.parquet").read_bytes()
     assert cli_main(["bfcl", "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "test.parquet").read_bytes() == first

@@ -1,17 +1,25 @@
-"""BFCL v4 with the ToolRL prompt and parser, scored by the ``bfcl-eval`` package's own checkers.
+"""BFCL v4 through ToolRL's own BFCL handler (the one the authors ran), scored by ``bfcl-eval``'s checkers.
 
-- Prompt: ``data_prep.bfcl``'s rendering of ToolRL's BFCL handler (system = ToolRL's instruction and tool
-  list, user = ``**Dialogue Records History**`` with the turn instruction). Multi-turn: each model emission
-  is an assistant turn; tool results come back as a user message ``<obs> ... </obs>``; a later user turn,
-  or the functions added at a miss_func turn (BFCL's own additional-function message), is a new user turn.
-- Parser: ``rewards.toolrl.parse_tool_calls`` (one ``{"name", "parameters"}`` JSON per line of the
-  tool_call block). An emission without a parseable block ends the step loop of its turn, as in BFCL's
-  prompting handlers; more than 20 steps in a turn force-quits the case (BFCL's MAXIMUM_STEP_LIMIT).
-- Accuracy: single-turn categories through ``ast_checker`` (AST match); multi-turn through
-  ``multi_turn_checker`` (execution state and responses). Never from the format reward.
-- Format: each assistant emission scores 1 if it matches one of the three allowed structures
-  (think+tool_call, think+response, think+tool_call+response; rewards.toolrl's format rule), averaged
-  per case, then per category; groups and Average as in results.bfcl (EXPERIMENTS.md).
+- Prompt (``tasks.toolrl.bfcl_messages``): at every step the model receives ONE system message (ToolRL's
+  instruction listing the entry's functions, with BFCL's language hints) and ONE user message holding the
+  whole dialogue: ``**Dialogue Records History**``, each user turn as ``<user> ... </user>`` with the
+  handler's single-turn or multi-turn instruction, earlier emissions inline, each tool result as
+  ``<obs> You have made the tool call NAME. Execution returns: ... </obs>`` and, after a tool result that
+  ends the history, the handler's follow-up instruction. A miss_func turn is BFCL's additional-function
+  message (the held-out docs as text); those functions are not added to the tool list, as in BFCL's
+  prompting mode. ``python -m results.evaluation bfcl prompts`` writes the first-turn messages.
+- Decoding (``tasks.toolrl.decode_ast`` / ``decode_execute``): the LAST tool_call block, lines that do not
+  parse skipped, calls named "none" dropped, values as parsed (Java/JavaScript values are not converted
+  to source text: BFCL's checker fails non-string values there, as it did for the authors). A multi-turn
+  step whose decoding is empty or fails ends its turn; more than 20 steps in a turn force-quits the case
+  (BFCL's MAXIMUM_STEP_LIMIT).
+- Sampling: every request uses the same seed (``--seed``, 0 by default), as the authors' handler did.
+- Accuracy: single-turn categories through BFCL's format check of the decoded list then ``ast_checker``;
+  multi-turn through ``multi_turn_checker`` (execution state and responses), failed or empty step
+  decodings skipped as BFCL's runner does. Never from the format reward.
+- Format: each emission scores 1 if the original ToolRL format test passes for any of the three allowed
+  structures (think+tool_call, think+response, think+tool_call+response), averaged per case (0 without
+  emissions), then per category; groups and Average as in results.bfcl (EXPERIMENTS.md).
 
 bfcl-eval is installed without its dependencies (they would replace the pinned numpy/pandas). Its
 ``constants.model_config`` imports every API client only to list model handlers, of which the checker
@@ -21,7 +29,6 @@ flag off for our model (our parser keeps function names as written).
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 import uuid
@@ -32,11 +39,12 @@ import numpy as np
 
 from results import bfcl
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.runner import case_seed
+from tasks import toolrl as protocol
 
 MODEL_NAME = "dara-toolrl"
 MAX_STEPS = 20  # bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMIT
-_ALLOWED_KINDS = ("<tool_call>", "<response>", "<tool_call>\n<response>")
+# ground truths selecting the three allowed structures of the format test (the authors' selectors)
+_ALLOWED_KINDS = ("<tool_call>", "<response>", "<tool_call><response>")
 
 
 # ------------------------------------------------------------------------------------------------ bfcl-eval
@@ -52,7 +60,6 @@ def _bfcl():
         stand_in = types.ModuleType("bfcl_eval.constants.model_config")
         stand_in.MODEL_CONFIG_MAPPING = defaultdict(lambda: types.SimpleNamespace(underscore_to_dot=False))
         sys.modules["bfcl_eval.constants.model_config"] = stand_in
-    from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
     from bfcl_eval.constants.enums import Language
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
@@ -64,7 +71,6 @@ def _bfcl():
         execute=multi_turn_utils.execute_multi_turn_func_call,
         instances=vars(multi_turn_utils),  # where bfcl-eval caches the executable class instances
         Language=Language,
-        more_functions_text=DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
     )
 
 
@@ -89,9 +95,9 @@ def language_of(category: str) -> str:
 def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | None = None) -> list[dict]:
     """Test entries of the categories with their possible answers, from the bfcl-eval package data.
 
-    The prompt is data_prep.bfcl's rendering (ToolRL's BFCL handler: ToolRL instruction, tool list with
-    BFCL's language hints, Java/JavaScript parameters as strings, the turn instruction), the same rows as
-    ``python -m data_prep bfcl``. The checkers and the multi-turn executor get the entry as BFCL's own
+    ``messages`` is the first-turn chat of ToolRL's BFCL handler, the same rows as ``python -m data_prep
+    bfcl``; ``functions`` the prompted function docs (BFCL's language hints, Java/JavaScript parameters as
+    strings), from which later steps are rendered again. The checkers and the multi-turn executor get the entry as BFCL's own
     runner does: function docs of the involved classes added, miss_func functions held out per turn, but
     no language hints (the AST checker types Java/JavaScript values by the original parameter types)."""
     from data_prep import bfcl as bfcl_prep
@@ -108,76 +114,51 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
             prompted = bfcl_prep.prepare_entry(entry, category, data_dir, docs_cache)
             row = bfcl_prep.entry_row(prompted, answers[entry["id"]], category, index)
             cases.append({"case_id": entry["id"], "category": category, "data_source": row["data_source"],
-                          "messages": row["prompt"], "entry": checked,
+                          "messages": row["prompt"], "functions": prompted["function"], "entry": checked,
                           "ground_truth": answers[entry["id"]]["ground_truth"]})
     return cases
 
 
-# ------------------------------------------------------------------------------------------------ prompt
-def user_message(turn: list[dict]) -> str:
-    """A later multi-turn user turn, rendered like the first (data_prep.bfcl.user_message)."""
-    from data_prep import bfcl as bfcl_prep
-
-    return bfcl_prep.user_message(turn, multi_turn=True)
+# ------------------------------------------------------------------------------------------------ prompts
+def first_turn_prompts(cases: Sequence[dict]) -> list[dict]:
+    """{"id", "category", "messages"} per case: the first-turn chat exactly as the model receives it."""
+    return [{"id": c["case_id"], "category": c["category"], "messages": c["messages"]} for c in cases]
 
 
-def more_functions_message(functions: list[dict], text: str) -> str:
-    """miss_func's turn: BFCL's additional-function prompt with the functions as ToolRL tool entries."""
-    from data_prep import bfcl as bfcl_prep
-    from data_prep import toolrl_format
-
-    listing = "".join(
-        toolrl_format.tool_entry(i + 1, t["name"], t["description"], t["parameters"])
-        for i, t in enumerate(bfcl_prep.toolrl_tools(functions))
+# ------------------------------------------------------------------------------------------------ decoding
+def is_call_list(decoded) -> bool:
+    """BFCL's check of a decoded single-turn output: a list of one-key dicts whose value is a dict."""
+    return isinstance(decoded, list) and all(
+        isinstance(item, dict) and len(item) == 1 and isinstance(next(iter(item.values())), dict)
+        for item in decoded
     )
-    return f"**Dialogue Records History**\n<user> {listing}\n{text} </user>"
 
 
-# ------------------------------------------------------------------------------------------------ parsing
-def parse_calls(text: str) -> list[dict] | None:
-    """ToolRL tool calls of one emission, or None when there is no parseable tool_call block."""
-    from rewards import toolrl
-
+def step_calls(text: str) -> list[str]:
+    """A multi-turn emission's executable calls; [] when the handler's decoding is empty or fails."""
     try:
-        return toolrl.parse_tool_calls(toolrl.strip_assistant_text(text))
-    except toolrl.MalformedToolCalls:
-        return None
-
-
-def _as_source(value, language: str):
-    """Java/JavaScript cases are checked on source-text values (bfcl-eval's prompting decoders produce
-    strings there): JSON values become their JSON text; strings stay."""
-    if language == "python" or isinstance(value, str):
-        return value
-    return json.dumps(value)
-
-
-def to_ast(calls: list[dict], language: str) -> list[dict]:
-    """[{name, parameters}] -> bfcl-eval's decoded form [{name: {param: value}}]."""
-    return [{c["name"]: {k: _as_source(v, language) for k, v in c["parameters"].items()}} for c in calls]
-
-
-def to_execution(calls: list[dict]) -> list[str]:
-    """[{name, parameters}] -> executable call strings ``name(key=repr(value), ...)``."""
-    return [f"{c['name']}(" + ", ".join(f"{k}={v!r}" for k, v in c["parameters"].items()) + ")" for c in calls]
+        return protocol.decode_execute(text)
+    except protocol.UndecodableCalls:
+        return []
 
 
 def emission_format(text: str) -> float:
-    """1.0 when the emission matches any of the three allowed structures (rewards.toolrl format rule)."""
+    """1.0 when the emission passes the original ToolRL format test for any allowed structure."""
     from rewards import toolrl
 
-    return max(toolrl.format_reward(text, kind) for kind in _ALLOWED_KINDS)
+    content = protocol.assistant_text(text)
+    return max(toolrl.format_reward(content, kind) for kind in _ALLOWED_KINDS)
 
 
 # ------------------------------------------------------------------------------------------------ generation
 class _Dialogue:
-    """The state of one case during generation: messages so far, the current turn and step."""
+    """The state of one case during generation: BFCL's message history, the current turn and step."""
 
     def __init__(self, case: dict, run_tag: str):
         self.case = case
         self.entry = case["entry"]
         self.multi = is_multi_turn(case["category"])
-        self.messages = [dict(m) for m in case["messages"]]
+        self.history: list[dict] = [dict(m) for m in self.entry["question"][0]]
         self.turn, self.step = 0, 0
         self.turns: list[list[str]] = [[]]
         self.tokens: list[list[int]] = [[]]
@@ -186,11 +167,16 @@ class _Dialogue:
         self.done = False
         self.model_name = f"{run_tag}_{uuid.uuid4().hex[:8]}"
 
+    @property
+    def messages(self) -> list[dict]:
+        """What the model receives now: the handler's [system, user] rendering of the whole history."""
+        return protocol.bfcl_messages(self.history, self.case["functions"], self.multi)
+
     def record_emission(self, completion) -> None:
         self.turns[-1].append(completion.text)
         self.tokens[-1].append(completion.n_tokens)
         self.finish[-1].append(completion.finish_reason)
-        self.messages.append({"role": "assistant", "content": completion.text})
+        self.history.append({"role": "assistant", "content": completion.text})
 
     def advance(self, completion, mod) -> None:
         """Consume one emission: single-turn cases end; multi-turn cases execute calls or move on."""
@@ -198,20 +184,21 @@ class _Dialogue:
         if not self.multi:
             self.done = True
             return
-        calls = parse_calls(completion.text)
-        if calls:
-            results, _ = mod.execute(
-                to_execution(calls), self.entry.get("initial_config", {}), self.entry["involved_classes"],
-                self.model_name, self.entry["id"], long_context="long_context" in self.case["category"],
-                is_evaL_run=False,
-            )
-            self.messages.append({"role": "user", "content": "<obs> " + "\n".join(map(str, results)) + " </obs>"})
-            self.step += 1
-            if self.step > MAX_STEPS:
-                self.force_quit = True
-                self.done = True
+        calls = step_calls(completion.text)
+        if not calls:
+            self.next_turn()
             return
-        self.next_turn()
+        results, _ = mod.execute(
+            calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
+            self.model_name, self.entry["id"], long_context="long_context" in self.case["category"],
+            is_evaL_run=False,
+        )
+        for call, result in zip(calls, results, strict=True):
+            self.history.append({"role": "tool", "name": call, "content": result})
+        self.step += 1
+        if self.step > MAX_STEPS:
+            self.force_quit = True
+            self.done = True
 
     def next_turn(self) -> None:
         self.turn += 1
@@ -225,10 +212,9 @@ class _Dialogue:
         self.finish.append([])
         held_out = self.entry.get("missed_function", {}).get(str(self.turn))
         if held_out:
-            text = more_functions_message(held_out, _bfcl().more_functions_text)
+            self.history.append(protocol.bfcl_more_functions_message(held_out))
         else:
-            text = user_message(questions[self.turn])
-        self.messages.append({"role": "user", "content": text})
+            self.history.extend(dict(m) for m in questions[self.turn])
 
     def record(self) -> dict:
         return {"case_id": self.case["case_id"], "category": self.case["category"], "turns": self.turns,
@@ -245,13 +231,11 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
         run_tag = f"dara_gen_{uuid.uuid4().hex[:8]}"
         dialogues = [_Dialogue(c, run_tag) for c in batch]
         try:
-            round_index = 0
             while active := [d for d in dialogues if not d.done]:
-                seeds = [case_seed(sampling.seed + round_index, d.case["case_id"]) for d in active]
-                outputs = backend.chat([d.messages for d in active], sampling, seeds)
+                # the authors' handler sent every request with the same seed
+                outputs = backend.chat([d.messages for d in active], sampling, [sampling.seed] * len(active))
                 for dialogue, samples in zip(active, outputs, strict=True):
                     dialogue.advance(samples[0], mod)
-                round_index += 1
         finally:
             _forget_instances(mod, run_tag)
         return [d.record() for d in dialogues]
@@ -274,11 +258,11 @@ def score_record(record: dict, case: dict) -> dict:
 
 
 def _check_single_turn(text: str, case: dict, mod) -> tuple[bool, str | None]:
-    calls = parse_calls(text)
-    if calls is None:
-        return False, "no parseable tool_call block"
+    decoded = protocol.decode_ast(text)
+    if not is_call_list(decoded):
+        return False, "decoded calls are not [{name: {parameter: value}}] (BFCL's format check)"
     language = language_of(case["category"])
-    result = mod.ast_checker(case["entry"]["function"], to_ast(calls, language), case["ground_truth"],
+    result = mod.ast_checker(case["entry"]["function"], decoded, case["ground_truth"],
                              mod.Language(language), case["category"], MODEL_NAME)
     return result["valid"], None if result["valid"] else str(result.get("error"))
 
@@ -287,14 +271,8 @@ def _check_multi_turn(record: dict, case: dict, mod) -> tuple[bool, str | None]:
     ground_truth = case["ground_truth"]
     if record["force_quit"] or len(record["turns"]) != len(ground_truth):
         return False, "force-terminated (step limit) or turn count differs from the ground truth"
-    decoded = []
-    for turn in record["turns"]:
-        steps = []
-        for text in turn:
-            calls = parse_calls(text)
-            if calls:  # empty or undecodable emissions are skipped, as bfcl-eval's runner does
-                steps.append(to_execution(calls))
-        decoded.append(steps)
+    # empty or undecodable emissions are skipped, as bfcl-eval's runner does
+    decoded = [[calls for text in turn if (calls := step_calls(text))] for turn in record["turns"]]
     name = f"dara_eval_{uuid.uuid4().hex[:8]}"
     try:
         result = mod.multi_turn_checker(decoded, ground_truth, case["entry"], case["category"], name)

@@ -1,5 +1,9 @@
 """``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} ...``
 
+``python -m results.evaluation bfcl prompts --out DIR [--categories ...] [--limit N]`` writes
+``DIR/prompts.jsonl`` (``{"id", "category", "messages"}``): each case's first-turn chat exactly as the model
+receives it (ToolRL's BFCL handler), to inspect what is evaluated; it needs no model.
+
 Files in ``--out``: ``generations.jsonl`` (+ ``.meta.json``: model, backend-independent sampling
 settings, data), ``scores.jsonl``, ``summary.json`` and ``summary.md``. Every stage is resumable: it
 only adds the cases its output file lacks. Exit status 1 when cases are still missing after retries.
@@ -16,7 +20,7 @@ from pathlib import Path
 from results.evaluation import bfcl_eval, math_eval, toolrl_eval
 from results.evaluation.backends import SamplingConfig, make_backend
 from results.evaluation.runner import run_cases
-from results.evaluation.store import CaseStore, write_json_atomic
+from results.evaluation.store import CaseStore, write_json_atomic, write_jsonl_atomic
 
 # EXPERIMENTS.md sampling per benchmark family; ToolRL held-out: greedy, verl's validation default.
 DEFAULTS = {
@@ -140,10 +144,17 @@ def run_identity(args) -> dict:
     return info
 
 
+def write_prompts(args, cases: list[dict]) -> int:
+    path = Path(args.out) / "prompts.jsonl"
+    write_jsonl_atomic(path, bfcl_eval.first_turn_prompts(cases))
+    print(f"[bfcl prompts] {len(cases)} cases -> {path}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results.evaluation", description=__doc__)
     parser.add_argument("bench", choices=("math", "toolrl", "bfcl"))
-    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all"))
+    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all", "prompts"))
     parser.add_argument("--out", required=True, help="output folder of this evaluation")
     parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
@@ -181,9 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         args.batch_size = 8 if args.backend == "hf" else 512
     if args.bench == "bfcl" and not args.categories:
         args.categories = list(bfcl_eval.bfcl.CATEGORIES)
+    if args.stage == "prompts" and args.bench != "bfcl":
+        raise SystemExit("the prompts stage is for bfcl (ToolRL and math prompts are the data rows themselves)")
     if args.bench != "bfcl" and not args.data:
         raise SystemExit(f"{args.bench} needs --data")
     cases = load_cases(args)
+    if args.stage == "prompts":
+        return write_prompts(args, cases)
     status = 0
     if args.stage in ("generate", "all"):
         if not args.model:
