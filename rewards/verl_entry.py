@@ -3,7 +3,8 @@
 `compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns
 {"score": sum of the channels, <channel>: value, ...} with the same keys for every sample of a task:
 
-- "rlla" (ToolRL): format, correctness (+ length when toolrl_length_channel);
+- "rlla" (ToolRL): format, correctness (+ length when toolrl_length_channel), with the original ToolRL
+  scorer's semantics (verl.utils.reward_score.rlla; rewards.toolrl);
 - "deepscaler" and the math evaluation sets: correctness, length.
 
 Options (verl passes `reward.custom_reward_function.reward_kwargs`; the dara_parallel manager reads
