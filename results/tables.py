@@ -4,6 +4,10 @@ EXPERIMENTS.md, "Across seeds: score each checkpoint, then report mean and sampl
 sd (ddof=1)". The output frame mirrors the authors' method-results files: the
 group columns, ``n``, ``seeds`` (sorted, comma-joined), then ``<metric>_mean`` and
 ``<metric>_sd`` per metric. A group of one run has an empty sd (undefined).
+
+Method names of the authors' files: their ``dara`` is DARA-Sym (their tool-calling code of that time
+scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's ``dara``
+row is set beside our ``dara_sym`` when ours has no ``dara`` (EXPERIMENTS.md, "Method labels").
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from results.loaders import RunLogError, format_seeds, load_runs, require_column
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONDITION = re.compile(r"^\s*(?P<col>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.+?)\s*$")
+# The authors' method names that are not ours: what each one is, and our name for it.
+AUTHORS_METHODS = {"dara": ("DARA-Sym", "dara_sym")}
+AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that time scaled both signs."
 # "val_format@100" names a curve metric read at one step and attached to per-run rows.
 _AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")
 
@@ -117,8 +124,18 @@ def _mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
     return f"{text}{pm}{_fmt(sd, digits)}" if sd is not None and not np.isnan(sd) else text
 
 
+def method_label(method) -> str:
+    """A method cell: the authors' names that are not ours say what they are (``dara (DARA-Sym)``)."""
+    return f"{method} ({AUTHORS_METHODS[method][0]})" if method in AUTHORS_METHODS else str(method)
+
+
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
-    """Add ``paper_<metric>_mean``/``_sd`` beside ours, matched on the group columns present in the paper."""
+    """Add ``paper_<metric>_mean``/``_sd`` beside ours, matched on the group columns present in the paper.
+    The authors' ``dara`` (DARA-Sym) matches our ``dara_sym`` unless our table itself has ``dara`` rows."""
+    if "method" in paper.columns and "method" in summary.columns:
+        ours = set(summary["method"])
+        renames = {theirs: mine for theirs, (_, mine) in AUTHORS_METHODS.items() if theirs not in ours}
+        paper = paper.assign(method=paper["method"].replace(renames))
     keys = [c for c in group_by if c in paper.columns]
     if not keys:
         raise RunLogError(f"paper table shares none of the group columns {list(group_by)}")
@@ -142,7 +159,7 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
             header.append(f"{m} (paper)")
     body = []
     for _, row in summary.iterrows():
-        cells = [str(row[c]) for c in group_by] + [str(row["n"])]
+        cells = [method_label(row[c]) if c == "method" else str(row[c]) for c in group_by] + [str(row["n"])]
         for m in metrics:
             cells.append(_mean_sd(row[f"{m}_mean"], row[f"{m}_sd"], digits, pm))
             if f"paper_{m}_mean" in summary.columns:
@@ -151,6 +168,8 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
     if fmt == "md":
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        if "method" in group_by and summary["method"].isin(list(AUTHORS_METHODS)).any():
+            lines += ["", AUTHORS_NOTE]
         return "\n".join(lines) + "\n"
     if fmt == "latex":
         def esc(text: str) -> str:

@@ -149,7 +149,8 @@ def test_table_cli_formats_and_compare(tmp_path):
     assert main([*common, "--format", "csv", "--out", str(csv_out)]) == 0
     text = md.read_text()
     assert "| model_size | method | n | live_accuracy | live_accuracy (paper) |" in text
-    assert "| 1.5B | dara | 5 | 68.42 ± 1.31 | 68.42 ± 1.31 |" in text
+    assert "| 1.5B | dara (DARA-Sym) | 5 | 68.42 ± 1.31 | 68.42 ± 1.31 |" in text
+    assert "The authors' `dara` is DARA-Sym" in text
     assert "\\begin{tabular}" in tex.read_text() and "68.42 $\\pm$ 1.31" in tex.read_text()
     diff = compare_tables(pd.read_csv(csv_out), pd.read_csv(ref / "final_method_results.csv"),
                           ["model_size", "method"])
@@ -163,6 +164,25 @@ def test_table_cli_formats_and_compare(tmp_path):
     assert rows.loc[("1.5B", "dara"), "diff"] == pytest.approx(0, abs=1e-9)
     # all_seeds has rvpo/gdpo_saw, which Table 1 does not: kept with our side empty, not dropped
     assert math.isnan(rows.loc[("1.5B", "rvpo"), "ours"])
+
+
+def test_authors_dara_is_labelled_and_set_beside_our_dara_sym():
+    from results.tables import render, with_paper
+
+    ref = reference_dir() / PAPER
+    paper = pd.read_csv(ref / "final_method_results.csv")
+    ours = build_table([ref / "final_per_run.csv"], ["live_accuracy"], group_by=["model_size", "method"],
+                       drop_if=["retained==False"])
+    ours = ours.assign(method=ours["method"].replace({"dara": "dara_sym"}))
+    table = with_paper(ours, paper, ["model_size", "method"], ["live_accuracy"])
+    row = table.set_index(["model_size", "method"]).loc[("1.5B", "dara_sym")]
+    assert row["paper_live_accuracy_mean"] == pytest.approx(row["live_accuracy_mean"])
+    text = render(table, ["model_size", "method"], ["live_accuracy"], "md")
+    assert "| 1.5B | dara_sym | 5 |" in text and "DARA-Sym:" not in text and "is DARA-Sym" not in text
+    # a table of the authors' own rows keeps their name, labelled
+    theirs = render(with_paper(ours.assign(method="dara"), paper, ["model_size", "method"], ["live_accuracy"]),
+                    ["model_size", "method"], ["live_accuracy"], "md")
+    assert "| dara (DARA-Sym) |" in theirs and theirs.rstrip().endswith("scaled both signs.")
 
 
 def test_collect_evaluation_summaries_into_a_seed_table(tmp_path):
