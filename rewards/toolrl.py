@@ -94,9 +94,12 @@ def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
 
 
 def reference_calls(ground_truth: str) -> list:
-    """The ground truth's calls (first block, one JSON value per line). A line that is not JSON raises
-    ValueError naming the ground truth: bad data, which the scorer does not survive either."""
+    """The ground truth's calls (first block, one JSON value per line; [] without a "<tool_call>"). A line
+    that is not JSON raises ValueError naming the ground truth: bad data, which the scorer does not
+    survive either."""
     block = protocol.first_call_block(ground_truth, require_close=False)
+    if block is None:
+        return []
     calls = []
     for line in protocol.block_lines(block):
         try:

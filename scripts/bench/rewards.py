@@ -82,6 +82,16 @@ def with_adversarial(items: list[tuple], share: float, seed: int = 1) -> tuple[l
     return items, len(chosen)
 
 
+def _toolrl_readable(truth: str) -> bool:
+    from rewards.toolrl import reference_calls
+
+    try:
+        reference_calls(truth)
+    except ValueError:
+        return False
+    return True
+
+
 def tool_items(count: int, seed: int = 0) -> list[tuple]:
     """("rlla", response, ground_truth, None): two thirds scored against their own ground truth."""
     rng = random.Random(seed)
@@ -92,10 +102,12 @@ def tool_items(count: int, seed: int = 0) -> list[tuple]:
         r["ground_truth"] for r in pd.read_parquet(DATA / "toolrl" / "rlla_4k_test.parquet")["reward_model"]
     ]
     texts = outputs + truths
+    # ground truths the original ToolRL scorer can read (17 SFT outputs mention "<tool_call>" in the thinking)
+    readable = [t for t in texts if _toolrl_readable(t)]
     items = []
     for index in range(count):
         text = texts[index % len(texts)]
-        truth = text if rng.random() < 2 / 3 else rng.choice(texts)
+        truth = text if rng.random() < 2 / 3 and _toolrl_readable(text) else rng.choice(readable)
         items.append(("rlla", text + "<|im_end|>", truth, None))
     return items
 
