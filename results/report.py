@@ -146,11 +146,13 @@ def summary_html(summary: pd.DataFrame, group_by, metrics, paper: bool, caption:
         for m in metrics:
             cells.append(_cell(row[f"{m}_mean"], row[f"{m}_sd"]).replace(NOT_IN_PAPER, "–"))
             if paper:
-                cells.append(_cell(row.get(f"paper_{m}_mean"), row.get(f"paper_{m}_sd")))
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    return (f'<table class="summary"><caption>{html.escape(caption)}</caption><thead><tr>{header}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+                cells.append(("paper", _cell(row.get(f"paper_{m}_mean"), row.get(f"paper_{m}_sd"))))
+        rows.append("<tr>" + "".join(f'<td class="paper">{c[1]}</td>' if isinstance(c, tuple) else f"<td>{c}</td>"
+                                     for c in cells) + "</tr>")
+    header = "".join(f'<th class="paper" title="{html.escape(h)}">paper</th>' if h.endswith(" (paper)")
+                     else f"<th>{html.escape(h)}</th>" for h in head)
+    return (f'<div class="scroll"><table class="summary"><caption>{html.escape(caption)}</caption><thead><tr>{header}'
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def plain_html(frame: pd.DataFrame, caption: str, css: str = "steps") -> str:
@@ -162,8 +164,8 @@ def plain_html(frame: pd.DataFrame, caption: str, css: str = "steps") -> str:
             text = "never" if value is None or pd.isna(value) else str(value)
             cells.append(f'<td class="na">{text}</td>' if text in (NOT_IN_PAPER, "never") else f"<td>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return (f'<table class="{css}"><caption>{html.escape(caption)}</caption><thead><tr>{header}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return (f'<div class="scroll"><table class="{css}"><caption>{html.escape(caption)}</caption><thead><tr>{header}'
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
 
 def figure_html(path: Path, out_dir: Path, caption: str) -> str:
@@ -424,10 +426,12 @@ def _reference_provenance(reference: Path, inputs: list[Path]) -> list[str]:
 
 # ----------------------------------------------------------------------------- page
 CSS = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;line-height:1.35}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1500px;padding:0 1em;color:#222;line-height:1.35}
 h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.85em} caption{text-align:left;color:#555;padding:.3em 0}
-th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right} th{background:#f4f4f4}
+.scroll{overflow-x:auto} table{border-collapse:collapse;margin:1em 0;font-size:.8em}
+caption{text-align:left;color:#555;padding:.3em 0} table.steps{min-width:32em}
+th,td{border:1px solid #ddd;padding:.2em .45em;text-align:right;white-space:nowrap} th{background:#f4f4f4}
+th.paper,td.paper{background:#f3f7fc}
 td:first-child,th:first-child{text-align:left} .na{color:#999;font-style:italic}
 figure{margin:1em 0} img{max-width:100%;border:1px solid #eee} figcaption{color:#555;font-size:.85em}
 footer{margin-top:3em;border-top:1px solid #ccc;font-size:.8em;color:#444} footer li{word-break:break-all}

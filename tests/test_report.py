@@ -73,7 +73,8 @@ def table_in(page: Page, section_start: str, caption_has: str = "") -> list[list
 
 
 def row_of(rows: list[list[str]], *keys: str) -> dict[str, str]:
-    header = rows[0]
+    """The row whose first cells are `keys`, by column name; a 'paper' column is named '<previous> (paper)'."""
+    header = [f"{rows[0][i - 1]} (paper)" if name == "paper" else name for i, name in enumerate(rows[0])]
     found = [r for r in rows[1:] if r[: len(keys)] == list(keys)]
     assert len(found) == 1, (keys, rows[:3])
     return dict(zip(header, found[0], strict=True))
