@@ -232,7 +232,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The Hydra app; `--verbose` (not a Hydra flag) becomes the override `run.verbose=true`."""
     if VERBOSE_FLAG in sys.argv[1:]:
-        sys.argv = [arg for arg in sys.argv if arg != VERBOSE_FLAG] + ["run.verbose=true"]
+        sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
     _hydra_main()
 
 
