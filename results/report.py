@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import logging
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ import dara  # noqa: E402
 from results import plots, tables, thresholds  # noqa: E402
 from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder  # noqa: E402
 
+log = logging.getLogger(__name__)
 DEFAULT_REFERENCE = dara.PROJECT_ROOT.parent / "shared" / "reference" / "dara_authors"
 NOT_IN_PAPER = "not in the paper"
 # The authors' names for our models and methods (their files: `dara` is DARA-Sym, see SOURCE.md).
@@ -85,13 +87,17 @@ def _csv_kind(frame: pd.DataFrame) -> str:
 
 def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
     """{'runs': [frames], 'per_run': [(path, frame)], 'curves': [(path, frame)]} from folders and files."""
-    found: dict[str, list] = {"runs": [], "per_run": [], "curves": []}
+    found: dict[str, list] = {"runs": [], "per_run": [], "curves": [], "skipped": []}
     for path in map(Path, inputs):
         if not path.exists():
             raise RunLogError(f"{path}: no such file or folder")
         csvs = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
-        if path.is_dir():
-            found["runs"].extend(load_run_folder(p, source) for p in find_run_folders(path))
+        for run_dir in find_run_folders(path) if path.is_dir() else []:
+            try:
+                found["runs"].append(load_run_folder(run_dir, source))
+            except RunLogError as error:  # e.g. a run that failed before its first step: left out, named
+                log.warning("left out of the report: %s", error)
+                found["skipped"].append(str(error))
         for csv in csvs:
             if csv.suffix != ".csv":
                 raise RunLogError(f"{csv}: expected a folder or a .csv file")
@@ -101,7 +107,7 @@ def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
             kind = _csv_kind(frame)
             if kind != "summary":
                 found[kind].append((csv, frame))
-    if not any(found.values()):
+    if not (found["runs"] or found["per_run"] or found["curves"]):
         raise RunLogError(f"nothing to report in {[str(p) for p in inputs]}: no run folders, per-run or curve CSVs")
     return found
 
@@ -288,7 +294,9 @@ def _final_table(frame, metrics, group_by, authors, is_authors) -> str:
         paper = paper.rename(columns={f"{t}_{s}": f"paper_{m}_{s}" for t, m in theirs_cols.items() for s in ("mean", "sd")})
         paper = paper.rename(columns={"model_size": "_size", "method": "_method"}).drop(columns=["n", "seeds"])
         summary = summary.merge(paper, on=["_size", "_method", "step"], how="left")
-    return summary_html(summary, keys, metrics, True, caption + "; paper = the authors' training curves at that step")
+    where = ("the authors' training curves at that step" if authors is not None
+             else "no published values for this task")
+    return summary_html(summary, keys, metrics, True, f"{caption}; paper: {where}")
 
 
 def _threshold_table(frame, metric, threshold, group_by, authors, is_authors) -> pd.DataFrame:
@@ -477,6 +485,9 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: st
                                            threshold_metric=threshold_metric, is_authors=False))
         for path in inputs:
             run_dirs += find_run_folders(path) if path.is_dir() else []
+    if found["skipped"]:
+        sections.append(Section("runs left out", [plain_html(pd.DataFrame({"reason": found["skipped"]}),
+                                                             "run folders that could not be read")]))
     provenance = [f"commit: {_commit()}"]
     provenance += [f"input: {p}" + (f" (sha256 {_sha256(p)})" if p.is_file() else "") for p in inputs]
     provenance += [f"input table: {p} (sha256 {_sha256(p)})" for kind in ("per_run", "curves") for p, _ in found[kind]]

@@ -171,12 +171,17 @@ def test_our_toolrl_runs_sit_beside_the_authors_curves(tmp_path):
 def test_smoke_runs_are_marked_not_in_the_paper(tmp_path):
     sweep = tmp_path / "outputs"
     write_run(sweep, "smoke", "tiny", "dara_asym", 0, 3, 0.3)
+    failed = sweep / "failed-before-step-1"
+    failed.mkdir()
+    (failed / "metrics.jsonl").write_text("")
     out = tmp_path / "page"
     assert main(["report", str(sweep), "--out", str(out), "--reference", str(REFERENCE)]) == 0
     page = read_page(out)
     row = row_of(table_in(page, "recipe smoke", "last logged step"), "tiny", "dara_asym")
     assert row["reward/format/mean"] == "0.90" and row["reward/format/mean (paper)"] == NOT_IN_PAPER
     assert row_of(table_in(page, "recipe smoke", "reaches 0.8"), "tiny", "dara_asym")["step"] == "3"
+    assert page.sections == ["recipe smoke: 1 runs", "runs left out"]
+    assert "failed-before-step-1" in table_in(page, "runs left out")[1][0]
 
 
 def test_nothing_to_report_is_a_clear_error(tmp_path, capsys):
