@@ -98,11 +98,80 @@ class RunLog:
     def step_line(self, record: dict, channels: list[str]) -> str:
         now = time.monotonic()
         elapsed, self._last_time = now - self._last_time, now
-        total = f"/{self.total_steps}" if self.total_steps else ""
+        return format_step(record, channels, self.total_steps, f"{elapsed:.1f}s")
 
-        def cols(prefix, suffix=""):
-            return " ".join(f"{c} {record[f'{prefix}{c}{suffix}']:.3f}" for c in channels
-                            if f"{prefix}{c}{suffix}" in record)
 
-        return (f"[dara] step {record['step']}{total} | reward {cols('reward/', '/mean')} | "
-                f"density {cols('dara/density/')} | weight {cols('dara/weight/')} | {elapsed:.1f}s")
+def format_step(record: dict, channels: list[str], total_steps: int | None, timing: str) -> str:
+    """`[dara] step 3/3 | reward ... | density ... | weight ... | <timing>` (per channel, where logged)."""
+    total = f"/{total_steps}" if total_steps else ""
+
+    def cols(prefix, suffix=""):
+        return " ".join(f"{c} {record[f'{prefix}{c}{suffix}']:.3f}" for c in channels
+                        if f"{prefix}{c}{suffix}" in record)
+
+    return (f"[dara] step {record['step']}{total} | reward {cols('reward/', '/mean')} | "
+            f"density {cols('dara/density/')} | weight {cols('dara/weight/')} | {timing}")
+
+
+def clock(seconds: float) -> str:
+    """1:02:03 / 2:03 (h:mm:ss or m:ss)."""
+    seconds = int(round(max(0.0, seconds)))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class Progress:
+    """Follows a growing metrics.jsonl (written by the trainer's Ray actor) from the driver process.
+
+    `poll()` returns one console line per newly completed step, with the time since training started and
+    the estimated time left: (total - step) x the mean duration of the last few steps. The first step's
+    duration is verl's `timing_s/step` when logged (the wall time before it includes start-up).
+    """
+
+    def __init__(self, path: str | Path, channels: list[str], total_steps: int | None, window: int = 5):
+        self.path, self.channels, self.total_steps, self.window = Path(path), channels, total_steps, window
+        self.start = time.monotonic()
+        self._offset = self.path.stat().st_size if self.path.exists() else 0  # steps of an earlier session
+        self._last = None
+        self._durations: list[float] = []
+
+    def _new_records(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        size = self.path.stat().st_size
+        if size < self._offset:  # rewritten (a resume dropped steps past its checkpoint)
+            self._offset = size
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self._offset)
+            data = handle.read(size - self._offset)
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        records = []
+        for line in complete.decode("utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line; read_metrics reports it where the file is read for results
+            if isinstance(record, dict) and "step" in record:
+                records.append(record)
+        return records
+
+    def poll_records(self) -> list[tuple[str, dict]]:
+        """(console line, record) for each step completed since the last call."""
+        out = []
+        for record in self._new_records():
+            now = time.monotonic()
+            first = self._last is None
+            duration = float(record.get("timing_s/step", now - self.start)) if first else now - self._last
+            self._last = now
+            self._durations = (self._durations + [duration])[-self.window:]
+            timing = f"{clock(now - self.start)} elapsed"
+            if self.total_steps:
+                left = (int(self.total_steps) - int(record["step"])) * sum(self._durations) / len(self._durations)
+                timing += f", ~{clock(left)} left"
+            out.append((format_step(record, self.channels, self.total_steps, timing), record))
+        return out
+
+    def poll(self) -> list[str]:
+        return [line for line, _ in self.poll_records()]

@@ -7,6 +7,11 @@
 Order of work: check the config (fails before Ray starts), build offline assets if the task asks,
 write run_info.json, then verl's own `run_ppo` with the project's TaskRunner; Ray is started and
 stopped by the run.
+
+The console shows a header (task, model, estimator, cluster, output folder, where the logs are), one line
+per step with the time elapsed and left, warnings from the step records, and a summary. verl's full
+config is written to `<run>/verl_config.yaml`; everything verl, Ray and its workers print goes to
+`<run>/logs/main.log`. `python -m dara.train --verbose` (= `run.verbose=true`) prints all of it instead.
 """
 
 from __future__ import annotations
@@ -15,16 +20,22 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dara.config_checks import ConfigError, check_config, check_inputs
-from dara.run_log import METRICS_FILE, read_metrics
+from dara.console import follow_progress, quiet_output
+from dara.run_log import METRICS_FILE, Progress, read_metrics
+from dara.tracking import apply_wandb_env
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+MAIN_LOG = "logs/main.log"
+VERL_CONFIG = "verl_config.yaml"
+VERBOSE_FLAG = "--verbose"
 
 
 def _absolute_paths(cfg: DictConfig) -> None:
@@ -68,7 +79,8 @@ def _finished(cfg: DictConfig) -> bool:
 def _write_run_info(cfg: DictConfig) -> None:
     info = {"run_name": cfg.run.name, "method": cfg.run.method, "seed": int(cfg.run.seed), "task": cfg.run.task,
             "model": cfg.run.model, "estimator": cfg.algorithm.adv_estimator,
-            "reward_channels": list(cfg.algorithm.reward_channels), "command": " ".join(sys.argv)}
+            "reward_channels": list(cfg.algorithm.reward_channels), "command": " ".join(sys.argv),
+            "recipe": cfg.run.get("recipe", None) or cfg.run.task}
     out = Path(cfg.run.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "run_info.json.tmp"
@@ -93,6 +105,40 @@ def _ray_session(cfg: DictConfig):
         yield
 
 
+def _write_verl_config(cfg: DictConfig) -> Path:
+    path = Path(cfg.run.output_dir) / VERL_CONFIG
+    tmp = path.with_name(path.name + ".tmp")
+    OmegaConf.save(cfg, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _cluster_choice() -> str:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().runtime.choices.get("cluster", "?")
+    except ValueError:  # not running under Hydra (a test calling train() directly)
+        return "?"
+
+
+def _header(cfg: DictConfig, wandb: dict[str, str], verbose: bool) -> list[str]:
+    run = cfg.run
+    steps = cfg.trainer.total_training_steps or "all"
+    lines = [f"[dara] {run.name}: task {run.task}, model {run.model}, estimator {cfg.algorithm.adv_estimator} "
+             f"(channels {', '.join(cfg.algorithm.reward_channels)}), cluster {_cluster_choice()}, "
+             f"{steps} steps, seed {run.seed}",
+             f"[dara] output   {run.output_dir}"]
+    if not verbose:
+        lines.append(f"[dara] logs     {MAIN_LOG} (verl, Ray workers), {VERL_CONFIG} (full config); "
+                     "--verbose prints them here")
+    if wandb:
+        where = "wandb/ in the run folder" if wandb["WANDB_MODE"] == "offline" else "the wandb server"
+        lines.append(f"[dara] wandb    {wandb['WANDB_MODE']} run {wandb['WANDB_RUN_ID']} (project "
+                     f"{cfg.trainer.project_name}, group {wandb['WANDB_RUN_GROUP']}) in {where}")
+    return lines
+
+
 def _summary(cfg: DictConfig, seconds: float) -> str:
     path = Path(cfg.run.output_dir) / METRICS_FILE
     records = read_metrics(path) if path.exists() else []
@@ -103,8 +149,12 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
     parts = [f"{c}: reward {last.get(f'reward/{c}/mean', float('nan')):.3f}, "
              f"density {last.get(f'dara/density/{c}', float('nan')):.2f}, "
              f"weight {last.get(f'dara/weight/{c}', float('nan')):.2f}" for c in channels]
-    return (f"[dara] {cfg.run.name}: {len(records)} steps in {seconds:.0f}s; last step " + "; ".join(parts)
+    text = (f"[dara] {cfg.run.name}: {len(records)} steps in {seconds:.0f}s; last step " + "; ".join(parts)
             + f"\n[dara] metrics: {path}")
+    env = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", default={}) or {}
+    if env.get("WANDB_MODE") == "offline" and "wandb" in list(cfg.trainer.logger or []):
+        text += f"\n[dara] wandb offline run: wandb sync {Path(cfg.run.output_dir) / 'wandb'}/offline-run-*"
+    return text
 
 
 def train(cfg: DictConfig) -> None:
@@ -115,11 +165,33 @@ def train(cfg: DictConfig) -> None:
     if cfg.run.skip_if_finished and _finished(cfg):
         print(f"[dara] {cfg.run.name} already finished ({cfg.run.output_dir}); skipping", flush=True)
         return
+    wandb = apply_wandb_env(cfg)
     _apply_runtime_env(cfg)
     _prepare_assets(cfg)
     check_inputs(cfg)
     _write_run_info(cfg)
+    verbose = bool(cfg.run.get("verbose", False))
+    print("\n".join(_header(cfg, wandb, verbose)), flush=True)
 
+    run_dir = Path(cfg.run.output_dir)
+    start = time.monotonic()
+    with ExitStack() as stack:
+        write = print
+        if not verbose:  # from here on everything printed goes to logs/main.log; progress to the console
+            console = stack.enter_context(quiet_output(run_dir / MAIN_LOG))
+            write = partial(print, file=console, flush=True)
+        try:
+            _run_verl(cfg, write, follow=not verbose)
+        except SystemExit as error:
+            if verbose:
+                raise
+            raise SystemExit(f"{error.code} (full output: {run_dir / MAIN_LOG})") from None
+    print(_summary(cfg, time.monotonic() - start), flush=True)
+
+
+def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
+    """verl's own run_ppo with the project's TaskRunner in a local (or the job's) Ray; with `follow`, a
+    progress line per step is passed to `write` while it runs."""
     import ray
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -134,25 +206,34 @@ def train(cfg: DictConfig) -> None:
         use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    start = time.monotonic()
+    progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
+                        cfg.trainer.total_training_steps)
     with _ray_session(cfg):
+        _write_verl_config(cfg)
         try:
-            run_ppo(cfg, task_runner_class=DaraTaskRunner)
+            with follow_progress(progress, write) if follow else nullcontext():
+                run_ppo(cfg, task_runner_class=DaraTaskRunner)
         except ray.exceptions.RayTaskError as error:  # surface the cause, not a Ray traceback wall
             cause = error.as_instanceof_cause()
             raise SystemExit(f"[dara] training failed: {type(cause).__name__}: {cause}") from None
         finally:
             if ray.is_initialized():
                 ray.shutdown()
-    print(_summary(cfg, time.monotonic() - start), flush=True)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     try:
         train(cfg)
     except ConfigError as error:
         raise SystemExit(f"[dara] invalid configuration: {error}") from None
+
+
+def main() -> None:
+    """The Hydra app; `--verbose` (not a Hydra flag) becomes the override `run.verbose=true`."""
+    if VERBOSE_FLAG in sys.argv[1:]:
+        sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
+    _hydra_main()
 
 
 if __name__ == "__main__":

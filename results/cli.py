@@ -1,4 +1,4 @@
-"""``python -m results <command>``: thresholds, table, plot, compare, collect (see docs/results.md)."""
+"""``python -m results <command>``: thresholds, table, plot, compare, collect, report (see docs/results.md)."""
 
 from __future__ import annotations
 
@@ -105,6 +105,14 @@ def cmd_collect(args) -> None:
     write_text(collect(args.folders).to_csv(index=False, lineterminator="\n"), args.out)
 
 
+def cmd_report(args) -> None:
+    from results.report import DEFAULT_REFERENCE, build_report
+
+    page = build_report(args.runs, args.out, reference=args.reference or DEFAULT_REFERENCE, threshold=args.threshold,
+                        threshold_metric=args.threshold_metric, source=args.source)
+    print(f"wrote {page}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folders", nargs="+", help="evaluation folders (searched for summary.json)")
     p.add_argument("--out", help="CSV path (default: stdout)")
     p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("report", help="one static page (index.html + PNGs) for a sweep: tables beside the paper's, "
+                                      "threshold steps, curves, DARA channels, provenance")
+    p.add_argument("runs", nargs="+", help="sweep folders (run folders below them), per-run or curve CSVs")
+    p.add_argument("--out", required=True, help="output folder (index.html and PNGs)")
+    p.add_argument("--reference", default=None,
+                   help="the authors' published files (default: ../shared/reference/dara_authors beside the checkout)")
+    p.add_argument("--threshold", type=float, default=0.8, help="threshold of the step table (default 0.8)")
+    p.add_argument("--threshold-metric", default=None,
+                   help="curve metric of the step table (default: reward/format/mean or train_format)")
+    p.add_argument("--source", choices=("auto", "jsonl", "wandb"), default="auto",
+                   help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

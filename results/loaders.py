@@ -6,8 +6,11 @@ one column per metric, plus the run's identifying columns (``run``, ``method``,
 
 Accepted inputs (see docs/results.md):
 - a run folder holding ``metrics.jsonl`` (+ ``run_info.json``), as written by
-  ``python -m dara.train`` (conventions: one JSON object per step with "step");
-- a folder of run folders (every ``metrics.jsonl`` below it is one run);
+  ``python -m dara.train`` (conventions: one JSON object per step with "step"), or only its wandb files
+  (``wandb/offline-run-*/run-*.wandb``, read with wandb's own reader; a resumed run's several files are
+  merged by step). ``source="wandb"`` reads the wandb files even where metrics.jsonl exists;
+- a folder of run folders (every run folder below it is one run);
+- a ``.wandb`` file;
 - a single ``.jsonl`` file (its ``run_info.json`` is read from the same folder
   when present, otherwise ``method``/``seed`` must be fields of the rows);
 - a CSV: long-format curves (``method``, ``seed``, ``step`` columns, e.g. the
@@ -25,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from dara.run_log import RunLogError, read_metrics
+from dara.tracking import read_offline_history, wandb_run_files
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,69 @@ def find_run_logs(folder: Path) -> list[Path]:
     return sorted(Path(folder).rglob(METRICS_FILE))
 
 
+SOURCES = ("auto", "jsonl", "wandb")
+_WANDB_TAG_FIELDS = {"method": str, "seed": int, "task": str, "model": str, "estimator": str}
+
+
+def _info_from_wandb(run: dict) -> dict:
+    """run_info-like fields from a wandb run record: the run name and the `key:value` tags dara.tracking sets."""
+    info = {"run_name": run.get("display_name"), "recipe": run.get("run_group")}
+    for tag in run.get("tags", []):
+        key, _, value = str(tag).partition(":")
+        if key in _WANDB_TAG_FIELDS and value:
+            info[key] = _WANDB_TAG_FIELDS[key](value)
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.DataFrame:
+    """One run from its wandb transaction logs (every start of the run, oldest first; a step logged again
+    after a resume keeps its last value). Identity from run_info.json when present, else the wandb tags."""
+    run_dir = Path(run_dir)
+    files = list(files) if files is not None else wandb_run_files(run_dir)
+    if not files:
+        raise RunLogError(f"{run_dir}: no wandb run files (wandb/offline-run-*/run-*.wandb)")
+    rows: dict[int, dict] = {}
+    info: dict = {}
+    for path in files:
+        run, history = read_offline_history(path)
+        info.update(_info_from_wandb(run))
+        for row in history:
+            rows.setdefault(row["step"], {}).update(row)
+    if not rows:
+        raise RunLogError(f"{run_dir}: the wandb run files hold no logged step")
+    info_path = run_dir / RUN_INFO_FILE
+    if info_path.exists():
+        info.update(_scalar_fields(json.loads(info_path.read_text())))
+    frame = pd.DataFrame([rows[step] for step in sorted(rows)])
+    for key, value in info.items():
+        if key not in frame.columns:
+            frame[key] = value
+    frame["run"] = info.get("run_name") or run_dir.name
+    missing = [c for c in ("method", "seed") if c not in frame.columns]
+    if missing:
+        raise RunLogError(f"{run_dir}: no {missing} (neither in {RUN_INFO_FILE} nor in the wandb tags)")
+    return frame
+
+
+def load_run_folder(run_dir: Path, source: str = "auto") -> pd.DataFrame:
+    """One run folder: its metrics.jsonl (``auto``, ``jsonl``) or its wandb files (``wandb``, or ``auto``
+    when the folder has no metrics.jsonl)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}; choose one of {SOURCES}")
+    jsonl = Path(run_dir) / METRICS_FILE
+    if source == "jsonl" or (source == "auto" and jsonl.exists()):
+        return load_jsonl_run(jsonl)
+    return load_wandb_run(run_dir)
+
+
+def find_run_folders(folder: Path) -> list[Path]:
+    """Every run folder at or below ``folder``: one holding metrics.jsonl or a wandb/ run file."""
+    folder = Path(folder)
+    found = {p.parent for p in folder.rglob(METRICS_FILE)}
+    found |= {p.parents[2] for p in folder.rglob("run-*.wandb") if p.parents[1].name == "wandb"}
+    return sorted(found)
+
+
 def load_csv(path: Path) -> pd.DataFrame:
     """A CSV (CRLF or LF line endings) with a ``method`` column."""
     frame = pd.read_csv(path)
@@ -84,18 +151,21 @@ def load_csv(path: Path) -> pd.DataFrame:
     return frame
 
 
-def load_runs(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
-    """Load run folders, JSONL files and CSVs into one long frame (rows concatenated)."""
+def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") -> pd.DataFrame:
+    """Load run folders, JSONL files, .wandb files and CSVs into one long frame (rows concatenated).
+    ``source`` picks a run folder's metrics.jsonl or its wandb files (see `load_run_folder`)."""
     if isinstance(paths, str | Path):
         paths = [paths]
     frames: list[pd.DataFrame] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            logs = find_run_logs(path)
-            if not logs:
-                raise RunLogError(f"{path}: no {METRICS_FILE} at or below this folder")
-            frames.extend(load_jsonl_run(p) for p in logs)
+            folders = find_run_folders(path)
+            if not folders:
+                raise RunLogError(f"{path}: no {METRICS_FILE} or wandb run at or below this folder")
+            frames.extend(load_run_folder(p, source) for p in folders)
+        elif path.suffix == ".wandb":
+            frames.append(load_wandb_run(path.parents[2], [path]))
         elif path.suffix == ".jsonl":
             frames.append(load_jsonl_run(path))
         elif path.suffix == ".csv":
@@ -103,7 +173,7 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
         elif not path.exists():
             raise RunLogError(f"{path}: no such file or folder")
         else:
-            raise RunLogError(f"{path}: expected a run folder, a .jsonl or a .csv file")
+            raise RunLogError(f"{path}: expected a run folder, a .jsonl, a .wandb or a .csv file")
     return pd.concat(frames, ignore_index=True, sort=False)
 
 

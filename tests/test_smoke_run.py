@@ -1,13 +1,16 @@
 """The project's integration test: the README's `make smoke` job, real verl training on this CPU.
 
 Runs `python -m dara.train` exactly as a user does (a subprocess, its own local Ray), then checks the
-run folder: 3 steps, each with the DARA instruments per channel, in our JSONL and in verl's tracker.
+run folder: 3 steps, each with the DARA instruments per channel, in our JSONL, in verl's tracker and in the
+wandb offline run (read back with wandb's own reader); and the quiet console: a header, one line per step
+with elapsed and remaining time, the summary, verl's output in logs/main.log.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -32,9 +35,15 @@ def run_train(output_root, *overrides, timeout=900):
     return proc, time.monotonic() - start
 
 
-def test_smoke_run_trains_three_verl_steps(output_root):
+@pytest.fixture(scope="module")
+def smoke(output_root):
     proc, seconds = run_train(output_root)
     print(f"\nsmoke run: {seconds:.0f}s wall (rc {proc.returncode})")
+    return proc
+
+
+def test_smoke_run_trains_three_verl_steps(output_root, smoke):
+    proc = smoke
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = output_root / "smoke-tiny-dara_asym-s0"
     records = read_metrics(run_dir / "metrics.jsonl")
@@ -65,3 +74,34 @@ def test_missing_channel_fails_at_first_step_naming_it(output_root):
     message = proc.stderr[-4000:]
     assert "training failed" in message and "'length'" in message
     assert "returned keys" in message and "correctness" in message
+
+
+@pytest.mark.slow
+def test_smoke_run_is_quiet_and_writes_a_wandb_offline_run(output_root, smoke):
+    from dara.tracking import read_offline_history, wandb_run_files, wandb_run_id
+
+    proc = smoke
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = output_root / "smoke-tiny-dara_asym-s0"
+    lines = (proc.stdout + proc.stderr).splitlines()
+    print(f"\nsmoke console: {len(lines)} lines")
+    assert len(lines) <= 40, "\n".join(lines)
+    assert re.search(r"^\[dara\] step 3/3 \|.*\| \d+:\d\d elapsed, ~0:00 left$", proc.stdout, re.M)
+    assert re.search(r"^\[dara\] step 1/3 \|.*, ~\d+:\d\d left$", proc.stdout, re.M)
+    assert "logs/main.log" in proc.stdout and "(DaraTaskRunner" not in proc.stdout + proc.stderr
+    log = (run_dir / "logs" / "main.log").read_text()
+    assert "(DaraTaskRunner" in log and "[dara] step 3/3" in log  # verl's and the workers' output went here
+    assert (run_dir / "verl_config.yaml").exists()
+
+    files = wandb_run_files(run_dir)
+    assert len(files) == 1 and wandb_run_id(run_dir) in files[0].name
+    run, rows = read_offline_history(files[0])
+    assert run["project"] == "dara-smoke" and run["display_name"] == "smoke-tiny-dara_asym-s0"
+    assert run["run_group"] == "smoke" and "method:dara_asym" in run["tags"]
+    assert run["config"]["update"]["algorithm"]["adv_estimator"] == "dara_asym"  # the resolved config
+    records = {r["step"]: r for r in read_metrics(run_dir / "metrics.jsonl")}
+    assert sorted(r["step"] for r in rows if "dara/density/format" in r) == [1, 2, 3]
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith(("dara/", "reward/")):
+                assert value == pytest.approx(records[row["step"]][key]), key

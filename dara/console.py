@@ -1,0 +1,78 @@
+"""A quiet main job: everything verl, Ray and the workers print goes to a file; the console gets progress.
+
+`quiet_output(log_path)` points the process's stdout and stderr file descriptors at `log_path` (so the
+driver's own prints, Python warnings, Ray's forwarded worker output and the processes Ray starts all land
+there) and yields a line-buffered stream to the real console. `follow_progress` prints one line per step
+from the run's metrics.jsonl (written by the trainer's Ray actor) while training runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from dara.run_log import Progress
+
+# Per-step counts the console reports as warnings when they are non-zero (a reward that timed out or failed).
+WARN_COUNTS = {"reward/timeouts": "reward timeouts", "reward/errors": "reward errors"}
+
+
+@contextmanager
+def quiet_output(log_path: str | os.PathLike) -> Iterator[TextIO]:
+    """Redirect fds 1 and 2 into `log_path` (appended) for the block; yield a stream to the real stdout."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    console = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield console
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        console.close()
+
+
+def step_warnings(record: dict) -> list[str]:
+    """`[dara] warning: step 3: 2 reward timeouts` for each non-zero count of WARN_COUNTS in a step record."""
+    return [f"[dara] warning: step {record['step']}: {record[key]:.0f} {what}"
+            for key, what in WARN_COUNTS.items() if record.get(key, 0) > 0]
+
+
+@contextmanager
+def follow_progress(progress: Progress, write: Callable[[str], None], interval: float = 1.0) -> Iterator[None]:
+    """Print `progress.poll()` lines (and step warnings) every `interval` seconds while the block runs,
+    then once more after it, so the last step is never missed."""
+    stop = threading.Event()
+
+    def emit():
+        for line, record in progress.poll_records():
+            write(line)
+            for warning in step_warnings(record):
+                write(warning)
+
+    def loop():
+        while not stop.wait(interval):
+            emit()
+
+    thread = threading.Thread(target=loop, name="dara-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        emit()
