@@ -282,3 +282,30 @@ def test_grpo_channel_terms_sum_to_advantage():
     total_energy = float((adv[:, 0] ** 2).sum())
     groups_varying = sum(1 for g in range(8) if scores[4 * g:4 * g + 4].sum(1).unique().numel() > 1)
     assert total_energy == pytest.approx(groups_varying * 3, rel=1e-4)
+
+
+def test_dara_algo_config_validates_itself_naming_the_problem():
+    from dara.estimators import DaraAlgoConfig
+    from dara.estimators.normalization import BATCH_NORM_MODES
+
+    for bad, message in (({"wmax": 2}, "unknown option.*wmax"), ({"w_max": 0.5}, "w_max"), ({"form": "x"}, "form"),
+                         ({"query_weight": "x"}, "query_weight"), ({"reward_ranges": [[1, 0]]}, "min < max"),
+                         ({"batch_norm": "sequence"}, "batch_norm"), ({"tau": 2}, "tau")):
+        with pytest.raises(ValueError, match=message):
+            DaraAlgoConfig.from_mapping(bad)
+    config = DaraAlgoConfig()
+    for name in ESTIMATOR_NAMES:  # every estimator honours batch_norm, or rejects a mode it does not define
+        own = ESTIMATORS[name].batch_norms
+        assert config.resolved_batch_norm(name) == (own[0] if own else "token")
+        for mode in BATCH_NORM_MODES:
+            explicit = DaraAlgoConfig(batch_norm=mode)
+            if own and mode not in own:
+                with pytest.raises(ValueError, match=f"'{name}' does not take batch_norm='{mode}'"):
+                    explicit.resolved_batch_norm(name)
+            else:
+                assert explicit.resolved_batch_norm(name) == mode
+    # compute_advantages' defaults are DaraAlgoConfig's: w_max binds at the dataclass default
+    scores = torch.tensor([[1.0, 1.0]] + [[0.0, 0.0]] * 3 + [[1.0, 0.0], [0.0, 0.0]] * 30)
+    index = [0] * 4 + [g for g in range(1, 31) for _ in range(2)]
+    _, metrics = compute_advantages("dara_sym", scores, index, torch.ones(len(scores), 1), channel_names=["a", "b"])
+    assert metrics["weight/b"] == pytest.approx(config.w_max)
