@@ -110,6 +110,7 @@ def value(cfg, key):
     return OmegaConf.to_container(found) if OmegaConf.is_config(found) else found
 
 
+@pytest.mark.slow  # composes every run of every recipe (~2 s each)
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_every_run_of_every_recipe_composes_with_its_name_folder_and_checks(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -132,6 +133,7 @@ def test_every_run_of_every_recipe_composes_with_its_name_folder_and_checks(reci
         assert all(r.name == first.name_for(r.seed) for r in group)
 
 
+@pytest.mark.slow  # composes every run of every recipe (~2 s each)
 @pytest.mark.parametrize("recipe", list(PAPER_RUNS))
 def test_recipes_hold_the_papers_runs_and_hyperparameters(recipe):
     models, methods, seeds, count = PAPER_RUNS[recipe]
