@@ -10,7 +10,7 @@ EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
 CONSTRAINTS := $(if $(GPU),,-c constraints/cpu.txt)
 comma  := ,
 
-.PHONY: install smoke test lint bench clean-outputs
+.PHONY: install smoke test test-fast lint bench
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ smoke: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The unit lane: everything but real training runs, Slurm clusters and jobs of a minute or more.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not slurm and not multinode"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,21 +1,35 @@
-"""Checks that reject an invalid experiment before Ray starts, each with a message naming the problem."""
+"""Checks that reject an invalid experiment before Ray starts, each with a message naming the problem.
+
+`check_config` runs a list of checks (`CONFIG_CHECKS`); a new check is one function appended there.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Callable
+from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from dara.estimators import ESTIMATOR_NAMES
-from dara.estimators.normalization import BATCH_NORM_MODES
+from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
+
+SCHEMA_NAME = "dara_algo_schema"  # conf/train.yaml's defaults list names it
 
 
 class ConfigError(ValueError):
     """An experiment configuration that cannot run."""
 
 
-def _library_estimator(name: str) -> str | None:
+def register_schema() -> None:
+    """`algorithm.dara` is a `DaraAlgoConfig`: Hydra shows its defaults and rejects unknown keys or types."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node={"algorithm": {"dara": DaraAlgoConfig}})
+
+
+def library_estimator(name: str) -> str | None:
     if name in ESTIMATOR_NAMES:
         return name
     if name.startswith("dara_") and name[5:] in ESTIMATOR_NAMES:
@@ -23,14 +37,57 @@ def _library_estimator(name: str) -> str | None:
     return None
 
 
-def check_config(cfg: DictConfig) -> None:
+def _check_required(cfg: DictConfig) -> None:
     for key in ("run.task", "run.model", "run.name"):
         try:
             OmegaConf.select(cfg, key, throw_on_missing=True)
         except MissingMandatoryValue:
             raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
+
+
+def declared_channels(cfg: DictConfig) -> list[str] | None:
+    """The channels the task's reward spec declares: `reward_channels(data_source, reward_kwargs)` of the
+    reward file (`reward.custom_reward_function.path`) for `run.data_source`; None when either is missing."""
+    source = OmegaConf.select(cfg, "run.data_source", default=None)
+    path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
+    if source is None or not path or not Path(path).is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("dara_reward_spec", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    declare = getattr(module, "reward_channels", None)
+    if declare is None:
+        return None
+    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
+    kwargs = OmegaConf.to_container(kwargs) if kwargs is not None else {}
+    try:
+        return list(declare(str(source), kwargs))
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"reward spec ({path}, run.data_source={source}): {error}") from None
+
+
+def _check_channels(cfg: DictConfig) -> None:
+    """algorithm.reward_channels defaults to the reward's channels; a channel the reward lacks fails here."""
+    declared = declared_channels(cfg)
+    channels = list(cfg.algorithm.get("reward_channels", None) or [])
+    if not channels and declared:
+        with open_dict(cfg):
+            cfg.algorithm.reward_channels = declared
+        channels = declared
+    if declared is not None:
+        for channel in channels:
+            if channel not in declared:
+                raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
+                                  f"returns: the reward's channels are {declared} (run.data_source="
+                                  f"{cfg.run.data_source})")
+    if library_estimator(str(cfg.algorithm.adv_estimator)) is not None and (
+            not channels or len(set(channels)) != len(channels)):
+        raise ConfigError(f"algorithm.reward_channels must name distinct reward channels, got {channels}")
+
+
+def _check_estimator(cfg: DictConfig) -> None:
     algorithm = cfg.algorithm
-    name = _library_estimator(str(algorithm.adv_estimator))
+    name = library_estimator(str(algorithm.adv_estimator))
     if name is None:
         return  # one of verl's own estimators: verl validates it
     mode = str(cfg.trainer.v1.trainer_mode)
@@ -39,32 +96,20 @@ def check_config(cfg: DictConfig) -> None:
             f"adv_estimator={algorithm.adv_estimator} needs the project's trainer (trainer.v1.trainer_mode=dara_sync "
             f"or dara_colocate_async / dara_separate_async), got trainer_mode={mode}"
         )
-    channels = list(algorithm.reward_channels or [])
-    if not channels or len(set(channels)) != len(channels):
-        raise ConfigError(f"algorithm.reward_channels must name distinct reward channels, got {channels}")
-    k = len(channels)
-    weights = algorithm.channel_weights
-    if weights is not None and len(weights) != k:
-        raise ConfigError(f"algorithm.channel_weights has {len(weights)} entries for {k} reward_channels {channels}")
-    if name == "static" and weights is None:
-        raise ConfigError("estimator=static needs algorithm.channel_weights (e.g. [1, 5] for correctness, length)")
-    if algorithm.batch_norm not in BATCH_NORM_MODES:
-        raise ConfigError(f"algorithm.batch_norm must be one of {BATCH_NORM_MODES}, got {algorithm.batch_norm!r}")
-    dara = algorithm.dara
-    if float(dara.w_max) < 1:
-        raise ConfigError(f"algorithm.dara.w_max must be >= 1, got {dara.w_max}")
-    if name in ("saw", "sa_mrpo"):
-        ranges = dara.reward_ranges
-        if ranges is None or len(ranges) != k or any(float(lo) >= float(hi) for lo, hi in ranges):
-            raise ConfigError(
-                f"estimator={name} needs algorithm.dara.reward_ranges: one [min, max] per channel {channels}, "
-                f"got {OmegaConf.to_container(ranges) if ranges is not None else None}"
-            )
-    if dara.static_form not in ("sym", "asym"):
-        raise ConfigError(f"algorithm.dara.static_form must be sym or asym, got {dara.static_form!r}")
-    if dara.gd2po_query_weight not in ("before_whiten", "after_whiten"):
-        raise ConfigError(f"algorithm.dara.gd2po_query_weight must be before_whiten or after_whiten, "
-                          f"got {dara.gd2po_query_weight!r}")
+    try:
+        options = DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
+        options.check_for(name, list(algorithm.reward_channels))
+    except ValueError as error:
+        raise ConfigError(f"algorithm.dara: {error}") from None
+
+
+# Each check takes the composed config and raises ConfigError; they run in this order.
+CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_channels, _check_estimator]
+
+
+def check_config(cfg: DictConfig) -> None:
+    for check in CONFIG_CHECKS:
+        check(cfg)
 
 
 def check_inputs(cfg: DictConfig) -> None:
@@ -77,3 +122,6 @@ def check_inputs(cfg: DictConfig) -> None:
     model = str(cfg.actor_rollout_ref.model.path)
     if model.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(model)):
         raise ConfigError(f"actor_rollout_ref.model.path: {model} is not a folder")
+
+
+register_schema()

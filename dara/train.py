@@ -2,7 +2,7 @@
 
     python -m dara.train                                   # tiny CPU training run (task=smoke)
     python -m dara.train task=toolrl model=qwen2.5-1.5b-instruct estimator=dara_asym cluster=a100_40g_x4
-    python -m dara.train ... --cfg job                     # print the resolved config, start nothing
+    python -m dara.train ... --cfg job --resolve           # print the resolved config, start nothing
 
 Order of work: check the config (fails before Ray starts), build offline assets if the task asks,
 write run_info.json, then verl's own `run_ppo` with the project's TaskRunner; Ray is started and
@@ -205,7 +205,10 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
         use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
-    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    try:  # verl's own checks (batch sizes, parallelism) assert: their message, not a traceback
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except (AssertionError, ValueError) as error:
+        raise ConfigError(f"verl rejects the config: {error}") from None
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)
     with _ray_session(cfg):

@@ -134,10 +134,6 @@ def write_parquet(rows: list[dict], path: str | os.PathLike) -> None:
     pq.write_table(table, path, compression="snappy", write_statistics=True, use_dictionary=True)
 
 
-def read_parquet_rows(path: str | os.PathLike) -> list[dict]:
-    return pq.read_table(path).to_pylist()
-
-
 # ----------------------------------------------------------------------------------------------------------
 # data cards and atomic folders
 # ----------------------------------------------------------------------------------------------------------

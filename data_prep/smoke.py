@@ -20,7 +20,6 @@ group, which is what the DARA smoke run needs to show.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import time
@@ -31,7 +30,6 @@ from data_prep.common import (
     atomic_folder,
     folder_is_complete,
     make_row,
-    read_data_card,
     write_data_card,
     write_parquet,
 )
@@ -604,11 +602,6 @@ def _versions() -> dict:
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
     }
-
-
-def describe(out_dir: str | os.PathLike) -> str:
-    card = read_data_card(out_dir)
-    return json.dumps(card, indent=2) if card else f"no data card in {out_dir}"
 
 
 def main(args) -> dict:

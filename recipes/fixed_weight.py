@@ -12,7 +12,7 @@ DESCRIPTION = "Fixed-weight ablation: static weights [correctness 1, length 5], 
 DEFAULT_SEEDS = (0,)
 MODEL = "deepseek-r1-distill-qwen-1.5b"
 CLUSTER = "h100_x8"
-WEIGHTS = "algorithm.channel_weights=[1.0,5.0]"  # in the task's channel order: correctness, length
+WEIGHTS = "algorithm.dara.weights=[1.0,5.0]"  # in the task's channel order: correctness, length
 
 
 def runs(seeds=DEFAULT_SEEDS) -> list[Run]:

@@ -93,7 +93,7 @@ class Run:
         overrides = [f"task={self.task}", f"model={self.model}", f"estimator={self.estimator}",
                      f"cluster={self.cluster}"]
         if self.estimator == "static":
-            overrides.append(f"algorithm.dara.static_form={self.static_form}")
+            overrides.append(f"algorithm.dara.form={self.static_form}")
         if self.variant:
             overrides.append("run.name=${run.task}-${run.model}-${run.method}-" + self.variant + "-s${run.seed}")
         if self.output_root != DEFAULT_OUTPUT_ROOT:

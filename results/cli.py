@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (RunLogError, KeyError, ValueError) as err:
+    except (RunLogError, KeyError, ValueError, OSError) as err:  # OSError: a missing or unreadable file
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

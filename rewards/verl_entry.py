@@ -108,6 +108,12 @@ def channel_names(data_source: str, options: RewardOptions | None = None) -> tup
     return math_reward.channel_names()
 
 
+def reward_channels(data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> list[str]:
+    """The task's reward spec: the channels `compute_score` returns for `data_source` under the config's
+    `reward_kwargs` (read by `dara.config_checks` before anything starts)."""
+    return list(channel_names(data_source, RewardOptions.from_kwargs(reward_kwargs)))
+
+
 def _ground_truth_text(ground_truth: Any) -> str:
     if isinstance(ground_truth, Mapping):  # a whole reward_model entry
         ground_truth = ground_truth["ground_truth"]

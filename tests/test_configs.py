@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from dara.config_checks import check_config
+from dara.estimators import ESTIMATORS
 from recipes import RECIPES, load
 from recipes.runner import CONF_DIR, PROJECT_ROOT, seed_groups
 
@@ -44,7 +45,7 @@ TOOLRL = {
     "trainer.total_training_steps": 100,
     "trainer.test_freq": 10,
     "trainer.val_before_train": True,
-    "algorithm.batch_norm": "token",
+    "algorithm.dara.batch_norm": "token",
     "algorithm.reward_channels": ["format", "correctness"],
     "trainer.n_gpus_per_node": 4,  # 4 x A100-40GB per run
     "trainer.nnodes": 1,
@@ -73,7 +74,7 @@ MATH = {
     "data.max_response_length": 8000,
     "actor_rollout_ref.rollout.temperature": 1.0,
     "trainer.total_training_steps": 200,
-    "algorithm.batch_norm": "response",
+    "algorithm.dara.batch_norm": "response",
     "algorithm.reward_channels": ["correctness", "length"],
     "reward.custom_reward_function.reward_kwargs.max_response_tokens": 4000,
     "trainer.n_gpus_per_node": 8,  # one 8-GPU node
@@ -109,6 +110,7 @@ def value(cfg, key):
     return OmegaConf.to_container(found) if OmegaConf.is_config(found) else found
 
 
+@pytest.mark.slow  # composes every run of every recipe (~2 s each)
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_every_run_of_every_recipe_composes_with_its_name_folder_and_checks(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -134,6 +136,7 @@ def test_every_run_of_every_recipe_composes_with_its_name_folder_and_checks(reci
         assert all(r.name == first.name_for(r.seed) for r in group)
 
 
+@pytest.mark.slow  # composes every run of every recipe (~2 s each)
 @pytest.mark.parametrize("recipe", list(PAPER_RUNS))
 def test_recipes_hold_the_papers_runs_and_hyperparameters(recipe):
     models, methods, seeds, count = PAPER_RUNS[recipe]
@@ -155,8 +158,10 @@ def test_recipes_hold_the_papers_runs_and_hyperparameters(recipe):
             assert cfg.data.train_batch_size * n == 2048
             assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * n == 512
         if recipe == "fixed_weight":
-            expected["algorithm.channel_weights"] = [1.0, 5.0]
+            expected["algorithm.dara.weights"] = [1.0, 5.0]
             expected["algorithm.adv_estimator"] = "static"
+        if ESTIMATORS[cfg.algorithm.adv_estimator].batch_norms:  # GRPO, DVAO, GD2PO: the method's own
+            expected["algorithm.dara.batch_norm"] = None
         for key, wanted in expected.items():
             if value(cfg, key) != wanted:
                 mismatches.append(f"{cfg.run.name}: {key} = {value(cfg, key)!r}, EXPERIMENTS.md: {wanted!r}")
@@ -233,6 +238,7 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
         k: v for k, v in vars(stock).items() if k not in ("refill_fn", "trainer_mode")} | {"trainer_mode": "sync"}
 
 
+@pytest.mark.slow
 def test_math_dynamic_sampling_keeps_only_varying_groups_on_the_cpu_path(tmp_path):
     """3 steps of the CPU smoke run with the math task's group filter: every trained group's summed reward
     varies, every batch holds train_batch_size full groups, and the evicted groups are logged."""
@@ -264,4 +270,6 @@ def test_math_dynamic_sampling_keeps_only_varying_groups_on_the_cpu_path(tmp_pat
     assert sum(evicted) > 0, "no group was filtered in 3 steps: the filter did not act"
     drawn = [batch + e + r.get("training/filter_groups/discarded_surplus_samples", 0.0)
              for e, r in zip(evicted, records, strict=True)]
-    print("groups drawn per step:", drawn, "kept:", batch)
+    # the trainer's own counts: every step kept train_batch_size groups and drew the evicted ones on top
+    assert [r["filter/kept_groups"] for r in records] == [batch] * 3
+    assert [r["filter/drawn_groups"] for r in records] == drawn and max(drawn) > batch

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep import deepscaler, math_eval, smoke
+from data_prep import deepscaler, math_eval
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, read_data_card
 from data_prep.math_answers import answer_alternatives, normalise_answer
@@ -39,9 +39,8 @@ def eval_rows(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smoke_tokenizer_dir(tmp_path_factory):
-    # The same session folder as the smoke tests: a complete build there is reused, not rebuilt.
-    return smoke.build(tmp_path_factory.getbasetemp() / "data_prep_smoke")["model_dir"]
+def smoke_tokenizer_dir(smoke_assets):
+    return smoke_assets["model_dir"]  # the session's one smoke build (tests/conftest.py)
 
 
 # ---------------------------------------------------------------------------------------------- answers

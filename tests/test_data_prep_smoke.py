@@ -16,10 +16,8 @@ from tasks import toolrl as protocol
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    # One build per test session, shared with the other data_prep test modules (build() reuses it).
-    out = tmp_path_factory.getbasetemp() / "data_prep_smoke"
-    return out, smoke.build(out, seed=0)
+def built(smoke_assets_dir, smoke_assets):
+    return smoke_assets_dir, smoke_assets  # the session's one build (tests/conftest.py)
 
 
 def file_bytes(folder: Path) -> dict[str, bytes]:

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dara.estimators import ESTIMATOR_NAMES, compute_advantages
+from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, compute_advantages
 from tests import reference_estimators as ref
 
 RANGES = [[-3.0, 3.0], [0.0, 1.0], [0.0, 1.0]]
@@ -51,14 +51,24 @@ def mask_from(lengths, width=None):
 
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)
 @settings(max_examples=40, deadline=None)
-@given(batch=batches(), batch_norm=st.sampled_from(["token", "response", "none"]))
-def test_matches_loop_reference(name, batch, batch_norm):
+@given(batch=batches(), batch_norm=st.sampled_from(["token", "response", "none", None]),
+       query_weight=st.sampled_from(["before_whiten", "after_whiten"]))
+def test_matches_loop_reference(name, batch, batch_norm, query_weight):
     scores, index, lengths = batch
     k = len(scores[0])
     opts = options_for(name, k)
+    if name.startswith("gd2po"):
+        opts["query_weight"] = query_weight
+    defined = ESTIMATORS[name].batch_norms
+    if batch_norm is not None and defined and batch_norm not in defined:
+        # a method that defines its own normalisation rejects another one, naming both
+        with pytest.raises(ValueError, match=f"{name}.*batch_norm={batch_norm!r}"):
+            compute_advantages(name, torch.tensor(scores), index, mask_from(lengths), batch_norm=batch_norm, **opts)
+        return
     adv, metrics = compute_advantages(name, torch.tensor(scores), index, mask_from(lengths),
                                       batch_norm=batch_norm, **opts)
-    expected = ref.reference(name, scores, index, lengths, batch_norm=batch_norm, **opts)
+    effective = batch_norm or (defined[0] if defined else "token")
+    expected = ref.reference(name, scores, index, lengths, batch_norm=effective, **opts)
     for j, length in enumerate(lengths):
         row = adv[j, :length].tolist()
         assert all(math.isclose(v, expected[j], rel_tol=1e-4, abs_tol=1e-4) for v in row), (j, row, expected[j])
@@ -227,15 +237,25 @@ def test_output_dtype_device_and_mask():
 
 
 def test_gd2po_orders_differ_and_drop_conflicts():
-    # group 0: response 0 up on c0 and down on c1 -> conflict, dropped
-    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
-    index = [0, 0, 1, 1, 2, 2]
-    mask = torch.ones(6, 2)
+    # group 0: both responses conflict (up on one channel, down on the other) -> dropped, c_0 = 0;
+    # group 1: response 4 conflicts, responses 3 and 5 are kept -> c_1 = 2/3; group 2: nothing dropped.
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0],
+                           [1.0, 1.0], [1.0, 0.0], [0.0, 0.0],
+                           [1.0, 1.0], [0.0, 0.0]])
+    index = [0, 0, 1, 1, 1, 2, 2]
+    mask = torch.ones(7, 3)
     before, m = compute_advantages("gd2po_hard", scores, index, mask)
     after, _ = compute_advantages("gd2po_hard", scores, index, mask, query_weight="after_whiten")
-    assert before[0].abs().sum() == 0 and before[1].abs().sum() == 0
-    assert m["gd2po/dropped_fraction"] == pytest.approx(2 / 6)
-    torch.testing.assert_close(before[2:], after[2:])  # c_i = 1 where nothing is dropped
+    assert before[:2].abs().sum() == 0 and after[:2].abs().sum() == 0 and before[3].abs().sum() == 0
+    assert m["gd2po/dropped_fraction"] == pytest.approx(3 / 7)
+    # c_1 < 1 scales group 1 before whitening in one order and after it in the other: the results differ
+    assert not torch.allclose(before, after, atol=1e-3)
+    ref_kwargs = dict(index=index, lengths=[3] * 7, prior=[1.0, 1.0], tau=0.8)
+    adv = ref.per_reward_advantages(scores.tolist(), index)
+    for order, ours in (("before_whiten", before), ("after_whiten", after)):
+        expected = ref._gd2po("gd2po_hard", adv, query_weight=order, **ref_kwargs)
+        torch.testing.assert_close(ours[:, 0].double(), torch.tensor(expected, dtype=torch.float64), atol=1e-5,
+                                   rtol=1e-5)
 
 
 def test_grpo_channel_terms_sum_to_advantage():
@@ -244,8 +264,48 @@ def test_grpo_channel_terms_sum_to_advantage():
     index = torch.arange(8).repeat_interleave(4)
     adv, m = compute_advantages("grpo", scores, index, torch.ones(32, 1), channel_names=["a", "b"])
     assert m["weight/a"] == 1.0
-    assert m["energy_weighted/a"] + m["energy_weighted/b"] > 0
+    # the channel terms w_k (r_k - mean_k) / (std + eps) sum to the advantage, response by response
+    from dara.estimators.api import _check_options
+    from dara.estimators.groups import group_codes, group_zscore
+    from dara.estimators.methods import ChannelBatch
+
+    groups = group_codes(index, scores.device)
+    opts = _check_options("grpo", {"channel_names": ["a", "b"]}, scores.double(), scores.device)
+    batch = ChannelBatch(scores.double(), groups, group_zscore(scores.double(), groups), torch.ones(2),
+                         torch.ones(2, dtype=torch.float64), opts)
+    agg = ESTIMATORS["grpo"].fn(batch)
+    torch.testing.assert_close(agg.channel_terms.sum(dim=1), agg.values)
+    torch.testing.assert_close(agg.values.float(), adv[:, 0])
+    energy = (agg.channel_terms ** 2).sum(dim=0)
+    assert m["energy_weighted/a"] == pytest.approx(float(energy[0])) and energy.sum() > 0
     # GRPO has no batch normalisation: an all-active batch keeps the z-score scale (sum of squares ~ B (G-1))
     total_energy = float((adv[:, 0] ** 2).sum())
     groups_varying = sum(1 for g in range(8) if scores[4 * g:4 * g + 4].sum(1).unique().numel() > 1)
     assert total_energy == pytest.approx(groups_varying * 3, rel=1e-4)
+
+
+def test_dara_algo_config_validates_itself_naming_the_problem():
+    from dara.estimators import DaraAlgoConfig
+    from dara.estimators.normalization import BATCH_NORM_MODES
+
+    for bad, message in (({"wmax": 2}, "unknown option.*wmax"), ({"w_max": 0.5}, "w_max"), ({"form": "x"}, "form"),
+                         ({"query_weight": "x"}, "query_weight"), ({"reward_ranges": [[1, 0]]}, "min < max"),
+                         ({"batch_norm": "sequence"}, "batch_norm"), ({"tau": 2}, "tau")):
+        with pytest.raises(ValueError, match=message):
+            DaraAlgoConfig.from_mapping(bad)
+    config = DaraAlgoConfig()
+    for name in ESTIMATOR_NAMES:  # every estimator honours batch_norm, or rejects a mode it does not define
+        own = ESTIMATORS[name].batch_norms
+        assert config.resolved_batch_norm(name) == (own[0] if own else "token")
+        for mode in BATCH_NORM_MODES:
+            explicit = DaraAlgoConfig(batch_norm=mode)
+            if own and mode not in own:
+                with pytest.raises(ValueError, match=f"'{name}' does not take batch_norm='{mode}'"):
+                    explicit.resolved_batch_norm(name)
+            else:
+                assert explicit.resolved_batch_norm(name) == mode
+    # compute_advantages' defaults are DaraAlgoConfig's: w_max binds at the dataclass default
+    scores = torch.tensor([[1.0, 1.0]] + [[0.0, 0.0]] * 3 + [[1.0, 0.0], [0.0, 0.0]] * 30)
+    index = [0] * 4 + [g for g in range(1, 31) for _ in range(2)]
+    _, metrics = compute_advantages("dara_sym", scores, index, torch.ones(len(scores), 1), channel_names=["a", "b"])
+    assert metrics["weight/b"] == pytest.approx(config.w_max)

@@ -18,9 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    smoke = pytest.importorskip("data_prep.smoke")
-    return smoke.build(tmp_path_factory.mktemp("eval_smoke"), seed=0)
+def assets(smoke_assets):
+    return smoke_assets  # the session's one smoke build (tests/conftest.py)
 
 
 def read_jsonl(path):

@@ -126,7 +126,7 @@ def test_local_command_is_the_training_entry_with_skip_if_finished():
     command = train_command(run, python="PY")
     assert command[:3] == ["PY", "-m", "dara.train"]
     assert command[3:] == [*run.overrides(), "run.skip_if_finished=true"]
-    assert "estimator=static" in command and "algorithm.dara.static_form=asym" in command
+    assert "estimator=static" in command and "algorithm.dara.form=asym" in command
     assert run.name == "deepscaler-deepseek-r1-distill-qwen-1.5b-static_asym-s3"
 
 

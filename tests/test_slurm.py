@@ -24,6 +24,9 @@ JOB_TIMEOUT_S = 480
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
 
 
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # a real Slurm cluster and CPU training jobs
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     folder = tmp_path_factory.mktemp("slurm")

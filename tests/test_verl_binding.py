@@ -19,7 +19,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages
 from dara.verl import register
 from dara.verl.estimators import ChannelContext, estimator_options, verl_estimator_name
-from dara.verl.trainer import ADVANTAGE_FIELDS, ChannelTrainerMixin, channel_scores_from_extra_fields
+from dara.verl.trainer import ChannelTrainerMixin, channel_scores_from_extra_fields
 
 register()
 
@@ -27,10 +27,10 @@ CHANNELS = ["correctness", "format"]
 
 
 def algorithm_config(**overrides):
-    base = {"adv_estimator": "dara_asym", "reward_channels": CHANNELS, "channel_weights": None,
-            "batch_norm": "token", "norm_adv_by_std_in_grpo": True,
-            "dara": {"w_max": 5.0, "reward_ranges": [[-3.0, 3.0], [0.0, 1.0]], "tau": 0.8, "gamma": 0.5,
-                     "static_form": "sym", "gd2po_query_weight": "before_whiten"}}
+    weights = overrides.pop("weights", None)
+    base = {"adv_estimator": "dara_asym", "reward_channels": CHANNELS, "norm_adv_by_std_in_grpo": True,
+            "dara": {"weights": weights, "w_max": 5.0, "reward_ranges": [[-3.0, 3.0], [0.0, 1.0]], "tau": 0.8,
+                     "gamma": 0.5, "form": "sym", "query_weight": "before_whiten"}}
     base.update(overrides)
     return OmegaConf.create(base)
 
@@ -62,8 +62,7 @@ def real_batch(seed=0, groups=6, group_size=4, prompt_len=5, response_len=7):
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)
 def test_every_estimator_through_verl_compute_advantage(name):
     data, scores = real_batch()
-    algorithm = algorithm_config(adv_estimator=name,
-                                 channel_weights=[1.0, 5.0] if name == "static" else None)
+    algorithm = algorithm_config(adv_estimator=name, weights=[1.0, 5.0] if name == "static" else None)
     context = ChannelContext(algorithm, scores, CHANNELS)
     out = compute_advantage(data, adv_estimator=verl_estimator_name(name), config=context)
     mask = data.batch["response_mask"]
@@ -130,14 +129,18 @@ def test_seam_v1_trainer_methods_and_fields():
     from verl.trainer.ppo.v1 import PPOTrainer, get_trainer_cls
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer as Base
 
-    source = inspect.getsource(Base._compute_advantage)
-    for field in ADVANTAGE_FIELDS:
-        assert f'"{field}"' in source, f"verl's advantage step no longer fetches {field}"
-    assert "compute_advantage_for_multi_trajectories" in source
     for method in ("init", "_compute_advantage", "_compute_metrics"):
         assert callable(getattr(PPOTrainer, method))
+    from dara.verl.cpu.workers import CPUWorkersMixin
+    from dara.verl.trainer import trainer_mode_for_device
+
     for mode in ("dara_sync", "dara_colocate_async", "dara_separate_async"):
         assert issubclass(get_trainer_cls(mode), ChannelTrainerMixin)
+        # the CPU worker classes join only on the CPU platform
+        assert not issubclass(get_trainer_cls(mode), CPUWorkersMixin)
+        assert trainer_mode_for_device(mode, "cuda") == mode
+        cpu = get_trainer_cls(trainer_mode_for_device(mode, "cpu"))
+        assert issubclass(cpu, CPUWorkersMixin) and issubclass(cpu, get_trainer_cls(mode))
     params = inspect.signature(Base._compute_metrics).parameters
     assert list(params) == ["self", "batch", "metrics", "timing_raw", "global_steps", "epoch"]
 

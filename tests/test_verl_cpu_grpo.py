@@ -95,13 +95,6 @@ class ProcessTreeMemory:
         self._thread.join()
 
 
-@pytest.fixture(scope="session")
-def smoke_assets(tmp_path_factory):
-    from data_prep import smoke
-
-    return smoke.build(tmp_path_factory.getbasetemp() / "smoke_assets", seed=0)
-
-
 def compose_cpu_grpo_config(assets: dict, run_dir: Path):
     """verl's ppo_trainer + conf/cluster/cpu.yaml + a 2-step stock-GRPO run of the tiny model."""
     import verl.trainer.config
@@ -178,6 +171,7 @@ def test_cpu_workers_mixin_swaps_verl_workers_only_on_cpu(smoke_assets, tmp_path
         assert classes and all(cls is expected for cls in classes), (device, classes)
 
 
+@pytest.mark.slow
 def test_verl_grpo_two_steps_on_cpu(smoke_assets, tmp_path):
     import ray
     from omegaconf import open_dict

@@ -6,7 +6,7 @@ One public entry::
     advantages, metrics = compute_advantages("dara_asym", scores, index, response_mask,
                                              channel_names=["correctness", "format"])
 
-Where each formula of ``shared/paper/METHODS.md`` lives:
+Where each formula of ``../shared/paper/METHODS.md`` (beside the checkout) lives:
 
 ================  ===========================================  ================================
 name              definition                                   code
@@ -34,8 +34,9 @@ weighted std is <= 1e-8; GD2PO with nothing kept gives all zeros.
 """
 
 from .api import OPTIONS, compute_advantages, diagnose
+from .config import DaraAlgoConfig
 from .methods import ESTIMATORS
 
 ESTIMATOR_NAMES = tuple(ESTIMATORS)
 
-__all__ = ["compute_advantages", "diagnose", "ESTIMATORS", "ESTIMATOR_NAMES", "OPTIONS"]
+__all__ = ["compute_advantages", "diagnose", "DaraAlgoConfig", "ESTIMATORS", "ESTIMATOR_NAMES", "OPTIONS"]

@@ -7,14 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .config import DaraAlgoConfig
 from .groups import Groups, group_codes, group_zscore
 from .methods import ESTIMATORS, Aggregate, ChannelBatch
-from .normalization import BATCH_NORM_MODES, batch_normalize
-from .weights import DEFAULT_W_MAX
+from .normalization import batch_normalize
 
 ACTIVE_EPS = 1e-8  # reward k is active in group i when sum_j |A_k(i,j)| > 1e-8
-OPTIONS = ("weights", "w_max", "batch_norm", "channel_names", "reward_ranges", "tau", "gamma", "form",
-           "query_weight")
+OPTIONS = ("channel_names", *DaraAlgoConfig.__dataclass_fields__)
 
 
 def compute_advantages(
@@ -32,10 +31,11 @@ def compute_advantages(
         scores: float [N, K], the raw score of each reward channel for each response ([N] = one channel).
         index: N group ids (verl's uid strings, or ints); responses with the same id form a group.
         response_mask: [N, T] 0/1 mask of valid response tokens.
-        **options: weights (K floats), w_max (5.0), batch_norm ("token" | "response" | "none"; ignored by
-            grpo, dvao and gd2po which define their own), channel_names (K strings, default c0..),
-            reward_ranges (K [min, max] pairs; saw, sa_mrpo), tau (gd2po_snr, 0.8), gamma (sa_mrpo, 0.5),
-            form ("sym" | "asym"; static), query_weight ("before_whiten" | "after_whiten"; gd2po).
+        **options: channel_names (K strings, default c0..) and the fields of `DaraAlgoConfig`, which holds
+            each default: weights (K floats), w_max, batch_norm ("token" | "response" | "none"; grpo and
+            dvao define "none", gd2po "token": another value is rejected), reward_ranges (K [min, max]
+            pairs; saw, sa_mrpo), tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static),
+            query_weight ("before_whiten" | "after_whiten"; gd2po).
 
     Returns:
         advantages: float32 [N, T] on the mask's device, zero outside the mask.
@@ -51,7 +51,7 @@ def compute_advantages(
     device = response_mask.device
     scores = scores.to(device=device, dtype=torch.float64)
     num_channels = scores.shape[1]
-    opts = _check_options(options, scores, device)
+    opts = _check_options(name, options, scores, device)
     groups = group_codes(index, device)
     if groups.num_responses != scores.shape[0]:
         raise ValueError(f"index has {groups.num_responses} group ids but scores has {scores.shape[0]} rows")
@@ -110,24 +110,21 @@ def _as_channel_vector(value, num_channels: int, what: str, device) -> torch.Ten
     return vector
 
 
-def _check_options(options: dict, scores: torch.Tensor, device) -> dict:
+def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> dict:
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; accepted: {', '.join(OPTIONS)}")
     num_channels = scores.shape[1]
-    opts = dict(options)
-    opts.setdefault("batch_norm", "token")
-    if opts["batch_norm"] not in BATCH_NORM_MODES:
-        raise ValueError(f"batch_norm must be one of {BATCH_NORM_MODES}, got {opts['batch_norm']!r}")
-    opts["w_max"] = float(opts.get("w_max", DEFAULT_W_MAX))
-    if opts.get("weights") is not None:
-        opts["weights"] = _as_channel_vector(opts["weights"], num_channels, "weights", device)
-    else:
-        opts["weights"] = None
-    names = opts.get("channel_names") or [f"c{k}" for k in range(num_channels)]
+    names = options.get("channel_names") or [f"c{k}" for k in range(num_channels)]
     if len(names) != num_channels or len(set(names)) != num_channels:
         raise ValueError(f"channel_names must be {num_channels} distinct names, got {list(names)}")
+    config = DaraAlgoConfig.from_mapping({k: v for k, v in options.items() if k != "channel_names"})
+    config.check_for(name, names)
+    opts = vars(config).copy()
+    opts["batch_norm"] = config.resolved_batch_norm(name)
     opts["channel_names"] = [str(n) for n in names]
+    if config.weights is not None:
+        opts["weights"] = _as_channel_vector(config.weights, num_channels, "weights", device)
     opts["reward_ranges"] = _check_ranges(opts.get("reward_ranges"), scores, opts["channel_names"])
     return opts
 

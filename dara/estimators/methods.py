@@ -48,18 +48,18 @@ class Aggregate:
 class Estimator:
     name: str
     fn: Callable[[ChannelBatch], Aggregate]
-    own_batch_norm: bool  # True: the `batch_norm` option is ignored, the method defines its own
+    batch_norms: tuple[str, ...]  # the batch_norm modes the method defines, first = its own; () = any
     summary: str
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register(name: str, summary: str, own_batch_norm: bool = False):
+def register(name: str, summary: str, batch_norms: tuple[str, ...] = ()):
     def wrap(fn: Callable[[ChannelBatch], Aggregate]):
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = Estimator(name, fn, own_batch_norm, summary)
+        ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary)
         return fn
 
     return wrap
@@ -74,7 +74,7 @@ def _asymmetric(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor
     return advantages + (weights - 1.0) * advantages.clamp(min=0.0)
 
 
-@register("grpo", "sum the channels, then group z-score (no batch normalisation)", own_batch_norm=True)
+@register("grpo", "sum the channels, then group z-score (no batch normalisation)", batch_norms=("none",))
 def grpo(batch: ChannelBatch) -> Aggregate:
     total = (batch.scores * batch.prior).sum(dim=1, keepdim=True)
     values = group_zscore(total, batch.groups).squeeze(1)
@@ -100,7 +100,7 @@ def gdpo(batch: ChannelBatch) -> Aggregate:
 def static(batch: ChannelBatch) -> Aggregate:
     if batch.options.get("weights") is None:
         raise ValueError("estimator 'static' needs fixed channel weights: pass weights=[w_1, ..., w_K]")
-    form = batch.options.get("form", "sym")
+    form = batch.options["form"]
     if form == "sym":
         return gdpo(batch)
     if form == "asym":
@@ -121,7 +121,7 @@ def dara_asym(batch: ChannelBatch) -> Aggregate:
 
 
 @register("dvao", "per group: sum_k w_k (r_k - mean_k) / sum_k w_k sigma_k, population std; no batch norm",
-          own_batch_norm=True)
+          batch_norms=("none",))
 def dvao(batch: ChannelBatch) -> Aggregate:
     groups = batch.groups
     num_channels = batch.scores.shape[1]
@@ -146,7 +146,7 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
     keep = (~drop).to(batch.scores.dtype)
     query_weight = groups.gather(groups.sum(keep) / groups.sizes.to(keep.dtype))  # c_i per response
     terms = batch.advantages * batch.prior * keep.unsqueeze(-1)
-    order = batch.options.get("query_weight", "before_whiten")
+    order = batch.options["query_weight"]
     metrics = {"gd2po/dropped_fraction": float(drop.double().mean()) if drop.numel() else 0.0}
     if order == "before_whiten":
         terms = terms * query_weight.unsqueeze(-1)
@@ -158,15 +158,15 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
 
 
 @register("gd2po_hard", "GD2PO-Hard: drop conflicting responses, c_i-weighted sum, whiten kept tokens",
-          own_batch_norm=True)
+          batch_norms=("token",))
 def gd2po_hard(batch: ChannelBatch) -> Aggregate:
     return _decoupled(batch, _conflicts(batch.advantages))
 
 
 @register("gd2po_snr", "GD2PO-SNR: drop a conflicting response only when |rho| < tau (default 0.8)",
-          own_batch_norm=True)
+          batch_norms=("token",))
 def gd2po_snr(batch: ChannelBatch) -> Aggregate:
-    tau = batch.options.get("tau", 0.8)
+    tau = batch.options["tau"]
     advantages = batch.advantages
     rho = advantages.sum(dim=1) / (advantages.abs().sum(dim=1) + SIGN_EPS)
     return _decoupled(batch, _conflicts(advantages) & (rho.abs() < tau))
@@ -186,5 +186,5 @@ def sa_mrpo(batch: ChannelBatch) -> Aggregate:
     ranges = batch.options["reward_ranges"]
     if ranges is None:
         raise ValueError("estimator 'sa_mrpo' needs reward_ranges=[[min, max], ...] for each channel")
-    weights = saturation_weights(batch.scores, ranges, batch.options.get("gamma", 0.5)) * batch.prior
+    weights = saturation_weights(batch.scores, ranges, batch.options["gamma"]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)

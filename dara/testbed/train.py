@@ -159,7 +159,11 @@ def train_run(
     policy = TinyPolicy(task)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     channels = task.channel_names
-    options = {"batch_norm": config.batch_norm, "channel_names": list(channels), **config.options}
+    from dara.estimators import ESTIMATORS
+
+    options = {"channel_names": list(channels), **config.options}
+    if not getattr(ESTIMATORS.get(config.estimator), "batch_norms", ()):  # grpo, dvao, gd2po define their own
+        options["batch_norm"] = config.batch_norm
     group_index = torch.arange(config.num_prompts).repeat_interleave(config.group_size)
 
     records = []

@@ -1,10 +1,12 @@
 """The project's estimators inside verl's advantage registry.
 
-verl 0.9.1 calls a registered estimator as ``fn(token_level_rewards, response_mask, config, index)``:
-no per-channel rewards reach it (only verl's own "gdpo" gets the raw batch). The project's trainer
-(`dara.verl.trainer`) therefore hands verl's own `compute_advantage` a `ChannelContext` as the
-``config`` argument: the algorithm config plus the channel scores of the batch, in batch order. The
-registered functions read the channels from it and write their diagnostics back into it.
+verl 0.9.1 calls a registered estimator as ``fn(token_level_rewards, response_mask, config, index)``,
+where ``config`` is whatever its advantage step holds as ``self.config.algorithm``: no per-channel
+rewards reach it (only verl's own "gdpo" gets the raw batch). The project's trainer (`dara.verl.trainer`)
+therefore runs verl's own advantage step with a `ChannelContext` in that place: the algorithm config
+(every key verl reads there, unchanged) plus the batch's channel scores, which rows are verl's
+divisibility padding, and the project's options as a `DaraAlgoConfig`. The registered functions read the
+channels from it and write their diagnostics back into it.
 
 Every library estimator is registered as ``dara_<name>``; names verl does not already use
 (``dara_asym``, ``dvao``, ...) are also registered bare. ``grpo`` and ``gdpo`` are verl's own names, so
@@ -14,49 +16,56 @@ Every library estimator is registered as ``dara_<name>``; names verl does not al
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from dara.estimators import ESTIMATOR_NAMES, compute_advantages, diagnose
+from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig, compute_advantages, diagnose
 
 PREFIX = "dara_"
 
 
-@dataclass
 class ChannelContext:
-    """What the project's trainer passes to verl's `compute_advantage` as ``config``."""
+    """The algorithm config as the project's trainer hands it to verl's advantage step.
 
-    algorithm: Any  # verl's `algorithm` config node (DictConfig or dict)
-    channel_scores: torch.Tensor  # [N, K] raw channel rewards, pre-KL, in batch order
-    channel_names: list[str]
-    metrics: dict[str, float] = field(default_factory=dict)  # filled by the estimator
+    Attribute and `get` access fall through to the algorithm node, so verl's step reads use_kl_in_reward,
+    kl_penalty, rollout_correction, gamma, lam and norm_adv_by_std_in_grpo from the run's config as it
+    would without the project; only `adv_estimator` reads as the registry key of the library estimator.
+    """
 
-    def get(self, key: str, default=None):  # verl reads a few algorithm keys through `config.get`
+    def __init__(self, algorithm: Any, channel_scores: torch.Tensor, channel_names: list[str],
+                 real: torch.Tensor | None = None):
+        self.algorithm = algorithm  # verl's `algorithm` config node (DictConfig or dict)
+        self.channel_scores = channel_scores  # [N, K] raw channel rewards, pre-KL, in batch order
+        self.channel_names = list(channel_names)
+        # [N] bool: rows that are real samples (verl pads a batch to a divisible size; padding gets 0)
+        self.real = torch.ones(len(channel_scores), dtype=torch.bool) if real is None else real
+        self.options = DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
+        self.metrics: dict[str, float] = {}  # filled by the estimator
+        name = library_name(str(algorithm.get("adv_estimator")))
+        self.adv_estimator = verl_estimator_name(name) if name else algorithm.get("adv_estimator")
+
+    def __getattr__(self, key: str):  # only called for names the context itself does not have
+        algorithm = self.__dict__.get("algorithm")
+        if key.startswith("__") or algorithm is None:
+            raise AttributeError(key)
+        if isinstance(algorithm, dict):
+            if key not in algorithm:
+                raise AttributeError(key)
+            return algorithm[key]
+        return getattr(algorithm, key)
+
+    def get(self, key: str, default=None):
+        if key == "adv_estimator":
+            return self.adv_estimator
         return self.algorithm.get(key, default)
 
 
 def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
-    """`compute_advantages` options from the algorithm config (see conf/estimator/*.yaml)."""
-    dara_cfg = algorithm.get("dara", None) or {}
-    options = {
-        "channel_names": list(channel_names),
-        "batch_norm": algorithm.get("batch_norm", "token"),
-        "w_max": float(dara_cfg.get("w_max", 5.0)),
-    }
-    weights = algorithm.get("channel_weights", None)
-    if weights is not None:
-        options["weights"] = [float(w) for w in weights]
-    ranges = dara_cfg.get("reward_ranges", None)
-    if ranges is not None:
-        options["reward_ranges"] = [[float(lo), float(hi)] for lo, hi in ranges]
-    for key, option in (("tau", "tau"), ("gamma", "gamma"), ("static_form", "form"),
-                        ("gd2po_query_weight", "query_weight")):
-        if dara_cfg.get(key, None) is not None:
-            options[option] = dara_cfg[key]
-    return options
+    """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
+    return {"channel_names": list(channel_names), **DaraAlgoConfig.from_mapping(algorithm.get("dara", None)).options()}
 
 
 def library_name(verl_name: str) -> str | None:
@@ -82,16 +91,26 @@ def _make_verl_estimator(name: str):
             )
         if index is None:
             raise ValueError(f"adv_estimator {name!r} needs group ids (non_tensor_batch['uid'])")
-        options = estimator_options(config.algorithm, config.channel_names)
+        if len(config.channel_scores) != len(response_mask):
+            raise ValueError(f"adv_estimator {name!r}: {len(config.channel_scores)} rows of channel scores for a "
+                             f"batch of {len(response_mask)}")
+        real = config.real.to(response_mask.device)
+        rows = real.nonzero().squeeze(-1).cpu().numpy()
+        mask, scores, groups = response_mask[real], config.channel_scores[config.real], [index[i] for i in rows]
         if name == "grpo":
-            # GRPO keeps verl's meaning: the summed token-level reward, KL-penalised when KL is in reward.
-            total = token_level_rewards.sum(dim=-1, keepdim=True)
-            advantages, metrics = compute_advantages("grpo", total, index, response_mask, channel_names=["reward"])
-            metrics.update(diagnose(config.channel_scores, index, channel_names=config.channel_names))
+            # GRPO is verl's own: the summed token-level reward (KL-penalised when KL is in the reward),
+            # with verl's norm_adv_by_std_in_grpo; the channels only feed the paper's diagnostics.
+            advantages, _ = core_algos.compute_grpo_outcome_advantage(
+                token_level_rewards[real], mask, index=np.array(groups, dtype=object),
+                norm_adv_by_std_in_grpo=bool(config.get("norm_adv_by_std_in_grpo", True)))
+            metrics = diagnose(scores, groups, channel_names=config.channel_names)
         else:
-            advantages, metrics = compute_advantages(name, config.channel_scores, index, response_mask, **options)
+            advantages, metrics = compute_advantages(name, scores, groups, mask, channel_names=config.channel_names,
+                                                     **config.options.options())
+        full = torch.zeros_like(response_mask, dtype=advantages.dtype)
+        full[real] = advantages
         config.metrics.update(metrics)
-        return advantages, advantages
+        return full, full
 
     estimator.__name__ = f"{PREFIX}{name}"
     estimator.__doc__ = f"verl adapter of dara.estimators '{name}' (channel scores from a ChannelContext)."
@@ -117,4 +136,4 @@ def register_all() -> dict[str, str]:
 
 
 _BARE: set[str] = set()
-REGISTERED = register_all()
+register_all()

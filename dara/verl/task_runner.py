@@ -2,7 +2,8 @@
 
 verl's `run_ppo(config, task_runner_class)` takes the TaskRunner class as an argument precisely so a
 recipe can change it; ours only makes sure `dara.verl` (estimators, trainers) and the modules named in
-`run.import_modules` (e.g. a reward manager) are imported where the trainer runs.
+`run.import_modules` (e.g. a reward manager) are imported where the trainer runs. On the CPU platform
+(`trainer.device=cpu`) it picks the trainer's variant with the CPU worker classes (`dara_<mode>_cpu`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 
 import ray
+from omegaconf import open_dict
 from verl.trainer.main_ppo import TaskRunnerV1
 
 
@@ -19,6 +21,11 @@ class DaraTaskRunner(TaskRunnerV1.__ray_actor_class__):
         from dara.verl import register
 
         register()  # registrations take effect in this actor
+        from dara.verl.trainer import trainer_mode_for_device
+
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = trainer_mode_for_device(str(config.trainer.v1.trainer_mode),
+                                                                     str(config.trainer.device))
 
         for module in (config.get("run", {}) or {}).get("import_modules", None) or []:
             importlib.import_module(module)

@@ -2,12 +2,14 @@
 
 verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs from TransferQueue for the
 advantage step, so per-channel rewards (reward_extra_info) never reach an estimator. `ChannelTrainerMixin`
-overrides exactly that step: it also fetches the channels named in `algorithm.reward_channels`, then
-calls verl's own `compute_advantage_for_multi_trajectories` with a `ChannelContext` as its config.
-Everything else (rollout, reward loop, KL, PPO update, checkpoints) is verl's.
+adds a pre-advantage step (the shape of verl's later `advantage_extra_fields`: fetch the extra fields the
+estimator needs, hand them to it through the step's config): it reads the channels named in
+`algorithm.reward_channels` from the samples' extra fields, then runs verl's own `_compute_advantage`
+with a `ChannelContext` as the algorithm config the step passes to the registered estimator. KL in the
+reward, rollout correction, gamma/lam/norm_adv_by_std_in_grpo and the write-back stay verl's code.
 
-The mixin is registered over each verl trainer mode as `dara_<mode>` (`trainer.v1.trainer_mode`), together
-with the CPU runtime's worker mixin, which acts only when `trainer.device=cpu`.
+The mixin is registered over each verl trainer mode as `dara_<mode>` (`trainer.v1.trainer_mode`); the CPU
+runtime's worker mixin joins it only where the CPU platform is active (`dara.verl.cpu`).
 """
 
 from __future__ import annotations
@@ -16,32 +18,21 @@ import logging
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 import transfer_queue as tq
 from omegaconf import open_dict
-from tensordict import TensorDict
-from verl.protocol import DataProto
-from verl.trainer.ppo.ray_trainer import apply_kl_penalty
-from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.trainer.ppo.v1 import (
     PPOTrainerColocateAsync,
     PPOTrainerSeparateAsync,
     PPOTrainerSync,
     register_trainer,
 )
-from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
-from verl.workers.utils.padding import response_to_nested
 
 from dara.run_log import RunLog
-from dara.verl.cpu.workers import CPUWorkersMixin
-from dara.verl.estimators import ChannelContext, library_name, verl_estimator_name
+from dara.verl.estimators import ChannelContext, library_name
 
 logger = logging.getLogger(__name__)
 
-# What verl's own advantage step reads (trainer_base.PPOTrainer._compute_advantage, verl 0.9.1).
-ADVANTAGE_FIELDS = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob",
-                    "values"]
 METRIC_PREFIX = "dara/"
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker in default_local_dir
 
@@ -131,67 +122,31 @@ class ChannelTrainerMixin:
         return channels
 
     def _compute_advantage(self, batch, metrics: dict):
-        name = library_name(str(self.config.algorithm.adv_estimator))
-        if name is None:  # one of verl's own estimators: verl's own path
+        """verl's own advantage step, with the batch's channel scores in its algorithm config."""
+        if library_name(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
             return super()._compute_advantage(batch, metrics)
-        channels = self._reward_channels()
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=ADVANTAGE_FIELDS + ["extra_fields"])
-        extra_fields = list(data.pop("extra_fields"))
-        scores = channel_scores_from_extra_fields(extra_fields, channels)
-        metrics.update(reward_flag_counts(extra_fields))
-        response_mask = data["response_mask"]
-        proto = DataProto(batch=data.to_padded_tensor())
-        proto.batch["token_level_scores"] = proto.batch["rm_scores"]
-        proto.non_tensor_batch["uid"] = np.array(proto.batch.pop("uid").tolist(), dtype=object)
-
-        algorithm = self.config.algorithm
-        if algorithm.use_kl_in_reward:
-            proto, kl_metrics = apply_kl_penalty(proto, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
-            metrics.update(kl_metrics)
-        else:
-            proto.batch["token_level_rewards"] = proto.batch["token_level_scores"]
-        rollout_corr = algorithm.get("rollout_correction", None)
-        corrected = (rollout_corr is not None and "rollout_log_probs" in proto.batch
-                     and not rollout_corr.get("bypass_mode", False))
-        if corrected:
-            proto, is_metrics = compute_rollout_correction_and_add_to_batch(proto, rollout_corr)
-            metrics.update(is_metrics)
-
-        real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
-        proto = self._advantages_for_real_rows(proto, scores, channels, real, batch.keys, name, metrics)
-
-        fields = ["advantages", "returns"] + (["token_level_rewards"] if algorithm.use_kl_in_reward else [])
-        if corrected:
-            fields.append("response_mask")
-            if "rollout_is_weights" in proto.batch:
-                fields.append("rollout_is_weights")
-        output = TensorDict({f: response_to_nested(proto.batch[f], response_mask) for f in fields},
-                            batch_size=len(batch))
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
-
-    def _advantages_for_real_rows(self, proto, scores, channels, real, keys, name, metrics):
-        """Run the estimator on the real samples only: verl's divisibility padding gets advantage 0."""
-        context = ChannelContext(self.config.algorithm, scores[torch.from_numpy(real)], channels)
-        subset = proto if real.all() else proto.select_idxs(np.flatnonzero(real))
-        subset = compute_advantage_for_multi_trajectories(
-            subset,
-            batch_keys=[k for k, keep in zip(keys, real, strict=True) if keep],
-            adv_estimator=verl_estimator_name(name),
-            num_repeat=self.config.actor_rollout_ref.rollout.n,
-            config=context,
-        )
-        if real.all():
-            proto = subset
-        else:
-            for field in ("advantages", "returns"):
-                full = torch.zeros_like(proto.batch["response_mask"], dtype=subset.batch[field].dtype)
-                full[torch.from_numpy(real)] = subset.batch[field]
-                proto.batch[field] = full
+        context = self._channel_context(batch, metrics)
+        config = self.config
+        self.config = _WithAlgorithm(config, context)  # what verl's step reads as self.config.algorithm
+        try:
+            batch = super()._compute_advantage(batch, metrics)
+        finally:
+            self.config = config
         metrics.update({METRIC_PREFIX + k: v for k, v in context.metrics.items()})
-        real_scores = context.channel_scores
-        metrics.update({f"reward/{c}/mean": float(real_scores[:, k].mean()) for k, c in enumerate(channels)})
-        return proto
+        real_scores = context.channel_scores[context.real]
+        metrics.update({f"reward/{c}/mean": float(real_scores[:, k].mean())
+                        for k, c in enumerate(context.channel_names)})
+        return batch
+
+    def _channel_context(self, batch, metrics: dict) -> ChannelContext:
+        """The pre-advantage step: channel scores from the samples' extra fields, padding rows marked."""
+        channels = self._reward_channels()
+        extra_fields = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                            select_fields=["extra_fields"])["extra_fields"])
+        metrics.update(reward_flag_counts(extra_fields))
+        real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        return ChannelContext(self.config.algorithm, channel_scores_from_extra_fields(extra_fields, channels),
+                              channels, real)
 
     def _save_checkpoint(self):
         tracker = Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER
@@ -218,22 +173,59 @@ class ChannelTrainerMixin:
                 _atomic_write(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
 
 
+class _WithAlgorithm:
+    """The trainer config with another `algorithm` node; every other key is the config's own."""
+
+    def __init__(self, config, algorithm):
+        self._config, self.algorithm = config, algorithm
+
+    def __getattr__(self, key: str):
+        return getattr(self._config, key)
+
+    def get(self, key: str, default=None):
+        return self.algorithm if key == "algorithm" else self._config.get(key, default)
+
+
 @register_trainer("dara_sync")
-class DaraTrainerSync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerSync):
+class DaraTrainerSync(ChannelTrainerMixin, PPOTrainerSync):
     """verl's synchronous trainer with the project's advantage step."""
 
     VERL_MODE = "sync"
 
 
 @register_trainer("dara_colocate_async")
-class DaraTrainerColocateAsync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerColocateAsync):
+class DaraTrainerColocateAsync(ChannelTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with the project's advantage step."""
 
     VERL_MODE = "colocate_async"
 
 
 @register_trainer("dara_separate_async")
-class DaraTrainerSeparateAsync(ChannelTrainerMixin, CPUWorkersMixin, PPOTrainerSeparateAsync):
+class DaraTrainerSeparateAsync(ChannelTrainerMixin, PPOTrainerSeparateAsync):
     """verl's separate-pool asynchronous trainer with the project's advantage step."""
 
     VERL_MODE = "separate_async"
+
+
+CPU_SUFFIX = "_cpu"
+
+
+def _register_cpu_variant(cls: type) -> type:
+    """`dara_<mode>_cpu`: the trainer with the CPU runtime's worker classes (gloo process group)."""
+    from dara.verl.cpu.workers import CPUWorkersMixin
+
+    variant = type(f"{cls.__name__}CPU", (CPUWorkersMixin, cls),
+                   {"__doc__": f"{cls.__doc__} On the CPU platform.", "__module__": __name__})
+    globals()[variant.__name__] = variant  # importable by name, as Ray and pickle expect
+    return register_trainer(f"dara_{cls.VERL_MODE}{CPU_SUFFIX}")(variant)
+
+
+for _cls in (DaraTrainerSync, DaraTrainerColocateAsync, DaraTrainerSeparateAsync):
+    _register_cpu_variant(_cls)
+
+
+def trainer_mode_for_device(mode: str, device: str) -> str:
+    """The registered trainer name for `trainer.v1.trainer_mode` on `trainer.device`."""
+    if device == "cpu" and mode.startswith("dara_") and not mode.endswith(CPU_SUFFIX):
+        return mode + CPU_SUFFIX
+    return mode

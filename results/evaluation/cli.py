@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -196,7 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("the prompts stage is for bfcl (ToolRL and math prompts are the data rows themselves)")
     if args.bench != "bfcl" and not args.data:
         raise SystemExit(f"{args.bench} needs --data")
-    cases = load_cases(args)
+    for path in args.data or []:  # a missing input is one line, not a pyarrow traceback
+        if not os.path.exists(path):
+            raise SystemExit(f"--data {path} does not exist")
+    if args.model and args.model.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(args.model)):
+        raise SystemExit(f"--model {args.model} does not exist")
+    try:
+        cases = load_cases(args)
+    except (OSError, ValueError, KeyError) as error:  # a malformed file: name it, no traceback
+        raise SystemExit(f"cannot read the {args.bench} cases from {args.data}: {error}") from None
     if args.stage == "prompts":
         return write_prompts(args, cases)
     status = 0

@@ -28,13 +28,11 @@ from dara.verl.cpu.platform import PLATFORM_NAME, PlatformCPU
 from dara.verl.cpu.ray_local import local_ray_session
 
 ROLLOUT_NAME = "hf"
-PLUGIN_MODULE = __name__
 _ADAPTER_PATH = "dara.verl.cpu.hf_rollout.HFServerAdapter"
 _LAZY = {"CPUWorkersMixin", "CPU_SYNC_TRAINER", "CPUTaskRunner"}
 
 __all__ = [
     "PLATFORM_NAME",
-    "PLUGIN_MODULE",
     "ROLLOUT_NAME",
     "CPUTaskRunner",
     "CPUWorkersMixin",

@@ -79,11 +79,6 @@ class HFReplica(RolloutReplica):
         self._server_address = f"ray-actor://{server_actor_name(self.replica_rank, 0)}"
 
 
-def load_hf_replica() -> type[HFReplica]:
-    """Loader for verl's ``RolloutReplicaRegistry`` (which stores loaders, not classes)."""
-    return HFReplica
-
-
 class HFServerAdapter(BaseRollout):
     """Trainer-side handle of the hf server: forwards sleep/wake and pushes the trainer's weights."""
 

@@ -1,0 +1,102 @@
+"""`DaraAlgoConfig`: the estimator options of `compute_advantages`, typed, with one home for each default.
+
+Its field names are `compute_advantages`' keyword names; in a training config it is the node
+`algorithm.dara` (registered as the node's schema by `dara.config_checks`, so `--cfg job` shows every
+default and an unknown key or a wrong type fails at composition). The channel names are not a field:
+they are `algorithm.reward_channels`, which the reward spec of the task declares.
+
+An instance validates itself (`__post_init__`); `check_for(estimator, channels)` adds what depends on
+the estimator and the number of channels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
+
+from .methods import ESTIMATORS
+from .normalization import BATCH_NORM_MODES
+from .weights import DEFAULT_W_MAX
+
+FORMS = ("sym", "asym")
+QUERY_WEIGHT_ORDERS = ("before_whiten", "after_whiten")
+DEFAULT_BATCH_NORM = "token"  # for the estimators that take any mode
+
+
+@dataclass
+class DaraAlgoConfig:
+    """Estimator options (see `compute_advantages`). None means "not used" (weights: 1 each; batch_norm:
+    the estimator's own, `token` where it takes any)."""
+
+    weights: Optional[List[float]] = None  # noqa: UP006, UP045 - OmegaConf schema types
+    w_max: float = DEFAULT_W_MAX
+    batch_norm: Optional[str] = None  # noqa: UP045
+    reward_ranges: Optional[List[List[float]]] = None  # noqa: UP006, UP045
+    tau: float = 0.8
+    gamma: float = 0.5
+    form: str = "sym"
+    query_weight: str = "before_whiten"
+
+    def __post_init__(self) -> None:
+        if self.weights is not None:
+            self.weights = [float(w) for w in self.weights]
+            if not all(math.isfinite(w) for w in self.weights):
+                raise ValueError(f"weights must be finite, got {self.weights}")
+        self.w_max, self.tau, self.gamma = float(self.w_max), float(self.tau), float(self.gamma)
+        if not self.w_max >= 1:
+            raise ValueError(f"w_max must be >= 1 (it caps an up-weighting), got {self.w_max}")
+        if self.batch_norm is not None and self.batch_norm not in BATCH_NORM_MODES:
+            raise ValueError(f"batch_norm must be one of {BATCH_NORM_MODES} or null, got {self.batch_norm!r}")
+        if self.reward_ranges is not None:
+            self.reward_ranges = [[float(v) for v in pair] for pair in self.reward_ranges]
+            for pair in self.reward_ranges:
+                if len(pair) != 2 or not pair[0] < pair[1]:
+                    raise ValueError(f"reward_ranges must be [min, max] pairs with min < max, got {pair}")
+        if not 0 <= self.tau <= 1:
+            raise ValueError(f"tau must be in [0, 1] (a |rho| threshold), got {self.tau}")
+        if not self.gamma >= 0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if self.query_weight not in QUERY_WEIGHT_ORDERS:
+            raise ValueError(f"query_weight must be one of {QUERY_WEIGHT_ORDERS}, got {self.query_weight!r}")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping | None) -> DaraAlgoConfig:
+        """From a dict or DictConfig node; an unknown key is an error naming it and the known ones."""
+        values = dict(mapping or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}; known: {', '.join(known)}")
+        return cls(**values)
+
+    def check_for(self, estimator: str, channels: Sequence[str]) -> None:
+        """What depends on the estimator and the channels: lengths, required options, batch_norm."""
+        k = len(channels)
+        if self.weights is not None and len(self.weights) != k:
+            raise ValueError(f"weights has {len(self.weights)} entries for {k} reward channels {list(channels)}")
+        if estimator == "static" and self.weights is None:
+            raise ValueError("estimator 'static' needs fixed channel weights (weights=[...], e.g. [1, 5])")
+        if estimator in ("saw", "sa_mrpo") and (self.reward_ranges is None or len(self.reward_ranges) != k):
+            raise ValueError(f"estimator {estimator!r} needs reward_ranges: one [min, max] per channel "
+                             f"{list(channels)}, got {self.reward_ranges}")
+        self.resolved_batch_norm(estimator)
+
+    def resolved_batch_norm(self, estimator: str) -> str:
+        """The batch normalisation `estimator` applies under this config; a mode it does not define raises."""
+        # A method whose definition fixes the normalisation (METHODS.md) lists its modes in the registry;
+        # a `batch_norm` it does not define is rejected, never silently ignored.
+        allowed = ESTIMATORS[estimator].batch_norms or BATCH_NORM_MODES
+        if self.batch_norm is None:
+            return allowed[0] if ESTIMATORS[estimator].batch_norms else DEFAULT_BATCH_NORM
+        if self.batch_norm not in allowed:
+            raise ValueError(f"estimator {estimator!r} does not take batch_norm={self.batch_norm!r}: its definition "
+                             f"allows {list(allowed)} (leave batch_norm null for the estimator's own)")
+        return self.batch_norm
+
+    def options(self) -> dict:
+        """`compute_advantages` keyword arguments (channel_names excepted); unset options are left out."""
+        return {key: value for key, value in asdict(self).items() if value is not None}

@@ -1,0 +1,56 @@
+"""Every command line fails cleanly on bad input: a message naming the problem, a non-zero exit, no traceback.
+
+(`python -m dara.train`'s bad channels and overrides are in test_train_entry.py.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import dara
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad_inputs")
+    (root / "columns.csv").write_text("a,b\n1,2\n")
+    (root / "not_json.jsonl").write_text("this is not json\n{\"step\": 1}\n")
+    (root / "not.parquet").write_text("plain text, not parquet\n")
+    (root / "model").mkdir()
+    return root
+
+
+CASES = [
+    # (argv after `python -m`, text the error names)
+    (["results", "thresholds", "missing.csv", "--metric", "m", "--threshold", "0.5"], "missing.csv"),
+    (["results", "thresholds", "{root}/columns.csv", "--metric", "m", "--threshold", "0.5"], "'method' column"),
+    (["results", "thresholds", "{root}/not_json.jsonl", "--metric", "m", "--threshold", "0.5"], "not_json.jsonl"),
+    (["results", "table", "missing.csv", "--metrics", "m"], "missing.csv"),
+    (["results", "collect", "{root}/nowhere"], "nowhere"),
+    (["results", "nope"], "invalid choice: 'nope'"),
+    (["results.evaluation", "toolrl", "all", "--out", "{root}/eval", "--model", "{root}/model", "--data",
+      "{root}/missing.parquet"], "missing.parquet does not exist"),
+    (["results.evaluation", "toolrl", "all", "--out", "{root}/eval", "--model", "{root}/model", "--data",
+      "{root}/not.parquet"], "not.parquet"),
+    (["results.evaluation", "math", "all", "--out", "{root}/eval", "--model", "{root}/model"], "needs --data"),
+    (["recipes", "nope", "--dry-run"], "unknown recipe 'nope'"),
+    (["recipes", "toolrl_main", "--seeds", "x"], "invalid int value: 'x'"),
+    (["data_prep", "nope"], "invalid choice: 'nope'"),
+    (["data_prep", "toolrl", "--out", "{root}/dp", "--source", "{root}/missing.json"], "missing.json"),
+    (["data_prep", "smoke"], "--out"),
+    (["dara.testbed", "--quick", "--studies", "nope", "--out", "{root}/tb"], "nope"),
+]
+
+
+@pytest.mark.parametrize("argv, named", CASES, ids=[" ".join(c[0][:2]) + f"-{i}" for i, c in enumerate(CASES)])
+def test_bad_input_fails_with_a_named_error_and_no_traceback(bad_files, argv, named):
+    argv = [part.format(root=bad_files) for part in argv]
+    out = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=300,
+                         cwd=dara.PROJECT_ROOT)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-2000:]
+    assert named.format(root=bad_files) in text, text[-2000:]
+    assert "Traceback" not in text, text[-3000:]

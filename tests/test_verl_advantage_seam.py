@@ -1,0 +1,161 @@
+"""The advantage seam: the project's step is verl 0.9.1's own `_compute_advantage` plus the channel scores.
+
+Both steps run for real on the same batch, with KL in the reward and rollout correction (decoupled mode) on:
+verl's `PPOTrainer._compute_advantage` as verl ships it, and the project's trainer's. TransferQueue (a
+separate service verl talks to over Ray) is replaced by an in-memory key-value table with the same two calls;
+everything between the two calls is verl's code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from tensordict.tensorclass import NonTensorData, NonTensorStack
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1 import PPOTrainerSync
+
+from dara.estimators import ESTIMATOR_NAMES, compute_advantages
+from dara.verl import register
+from dara.verl.trainer import DaraTrainerSync
+
+register()
+
+CHANNELS = ["correctness", "format"]
+GROUPS, GROUP_SIZE, RESPONSE_LEN = 5, 4, 6
+
+
+class KVTable:
+    """`tq.kv_batch_get` / `tq.kv_batch_put` over a dict: rows of nested (per-response) tensors and objects."""
+
+    def __init__(self):
+        self.rows: dict[str, dict] = {}
+
+    def get(self, keys, partition_id, select_fields):
+        present = [f for f in select_fields if f in self.rows[keys[0]]]
+        out = {}
+        for field in present:
+            values = [self.rows[key][field] for key in keys]
+            if isinstance(values[0], torch.Tensor):
+                out[field] = torch.nested.as_nested_tensor(values, layout=torch.jagged)
+            else:
+                out[field] = NonTensorStack(*[NonTensorData(v) for v in values])
+        return TensorDict(out, batch_size=len(keys))
+
+    def put(self, keys, partition_id, fields):
+        for field, value in fields.items():
+            rows = value.unbind(0) if isinstance(value, torch.Tensor) else list(value)
+            for key, row in zip(keys, rows, strict=True):
+                self.rows[key][field] = row
+        return KVBatchMeta(keys=list(keys), tags=[{} for _ in keys], partition_id=partition_id)
+
+
+def make_table(seed: int, padding: int = 0) -> tuple[KVTable, KVBatchMeta]:
+    gen = torch.Generator().manual_seed(seed)
+    table, keys, tags = KVTable(), [], []
+    n = GROUPS * GROUP_SIZE
+    for i in range(n + padding):
+        source = i if i < n else i - n  # verl pads by repeating samples, tagged is_padding
+        length = int(torch.randint(2, RESPONSE_LEN + 1, (1,), generator=gen))
+        correctness = float(torch.randint(-3, 4, (1,), generator=gen))
+        fmt = float(torch.rand(1, generator=gen) < 0.3)
+        rm = torch.zeros(length)
+        rm[-1] = correctness + fmt
+        old = -torch.rand(length, generator=gen)
+        key = f"uid{source // GROUP_SIZE}_{i}_0"
+        table.rows[key] = {
+            "uid": f"uid{source // GROUP_SIZE}", "response_mask": torch.ones(length, dtype=torch.long),
+            "rm_scores": rm, "old_log_probs": old, "rollout_log_probs": old - 0.1 * torch.rand(length, generator=gen),
+            "ref_log_prob": old - 0.2 * torch.rand(length, generator=gen),
+            "extra_fields": {"reward_extra_info": {"correctness": correctness, "format": fmt,
+                                                   "score": correctness + fmt}},
+        }
+        keys.append(key)
+        tags.append({"is_padding": i >= n})
+    return table, KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+
+
+def trainer_config(estimator: str, norm_by_std: bool = True):
+    return OmegaConf.create({
+        "algorithm": {
+            "adv_estimator": estimator, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": norm_by_std,
+            "use_kl_in_reward": True, "kl_penalty": "kl", "kl_ctrl": {"type": "fixed", "kl_coef": 0.05},
+            "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
+            "reward_channels": CHANNELS,
+            "dara": {"weights": [1.0, 5.0] if estimator == "static" else None,
+                     "reward_ranges": [[-3.0, 3.0], [0.0, 1.0]]},
+        },
+        "actor_rollout_ref": {"rollout": {"n": GROUP_SIZE}},
+    })
+
+
+def run_step(cls, config, seed: int, monkeypatch, padding: int = 0):
+    table, batch = make_table(seed, padding)
+    monkeypatch.setattr(tq, "kv_batch_get", table.get)
+    monkeypatch.setattr(tq, "kv_batch_put", table.put)
+    trainer = object.__new__(cls)  # the step needs only its config and KL controller
+    trainer.config = config
+    trainer.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
+    metrics: dict = {}
+    cls._compute_advantage(trainer, batch, metrics)
+    assert trainer.config is config
+    return table, batch, metrics
+
+
+FIELDS = ["advantages", "returns", "token_level_rewards", "response_mask", "rollout_is_weights"]
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_step_equals_verls_own_step(monkeypatch, norm_by_std):
+    ours, batch, our_metrics = run_step(DaraTrainerSync, trainer_config("grpo", norm_by_std), 0, monkeypatch)
+    theirs, _, their_metrics = run_step(PPOTrainerSync, trainer_config("grpo", norm_by_std), 0, monkeypatch)
+    for key in batch.keys:
+        for field in FIELDS:
+            torch.testing.assert_close(ours.rows[key][field], theirs.rows[key][field], msg=f"{field} of {key}")
+    assert {k: v for k, v in our_metrics.items() if k in their_metrics} == their_metrics
+    assert f"dara/density/{CHANNELS[1]}" in our_metrics and f"reward/{CHANNELS[0]}/mean" in our_metrics
+
+
+@pytest.mark.parametrize("name", [n for n in ESTIMATOR_NAMES if n != "grpo"])
+def test_channel_estimator_step_differs_from_verls_only_in_the_advantage(monkeypatch, name):
+    ours, batch, our_metrics = run_step(DaraTrainerSync, trainer_config(name), 1, monkeypatch, padding=3)
+    theirs, _, their_metrics = run_step(PPOTrainerSync, trainer_config("grpo"), 1, monkeypatch, padding=3)
+    for key in batch.keys:
+        for field in ("token_level_rewards", "response_mask", "rollout_is_weights"):
+            torch.testing.assert_close(ours.rows[key][field], theirs.rows[key][field], msg=f"{field} of {key}")
+    assert {k: v for k, v in our_metrics.items() if k in their_metrics} == their_metrics
+    # the advantage is the library estimator's on the raw channel scores of the real rows; padding gets 0
+    real = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag["is_padding"]]
+    scores = torch.tensor([[ours.rows[k]["extra_fields"]["reward_extra_info"][c] for c in CHANNELS] for k in real])
+    lengths = [len(ours.rows[k]["response_mask"]) for k in real]
+    mask = (torch.arange(RESPONSE_LEN)[None, :] < torch.tensor(lengths)[:, None]).float()
+    options = {k: v for k, v in trainer_config(name).algorithm.dara.items() if v is not None}
+    expected, _ = compute_advantages(name, scores, [ours.rows[k]["uid"] for k in real], mask,
+                                     channel_names=CHANNELS, **options)
+    for j, key in enumerate(real):
+        torch.testing.assert_close(ours.rows[key]["advantages"], expected[j, :lengths[j]])
+    for key in set(batch.keys) - set(real):
+        assert ours.rows[key]["advantages"].abs().sum() == 0
+    assert not all(torch.equal(ours.rows[k]["advantages"], theirs.rows[k]["advantages"]) for k in real)
+
+
+def test_missing_channel_fails_naming_it_and_the_rewards_keys(monkeypatch):
+    config = trainer_config("dara_asym")
+    config.algorithm.reward_channels = ["correctness", "length"]
+    with pytest.raises(ValueError, match=r"'length'.*returned keys \['correctness', 'format', 'score'\]"):
+        run_step(DaraTrainerSync, config, 0, monkeypatch)
+
+
+def test_seam_verl_step_reads_algorithm_through_self_config():
+    """The project's step swaps `self.config` for the call: verl's step must read the algorithm there."""
+    import inspect
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    source = inspect.getsource(PPOTrainer._compute_advantage)
+    assert "config=self.config.algorithm" in source and "tq.kv_batch_put" in source
+    assert np.all([name in source for name in ("gamma=self.config.algorithm.gamma", "norm_adv_by_std_in_grpo")])
