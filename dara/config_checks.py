@@ -29,6 +29,7 @@ def check_config(cfg: DictConfig) -> None:
             OmegaConf.select(cfg, key, throw_on_missing=True)
         except MissingMandatoryValue:
             raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
+    _check_allocation(cfg)
     algorithm = cfg.algorithm
     name = _library_estimator(str(algorithm.adv_estimator))
     if name is None:
@@ -65,6 +66,16 @@ def check_config(cfg: DictConfig) -> None:
     if dara.gd2po_query_weight not in ("before_whiten", "after_whiten"):
         raise ConfigError(f"algorithm.dara.gd2po_query_weight must be before_whiten or after_whiten, "
                           f"got {dara.gd2po_query_weight!r}")
+
+
+def _check_allocation(cfg: DictConfig) -> None:
+    """Divisibility by trainer.nnodes x n_gpus_per_node (verl asserts it only after a rollout): dara.preflight."""
+    from dara.preflight.allocation import divisibility_problems
+    from dara.preflight.facts import model_facts
+
+    problems = divisibility_problems(cfg, model_facts(cfg))
+    if problems:
+        raise ConfigError("allocation: " + "; ".join(problems))
 
 
 def check_inputs(cfg: DictConfig) -> None:
