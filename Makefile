@@ -16,7 +16,7 @@ CONSTRAINTS := $(if $(GPU),-c constraints/gpu.txt,-c constraints/cpu.txt)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints/cpu.txt constraints/gpu.txt
+$(STAMP): pyproject.toml $(if $(GPU),constraints/gpu.txt,constraints/cpu.txt)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q $(CONSTRAINTS) $(TORCH)

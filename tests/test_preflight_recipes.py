@@ -19,10 +19,10 @@ PREFLIGHT_KEYS = ("trainer", "data", "actor_rollout_ref", "run.hardware", "run.m
                   "run.max_model_len", "critic")
 
 
-def flat_keys(node, prefix=""):
+def flat_keys(node: dict, prefix=""):
     for key, value in node.items():
         path = f"{prefix}{key}"
-        if OmegaConf.is_dict(value):
+        if isinstance(value, dict):
             yield from flat_keys(value, path + ".")
         else:
             yield path
@@ -30,7 +30,7 @@ def flat_keys(node, prefix=""):
 
 def test_estimator_files_set_nothing_the_preflight_reads():
     for path in sorted((CONF_DIR / "estimator").glob("*.yaml")):
-        node = OmegaConf.load(path)
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         node.pop("defaults", None)
         touched = [k for k in flat_keys(node) if any(k == p or k.startswith(p + ".") for p in PREFLIGHT_KEYS)]
         assert not touched, f"{path.name} sets {touched}"
@@ -59,3 +59,26 @@ def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
                 failures.append(report.text())
     assert sum(len(r) for r in groups.values()) == sum(len(load(n).runs(load(n).DEFAULT_SEEDS)) for n in RECIPES)
     assert not failures, "\n\n".join(failures)
+
+
+def test_slurm_launcher_refuses_a_failing_run_and_submits_nothing(tmp_path, monkeypatch):
+    import subprocess
+
+    from recipes.runner import RecipeError, SlurmOptions, launch_slurm, with_options
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("sbatch was called"))
+    runs = [r for r in load("math_main").runs((0,)) if r.model == "deepseek-r1-distill-qwen-7b" and r.method == "grpo"]
+    runs = with_options(runs, output_root=str(tmp_path))
+    # 4 h jobs at an estimated 45 min per 7B math step: no job reaches the next save
+    with pytest.raises(RecipeError, match="preflight failed for 1 job array"):
+        launch_slurm(runs, SlurmOptions(time="4:00:00"), skip_env=True)
+    assert not calls
+
+
+def test_recipes_preflight_flag_checks_every_run(capsys, tmp_path):
+    from recipes.__main__ import main
+
+    assert main(["smoke", "--preflight", "--output-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "preflight [1/1] smoke-tiny-dara_asym-s{0}: ok" in out and "1 of 1 runs pass" in out
