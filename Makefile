@@ -2,23 +2,27 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
-# CPU machines keep the CPU torch build; `make install GPU=1` installs verl's vLLM pin instead.
+# CPU machines keep the CPU torch build. `make install GPU=1` installs verl 0.9.1's own FSDP + vLLM stack from the
+# lock constraints/gpu.txt (torch 2.11.0 CUDA 13, vllm 0.24.0, transformers 5.9.0), then flash-attn 2.8.3 built
+# against that torch (--no-build-isolation; a prebuilt wheel is fetched when one matches, else it compiles ~1 h).
 GPU    ?=
-TORCH  := torch==2.13.0
-EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
-CONSTRAINTS := $(if $(GPU),,-c constraints/cpu.txt)
 comma  := ,
+STAMP  := $(VENV)/.installed$(if $(GPU),-gpu)
+TORCH  := $(if $(GPU),torch torchvision torchaudio,torch==2.13.0)
+EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
+CONSTRAINTS := $(if $(GPU),-c constraints/gpu.txt,-c constraints/cpu.txt)
 
 .PHONY: install smoke test test-fast lint bench
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints/cpu.txt
+$(STAMP): pyproject.toml $(if $(GPU),constraints/gpu.txt,constraints/cpu.txt)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(if $(GPU),,$(PY) -m pip install -q $(TORCH))
+	$(PY) -m pip install -q $(CONSTRAINTS) $(TORCH)
 	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	$(if $(GPU),$(PY) -m pip install -q ninja psutil packaging einops)
+	$(if $(GPU),$(PY) -m pip install -q --no-build-isolation $(CONSTRAINTS) flash-attn)
 	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)

@@ -18,3 +18,6 @@ except ImportError:  # the estimator library alone needs only torch and numpy (e
 # `${dara.root:}` in conf/ files: the checkout's root, so configs name project files portably.
 if OmegaConf is not None and not OmegaConf.has_resolver("dara.root"):
     OmegaConf.register_new_resolver("dara.root", lambda: str(PROJECT_ROOT))
+# `${dara.sum:a,b}`: integer sum (e.g. vLLM's max_model_len = prompt + response budget).
+if OmegaConf is not None and not OmegaConf.has_resolver("dara.sum"):
+    OmegaConf.register_new_resolver("dara.sum", lambda *values: sum(int(v) for v in values))

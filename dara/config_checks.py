@@ -103,8 +103,19 @@ def _check_estimator(cfg: DictConfig) -> None:
         raise ConfigError(f"algorithm.dara: {error}") from None
 
 
+def _check_allocation(cfg: DictConfig) -> None:
+    """Divisibility by trainer.nnodes x n_gpus_per_node (verl asserts it only after a rollout): dara.preflight."""
+    from dara.preflight.allocation import divisibility_problems
+    from dara.preflight.facts import model_facts
+
+    problems = divisibility_problems(cfg, model_facts(cfg))
+    if problems:
+        raise ConfigError("allocation: " + "; ".join(problems))
+
+
 # Each check takes the composed config and raises ConfigError; they run in this order.
-CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_channels, _check_estimator]
+CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_allocation, _check_channels,
+                                                      _check_estimator]
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -99,7 +99,8 @@ def _ray_session(cfg: DictConfig):
         return
     from dara.verl.cpu import local_ray_session
 
-    with local_ray_session(cfg.run.output_dir) as extra, open_dict(cfg):
+    # HOME moves only on the CPU path: a GPU run keeps the user's HF, wandb and pip caches
+    with local_ray_session(cfg.run.output_dir, move_home=cfg.trainer.device == "cpu") as extra, open_dict(cfg):
         for key, value in extra.items():
             cfg.ray_kwargs.ray_init[key] = value
         yield

@@ -4,6 +4,7 @@
     python -m recipes toolrl_main --dry-run                  # each run: name, status, folder, overrides
     python -m recipes toolrl_main --launcher slurm --partition gpu --time 24:00:00
     python -m recipes group_size --seeds 0 --launcher local --set trainer.total_training_steps=10
+    python -m recipes math_main --preflight [--skip-env]     # would every run start and finish? starts nothing
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from recipes.runner import (
     describe,
     launch_local,
     launch_slurm,
+    preflight_runs,
     summary_line,
     with_options,
 )
@@ -35,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                      help="a further Hydra override for every run (repeatable)")
     top.add_argument("--only", default=None, help="keep only runs whose name contains this text")
+    top.add_argument("--preflight", action="store_true",
+                     help="run python -m dara.preflight for every run (with --time); start nothing")
+    top.add_argument("--skip-env", action="store_true",
+                     help="preflight (also the Slurm launcher's) without the environment check")
     slurm = top.add_argument_group("slurm launcher")
     slurm.add_argument("--partition", default=None)
     slurm.add_argument("--account", default=None)
@@ -64,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             runs = [run for run in runs if args.only in run.name]
         print(f"[recipes] {args.recipe}: {summary_line(runs)}", flush=True)
+        if args.preflight:
+            results = preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time)
+            failed = sum(len(group) for group, report in results if not report.ok)
+            print(f"[recipes] preflight: {len(runs) - failed} of {len(runs)} runs pass, {failed} fail", flush=True)
+            return 1 if failed else 0
         if args.dry_run:
             print(describe(runs))
             if args.launcher == "slurm":
@@ -71,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.launcher == "local":
             return 1 if launch_local(runs) else 0
-        launch_slurm(runs, slurm_options(args))
+        launch_slurm(runs, slurm_options(args), skip_env=args.skip_env)
         return 0
     except (KeyError, RecipeError) as error:
         print(f"[recipes] error: {error.args[0] if error.args else error}", file=sys.stderr)

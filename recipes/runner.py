@@ -10,7 +10,9 @@ Hydra's composition. A run whose metrics.jsonl already holds its last step is fi
 Launchers:
 - local: one run after another in this machine's shell (`python -m dara.train ... run.skip_if_finished=true`).
 - slurm: one `sbatch` job array per group of runs that differ only in the seed (array index = seed), through
-  scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`.
+  scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`. It first runs
+  `dara.preflight` on every group (allocation, memory, checkpoints, time limit, environment) and submits
+  nothing when one fails.
 """
 
 from __future__ import annotations
@@ -225,6 +227,33 @@ def launch_local(runs: Sequence[Run], python: str = sys.executable) -> int:
     return len(failed)
 
 
+# ----------------------------------------------------------------------------- preflight
+def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: str | None = None,
+                   verbose: bool = True) -> list[tuple[list[Run], object]]:
+    """`dara.preflight` of every run, composed in this process (one Hydra context), once per seed group: the
+    seed changes no value the preflight reads. Returns (group, report) pairs."""
+    from hydra import compose, initialize_config_dir
+
+    from dara.preflight import parse_time_limit, preflight
+
+    minutes = parse_time_limit(time_limit)
+    results = []
+    groups = seed_groups(runs)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
+        for index, group in enumerate(groups, 1):
+            cfg = compose(config_name="train", overrides=group[0].overrides())
+            OmegaConf.resolve(cfg)
+            report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env)
+            results.append((group, report))
+            if verbose:
+                label = group[0].name_for("{" + ",".join(str(r.seed) for r in group) + "}")
+                if report.ok:
+                    print(f"[recipes] preflight [{index}/{len(groups)}] {label}: ok", flush=True)
+                else:
+                    print(f"[recipes] preflight [{index}/{len(groups)}] {label}: FAILED\n{report.text()}", flush=True)
+    return results
+
+
 # ----------------------------------------------------------------------------- Slurm launcher
 @dataclass(frozen=True)
 class SlurmOptions:
@@ -274,11 +303,20 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
     return command + ["--seed-from-array", *first.group_overrides()]
 
 
-def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *, dry_run: bool = False) -> list[str]:
-    """Submit one job array per seed group (finished runs left out); returns the job ids."""
+def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *, dry_run: bool = False,
+                 skip_env: bool = False) -> list[str]:
+    """Submit one job array per seed group (finished runs left out); returns the job ids.
+
+    Unless dry_run, every group passes `dara.preflight` first (on the cluster's allocation and --time), or
+    nothing is submitted."""
     job_ids = []
     pending = [run for run in runs if not is_finished(run)]
     skipped = len(runs) - len(pending)
+    if not dry_run and pending:
+        failed = [group[0].name_for("x").removesuffix("-sx") for group, report in
+                  preflight_runs(pending, skip_env=skip_env, time_limit=options.time) if not report.ok]
+        if failed:
+            raise RecipeError(f"preflight failed for {len(failed)} job array(s), nothing submitted: {', '.join(failed)}")
     for group in seed_groups(pending):
         command = sbatch_command(group, options)
         if dry_run:

@@ -6,6 +6,10 @@ the driver and every process Ray starts (they inherit the driver's environment),
 (``RAY_AUTH_MODE=disabled``: a local, single-user cluster), and shuts Ray down and restores the environment
 on exit.
 
+HOME moves only where the caller asks (``move_home``: the CPU path, whose tests and tiny runs must leave the
+user's home untouched). A GPU run keeps the real HOME: the HF hub cache, wandb credentials and pip cache live
+there, and moving it would re-download every model into each run folder (or fail on an offline node).
+
 Unix socket paths are limited to 107 bytes and Ray nests ``session_<date>_<pid>/sockets/plasma_store`` under its
 temp folder: when the output folder's path is too long, Ray is given a short symlink in the system temp folder
 that points into the output folder (the files still live there).
@@ -48,18 +52,17 @@ def ray_folders(output_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 @contextmanager
-def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True) -> Iterator[dict[str, str]]:
+def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True,
+                      move_home: bool = True) -> Iterator[dict[str, str]]:
     """Environment for a local Ray run inside ``output_dir``; yields extra ``ray.init`` keyword arguments.
 
     Use around verl's ``run_ppo`` (which calls ``ray.init`` itself) and merge the yielded dict into
     ``ray_kwargs.ray_init`` (it holds ``_temp_dir``).
     """
     folders = ray_folders(output_dir)
-    overrides = {
-        "RAY_TMPDIR": str(folders["tmp_for_ray"]),
-        "HOME": str(folders["home"]),
-        "RAY_AUTH_MODE": "disabled",
-    }
+    overrides = {"RAY_TMPDIR": str(folders["tmp_for_ray"]), "RAY_AUTH_MODE": "disabled"}
+    if move_home:
+        overrides["HOME"] = str(folders["home"])
     saved = {key: os.environ.get(key) for key in overrides}
     os.environ.update(overrides)
     try:

@@ -1,0 +1,69 @@
+"""`python -m dara.preflight <dara.train overrides> [--nodes N] [--gpus-per-node G] [--time T] [--skip-env]`.
+
+Answers, on a login node or a laptop without a GPU, "would this run start and finish here?". It composes the
+run exactly as `python -m dara.train` does (same conf/, same overrides), then checks, each in its own section:
+- allocation: verl 0.9.1's own start-up validation for nodes x GPUs, then what verl asserts only later
+  (mini-batch x n by the data-parallel size, SP, rollout TP, heads), token budgets and max_model_len
+  (`dara.preflight.allocation`);
+- memory: the per-GPU plan of both phases with its arithmetic, and vLLM's KV cache (`dara.preflight.memory`);
+- checkpoints: disk per save and per run; steps per job against save_freq (`dara.preflight.budget`);
+- environment, unless skipped: flash_attn, vllm, the NVIDIA driver, with the fixing command
+  (`dara.preflight.environment`).
+`python -m recipes NAME --preflight` runs it for every run of a recipe; the Slurm launcher refuses a failing run.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from dara.preflight.allocation import check_allocation, divisibility_problems, with_allocation
+from dara.preflight.budget import check_checkpoints, check_time, parse_time_limit
+from dara.preflight.environment import check_environment
+from dara.preflight.facts import ModelFacts, model_facts
+from dara.preflight.memory import check_memory
+from dara.preflight.report import Report
+
+__all__ = ["ModelFacts", "Report", "compose", "divisibility_problems", "model_facts", "parse_time_limit", "preflight"]
+
+
+def compose(overrides, conf_dir=None) -> DictConfig:
+    """The resolved config `python -m dara.train <overrides>` would run (nothing started)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from dara.train import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name="train"):
+        cfg = hydra_compose(config_name="train", overrides=list(overrides))
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int | None = None,
+              time_limit_minutes: float | None = None, skip_env: bool = False) -> Report:
+    """Every check of the composed run `cfg` on nodes x gpus_per_node (default: the cluster config's)."""
+    from dara.config_checks import ConfigError, check_config
+
+    nodes = int(nodes if nodes is not None else cfg.trainer.nnodes)
+    gpus = int(gpus_per_node if gpus_per_node is not None else cfg.trainer.n_gpus_per_node)
+    cfg = with_allocation(cfg, nodes, gpus)
+    gpu = OmegaConf.select(cfg, "run.hardware.gpu", default=None) or cfg.trainer.device
+    report = Report(str(cfg.run.name), f"{nodes} node(s) x {gpus} {gpu}")
+    facts = model_facts(cfg)
+    config = report.section("configuration")
+    try:
+        check_config(cfg)
+        config.line(f"task {cfg.run.task}, model {cfg.run.model}, estimator {cfg.algorithm.adv_estimator}, "
+                    f"cluster {OmegaConf.select(cfg, 'run.cluster', default='cpu')}")
+    except ConfigError as error:
+        if not str(error).startswith("allocation:"):  # the allocation section reports those
+            config.fail(str(error))
+    if facts is None:
+        config.note("the model file keeps no run.model_facts: model-shape checks skipped")
+    check_allocation(cfg, facts, report.section("allocation"))
+    check_memory(cfg, facts, report.section("memory"))
+    check_checkpoints(cfg, facts, report.section("checkpoints"))
+    check_time(cfg, report.section("time limit"), time_limit_minutes)
+    if not skip_env:
+        check_environment(cfg, report.section("environment"))
+    return report

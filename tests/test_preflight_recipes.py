@@ -1,0 +1,84 @@
+"""Every run of every recipe passes `dara.preflight --skip-env` on its cluster (CI).
+
+Composed in-process, once per distinct (task, model, cluster, further overrides): the runs sharing one differ
+only in estimator and seed, and the test checks that no estimator file sets a key the preflight reads.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from dara.preflight import preflight
+from recipes import RECIPES, load
+from recipes.runner import CONF_DIR
+
+# the config the preflight reads: anything else cannot change its answer
+PREFLIGHT_KEYS = ("trainer", "data", "actor_rollout_ref", "run.hardware", "run.model_facts", "run.checkpoint",
+                  "run.max_model_len", "critic")
+
+
+def flat_keys(node: dict, prefix=""):
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from flat_keys(value, path + ".")
+        else:
+            yield path
+
+
+def test_estimator_files_set_nothing_the_preflight_reads():
+    for path in sorted((CONF_DIR / "estimator").glob("*.yaml")):
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        node.pop("defaults", None)
+        touched = [k for k in flat_keys(node) if any(k == p or k.startswith(p + ".") for p in PREFLIGHT_KEYS)]
+        assert not touched, f"{path.name} sets {touched}"
+
+
+def preflight_key(run):
+    return (run.task, run.model, run.cluster, run.extra, run.total_steps, run.output_root)
+
+
+@pytest.mark.slow
+def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
+    groups = {}
+    for name in RECIPES:
+        module = load(name)
+        for run in module.runs(module.DEFAULT_SEEDS):
+            groups.setdefault(preflight_key(run), []).append(run)
+    failures = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
+        for runs in groups.values():
+            cfg = compose(config_name="train", overrides=runs[0].overrides())
+            OmegaConf.resolve(cfg)
+            report = preflight(cfg, skip_env=True)
+            assert [s.title for s in report.sections] == ["configuration", "allocation", "memory", "checkpoints",
+                                                         "time limit"]
+            if not report.ok:
+                failures.append(report.text())
+    assert sum(len(r) for r in groups.values()) == sum(len(load(n).runs(load(n).DEFAULT_SEEDS)) for n in RECIPES)
+    assert not failures, "\n\n".join(failures)
+
+
+def test_slurm_launcher_refuses_a_failing_run_and_submits_nothing(tmp_path, monkeypatch):
+    import subprocess
+
+    from recipes.runner import RecipeError, SlurmOptions, launch_slurm, with_options
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("sbatch was called"))
+    runs = [r for r in load("math_main").runs((0,)) if r.model == "deepseek-r1-distill-qwen-7b" and r.method == "grpo"]
+    runs = with_options(runs, output_root=str(tmp_path))
+    # 4 h jobs at an estimated 45 min per 7B math step: no job reaches the next save
+    with pytest.raises(RecipeError, match="preflight failed for 1 job array"):
+        launch_slurm(runs, SlurmOptions(time="4:00:00"), skip_env=True)
+    assert not calls
+
+
+def test_recipes_preflight_flag_checks_every_run(capsys, tmp_path):
+    from recipes.__main__ import main
+
+    assert main(["smoke", "--preflight", "--output-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "preflight [1/1] smoke-tiny-dara_asym-s{0}: ok" in out and "1 of 1 runs pass" in out
