@@ -33,7 +33,7 @@ def compute_advantages(
         index: N group ids (verl's uid strings, or ints); responses with the same id form a group.
         response_mask: [N, T] 0/1 mask of valid response tokens.
         **options: weights (K floats), w_max (5.0), batch_norm ("token" | "response" | "none"; ignored by
-            grpo, dvao and gd2po which define their own), channel_names (K strings, default c0..),
+            grpo and dvao; gd2po whitens tokens unless it is "response"), channel_names (K strings, default c0..),
             reward_ranges (K [min, max] pairs; saw, sa_mrpo), tau (gd2po_snr, 0.8), gamma (sa_mrpo, 0.5),
             form ("sym" | "asym"; static), query_weight ("before_whiten" | "after_whiten"; gd2po).
 
