@@ -2,8 +2,8 @@
 
 Source: the hub dataset ``agentica-org/DeepScaleR-Preview-Dataset`` (40,315 rows of problem, answer,
 solution) through ``datasets``, or a local JSON / JSON-lines file of the same records.
-Prompt: one user message, the problem followed by " Let's think step by step and output the final answer
-within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
+Prompt (tasks.math, the authors' template): no system message, one user message, the stripped problem
+followed by "\\n\\nPlease reason step by step, and put your final answer within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
 answer}, extra_info {split: "train", index, source_index}.
 
 Filters, each counted in the data card: rows without a usable answer, rows without a problem, and prompts
@@ -29,17 +29,14 @@ from data_prep.common import (
     write_parquet,
 )
 from data_prep.math_answers import normalise_answer
+from tasks import math as task
+from tasks.math import prompt_messages
 
-DATA_SOURCE = "deepscaler"
+DATA_SOURCE = task.DATA_SOURCE
 HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
 DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
-PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
-MAX_PROMPT_TOKENS = 1024
+MAX_PROMPT_TOKENS = task.MAX_PROMPT_TOKENS
 TOKENIZE_BATCH = 512
-
-
-def prompt_text(problem: str) -> str:
-    return problem + PROMPT_SUFFIX
 
 
 def load_records(source: str | None) -> tuple[list[dict], dict]:
@@ -118,7 +115,7 @@ def build(
         except ValueError:
             filters.drop("no_answer", "answer missing, empty or not a usable math answer")
             continue
-        candidates.append((position, [{"role": "user", "content": prompt_text(problem)}], answer))
+        candidates.append((position, prompt_messages(problem), answer))
 
     tok = load_tokenizer(tokenizer)
     counts = prompt_token_counts(tok, [messages for _, messages, _ in candidates])
@@ -143,7 +140,7 @@ def build(
                 "data_source": DATA_SOURCE,
                 **input_info,
                 "input_rows": len(records),
-                "prompt_template": "{problem}" + PROMPT_SUFFIX,
+                "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
                 "splits": {"train": len(rows)},
                 "filters": filters.as_list(),
                 "tokenizer": {

@@ -15,6 +15,9 @@ from data_prep.common import DataPrepError, read_data_card
 from data_prep.math_answers import answer_alternatives, normalise_answer
 from tests.shared_data import shared_path
 
+# The authors' prompt sentence, written out here on purpose (not imported): every row must carry exactly it.
+AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
+
 
 def shared_data() -> Path:
     return shared_path("data", "math_benchmarks").parent
@@ -78,7 +81,9 @@ def test_math_eval_counts_and_schema(eval_rows):
     for row in rows:
         counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
         assert row["prompt"][0]["role"] == "user" and len(row["prompt"]) == 1
-        assert row["prompt"][0]["content"].endswith(deepscaler.PROMPT_SUFFIX)
+        assert row["prompt"][0]["content"].endswith(AUTHORS_SUFFIX)
+        assert row["prompt"][0]["content"] == row["prompt"][0]["content"].removesuffix(AUTHORS_SUFFIX).strip() \
+            + AUTHORS_SUFFIX
         assert row["reward_model"]["style"] == "rule"
         assert row["reward_model"]["ground_truth"] == row["extra_info"]["answer_alternatives"][0]
     assert counts == {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 675}
@@ -138,7 +143,7 @@ def plain_prompt_lengths(tokenizer, problems):
     """One prompt at a time, the way verl's filter_overlong_prompts measures it."""
     lengths = []
     for problem in problems:
-        messages = [{"role": "user", "content": problem + deepscaler.PROMPT_SUFFIX}]
+        messages = [{"role": "user", "content": problem.strip() + AUTHORS_SUFFIX}]
         lengths.append(
             len(
                 tokenizer.apply_chat_template(
@@ -167,7 +172,7 @@ def test_deepscaler_filters_match_a_plain_loop(tmp_path, smoke_tokenizer_dir, mo
     for index, (row, source_index) in enumerate(zip(rows, kept, strict=True)):
         record = records[source_index]
         assert row["data_source"] == "deepscaler" and row["extra_info"]["index"] == index
-        assert row["prompt"] == [{"role": "user", "content": record["problem"] + deepscaler.PROMPT_SUFFIX}]
+        assert row["prompt"] == [{"role": "user", "content": record["problem"].strip() + AUTHORS_SUFFIX}]
         assert row["reward_model"] == {"style": "rule", "ground_truth": normalise_answer(record["answer"])}
     assert card["tokenizer"]["max_prompt_tokens"] == limit and card["splits"] == {"train": len(kept)}
 
