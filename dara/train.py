@@ -55,8 +55,14 @@ def _prepare_assets(cfg: DictConfig) -> None:
 
         print(f"[dara] preparing offline smoke assets in {cfg.run.assets_dir}", flush=True)
         smoke.build(cfg.run.assets_dir, seed=0)
+    elif cfg.run.assets == "smoke_math":  # the tiny model, then synthetic problems through data_prep deepscaler
+        from data_prep import deepscaler, smoke
+
+        print(f"[dara] preparing offline math smoke assets in {cfg.run.assets_dir}", flush=True)
+        model_dir = smoke.build(Path(cfg.run.output_root) / "assets" / "smoke", seed=0)["model_dir"]
+        deepscaler.build_smoke(cfg.run.assets_dir, model_dir)
     elif cfg.run.assets is not None:
-        raise ConfigError(f"run.assets={cfg.run.assets!r} is not known (expected 'smoke' or null)")
+        raise ConfigError(f"run.assets={cfg.run.assets!r} is not known (expected 'smoke', 'smoke_math' or null)")
 
 
 def _finished(cfg: DictConfig) -> bool:

@@ -13,7 +13,10 @@ them: the chat-templated prompt with the generation prompt, when the tokenizer h
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import tempfile
 from pathlib import Path
 
 from data_prep.common import (
@@ -37,6 +40,8 @@ HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
 DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
 MAX_PROMPT_TOKENS = task.MAX_PROMPT_TOKENS
 TOKENIZE_BATCH = 512
+VAL_ROWS = 200  # the authors' held-out monitoring split
+VAL_SEED = 0
 
 
 def load_records(source: str | None) -> tuple[list[dict], dict]:
@@ -96,8 +101,14 @@ def build(
     source: str | None = None,
     tokenizer: str | None = None,
     max_prompt_tokens: int = MAX_PROMPT_TOKENS,
+    val_rows: int = 0,
+    data_source: str = DATA_SOURCE,
 ) -> dict:
-    """Write train.parquet and data_card.json into ``out_dir``; returns the data card."""
+    """Write train.parquet (and val.parquet with ``val_rows`` held-out rows) and data_card.json into
+    ``out_dir``; returns the data card.
+
+    The held-out rows (the authors validate every 10 steps on 200 seeded DeepScaleR rows) are a
+    seeded random choice (``VAL_SEED``) among the rows that pass the filters, removed from train."""
     records, input_info = load_records(source)
     filters = FilterLog()
     filters.declare("no_problem", "problem missing or empty")
@@ -126,22 +137,32 @@ def build(
                 "prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"
             )
             continue
-        extra = {"split": "train", "index": len(rows), "source_index": position}
-        rows.append(make_row(DATA_SOURCE, messages, answer, extra, ability="math"))
-    if not rows:
-        raise DataPrepError(f"no usable rows: {filters.as_list()}")
+        rows.append((position, messages, answer))
+    if len(rows) <= val_rows:
+        raise DataPrepError(f"{len(rows)} usable rows, not enough to hold out {val_rows}: {filters.as_list()}")
+    held_out = set(random.Random(VAL_SEED).sample(range(len(rows)), val_rows)) if val_rows else set()
+    splits = {"train": [], "val": []}
+    for number, (position, messages, answer) in enumerate(rows):
+        split = "val" if number in held_out else "train"
+        extra = {"split": split, "index": len(splits[split]), "source_index": position}
+        splits[split].append(make_row(data_source, messages, answer, extra, ability="math"))
 
     with atomic_folder(out_dir) as staging:
-        write_parquet(rows, staging / "train.parquet")
+        write_parquet(splits["train"], staging / "train.parquet")
+        if val_rows:
+            write_parquet(splits["val"], staging / "val.parquet")
         card = write_data_card(
             staging,
             {
                 "dataset": "deepscaler",
-                "data_source": DATA_SOURCE,
+                "data_source": data_source,
                 **input_info,
                 "input_rows": len(records),
                 "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
-                "splits": {"train": len(rows)},
+                "splits": {name: len(split) for name, split in splits.items() if split or name == "train"},
+                "val_seed": VAL_SEED if val_rows else None,
+                "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
+                           "length_limit": task.LENGTH_LIMIT},
                 "filters": filters.as_list(),
                 "tokenizer": {
                     "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
@@ -154,7 +175,8 @@ def build(
             },
         )
     print(
-        f"[deepscaler] {len(records)} rows -> train {len(rows)} ({filters.total()} dropped: "
+        f"[deepscaler] {len(records)} rows -> train {len(splits['train'])}, val {len(splits['val'])} "
+        f"({filters.total()} dropped: "
         + ", ".join(f"{f['name']} {f['dropped']}" for f in filters.as_list())
         + f") in {out_dir}",
         flush=True,
@@ -162,6 +184,28 @@ def build(
     return card
 
 
+def smoke_records(count: int, seed: int) -> list[dict]:
+    """Synthetic arithmetic problems in DeepScaleR's record form, for the CPU math smoke run."""
+    rng = random.Random(seed)
+    records = []
+    for _ in range(count):
+        a, b = rng.randint(1, 50), rng.randint(1, 50)
+        records.append({"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"})
+    return records
+
+
+def build_smoke(out_dir: str | os.PathLike, tokenizer_dir: str, *, count: int = 64, seed: int = 0,
+                max_prompt_tokens: int = 192) -> dict:
+    """The math smoke set: synthetic problems through the real DeepScaleR path (prompt, filters, card)
+    with the tiny model's tokenizer; train.parquet and an 8-row val.parquet."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as scratch:
+        source = Path(scratch) / "smoke_math.json"
+        source.write_text(json.dumps(smoke_records(count, seed)))
+        return build(out_dir, str(source), tokenizer_dir, max_prompt_tokens, val_rows=8, data_source="smoke_math")
+
+
 def main(args) -> dict:
-    card = build(args.out, args.source, args.tokenizer, args.max_prompt_tokens)
+    card = build(args.out, args.source, args.tokenizer, args.max_prompt_tokens, args.val_rows)
     return {"out": str(Path(args.out).absolute()), "splits": card["splits"], "filters": card["filters"]}

@@ -1,0 +1,62 @@
+"""The CPU math smoke run (`python -m dara.train task=smoke_math`): 3 verl steps of the tiny model on the
+math path (correctness + length channels, verl's Hendrycks grader, dynamic sampling on, a length limit the
+tiny model's responses straddle). Every step logs the pre-filter metrics over all generated responses
+(evicted groups included) beside the filter counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dara.run_log import read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
+
+
+@pytest.mark.slow
+def test_smoke_math_logs_prefilter_metrics_every_step(tmp_path):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "dara.train", "task=smoke_math", f"run.output_root={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    print(f"smoke_math: {seconds:.0f}s")
+
+    rows = pq.read_table(tmp_path / "assets" / "smoke_math" / "train.parquet").to_pylist()
+    assert rows and all(r["prompt"] == [{"role": "user", "content": r["prompt"][0]["content"]}] for r in rows)
+    assert all(r["prompt"][0]["content"].endswith(AUTHORS_SUFFIX) for r in rows)
+    card = json.loads((tmp_path / "assets" / "smoke_math" / "data_card.json").read_text())
+    assert card["reward"]["correctness_grader"] == "hendrycks"
+
+    records = read_metrics(tmp_path / "smoke_math-tiny-dara_asym-s0" / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    group_size = 4
+    evicted_somewhere = False
+    for record in records:
+        for key in ("rollout_prefilter/correctness/mean", "rollout_prefilter/length/mean",
+                    "rollout_prefilter/responses", "filter/kept_groups", "filter/drawn_groups"):
+            assert key in record, (record["step"], key)
+        kept, drawn = record["filter/kept_groups"], record["filter/drawn_groups"]
+        assert kept == 4  # data.train_batch_size
+        assert record["rollout_prefilter/responses"] == drawn * group_size  # every generated response
+        # the evicted groups are constant in the summed reward; the kept ones are in reward/<c>/mean
+        evicted = drawn - kept
+        if evicted:
+            evicted_somewhere = True
+            kept_length = record["reward/length/mean"] * kept * group_size
+            evicted_length = record["rollout_prefilter/length/mean"] * drawn * group_size - kept_length
+            assert -1e-6 <= evicted_length <= evicted * group_size + 1e-6
+            # each evicted group is constant in length (correctness stays 0 for the tiny model), so its
+            # length sum is 0 or G: the evicted total is a multiple of the group size
+            if record["rollout_prefilter/correctness/mean"] == 0:
+                assert evicted_length / group_size == pytest.approx(round(evicted_length / group_size))
+        for channel in ("correctness", "length"):
+            assert 0.0 <= record[f"rollout_prefilter/{channel}/mean"] <= 1.0
+    assert evicted_somewhere  # the length limit makes the filter evict groups: the seam is exercised
