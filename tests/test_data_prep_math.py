@@ -205,12 +205,22 @@ def test_deepscaler_cli_and_rerun(tmp_path, smoke_tokenizer_dir, capsys):
     args = ["deepscaler", "--source", str(TRAIN_SAMPLE), "--tokenizer", smoke_tokenizer_dir]
     assert cli_main([*args, "--out", str(tmp_path / "a")]) == 0
     assert cli_main([*args, "--out", str(tmp_path / "b")]) == 0
-    assert (tmp_path / "a" / "train.parquet").read_bytes() == (tmp_path / "b" / "train.parquet").read_bytes()
+    for name in ("train.parquet", "val.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     card = read_data_card(tmp_path / "a")
+    assert card["splits"]["val"] == 200 and card["val_seed"] == 0  # the authors' 200-row monitoring split
     assert (
         card["input_rows"] == 975
-        and card["splits"]["train"] + sum(f["dropped"] for f in card["filters"]) == 975
+        and card["splits"]["train"] + 200 + sum(f["dropped"] for f in card["filters"]) == 975
     )
+    assert card["reward"] == {"channels": ["correctness", "length"], "correctness_grader": "hendrycks",
+                              "length_limit": 4000}
+    train = pq.read_table(tmp_path / "a" / "train.parquet").to_pylist()
+    val = pq.read_table(tmp_path / "a" / "val.parquet").to_pylist()
+    assert {r["extra_info"]["split"] for r in val} == {"val"} and len(val) == 200
+    held_out = {r["extra_info"]["source_index"] for r in val}
+    assert not held_out & {r["extra_info"]["source_index"] for r in train}
+    assert [r["extra_info"]["index"] for r in val] == list(range(200))
     assert card["inputs_sha256"] == {
         "aime_train.json": read_data_card(tmp_path / "b")["inputs_sha256"]["aime_train.json"]
     }
