@@ -74,7 +74,10 @@ def _finished(cfg: DictConfig) -> bool:
 def _write_run_info(cfg: DictConfig) -> None:
     info = {"run_name": cfg.run.name, "method": cfg.run.method, "seed": int(cfg.run.seed), "task": cfg.run.task,
             "model": cfg.run.model, "estimator": cfg.algorithm.adv_estimator,
-            "reward_channels": list(cfg.algorithm.reward_channels), "command": " ".join(sys.argv)}
+            "reward_channels": list(cfg.algorithm.reward_channels), "command": " ".join(sys.argv),
+            # the reward options, among them which math grader scored correctness
+            "reward_options": OmegaConf.to_container(
+                OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {})}
     out = Path(cfg.run.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "run_info.json.tmp"

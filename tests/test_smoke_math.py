@@ -35,6 +35,8 @@ def test_smoke_math_logs_prefilter_metrics_every_step(tmp_path):
     card = json.loads((tmp_path / "assets" / "smoke_math" / "data_card.json").read_text())
     assert card["reward"]["correctness_grader"] == "hendrycks"
 
+    run_info = json.loads((tmp_path / "smoke_math-tiny-dara_asym-s0" / "run_info.json").read_text())
+    assert run_info["reward_options"]["math_grader"] == "hendrycks"  # the run log says which grader scored
     records = read_metrics(tmp_path / "smoke_math-tiny-dara_asym-s0" / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
     group_size = 4
