@@ -48,17 +48,17 @@ def test_smoke_math_logs_prefilter_metrics_every_step(tmp_path):
         kept, drawn = record["filter/kept_groups"], record["filter/drawn_groups"]
         assert kept == 4  # data.train_batch_size
         assert record["rollout_prefilter/responses"] == drawn * group_size  # every generated response
-        # the evicted groups are constant in the summed reward; the kept ones are in reward/<c>/mean
-        evicted = drawn - kept
-        if evicted:
-            evicted_somewhere = True
-            kept_length = record["reward/length/mean"] * kept * group_size
-            evicted_length = record["rollout_prefilter/length/mean"] * drawn * group_size - kept_length
-            assert -1e-6 <= evicted_length <= evicted * group_size + 1e-6
-            # each evicted group is constant in length (correctness stays 0 for the tiny model), so its
-            # length sum is 0 or G: the evicted total is a multiple of the group size
-            if record["rollout_prefilter/correctness/mean"] == 0:
-                assert evicted_length / group_size == pytest.approx(round(evicted_length / group_size))
+        # drawn = kept + evicted (constant summed reward) + surplus (informative, discarded once 4 are kept)
+        evicted = record.get("training/filter_groups/evicted_samples", 0.0)
+        surplus = record.get("training/filter_groups/discarded_surplus_samples", 0.0)
+        assert drawn == kept + evicted + surplus
+        evicted_somewhere = evicted_somewhere or evicted > 0
+        kept_length = record["reward/length/mean"] * kept * group_size
+        dropped_length = record["rollout_prefilter/length/mean"] * drawn * group_size - kept_length
+        assert -1e-6 <= dropped_length <= (evicted + surplus) * group_size + 1e-6
+        if surplus == 0 and record["rollout_prefilter/correctness/mean"] == 0:
+            # every evicted group is constant in length (correctness is 0 throughout): 0 or G per group
+            assert dropped_length / group_size == pytest.approx(round(dropped_length / group_size))
         for channel in ("correctness", "length"):
             assert 0.0 <= record[f"rollout_prefilter/{channel}/mean"] <= 1.0
     assert evicted_somewhere  # the length limit makes the filter evict groups: the seam is exercised
