@@ -301,3 +301,12 @@ def test_infrastructure_errors_are_retried_then_left_missing(tmp_path):
 
     with pytest.raises(ValueError, match="prompt too long"):  # not an infrastructure error: stops the run
         run_cases([{"case_id": "d"}], store, bad_input, backoff_s=0)
+
+
+def test_math_table_names_the_olympiadbench_copy():
+    import pandas as pd
+
+    for count, words in ((674, "hub copy the authors used"), (675, "DeepScaleR's local copy")):
+        summary = pd.DataFrame([{"benchmark": "olympiad_bench", "questions": count}])
+        assert words in math_eval.olympiad_copy(summary)
+    assert math_eval.olympiad_copy(pd.DataFrame([{"benchmark": "math500", "questions": 500}])) is None
