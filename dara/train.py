@@ -66,8 +66,14 @@ def _prepare_assets(cfg: DictConfig) -> None:
 
         print(f"[dara] preparing offline smoke assets in {cfg.run.assets_dir}", flush=True)
         smoke.build(cfg.run.assets_dir, seed=0)
+    elif cfg.run.assets == "smoke_math":  # the tiny model, then synthetic problems through data_prep deepscaler
+        from data_prep import deepscaler, smoke
+
+        print(f"[dara] preparing offline math smoke assets in {cfg.run.assets_dir}", flush=True)
+        model_dir = smoke.build(Path(cfg.run.output_root) / "assets" / "smoke", seed=0)["model_dir"]
+        deepscaler.build_smoke(cfg.run.assets_dir, model_dir)
     elif cfg.run.assets is not None:
-        raise ConfigError(f"run.assets={cfg.run.assets!r} is not known (expected 'smoke' or null)")
+        raise ConfigError(f"run.assets={cfg.run.assets!r} is not known (expected 'smoke', 'smoke_math' or null)")
 
 
 def _finished(cfg: DictConfig) -> bool:
@@ -80,7 +86,10 @@ def _write_run_info(cfg: DictConfig) -> None:
     info = {"run_name": cfg.run.name, "method": cfg.run.method, "seed": int(cfg.run.seed), "task": cfg.run.task,
             "model": cfg.run.model, "estimator": cfg.algorithm.adv_estimator,
             "reward_channels": list(cfg.algorithm.reward_channels), "command": " ".join(sys.argv),
-            "recipe": cfg.run.get("recipe", None) or cfg.run.task}
+            "recipe": cfg.run.get("recipe", None) or cfg.run.task,
+            # the reward options, among them which math grader scored correctness
+            "reward_options": OmegaConf.to_container(
+                OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {})}
     out = Path(cfg.run.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "run_info.json.tmp"

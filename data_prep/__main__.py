@@ -51,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
             )
         if name in ("deepscaler",):
             sub.add_argument("--max-prompt-tokens", type=int, default=1024)
+            sub.add_argument("--val-rows", type=int, default=200, help="seeded held-out validation rows")
         if name == "bfcl":
             sub.add_argument(
                 "--categories", default=None, help="comma-separated BFCL categories (default: paper's)"

@@ -2,8 +2,8 @@
 
 Source: the hub dataset ``agentica-org/DeepScaleR-Preview-Dataset`` (40,315 rows of problem, answer,
 solution) through ``datasets``, or a local JSON / JSON-lines file of the same records.
-Prompt: one user message, the problem followed by " Let's think step by step and output the final answer
-within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
+Prompt (tasks.math, the authors' template): no system message, one user message, the stripped problem
+followed by "\\n\\nPlease reason step by step, and put your final answer within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
 answer}, extra_info {split: "train", index, source_index}.
 
 Filters, each counted in the data card: rows without a usable answer, rows without a problem, and prompts
@@ -13,7 +13,10 @@ them: the chat-templated prompt with the generation prompt, when the tokenizer h
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import tempfile
 from pathlib import Path
 
 from data_prep.common import (
@@ -29,17 +32,16 @@ from data_prep.common import (
     write_parquet,
 )
 from data_prep.math_answers import normalise_answer
+from tasks import math as task
+from tasks.math import prompt_messages
 
-DATA_SOURCE = "deepscaler"
+DATA_SOURCE = task.DATA_SOURCE
 HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
 DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
-PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
-MAX_PROMPT_TOKENS = 1024
+MAX_PROMPT_TOKENS = task.MAX_PROMPT_TOKENS
 TOKENIZE_BATCH = 512
-
-
-def prompt_text(problem: str) -> str:
-    return problem + PROMPT_SUFFIX
+VAL_ROWS = 200  # the authors' held-out monitoring split
+VAL_SEED = 0
 
 
 def load_records(source: str | None) -> tuple[list[dict], dict]:
@@ -99,8 +101,14 @@ def build(
     source: str | None = None,
     tokenizer: str | None = None,
     max_prompt_tokens: int = MAX_PROMPT_TOKENS,
+    val_rows: int = 0,
+    data_source: str = DATA_SOURCE,
 ) -> dict:
-    """Write train.parquet and data_card.json into ``out_dir``; returns the data card."""
+    """Write train.parquet (and val.parquet with ``val_rows`` held-out rows) and data_card.json into
+    ``out_dir``; returns the data card.
+
+    The held-out rows (the authors validate every 10 steps on 200 seeded DeepScaleR rows) are a
+    seeded random choice (``VAL_SEED``) among the rows that pass the filters, removed from train."""
     records, input_info = load_records(source)
     filters = FilterLog()
     filters.declare("no_problem", "problem missing or empty")
@@ -118,7 +126,7 @@ def build(
         except ValueError:
             filters.drop("no_answer", "answer missing, empty or not a usable math answer")
             continue
-        candidates.append((position, [{"role": "user", "content": prompt_text(problem)}], answer))
+        candidates.append((position, prompt_messages(problem), answer))
 
     tok = load_tokenizer(tokenizer)
     counts = prompt_token_counts(tok, [messages for _, messages, _ in candidates])
@@ -129,22 +137,32 @@ def build(
                 "prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"
             )
             continue
-        extra = {"split": "train", "index": len(rows), "source_index": position}
-        rows.append(make_row(DATA_SOURCE, messages, answer, extra, ability="math"))
-    if not rows:
-        raise DataPrepError(f"no usable rows: {filters.as_list()}")
+        rows.append((position, messages, answer))
+    if len(rows) <= val_rows:
+        raise DataPrepError(f"{len(rows)} usable rows, not enough to hold out {val_rows}: {filters.as_list()}")
+    held_out = set(random.Random(VAL_SEED).sample(range(len(rows)), val_rows)) if val_rows else set()
+    splits = {"train": [], "val": []}
+    for number, (position, messages, answer) in enumerate(rows):
+        split = "val" if number in held_out else "train"
+        extra = {"split": split, "index": len(splits[split]), "source_index": position}
+        splits[split].append(make_row(data_source, messages, answer, extra, ability="math"))
 
     with atomic_folder(out_dir) as staging:
-        write_parquet(rows, staging / "train.parquet")
+        write_parquet(splits["train"], staging / "train.parquet")
+        if val_rows:
+            write_parquet(splits["val"], staging / "val.parquet")
         card = write_data_card(
             staging,
             {
                 "dataset": "deepscaler",
-                "data_source": DATA_SOURCE,
+                "data_source": data_source,
                 **input_info,
                 "input_rows": len(records),
-                "prompt_template": "{problem}" + PROMPT_SUFFIX,
-                "splits": {"train": len(rows)},
+                "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
+                "splits": {name: len(split) for name, split in splits.items() if split or name == "train"},
+                "val_seed": VAL_SEED if val_rows else None,
+                "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
+                           "length_limit": task.LENGTH_LIMIT},
                 "filters": filters.as_list(),
                 "tokenizer": {
                     "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
@@ -157,7 +175,8 @@ def build(
             },
         )
     print(
-        f"[deepscaler] {len(records)} rows -> train {len(rows)} ({filters.total()} dropped: "
+        f"[deepscaler] {len(records)} rows -> train {len(splits['train'])}, val {len(splits['val'])} "
+        f"({filters.total()} dropped: "
         + ", ".join(f"{f['name']} {f['dropped']}" for f in filters.as_list())
         + f") in {out_dir}",
         flush=True,
@@ -165,6 +184,28 @@ def build(
     return card
 
 
+def smoke_records(count: int, seed: int) -> list[dict]:
+    """Synthetic arithmetic problems in DeepScaleR's record form, for the CPU math smoke run."""
+    rng = random.Random(seed)
+    records = []
+    for _ in range(count):
+        a, b = rng.randint(1, 50), rng.randint(1, 50)
+        records.append({"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"})
+    return records
+
+
+def build_smoke(out_dir: str | os.PathLike, tokenizer_dir: str, *, count: int = 64, seed: int = 0,
+                max_prompt_tokens: int = 192) -> dict:
+    """The math smoke set: synthetic problems through the real DeepScaleR path (prompt, filters, card)
+    with the tiny model's tokenizer; train.parquet and an 8-row val.parquet."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as scratch:
+        source = Path(scratch) / "smoke_math.json"
+        source.write_text(json.dumps(smoke_records(count, seed)))
+        return build(out_dir, str(source), tokenizer_dir, max_prompt_tokens, val_rows=8, data_source="smoke_math")
+
+
 def main(args) -> dict:
-    card = build(args.out, args.source, args.tokenizer, args.max_prompt_tokens)
+    card = build(args.out, args.source, args.tokenizer, args.max_prompt_tokens, args.val_rows)
     return {"out": str(Path(args.out).absolute()), "splits": card["splits"], "filters": card["filters"]}

@@ -2,8 +2,8 @@
 
 AIME 2024 (30), AMC 2022/23 (83), MATH-500 (500), Minerva (272), OlympiadBench OE_TO_maths_en_COMP (675 in
 DeepScaleR's copy, 674 on the hub): 1,560 rows from the local copy. ``data_source`` names the benchmark:
-aime24, amc23, math500, minerva, olympiad_bench. Prompt: the DeepScaleR template (problem + " Let's think
-step by step and output the final answer within \\boxed{}."). Ground truth: the first accepted answer as a
+aime24, amc23, math500, minerva, olympiad_bench. Prompt: the training prompt (tasks.math: problem.strip() +
+"\\n\\nPlease reason step by step, and put your final answer within \\boxed{}."). Ground truth: the first accepted answer as a
 string the math reward accepts (data_prep.math_answers); every accepted alternative is in
 ``extra_info["answer_alternatives"]`` (Minerva lists several for 75 problems).
 
@@ -27,8 +27,8 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
-from data_prep.deepscaler import prompt_text
 from data_prep.math_answers import answer_alternatives
+from tasks.math import prompt_messages
 
 # data_source -> local file name, hub (dataset id, config, split), accepted row counts
 BENCHMARKS = {
@@ -96,7 +96,7 @@ def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: Fi
             "source_index": position,
             "answer_alternatives": alternatives,
         }
-        messages = [{"role": "user", "content": prompt_text(problem)}]
+        messages = prompt_messages(problem)
         rows.append(make_row(benchmark, messages, alternatives[0], extra, ability="math"))
     return rows
 

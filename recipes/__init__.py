@@ -14,6 +14,7 @@ RECIPES = {
     "group_size": "recipes.group_size",
     "three_rewards": "recipes.three_rewards",
     "math_main": "recipes.math_main",
+    "instruct_vs_thinking": "recipes.instruct_vs_thinking",
     "fixed_weight": "recipes.fixed_weight",
     "extra_baselines": "recipes.extra_baselines",
     "smoke": "recipes.smoke",

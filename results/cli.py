@@ -57,6 +57,10 @@ def cmd_thresholds(args) -> None:
         window=args.window,
         hold=args.hold,
     )
+    if args.seed_summary:  # per run, then over seeds (the paper's math T_0.95 / T_0.99)
+        if not args.per_seed:
+            raise SystemExit("--seed-summary needs --per-seed (one step per run first)")
+        out = thresholds.seed_summary(out, [*args.group_by, "method"])
     write_text(render_plain(out, args.format), args.out)
 
 
@@ -124,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rule", choices=thresholds.RULES, default="median")
     p.add_argument("--group-by", type=_csv_list, default=[], help="extra grouping columns, e.g. model_size")
     p.add_argument("--per-seed", action="store_true", help="one step per run instead of the seed-median curve")
+    p.add_argument("--seed-summary", action="store_true",
+                   help="with --per-seed: runs, runs reached, mean/median/min/max step over seeds per method")
     p.add_argument("--window", type=int, default=10, help="sustained rule: trailing-mean window (steps)")
     p.add_argument("--hold", type=int, default=20, help="sustained rule: steps the mean must stay above X")
     p.add_argument("--format", choices=("csv", "md"), default="csv")

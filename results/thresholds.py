@@ -111,3 +111,20 @@ def threshold_steps(
     out = order.merge(found, on=group_cols, how="left")
     out["step"] = out["step"].astype("Int64")
     return out.reset_index(drop=True)
+
+
+def seed_summary(per_run: pd.DataFrame, group_cols: Sequence[str] = ("method",)) -> pd.DataFrame:
+    """Per group, a summary over seeds of per-run threshold steps (the paper's math T_0.95 / T_0.99:
+    `threshold_steps(..., rule="sustained", per_seed=True)` then this): runs, runs that reached it, and the
+    mean, median, min and max step over the runs that reached it (a run that never reached the threshold
+    is right-censored: counted in `runs`, left out of the statistics)."""
+    group_cols = list(group_cols)
+    require_columns(per_run, [*group_cols, "step"], "thresholds summary")
+    rows = []
+    for key, part in per_run.groupby(group_cols, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        reached = part["step"].dropna().astype(float)
+        stats = {"mean": reached.mean(), "median": reached.median(), "min": reached.min(), "max": reached.max()}
+        rows.append({**dict(zip(group_cols, key, strict=True)), "runs": len(part), "reached": len(reached),
+                     **{f"step_{name}": (float(v) if len(reached) else np.nan) for name, v in stats.items()}})
+    return pd.DataFrame(rows)

@@ -1,10 +1,16 @@
-"""Math reward channels: correctness (math-verify) and length (rollout token count).
+"""Math reward channels: correctness (a grader) and length (rollout token count).
 
-Implements "Math reasoning with a length constraint (DeepScaleR setup)" of EXPERIMENTS.md:
+Implements "Math reasoning with a length constraint (DeepScaleR setup)" of EXPERIMENTS.md; the protocol
+constants (channels, length limit, graders) live in tasks.math:
 
-- correctness in {0, 1}: the last complete \\boxed{...} of the response, taken after the last </think>
-  when there is one (no answer at all when a <think> block never closes), is equivalent to the reference
-  answer according to math-verify. The reference may come in any of the benchmarks' native forms.
+- correctness in {0, 1}, by `grader`:
+  - "hendrycks" (default, the paper's reward): verl's own Hendrycks MATH grader,
+    `verl.utils.reward_score.math_reward.compute_score(response, reference)`, called as is: the last
+    \\boxed{} of the WHOLE text (thinking included), string equivalence after its normaliser. The
+    reference is the first accepted form of the answer (`reference_alternatives(answer)[0]`).
+  - "math_verify": the last complete \\boxed{...} of the response, taken after the last </think>
+    when there is one (no answer at all when a <think> block never closes), is equivalent to any
+    accepted form of the reference according to math-verify (more lenient: 0.5 == \\frac{1}{2}).
 - length in {0, 1}: 1 if the rollout's response token count is at most `max_tokens` (default 4,000).
   The count comes from the rollout; the text is never re-tokenised.
 - `score_conditioned`: the same, except length counts only when the answer is correct.
@@ -19,22 +25,30 @@ they cannot equal a benchmark answer, and evaluating them would only burn the ti
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
 import logging
 import math as _math
 import numbers
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import sympy
 from math_verify import parse, verify
 
+from tasks import math as task
+
 logger = logging.getLogger(__name__)
 
-CORRECTNESS_CHANNEL = "correctness"
-LENGTH_CHANNEL = "length"
-DEFAULT_MAX_TOKENS = 4000
+CORRECTNESS_CHANNEL = task.CORRECTNESS_CHANNEL
+LENGTH_CHANNEL = task.LENGTH_CHANNEL
+DEFAULT_MAX_TOKENS = task.LENGTH_LIMIT
+DEFAULT_GRADER = task.DEFAULT_GRADER
 # No benchmark answer needs more digits than this; see `exact_digits_bound`.
 DEFAULT_MAX_ANSWER_DIGITS = 10_000
 # The longest benchmark answer has 204 characters; a boxed text 10x longer is not an answer.
@@ -285,20 +299,63 @@ def length_reward(response_tokens: int, max_tokens: int = DEFAULT_MAX_TOKENS) ->
     return 1.0 if int(response_tokens) <= max_tokens else 0.0
 
 
+VERL_GRADER_MODULE = "verl.utils.reward_score.math_reward"
+
+
+@functools.cache
+def verl_hendrycks_grader():
+    """verl's own `math_reward` module (verl 0.9.1), the grader the authors trained with.
+
+    Importing it through the `verl` package costs 5-30 s (verl's __init__ pulls in Ray and torch), which
+    every reward worker and evaluation process would pay; the module itself imports nothing, so unless
+    verl is already loaded it is loaded standalone from verl's installed file: the same code, not a copy."""
+    if "verl" in sys.modules:
+        return importlib.import_module(VERL_GRADER_MODULE)
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("verl is not installed: the Hendrycks grader is verl's math_reward module")
+    path = Path(spec.submodule_search_locations[0]) / "utils" / "reward_score" / "math_reward.py"
+    module_spec = importlib.util.spec_from_file_location("_verl_math_reward", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def hendrycks_correct(response: str, answer: Any) -> bool:
+    """verl's Hendrycks MATH grader on the whole response against the answer's first accepted form."""
+    reference = reference_alternatives(answer)[0]
+    return verl_hendrycks_grader().compute_score(response, reference) >= 1.0
+
+
+def correctness(
+    response: str,
+    answer: Any,
+    *,
+    grader: str = DEFAULT_GRADER,
+    max_answer_digits: float | None = DEFAULT_MAX_ANSWER_DIGITS,
+) -> float:
+    """1.0 when `grader` accepts the response's final answer, else 0.0."""
+    if task.check_grader(grader) == "hendrycks":
+        return 1.0 if hendrycks_correct(response, answer) else 0.0
+    correct = answer_is_correct(extract_answer(response), answer, max_answer_digits=max_answer_digits)
+    return 1.0 if correct else 0.0
+
+
 def score(
     response: str,
     answer: Any,
     response_tokens: int,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     *,
+    grader: str = DEFAULT_GRADER,
     max_answer_digits: float | None = DEFAULT_MAX_ANSWER_DIGITS,
 ) -> dict[str, float]:
     """{"correctness", "length"} of one response (no time limit here: see the module docstring)."""
     if not isinstance(response, str):
         raise TypeError(f"response must be str, got {type(response).__name__}")
     length = length_reward(response_tokens, max_tokens)
-    correct = answer_is_correct(extract_answer(response), answer, max_answer_digits=max_answer_digits)
-    return {CORRECTNESS_CHANNEL: 1.0 if correct else 0.0, LENGTH_CHANNEL: length}
+    correct = correctness(response, answer, grader=grader, max_answer_digits=max_answer_digits)
+    return {CORRECTNESS_CHANNEL: correct, LENGTH_CHANNEL: length}
 
 
 def score_conditioned(
@@ -307,10 +364,12 @@ def score_conditioned(
     response_tokens: int,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     *,
+    grader: str = DEFAULT_GRADER,
     max_answer_digits: float | None = DEFAULT_MAX_ANSWER_DIGITS,
 ) -> dict[str, float]:
     """Like `score`, but the length reward counts only when the answer is correct."""
-    channels = score(response, answer, response_tokens, max_tokens, max_answer_digits=max_answer_digits)
+    channels = score(response, answer, response_tokens, max_tokens, grader=grader,
+                     max_answer_digits=max_answer_digits)
     channels[LENGTH_CHANNEL] *= channels[CORRECTNESS_CHANNEL]
     return channels
 
@@ -327,7 +386,7 @@ def clear_answer_caches() -> None:
 
 
 def channel_names() -> tuple[str, ...]:
-    return (CORRECTNESS_CHANNEL, LENGTH_CHANNEL)
+    return task.CHANNELS
 
 
 def fallback_score(response_tokens: int, max_tokens: int = DEFAULT_MAX_TOKENS, *, conditioned: bool = False):

@@ -30,11 +30,12 @@ import numpy as np
 from rewards import math as math_reward
 from rewards import toolrl
 from rewards.pool import OK, TIMEOUT, HardTimeoutPool, Outcome, available_cpus
+from tasks import math as math_task
 
 logger = logging.getLogger(__name__)
 
 TOOLRL_SOURCES = frozenset({"rlla"})
-MATH_SOURCES = frozenset({"deepscaler", "aime24", "amc23", "math500", "minerva", "olympiad_bench"})
+MATH_SOURCES = math_task.MATH_SOURCES
 SCORE_KEY = "score"
 # Per-sample flags the dara_parallel manager adds to reward_extra_info (they are not channels).
 TIMEOUT_KEY = "reward_timeout"
@@ -52,6 +53,7 @@ class RewardOptions:
 
     toolrl_length_channel: add the think-length channel to ToolRL (three-reward study).
     math_length_conditioned: the length reward counts only when the answer is correct.
+    math_grader: "hendrycks" (verl's Hendrycks MATH grader, the paper's reward) or "math_verify".
     max_response_tokens: the length reward's token budget (EXPERIMENTS.md: 4,000).
     max_answer_digits: answers needing more exact digits are not evaluated (None: evaluate everything).
     timeout_s: hard wall-clock limit per item on a pool worker.
@@ -60,6 +62,7 @@ class RewardOptions:
 
     toolrl_length_channel: bool = False
     math_length_conditioned: bool = False
+    math_grader: str = math_task.DEFAULT_GRADER
     max_response_tokens: int = math_reward.DEFAULT_MAX_TOKENS
     max_answer_digits: float | None = math_reward.DEFAULT_MAX_ANSWER_DIGITS
     timeout_s: float = 10.0
@@ -78,6 +81,7 @@ class RewardOptions:
         return options
 
     def validate(self) -> None:
+        math_task.check_grader(self.math_grader)
         if int(self.max_response_tokens) < 1:
             raise ValueError(f"max_response_tokens must be positive, got {self.max_response_tokens!r}")
         if not float(self.timeout_s) > 0:
@@ -165,6 +169,7 @@ def score_sample(
             ground_truth,
             response_tokens,
             options.max_response_tokens,
+            grader=options.math_grader,
             max_answer_digits=options.max_answer_digits,
         )
     return with_total(channels)

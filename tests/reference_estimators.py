@@ -67,11 +67,13 @@ def token_whiten(values, lengths, keep=None):
     return [(v - m) / math.sqrt(var + 1e-8) if kept else 0.0 for v, kept in zip(values, keep, strict=True)]
 
 
-def response_standardize(values):
-    if len(values) < 2:
+def response_standardize(values, keep=None):
+    keep = keep or [True] * len(values)
+    kept = [v for v, k in zip(values, keep, strict=True) if k]
+    if len(kept) < 2:
         return [0.0] * len(values)
-    m, s = mean(values), stdev(values)
-    return [(v - m) / (s + 1e-6) for v in values]
+    m, s = mean(kept), stdev(kept)
+    return [(v - m) / (s + 1e-6) if k else 0.0 for v, k in zip(values, keep, strict=True)]
 
 
 def normalize(values, lengths, mode):
@@ -110,7 +112,7 @@ def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_
                 out[j] = sum(w[c] * (scores[j][c] - means[c]) for c in range(k)) / den
         return out
     if name in ("gd2po_hard", "gd2po_snr"):
-        return _gd2po(name, adv, index, lengths, prior, tau, query_weight)
+        return _gd2po(name, adv, index, lengths, prior, tau, query_weight, batch_norm)
     if name in ("gdpo", "static") and not (name == "static" and form == "asym"):
         w = prior
         s = [sum(w[c] * adv[j][c] for c in range(k)) for j in range(n)]
@@ -152,7 +154,7 @@ def _saw(scores, lower):
     return [1.0] * k if total <= 0 else [k * v / total for v in cv]
 
 
-def _gd2po(name, adv, index, lengths, prior, tau, query_weight):
+def _gd2po(name, adv, index, lengths, prior, tau, query_weight, batch_norm="token"):
     n, k = len(adv), len(adv[0])
     keep = []
     for j in range(n):
@@ -167,6 +169,12 @@ def _gd2po(name, adv, index, lengths, prior, tau, query_weight):
         for j in members:
             c_of[j] = c
     raw = [sum(prior[c] * adv[j][c] for c in range(k)) if keep[j] else 0.0 for j in range(n)]
+    # GD2PO whitens kept tokens; batch_norm "response" (math) standardises the kept responses instead
+    def whiten(values):
+        if batch_norm == "response":
+            return response_standardize(values, keep)
+        return token_whiten(values, lengths, keep)
+
     if query_weight == "before_whiten":
-        return token_whiten([c_of[j] * raw[j] for j in range(n)], lengths, keep)
-    return [c_of[j] * v for j, v in enumerate(token_whiten(raw, lengths, keep))]
+        return whiten([c_of[j] * raw[j] for j in range(n)])
+    return [c_of[j] * v for j, v in enumerate(whiten(raw))]

@@ -15,6 +15,9 @@ from data_prep.common import DataPrepError, read_data_card
 from data_prep.math_answers import answer_alternatives, normalise_answer
 from tests.shared_data import shared_path
 
+# The authors' prompt sentence, written out here on purpose (not imported): every row must carry exactly it.
+AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
+
 
 def shared_data() -> Path:
     return shared_path("data", "math_benchmarks").parent
@@ -77,7 +80,9 @@ def test_math_eval_counts_and_schema(eval_rows):
     for row in rows:
         counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
         assert row["prompt"][0]["role"] == "user" and len(row["prompt"]) == 1
-        assert row["prompt"][0]["content"].endswith(deepscaler.PROMPT_SUFFIX)
+        assert row["prompt"][0]["content"].endswith(AUTHORS_SUFFIX)
+        assert row["prompt"][0]["content"] == row["prompt"][0]["content"].removesuffix(AUTHORS_SUFFIX).strip() \
+            + AUTHORS_SUFFIX
         assert row["reward_model"]["style"] == "rule"
         assert row["reward_model"]["ground_truth"] == row["extra_info"]["answer_alternatives"][0]
     assert counts == {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 675}
@@ -137,7 +142,7 @@ def plain_prompt_lengths(tokenizer, problems):
     """One prompt at a time, the way verl's filter_overlong_prompts measures it."""
     lengths = []
     for problem in problems:
-        messages = [{"role": "user", "content": problem + deepscaler.PROMPT_SUFFIX}]
+        messages = [{"role": "user", "content": problem.strip() + AUTHORS_SUFFIX}]
         lengths.append(
             len(
                 tokenizer.apply_chat_template(
@@ -166,7 +171,7 @@ def test_deepscaler_filters_match_a_plain_loop(tmp_path, smoke_tokenizer_dir, mo
     for index, (row, source_index) in enumerate(zip(rows, kept, strict=True)):
         record = records[source_index]
         assert row["data_source"] == "deepscaler" and row["extra_info"]["index"] == index
-        assert row["prompt"] == [{"role": "user", "content": record["problem"] + deepscaler.PROMPT_SUFFIX}]
+        assert row["prompt"] == [{"role": "user", "content": record["problem"].strip() + AUTHORS_SUFFIX}]
         assert row["reward_model"] == {"style": "rule", "ground_truth": normalise_answer(record["answer"])}
     assert card["tokenizer"]["max_prompt_tokens"] == limit and card["splits"] == {"train": len(kept)}
 
@@ -199,12 +204,22 @@ def test_deepscaler_cli_and_rerun(tmp_path, smoke_tokenizer_dir, capsys):
     args = ["deepscaler", "--source", str(TRAIN_SAMPLE), "--tokenizer", smoke_tokenizer_dir]
     assert cli_main([*args, "--out", str(tmp_path / "a")]) == 0
     assert cli_main([*args, "--out", str(tmp_path / "b")]) == 0
-    assert (tmp_path / "a" / "train.parquet").read_bytes() == (tmp_path / "b" / "train.parquet").read_bytes()
+    for name in ("train.parquet", "val.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     card = read_data_card(tmp_path / "a")
+    assert card["splits"]["val"] == 200 and card["val_seed"] == 0  # the authors' 200-row monitoring split
     assert (
         card["input_rows"] == 975
-        and card["splits"]["train"] + sum(f["dropped"] for f in card["filters"]) == 975
+        and card["splits"]["train"] + 200 + sum(f["dropped"] for f in card["filters"]) == 975
     )
+    assert card["reward"] == {"channels": ["correctness", "length"], "correctness_grader": "hendrycks",
+                              "length_limit": 4000}
+    train = pq.read_table(tmp_path / "a" / "train.parquet").to_pylist()
+    val = pq.read_table(tmp_path / "a" / "val.parquet").to_pylist()
+    assert {r["extra_info"]["split"] for r in val} == {"val"} and len(val) == 200
+    held_out = {r["extra_info"]["source_index"] for r in val}
+    assert not held_out & {r["extra_info"]["source_index"] for r in train}
+    assert [r["extra_info"]["index"] for r in val] == list(range(200))
     assert card["inputs_sha256"] == {
         "aime_train.json": read_data_card(tmp_path / "b")["inputs_sha256"]["aime_train.json"]
     }

@@ -309,3 +309,42 @@ def test_dara_algo_config_validates_itself_naming_the_problem():
     index = [0] * 4 + [g for g in range(1, 31) for _ in range(2)]
     _, metrics = compute_advantages("dara_sym", scores, index, torch.ones(len(scores), 1), channel_names=["a", "b"])
     assert metrics["weight/b"] == pytest.approx(config.w_max)
+
+
+def _gd2po_response_loop(scores, index, query_weight):
+    """Plain-loop GD2PO-Hard with response-level normalisation over the kept responses (METHODS.md)."""
+    n, k = scores.shape
+    adv = [[0.0] * k for _ in range(n)]
+    for g in set(index):
+        members = [i for i in range(n) if index[i] == g]
+        for c in range(k):
+            vals = [float(scores[i, c]) for i in members]
+            mean = sum(vals) / len(vals)
+            std = (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 1.0
+            for i in members:
+                adv[i][c] = (float(scores[i, c]) - (mean if len(vals) > 1 else 0.0)) / (std + 1e-6)
+    kept = [not (any(a > 1e-8 for a in adv[i]) and any(a < -1e-8 for a in adv[i])) for i in range(n)]
+    share = {g: sum(kept[i] for i in range(n) if index[i] == g) / index.count(g) for g in set(index)}
+    s = [share[index[i]] * sum(adv[i]) if query_weight == "before_whiten" else sum(adv[i]) for i in range(n)]
+    kept_vals = [s[i] for i in range(n) if kept[i]]
+    mean = sum(kept_vals) / len(kept_vals)
+    std = (sum((v - mean) ** 2 for v in kept_vals) / (len(kept_vals) - 1)) ** 0.5
+    out = [(s[i] - mean) / (std + 1e-6) if kept[i] else 0.0 for i in range(n)]
+    if query_weight == "after_whiten":
+        out = [out[i] * share[index[i]] for i in range(n)]
+    return torch.tensor(out, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("query_weight", ["before_whiten", "after_whiten"])
+def test_gd2po_hard_honours_response_batch_norm(query_weight):
+    gen = torch.Generator().manual_seed(12)
+    scores = torch.randint(0, 2, (48, 2), generator=gen).double()
+    index = [i // 8 for i in range(48)]
+    lengths = torch.randint(1, 9, (48,), generator=gen)
+    mask = (torch.arange(8)[None, :] < lengths[:, None]).float()
+    response, _ = compute_advantages("gd2po_hard", scores, index, mask, batch_norm="response",
+                                     query_weight=query_weight)
+    token, _ = compute_advantages("gd2po_hard", scores, index, mask, batch_norm="token", query_weight=query_weight)
+    expected = _gd2po_response_loop(scores, index, query_weight)
+    torch.testing.assert_close(response, expected[:, None] * mask, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(response, token)  # the mode is honoured, not replaced by token whitening

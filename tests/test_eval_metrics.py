@@ -21,23 +21,41 @@ def sample(text: str, n_tokens: int, finish: str = "stop") -> dict:
 
 # ------------------------------------------------------------------------------------------------ math
 def test_math_sample_rules_on_known_answers():
-    """Correct within 4,000 tokens; correct but long (Exceed, not Joint); truncated = wrong even if the
-    box is right; a wrong box; no box."""
+    """strict = verl's Hendrycks grader on the text, numeq = strict or the numeric fallback (Acc); Exceed
+    counts generated ids with EOS; a truncated sample is graded like any other."""
     record = {"case_id": "q", "data_source": "math500", "answer": "\\frac{1}{2}", "samples": [
         sample("so the answer is \\boxed{\\frac{1}{2}}", 120),
-        sample("... \\boxed{0.5}", 4500),
-        sample("... \\boxed{\\frac12}", 32768, "length"),
+        sample("... \\boxed{0.5}", 4500),  # Hendrycks maps 0.5 to \\frac{1}{2}
+        sample("<think> ... \\boxed{\\frac12} and then I ran", 32768, "length"),  # truncated, right box
         sample("... \\boxed{3}", 50),
-        sample("I do not know", 4000),
+        sample("I do not know", 3999),  # 3,999 + EOS = 4,000: within the limit
+        sample("\\boxed{\\dfrac{2}{4}}", 4000),  # 4,001 ids with EOS: over; not a plain number either
     ]}
     scored = math_eval.score_record(record)
-    assert scored["correct"] == [1, 1, 0, 0, 0]
-    assert scored["exceed"] == [0, 1, 1, 0, 0]  # 4,000 itself is within the limit
-    assert scored["joint"] == [1, 0, 0, 0, 0]
-    # native answer forms: AMC's float, Minerva's list of alternatives
+    assert scored["strict"] == [1, 1, 1, 0, 0, 0]
+    assert scored["correct"] == [1, 1, 1, 0, 0, 0]
+    assert scored["exceed"] == [0, 1, 1, 0, 0, 1]
+    assert scored["joint"] == [1, 0, 0, 0, 0, 0]
+    assert scored["n_tokens"] == [121, 4501, 32768, 51, 4000, 4001]
+    # the numeric fallback turns a strict miss into a hit, never the reverse
+    aime = {**record, "answer": "25", "samples": [sample("\\boxed{025}", 10), sample("\\boxed{25.0}", 10),
+                                                   sample("\\boxed{26}", 10), sample("\\boxed{25}", 10)]}
+    got = math_eval.score_record(aime)
+    assert got["strict"] == [0, 0, 0, 1] and got["correct"] == [1, 1, 0, 1]
+    big = {**record, "answer": "4.5\\times 10^{33}", "samples": [sample("\\boxed{4.5e33}", 10)]}
+    assert math_eval.score_record(big)["correct"] == [1]
+    # one answer string per question: AMC's float as an integer, Minerva's first listed form only
     amc = {**record, "answer": 142.0, "samples": [sample("\\boxed{142}", 10)]}
-    minerva = {**record, "answer": ["9.6\n"], "samples": [sample("\\boxed{9.6}", 10)]}
-    assert math_eval.score_record(amc)["correct"] == [1] and math_eval.score_record(minerva)["correct"] == [1]
+    minerva = {**record, "answer": ["9.6\n", "9.60"], "samples": [sample("\\boxed{9.6}", 10),
+                                                                  sample("\\boxed{\\text{nine}}", 10)]}
+    assert math_eval.score_record(amc)["correct"] == [1] and math_eval.score_record(minerva)["correct"] == [1, 0]
+
+
+@pytest.mark.parametrize("text, value", [("025", 25.0), ("1,000", 1000.0), ("4.5\\times10^{33}", 4.5e33),
+                                         ("10^{11}", 1e11), ("45^\\circ", 45.0), ("3\\text{ cm}", 3.0),
+                                         ("\\frac{1}{2}", None), ("1, 2", 12.0), ("\\sqrt{2}", None), ("x", None)])
+def test_plain_number(text, value):
+    assert math_eval.plain_number(text) == value
 
 
 def loop_summary(scored, n_boot, seed):
@@ -48,7 +66,8 @@ def loop_summary(scored, n_boot, seed):
     for bench in benches:
         rows = [r for r in scored if r["data_source"] == bench]
         per_q = {m: [sum(r[key]) / len(r[key]) for r in rows]
-                 for m, key in (("acc", "correct"), ("exceed", "exceed"), ("joint", "joint"))}
+                 for m, key in (("acc", "correct"), ("acc_strict", "strict"), ("exceed", "exceed"),
+                                ("joint", "joint"))}
         idx = rng.integers(0, len(rows), size=(n_boot, len(rows)))
         for m in math_eval.METRICS:
             boot = [sum(per_q[m][i] for i in idx[b]) / len(rows) for b in range(n_boot)]
@@ -67,7 +86,9 @@ def synthetic_scored(rng, benches=(("aime24", 30), ("math500", 50)), samples=16)
             p = rng.uniform(0, 1)
             correct = (rng.uniform(size=samples) < p).astype(int).tolist()
             exceed = (rng.uniform(size=samples) < 0.3).astype(int).tolist()
-            scored.append({"case_id": f"{bench}_{q}", "data_source": bench, "correct": correct, "exceed": exceed,
+            strict = [c * int(rng.uniform() < 0.9) for c in correct]
+            scored.append({"case_id": f"{bench}_{q}", "data_source": bench, "correct": correct, "strict": strict,
+                           "exceed": exceed,
                            "joint": [int(c and not e) for c, e in zip(correct, exceed, strict=True)],
                            "n_tokens": [100] * samples})
     return scored
@@ -102,8 +123,9 @@ def test_math_loader_reads_raw_and_verl_files(tmp_path):
     raw.write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
     cases = math_eval.load_math_cases([raw])
     assert [c["case_id"] for c in cases] == ["amc23_0", "amc23_1"]
-    assert [c["answer"] for c in cases] == [2.0, ["7\n"]]  # native forms, read by rewards.math
-    assert cases[0]["messages"][0]["content"].endswith("output the final answer within \\boxed{}.")
+    assert [c["answer"] for c in cases] == ["2", "7"]  # one answer string per question
+    assert cases[0]["messages"] == [{"role": "user", "content": "1+1?\n\nPlease reason step by step, and put your "
+                                                                "final answer within \\boxed{}."}]
     import pandas as pd
 
     rows = [{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}], "ability": "math",
@@ -111,7 +133,7 @@ def test_math_loader_reads_raw_and_verl_files(tmp_path):
              "extra_info": {"split": "test", "index": 4, "answer_alternatives": ["9.6", "9.60"]}}]
     pd.DataFrame(rows).to_parquet(tmp_path / "test.parquet")
     (case,) = math_eval.load_math_cases([tmp_path / "test.parquet"])
-    assert case["case_id"] == "minerva_4" and case["answer"] == ["9.6", "9.60"]
+    assert case["case_id"] == "minerva_4" and case["answer"] == "9.6"
     with pytest.raises(ValueError, match="samples"):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
 
@@ -279,3 +301,12 @@ def test_infrastructure_errors_are_retried_then_left_missing(tmp_path):
 
     with pytest.raises(ValueError, match="prompt too long"):  # not an infrastructure error: stops the run
         run_cases([{"case_id": "d"}], store, bad_input, backoff_s=0)
+
+
+def test_math_table_names_the_olympiadbench_copy():
+    import pandas as pd
+
+    for count, words in ((674, "hub copy the authors used"), (675, "DeepScaleR's local copy")):
+        summary = pd.DataFrame([{"benchmark": "olympiad_bench", "questions": count}])
+        assert words in math_eval.olympiad_copy(summary)
+    assert math_eval.olympiad_copy(pd.DataFrame([{"benchmark": "math500", "questions": 500}])) is None

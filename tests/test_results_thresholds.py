@@ -164,3 +164,33 @@ def test_thresholds_reports_a_missing_metric(tmp_path, capsys):
     path = reference_dir() / DYNAMICS
     assert main(["thresholds", str(path), "--metric", "no_such_metric", "--threshold", "0.8"]) == 2
     assert "no_such_metric" in capsys.readouterr().err
+
+
+def test_math_speed_metric_per_run_then_over_seeds_from_prefilter_curves(tmp_path):
+    """The paper's T_0.95: per run, the sustained rule on rollout_prefilter/length/mean (every generated
+    response), then a summary over seeds; a run that never gets there is counted but not averaged."""
+    rng = np.random.default_rng(12)
+    expected = {}
+    for method, rises in (("dara_asym", (30, 40, None)), ("gdpo", (60, 80, 70))):
+        for seed, rise in enumerate(rises):
+            run = tmp_path / f"{method}_s{seed}"
+            run.mkdir()
+            (run / "run_info.json").write_text(json.dumps({"run_name": run.name, "method": method, "seed": seed,
+                                                           "task": "deepscaler", "model": "tiny"}))
+            curve = [0.5 if rise is None or step < rise else 0.999 for step in range(1, 201)]
+            curve = [min(1.0, v + rng.uniform(-1e-4, 1e-4)) for v in curve]
+            lines = [json.dumps({"step": s, "rollout_prefilter/length/mean": v, "reward/length/mean": 1.0})
+                     for s, v in zip(range(1, 201), curve, strict=True)]
+            (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+            expected[(method, seed)] = loop_sustained_step(list(range(1, 201)), curve, 0.95)
+    out = tmp_path / "t.csv"
+    assert main(["thresholds", str(tmp_path), "--metric", "rollout_prefilter/length/mean", "--threshold", "0.95",
+                 "--rule", "sustained", "--per-seed", "--seed-summary", "--out", str(out)]) == 0
+    summary = pd.read_csv(out).set_index("method")
+    for method in ("dara_asym", "gdpo"):
+        reached = [v for (m, _), v in expected.items() if m == method and v is not None]
+        assert summary.loc[method, "runs"] == 3 and summary.loc[method, "reached"] == len(reached)
+        assert summary.loc[method, "step_mean"] == pytest.approx(statistics.mean(reached))
+        assert summary.loc[method, "step_median"] == pytest.approx(statistics.median(reached))
+    # a crossing at step t needs the window ending at t to hold the new level for 10 steps (t = rise + 9 or so)
+    assert summary.loc["dara_asym", "step_min"] < summary.loc["gdpo", "step_min"]

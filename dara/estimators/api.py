@@ -33,7 +33,7 @@ def compute_advantages(
         response_mask: [N, T] 0/1 mask of valid response tokens.
         **options: channel_names (K strings, default c0..) and the fields of `DaraAlgoConfig`, which holds
             each default: weights (K floats), w_max, batch_norm ("token" | "response" | "none"; grpo and
-            dvao define "none", gd2po "token": another value is rejected), reward_ranges (K [min, max]
+            dvao define "none", gd2po "token" or "response": another value is rejected), reward_ranges (K [min, max]
             pairs; saw, sa_mrpo), tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static),
             query_weight ("before_whiten" | "after_whiten"; gd2po).
 

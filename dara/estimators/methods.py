@@ -141,8 +141,13 @@ def _conflicts(advantages: torch.Tensor) -> torch.Tensor:
 
 
 def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
-    """GD2PO: drop responses, weight each query by its kept share c_i, whiten over kept tokens."""
+    """GD2PO: drop responses, weight each query by its kept share c_i, whiten over kept tokens.
+
+    With `batch_norm="response"` (the math experiments) the whitening is the response-level
+    normalisation over the kept responses instead (METHODS.md, GD2PO-Hard); any other mode keeps
+    GD2PO's own token whitening."""
     groups = batch.groups
+    norm = "response" if batch.options.get("batch_norm") == "response" else "token"
     keep = (~drop).to(batch.scores.dtype)
     query_weight = groups.gather(groups.sum(keep) / groups.sizes.to(keep.dtype))  # c_i per response
     terms = batch.advantages * batch.prior * keep.unsqueeze(-1)
@@ -150,21 +155,21 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
     metrics = {"gd2po/dropped_fraction": float(drop.double().mean()) if drop.numel() else 0.0}
     if order == "before_whiten":
         terms = terms * query_weight.unsqueeze(-1)
-        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), "token", keep=keep, metrics=metrics)
+        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, metrics=metrics)
     if order == "after_whiten":  # the DARA authors' baseline runs: c_i as a weight on the PPO loss
-        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), "token", keep=keep,
+        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep,
                          post_scale=query_weight, metrics=metrics)
     raise ValueError(f"gd2po: query_weight must be 'before_whiten' or 'after_whiten', got {order!r}")
 
 
 @register("gd2po_hard", "GD2PO-Hard: drop conflicting responses, c_i-weighted sum, whiten kept tokens",
-          batch_norms=("token",))
+          batch_norms=("token", "response"))
 def gd2po_hard(batch: ChannelBatch) -> Aggregate:
     return _decoupled(batch, _conflicts(batch.advantages))
 
 
 @register("gd2po_snr", "GD2PO-SNR: drop a conflicting response only when |rho| < tau (default 0.8)",
-          batch_norms=("token",))
+          batch_norms=("token", "response"))
 def gd2po_snr(batch: ChannelBatch) -> Aggregate:
     tau = batch.options["tau"]
     advantages = batch.advantages

@@ -30,6 +30,7 @@ from verl.trainer.ppo.v1 import (
 
 from dara.run_log import RunLog
 from dara.verl.estimators import ChannelContext, library_name
+from dara.verl.prefilter import with_prefilter_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,11 @@ class ChannelTrainerMixin:
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.VERL_MODE
         super().__init__(config)
+
+    def _build_replay_buffer(self):
+        # rollout_prefilter/<channel>/mean over every generated response, evicted groups included
+        channels = list(self.config.algorithm.get("reward_channels", None) or [])
+        return with_prefilter_metrics(super()._build_replay_buffer(), channels)
 
     def init(self):
         super().init()

@@ -1,18 +1,26 @@
 """Math evaluation with a length constraint (EXPERIMENTS.md, DeepScaleR setup, "Evaluation").
 
-Per benchmark, over 16 samples per question (T=0.6, top-p 0.95, up to 32,768 tokens):
-- Acc    = mean pass@1 over the samples; a truncated response (no eos within the budget) is wrong;
-- Exceed = share of responses longer than 4,000 tokens;
-- Joint  = share of responses both correct and within 4,000 tokens;
+Prompt: the training prompt (tasks.math). Per sample, on the generated text (no special case for a
+truncated response: a box inside cut thinking still counts, as in the authors' evaluation):
+- strict = verl's Hendrycks MATH grader (rewards.math, grader "hendrycks") against the one answer string;
+- numeq  = strict, else a numeric-equivalence fallback tried only when strict says 0 ('025' vs 25,
+  '4.5e33' vs 4.5\\times10^{33}): the last boxed answer and the reference both parse as plain numbers
+  and are exactly equal.
+Per benchmark, over 16 samples per question (T=0.6, top-p 0.95, up to 32,768 new tokens):
+- Acc    = mean over questions of the mean over samples of numeq (the paper's accuracy); Acc_strict too;
+- Exceed = share of samples with more than 4,000 generated token ids, EOS included;
+- Joint  = share of samples both numeq-correct and within 4,000;
 then the macro-average over the benchmarks, and 95% CIs from 2,000 question-level bootstrap
 resamples (seeded; each benchmark's questions resampled with replacement, the macro-average
-recomputed from the same resample index of every benchmark).
+recomputed from the same resample index of every benchmark). OlympiadBench has 674 questions in the hub
+copy the authors used and 675 in DeepScaleR's local copy: the table says which one it used.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,27 +29,29 @@ import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
 from results.evaluation.runner import single_turn_producer
+from tasks import math as task
 
-PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
-LENGTH_LIMIT = 4000
-METRICS = ("acc", "exceed", "joint")
-BENCHMARK_ORDER = ("aime24", "amc23", "math500", "minerva", "olympiad_bench")
+LENGTH_LIMIT = task.LENGTH_LIMIT
+METRICS = ("acc", "acc_strict", "exceed", "joint")
+BENCHMARK_ORDER = task.BENCHMARKS
 # File stems of the raw benchmark JSONs (shared/data/math_benchmarks) -> data_source names (conventions).
 FILE_TO_SOURCE = {"aime": "aime24", "amc": "amc23", "math": "math500", "minerva": "minerva",
                   "olympiad_bench": "olympiad_bench"}
 
 
-def _reference_answer(raw, where: str):
-    """The benchmark's answer in its native form (string, number, list of alternatives): rewards.math
-    reads them all. Only a missing or empty answer is refused here."""
+def _reference_answer(raw, where: str) -> str:
+    """The one answer string of a question (the authors grade against a single string: Minerva's first
+    listed form, AMC's float as an integer, OlympiadBench's final_answer[0] without its $...$)."""
+    from rewards.math import reference_alternatives
+
     if raw is None or raw == "" or raw == []:
         raise ValueError(f"{where}: no reference answer")
-    return raw
+    return reference_alternatives(raw)[0]
 
 
 def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
-    """Questions from raw benchmark JSONs (``problem``/``answer``; prompt = problem + the DeepScaleR
-    suffix as the user turn) or verl parquet files (``prompt`` messages, ``reward_model.ground_truth``).
+    """Questions from raw benchmark JSONs (``problem``/``answer``; the training prompt of tasks.math)
+    or verl parquet files (``prompt`` messages, ``reward_model.ground_truth``).
     ``limit`` keeps the first N questions of each file (smoke runs)."""
     cases: list[dict] = []
     for raw_path in paths:
@@ -50,7 +60,7 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
             source = FILE_TO_SOURCE.get(path.stem, path.stem)
             rows = json.loads(path.read_text())
             for i, row in enumerate(rows[:limit]):
-                messages = [{"role": "user", "content": row["problem"] + PROMPT_SUFFIX}]
+                messages = task.prompt_messages(row["problem"])
                 cases.append({"case_id": f"{source}_{i}", "data_source": source, "messages": messages,
                               "answer": _reference_answer(row.get("answer"), f"{path}[{i}]")})
         elif path.suffix == ".parquet":
@@ -58,11 +68,10 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
             for i, row in enumerate(frame.head(limit).itertuples() if limit else frame.itertuples()):
                 messages = [{"role": m["role"], "content": m["content"]} for m in row.prompt]
                 extra = row.extra_info if isinstance(row.extra_info, dict) else {}
-                # data_prep's math sets keep every accepted form of the answer beside the ground truth
-                alternatives = extra.get("answer_alternatives")
-                answer = [str(a) for a in alternatives] if alternatives is not None and len(alternatives) else None
+                # one answer string per question (data_prep keeps other accepted forms aside; unused here)
                 cases.append({"case_id": f"{row.data_source}_{extra.get('index', i)}", "data_source": row.data_source,
-                              "messages": messages, "answer": answer or str(row.reward_model["ground_truth"])})
+                              "messages": messages,
+                              "answer": _reference_answer(row.reward_model["ground_truth"], f"{path}[{i}]")})
         else:
             raise ValueError(f"{path}: math benchmarks are .json (raw) or .parquet (verl rows)")
     return cases
@@ -73,15 +82,56 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
     return single_turn_producer(backend, sampling, carried=("answer",))
 
 
-def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -> dict:
-    """Per sample: correct (rewards.math correctness, forced to 0 when truncated), exceed, joint.
+_UNIT = re.compile(r"\\(?:text|mathrm|mbox|rm|textrm)\s*\{[^{}]*\}")
+_NOISE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "^\\circ", "\\circ", "\\%", "%", "$", ",", "~")
+_TIMES_TEN = re.compile(r"\\(?:times|cdot|ast)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?")
+_POWER_OF_TEN = re.compile(r"^10\^\{?([-+]?\d+)\}?$")
+_PLAIN_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 
-    With ``pool`` (a rewards.pool.HardTimeoutPool) every sample is verified in a worker with a hard time
-    limit; a verification that times out scores the sample wrong and is counted in ``timeouts``. A worker
-    error raises (the case stays unscored and a rerun retries it), never a silent zero."""
+
+def plain_number(text: str | None) -> float | None:
+    """The value of an answer written as a plain number (units, thousands separators, LaTeX spacing,
+    a x 10^n tail allowed); None for fractions, radicals, expressions or several answers."""
+    if text is None:
+        return None
+    value = _UNIT.sub("", str(text).strip())
+    for noise in _NOISE:
+        value = value.replace(noise, "")
+    value = _TIMES_TEN.sub(lambda m: "e" + m.group(1).lstrip("+"), value)
+    value = re.sub(r"\s+", "", value).rstrip(".")
+    power = _POWER_OF_TEN.match(value)
+    if power:
+        value = "1e" + power.group(1).lstrip("+")
+    if not _PLAIN_NUMBER.match(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def numeric_equal(response: str, answer: str) -> bool:
+    """The fallback: the last boxed answer and the reference are the same plain number (exactly)."""
+    from rewards.math import last_boxed
+
+    predicted, reference = plain_number(last_boxed(response)), plain_number(answer)
+    return predicted is not None and reference is not None and predicted == reference
+
+
+def generated_token_ids(sample: dict) -> int:
+    """Generated token ids with the EOS the model emitted (the backends count text tokens, EOS left out)."""
+    return int(sample["n_tokens"]) + (1 if sample["finish_reason"] == "stop" else 0)
+
+
+def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -> dict:
+    """Per sample: strict (verl's Hendrycks grader), correct (numeq: strict, else the numeric fallback),
+    exceed (generated ids with EOS > length_limit), joint.
+
+    With ``pool`` (a rewards.pool.HardTimeoutPool) every strict grading runs in a worker with a hard time
+    limit; one that times out scores the sample wrong and is counted in ``timeouts``. A worker error raises
+    (the case stays unscored and a rerun retries it), never a silent zero."""
     from rewards import math as math_reward
 
-    items = [(s["text"], record["answer"], s["n_tokens"], length_limit) for s in record["samples"]]
+    answer = _reference_answer(record["answer"], record["case_id"])
+    items = [(s["text"], answer, generated_token_ids(s), length_limit) for s in record["samples"]]
     timeouts = 0
     if pool is None:
         rewards = [math_reward.score(*item) for item in items]
@@ -95,15 +145,14 @@ def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -
                 rewards.append({"correctness": 0.0})
             else:
                 raise RuntimeError(f"case {record['case_id']}: scoring failed: {outcome.error}")
-    correct, exceed = [], []
-    for sample, reward in zip(record["samples"], rewards, strict=True):
-        truncated = sample["finish_reason"] == "length"
-        correct.append(0 if truncated else int(reward["correctness"] >= 1))
-        exceed.append(int(sample["n_tokens"] > length_limit))
+    strict = [int(reward["correctness"] >= 1) for reward in rewards]
+    correct = [s or int(numeric_equal(sample["text"], answer))
+               for s, sample in zip(strict, record["samples"], strict=True)]
+    exceed = [int(generated_token_ids(sample) > length_limit) for sample in record["samples"]]
     joint = [int(c and not e) for c, e in zip(correct, exceed, strict=True)]
     return {"case_id": record["case_id"], "data_source": record["data_source"], "correct": correct,
-            "exceed": exceed, "joint": joint, "n_tokens": [s["n_tokens"] for s in record["samples"]],
-            "timeouts": timeouts}
+            "strict": strict, "exceed": exceed, "joint": joint,
+            "n_tokens": [generated_token_ids(s) for s in record["samples"]], "timeouts": timeouts}
 
 
 def question_table(scored: Sequence[dict]) -> dict[str, dict[str, np.ndarray]]:
@@ -114,6 +163,7 @@ def question_table(scored: Sequence[dict]) -> dict[str, dict[str, np.ndarray]]:
             raise ValueError(f"case {rec['case_id']} has no samples")
         slot = by_source.setdefault(rec["data_source"], {m: [] for m in METRICS})
         slot["acc"].append(float(np.mean(rec["correct"])))
+        slot["acc_strict"].append(float(np.mean(rec.get("strict", rec["correct"]))))
         slot["exceed"].append(float(np.mean(rec["exceed"])))
         slot["joint"].append(float(np.mean(rec["joint"])))
     order = [b for b in BENCHMARK_ORDER if b in by_source] + sorted(set(by_source) - set(BENCHMARK_ORDER))
@@ -155,13 +205,27 @@ def summarise_math(
     return pd.DataFrame(rows)
 
 
+def olympiad_copy(summary: pd.DataFrame) -> str | None:
+    """Which OlympiadBench copy a table used, from its question count (None when it has none)."""
+    rows = summary[summary["benchmark"] == "olympiad_bench"]
+    if rows.empty:
+        return None
+    count = int(rows["questions"].iloc[0])
+    if count == task.BENCHMARK_ROWS["olympiad_bench"]:
+        return f"OlympiadBench: the hub copy the authors used ({count} questions)"
+    if count == task.OLYMPIAD_LOCAL_ROWS:
+        return f"OlympiadBench: DeepScaleR's local copy ({count} questions; the authors' hub copy has 674)"
+    return f"OlympiadBench: {count} questions (neither the authors' 674 nor DeepScaleR's 675)"
+
+
 def render_math_table(summary: pd.DataFrame) -> str:
-    """Markdown: percent values with their 95% CI."""
-    lines = ["| benchmark | questions | Acc | Exceed | Joint |", "|---|---|---|---|---|"]
+    """Markdown: percent values with their 95% CI; Acc is the numeq accuracy, Acc strict the Hendrycks one."""
+    lines = ["| benchmark | questions | Acc | Acc strict | Exceed | Joint |", "|---|---|---|---|---|---|"]
     for row in summary.to_dict("records"):
         cells = [f"{100 * row[m]:.1f} [{100 * row[f'{m}_lo']:.1f}, {100 * row[f'{m}_hi']:.1f}]" for m in METRICS]
         lines.append(f"| {row['benchmark']} | {row['questions']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    note = olympiad_copy(summary)
+    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
 
 
 def check_complete(scored: Sequence[dict], samples_per_question: int) -> None:
