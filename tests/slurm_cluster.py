@@ -223,7 +223,11 @@ class LocalSlurm:
         raise TimeoutError(f"job {job_id} not in {sorted(states)} after {timeout:.0f}s (state {self.job_state(job_id)})")
 
     def close(self) -> None:
-        """Stop the daemons this object started (by their pid files), and munged if it started it."""
+        """Cancel the cluster's jobs (their steps end with them), then stop the daemons this object started (by
+        their pid files), and munged if it started it."""
+        if self._pid_files:
+            self.command(["scancel", "--full", "--partition=debug"])
+            _wait(lambda: not self.command(["squeue", "-h"]).stdout.strip(), 60)
         pid_files = list(reversed(self._pid_files))
         if self._started_munge:
             pid_files.append(Path("/run/munge/munged.pid"))
@@ -302,9 +306,6 @@ class TwoNodeSlurm(LocalSlurm):
 
     def close(self) -> None:
         """Cancel the jobs, stop the daemons, then every process left in the namespaces; delete the network."""
-        if self._pid_files:
-            self.command(["scancel", "--full", "--partition=debug"])
-            _wait(lambda: not self.command(["squeue", "-h"]).stdout.strip(), 30)
         super().close()
         leftovers = self.namespace_pids()
         for pid in leftovers:
