@@ -12,6 +12,7 @@ afterwards (processes, per-node Ray temp folders). Skipped only where Slurm cann
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from dara.run_log import read_metrics
 from recipes.runner import PROJECT_ROOT
 from tests.slurm_cluster import SlurmUnavailable, TwoNodeSlurm
+from tests.test_slurm import short_tmpdir
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.slow]
 
@@ -39,11 +41,13 @@ def cluster(tmp_path_factory):
     home = folder / "home"
     home.mkdir()
     # jobs inherit this environment (sbatch --export=ALL); Ray 2.60 writes under HOME
-    slurm.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+    # TMPDIR: the jobs' Ray temp folders and port locks apart from any other test session's on this machine
+    slurm.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
     try:
         yield slurm
     finally:
         slurm.close()
+        shutil.rmtree(slurm.env["TMPDIR"], ignore_errors=True)
         assert not slurm.namespace_pids()
 
 
@@ -89,7 +93,7 @@ def assert_job_left_nothing(cluster: TwoNodeSlurm, job_id: str) -> None:
     left = set(cluster.namespace_pids()) - slurmds
     assert not left, [Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:200] for pid in left
                       if Path(f"/proc/{pid}/cmdline").exists()]
-    assert not list(Path("/tmp").glob(f"ray_dara_{job_id}_*"))
+    assert not list(Path(cluster.env["TMPDIR"]).glob(f"ray_dara_{job_id}_*"))
 
 
 def assert_trained_on_both_nodes(cluster: TwoNodeSlurm, run_dir: Path) -> dict:

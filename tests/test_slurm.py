@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,9 +45,11 @@ def slurm(tmp_path_factory):
     home = folder / "home"
     home.mkdir()
     # Ray 2.60 writes under HOME; jobs inherit this environment (sbatch --export=ALL)
-    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+    # TMPDIR: the jobs' Ray temp folders and port locks apart from any other test session's on this machine
+    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
     yield cluster
     cluster.close()
+    shutil.rmtree(cluster.env["TMPDIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +83,14 @@ def steps_of(run_dir: Path) -> list[int]:
     return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
 
 
-def ray_processes_left() -> list[str]:
-    """Live processes of any Ray cluster a job of train.sbatch started (their temp folder is /tmp/ray_dara_<id>)."""
-    out = subprocess.run(["pgrep", "-af", "ray_dara_"], capture_output=True, text=True).stdout
+def short_tmpdir() -> str:
+    """A TMPDIR short enough for Ray's socket paths (train.sbatch puts the Ray temp folders under it)."""
+    return tempfile.mkdtemp(prefix="drs", dir="/tmp")
+
+
+def ray_processes_left(slurm: LocalSlurm) -> list[str]:
+    """Live processes of a Ray cluster a job of this cluster started (temp folders <TMPDIR>/ray_dara_<id>_<node>)."""
+    out = subprocess.run(["pgrep", "-af", f"{slurm.env['TMPDIR']}/ray_dara_"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
@@ -103,7 +112,7 @@ def test_cpu_smoke_run_through_sbatch(slurm, output_root):
     assert (info["run_name"], info["seed"], info["method"]) == ("smoke-tiny-dara_asym-s0", 0, "dara_asym")
     assert "ray nodes alive: 1/1" in log and "training exited with 0" in log and "ray cluster stopped" in log
     assert (run_dir / "logs" / f"job-{job_id}_0.log").exists()
-    assert not ray_processes_left()
+    assert not ray_processes_left(slurm)
     # a rerun of the recipe finds the run finished and submits nothing
     again = slurm.command([sys.executable, "-m", "recipes", "smoke", "--launcher", "slurm", "--output-root",
                            str(output_root)], cwd=PROJECT_ROOT, timeout=120)
@@ -150,7 +159,7 @@ def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, ou
         written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
         assert (written < requeued_at) == (step <= resumed_from), (step, resumed_from)
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
-    assert not ray_processes_left()
+    assert not ray_processes_left(slurm)
 
 
 RAY_NODE = PROJECT_ROOT / "scripts" / "slurm" / "ray_node.sh"
@@ -184,12 +193,14 @@ def test_ray_node_stops_its_ray_and_deletes_its_temp_folder_on_sigterm(tmp_path,
     """A real one-node Ray head through ray_node.sh: wait-nodes names the node that never joins, then SIGTERM."""
     temp = Path("/tmp") / f"ray_dara_test{os.getpid()}_n1"  # short: Ray's socket paths must fit 107 bytes
     port = _closed_port()
+    # the machine's own address: Ray replaces a loopback --node-ip-address by one of its choosing
+    own_ip = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()[0]
     ray = Path(sys.executable).parent / "ray"
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # also for wait-nodes' ray.init in this process
     monkeypatch.setenv("HOME", str(tmp_path))
     env = {**os.environ, "SLURMD_NODENAME": "n1"}
     node = subprocess.Popen(["bash", str(RAY_NODE), "--temp", str(temp), "--", str(ray), "start", "--head",
-                             "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=1", "--num-gpus=0",
+                             f"--node-ip-address={own_ip}", f"--port={port}", "--num-cpus=1", "--num-gpus=0",
                              "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats", "--block"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
@@ -198,7 +209,7 @@ def test_ray_node_stops_its_ray_and_deletes_its_temp_folder_on_sigterm(tmp_path,
             assert node.poll() is None and time.monotonic() < deadline, node.communicate(timeout=30)[0][-3000:]
             time.sleep(0.5)
         with pytest.raises(SystemExit, match=r"did not join within 5s: n2 \(10\.231\.255\.12\)"):
-            wait_for_nodes(f"127.0.0.1:{port}", {"127.0.0.1": "n1", "10.231.255.12": "n2"}, 5, "127.0.0.1")
+            wait_for_nodes(f"{own_ip}:{port}", {own_ip: "n1", "10.231.255.12": "n2"}, 5, own_ip)
     finally:
         node.send_signal(signal.SIGTERM)
         output = node.communicate(timeout=60)[0]
