@@ -228,11 +228,12 @@ class LocalSlurm:
         if self._pid_files:
             self.command(["scancel", "--full", "--partition=debug"])
             _wait(lambda: not self.command(["squeue", "-h"]).stdout.strip(), 60)
-        pid_files = list(reversed(self._pid_files))
-        if self._started_munge:
-            pid_files.append(Path("/run/munge/munged.pid"))
-        for pid_file in pid_files:
+        for pid_file in reversed(self._pid_files):
             _stop_by_pid_file(pid_file)
+        # munged is shared by every Slurm on the machine: another test session's cluster may have come to rely on
+        # the munged this one started, so it is left running while any other Slurm daemon is
+        if self._started_munge and not _run(["pgrep", "-x", "slurmctld|slurmd"]).stdout.strip():
+            _stop_by_pid_file(Path("/run/munge/munged.pid"))
         self._pid_files.clear()
         self._started_munge = False
 
