@@ -9,9 +9,7 @@ Every figure is written as PNG and PDF (matplotlib, Agg backend: no display need
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
@@ -51,21 +50,14 @@ def _colour(method: str, index: int) -> str:
 
 
 def save_figure(fig, out_prefix: str | Path) -> list[Path]:
-    """Write ``<prefix>.png`` (150 dpi) and ``<prefix>.pdf``, each via a temp file then os.replace."""
+    """Write ``<prefix>.png`` (150 dpi) and ``<prefix>.pdf``, each atomically (dara.io)."""
     prefix = Path(out_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for ext in ("png", "pdf"):
         target = prefix.with_name(prefix.name + f".{ext}")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=f".{ext}")
-        os.close(fd)
-        try:
+        with atomic_path(target) as tmp:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
-            os.replace(tmp, target)
-            os.chmod(target, 0o644)  # mkstemp creates 0600; figures are meant to be shared
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         written.append(target)
     plt.close(fig)
     return written

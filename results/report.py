@@ -31,6 +31,7 @@ import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import dara  # noqa: E402
+from dara.io import atomic_path, atomic_write_text  # noqa: E402
 from results import plots, tables, thresholds  # noqa: E402
 from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder  # noqa: E402
 
@@ -213,8 +214,8 @@ def curves_figure(frame: pd.DataFrame, metrics: list[str], group_by: list[str], 
             ax.grid(alpha=0.3)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110, bbox_inches="tight")
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
 
@@ -495,7 +496,5 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: st
     provenance += _reference_provenance(reference, inputs)
     page = render_page(f"DARA report: {', '.join(p.name for p in inputs)}", sections, provenance)
     target = out_dir / "index.html"
-    tmp = target.with_name(".index.html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write_text(target, page)
     return target
