@@ -79,6 +79,22 @@ def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
     return items
 
 
+def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) -> None:
+    """One method's curve on ``ax``: the median over seeds per step (line) and the min-max band."""
+    stats = runs.groupby("step")[metric].agg(["median", "min", "max"])
+    n = int(runs["seed"].nunique()) if "seed" in runs.columns else 1
+    ax.plot(stats.index, stats["median"], color=colour, lw=1.5, label=f"{name} (n={n})")
+    if n > 1:
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
+
+
+def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
+    ax.grid(alpha=0.3)
+
+
 def plot_curves(
     frame: pd.DataFrame,
     metrics: Sequence[str],
@@ -99,18 +115,10 @@ def plot_curves(
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                stats = runs.groupby("step")[metric].agg(["median", "min", "max", "count"])
-                colour = _colour(method, i)
-                n = int(runs["seed"].nunique()) if "seed" in runs.columns else 1
-                ax.plot(stats.index, stats["median"], color=colour, lw=1.5, label=f"{method} (n={n})")
-                if n > 1:
-                    ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
+                draw_seed_band(ax, runs, metric, _colour(method, i), str(method))
             for level in lines.get(metric, []):
                 ax.axhline(level, color="black", ls=":", lw=0.8)
-            ax.set_xlabel("step")
-            ax.set_ylabel(metric)
-            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
-            ax.grid(alpha=0.3)
+            label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(title or "median over seeds, band = min-max", fontsize=10)
     fig.tight_layout()
@@ -193,10 +201,7 @@ def plot_checkpoints(
                 colour = _colour(method, i)
                 ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=str(method))
                 ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
-            ax.set_xlabel("checkpoint step")
-            ax.set_ylabel(metric)
-            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
-            ax.grid(alpha=0.3)
+            label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
