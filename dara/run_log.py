@@ -17,7 +17,7 @@ from pathlib import Path
 from dara.io import METRICS_FILE, JsonlError, atomic_write_jsonl, read_jsonl
 
 log = logging.getLogger(__name__)
-__all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics"]
+__all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics", "reward_means"]
 
 
 def _flat_float(value):
@@ -36,6 +36,11 @@ RunLogError = JsonlError  # a run log that cannot be read as documented
 def read_metrics(path: str | Path) -> list[dict]:
     """All records of a JSONL run log, in order (a torn last line dropped with a warning; see dara.io)."""
     return read_jsonl(path)[0]
+
+
+def reward_means(scores, channels) -> dict[str, float]:
+    """The run log's per-step reward metrics: "reward/<channel>/mean" of each column of scores [N, K]."""
+    return {f"reward/{c}/mean": float(scores[:, k].mean()) for k, c in enumerate(channels)}
 
 
 class RunLog:

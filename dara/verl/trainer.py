@@ -28,7 +28,7 @@ from verl.trainer.ppo.v1 import (
 )
 
 from dara.io import atomic_write_text
-from dara.run_log import RunLog
+from dara.run_log import RunLog, reward_means
 from dara.verl.estimators import ChannelContext, library_name
 from dara.verl.prefilter import with_prefilter_metrics
 
@@ -134,8 +134,7 @@ class ChannelTrainerMixin:
             self.config = config
         metrics.update({METRIC_PREFIX + k: v for k, v in context.metrics.items()})
         real_scores = context.channel_scores[context.real]
-        metrics.update({f"reward/{c}/mean": float(real_scores[:, k].mean())
-                        for k, c in enumerate(context.channel_names)})
+        metrics.update(reward_means(real_scores, context.channel_names))
         return batch
 
     def _channel_context(self, batch, metrics: dict) -> ChannelContext:
