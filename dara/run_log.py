@@ -14,8 +14,10 @@ import time
 from numbers import Number
 from pathlib import Path
 
-METRICS_FILE = "metrics.jsonl"
+from dara.io import METRICS_FILE, JsonlError, atomic_write_jsonl, read_jsonl
+
 log = logging.getLogger(__name__)
+__all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics", "reward_means"]
 
 
 def _flat_float(value):
@@ -28,33 +30,17 @@ def _flat_float(value):
     return None
 
 
-class RunLogError(ValueError):
-    """A run log that cannot be read as documented."""
+RunLogError = JsonlError  # a run log that cannot be read as documented
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """All records of a JSONL run log, in order.
+    """All records of a JSONL run log, in order (a torn last line dropped with a warning; see dara.io)."""
+    return read_jsonl(path)[0]
 
-    A truncated *last* line (a writer killed mid-line) is dropped with a warning; any other bad line is
-    an error naming the file and line, never skipped silently.
-    """
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines):
-                log.warning("%s: dropped a truncated last line (%s)", path, err)
-                continue
-            raise RunLogError(f"{path}:{number}: not valid JSON ({err})") from err
-        if not isinstance(record, dict):
-            raise RunLogError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-        records.append(record)
-    return records
+
+def reward_means(scores, channels) -> dict[str, float]:
+    """The run log's per-step reward metrics: "reward/<channel>/mean" of each column of scores [N, K]."""
+    return {f"reward/{c}/mean": float(scores[:, k].mean()) for k, c in enumerate(channels)}
 
 
 class RunLog:
@@ -77,11 +63,7 @@ class RunLog:
         """Keep only records of steps <= `step` (atomic rewrite), so a resumed run never repeats a step."""
         if not self.path.exists():
             return
-        kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(r) + "\n" for r in kept)
-        os.replace(tmp, self.path)
+        atomic_write_jsonl(self.path, [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= step])
 
     def write(self, step: int, metrics: dict, channels: list[str]) -> None:
         record = {"step": int(step)}

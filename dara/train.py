@@ -16,7 +16,6 @@ config is written to `<run>/verl_config.yaml`; everything verl, Ray and its work
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dara.config_checks import ConfigError, check_config, check_inputs
 from dara.console import follow_progress, quiet_output
+from dara.io import atomic_path, atomic_write_json, run_finished
 from dara.run_log import METRICS_FILE, Progress, read_metrics
 from dara.tracking import apply_wandb_env
 
@@ -77,9 +77,7 @@ def _prepare_assets(cfg: DictConfig) -> None:
 
 
 def _finished(cfg: DictConfig) -> bool:
-    path = Path(cfg.run.output_dir) / METRICS_FILE
-    total = cfg.trainer.total_training_steps
-    return bool(total) and path.exists() and any(r.get("step") == total for r in read_metrics(path))
+    return run_finished(cfg.run.output_dir, cfg.trainer.total_training_steps)
 
 
 def _write_run_info(cfg: DictConfig) -> None:
@@ -90,11 +88,7 @@ def _write_run_info(cfg: DictConfig) -> None:
             # the reward options, among them which math grader scored correctness
             "reward_options": OmegaConf.to_container(
                 OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {})}
-    out = Path(cfg.run.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "run_info.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    os.replace(tmp, out / "run_info.json")
+    atomic_write_json(Path(cfg.run.output_dir) / "run_info.json", info)
 
 
 @contextmanager
@@ -117,9 +111,8 @@ def _ray_session(cfg: DictConfig):
 
 def _write_verl_config(cfg: DictConfig) -> Path:
     path = Path(cfg.run.output_dir) / VERL_CONFIG
-    tmp = path.with_name(path.name + ".tmp")
-    OmegaConf.save(cfg, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        OmegaConf.save(cfg, tmp)
     return path
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import dara
-from dara.run_log import METRICS_FILE, read_metrics
+from dara.io import run_finished
 
 PROJECT_ROOT = dara.PROJECT_ROOT
 CONF_DIR = PROJECT_ROOT / "conf"
@@ -159,11 +159,7 @@ def expected_steps(run: Run) -> int:
 
 def is_finished(run: Run) -> bool:
     """metrics.jsonl of the run's folder holds its last step (what `run.skip_if_finished` checks)."""
-    path = run.output_dir / METRICS_FILE
-    if not path.exists():
-        return False
-    last = expected_steps(run)
-    return any(record.get("step") == last for record in read_metrics(path))
+    return run_finished(run.output_dir, expected_steps(run))
 
 
 def with_options(runs: Sequence[Run], *, output_root: str | None = None, cluster: str | None = None,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from dara.io import atomic_write_text
 from results import compare as compare_mod
 from results import plots, tables, thresholds
 from results.loaders import RunLogError, load_runs
@@ -21,16 +20,12 @@ def _csv_list(text: str) -> list[str]:
 
 
 def write_text(text: str, out: str | None) -> None:
-    """Print, or write atomically (temp file in the same folder, then os.replace)."""
+    """Print, or write atomically (dara.io)."""
     if out is None:
         sys.stdout.write(text)
         return
     target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, target)
+    atomic_write_text(target, text)
     print(f"wrote {target}", file=sys.stderr)
 
 

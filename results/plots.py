@@ -9,9 +9,7 @@ Every figure is written as PNG and PDF (matplotlib, Agg backend: no display need
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
@@ -51,21 +50,14 @@ def _colour(method: str, index: int) -> str:
 
 
 def save_figure(fig, out_prefix: str | Path) -> list[Path]:
-    """Write ``<prefix>.png`` (150 dpi) and ``<prefix>.pdf``, each via a temp file then os.replace."""
+    """Write ``<prefix>.png`` (150 dpi) and ``<prefix>.pdf``, each atomically (dara.io)."""
     prefix = Path(out_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for ext in ("png", "pdf"):
         target = prefix.with_name(prefix.name + f".{ext}")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=f".{ext}")
-        os.close(fd)
-        try:
+        with atomic_path(target) as tmp:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
-            os.replace(tmp, target)
-            os.chmod(target, 0o644)  # mkstemp creates 0600; figures are meant to be shared
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         written.append(target)
     plt.close(fig)
     return written
@@ -85,6 +77,22 @@ def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
         key = key if isinstance(key, tuple) else (key,)
         items.append((", ".join(f"{c}={v}" for c, v in zip(group_by, key, strict=True)), part))
     return items
+
+
+def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) -> None:
+    """One method's curve on ``ax``: the median over seeds per step (line) and the min-max band."""
+    stats = runs.groupby("step")[metric].agg(["median", "min", "max"])
+    n = int(runs["seed"].nunique()) if "seed" in runs.columns else 1
+    ax.plot(stats.index, stats["median"], color=colour, lw=1.5, label=f"{name} (n={n})")
+    if n > 1:
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
+
+
+def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
+    ax.grid(alpha=0.3)
 
 
 def plot_curves(
@@ -107,18 +115,10 @@ def plot_curves(
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                stats = runs.groupby("step")[metric].agg(["median", "min", "max", "count"])
-                colour = _colour(method, i)
-                n = int(runs["seed"].nunique()) if "seed" in runs.columns else 1
-                ax.plot(stats.index, stats["median"], color=colour, lw=1.5, label=f"{method} (n={n})")
-                if n > 1:
-                    ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
+                draw_seed_band(ax, runs, metric, _colour(method, i), str(method))
             for level in lines.get(metric, []):
                 ax.axhline(level, color="black", ls=":", lw=0.8)
-            ax.set_xlabel("step")
-            ax.set_ylabel(metric)
-            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
-            ax.grid(alpha=0.3)
+            label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(title or "median over seeds, band = min-max", fontsize=10)
     fig.tight_layout()
@@ -201,10 +201,7 @@ def plot_checkpoints(
                 colour = _colour(method, i)
                 ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=str(method))
                 ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
-            ax.set_xlabel("checkpoint step")
-            ax.set_ylabel(metric)
-            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
-            ax.grid(alpha=0.3)
+            label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()
     return save_figure(fig, out_prefix)

@@ -31,6 +31,7 @@ import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import dara  # noqa: E402
+from dara.io import atomic_path, atomic_write_text  # noqa: E402
 from results import plots, tables, thresholds  # noqa: E402
 from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder  # noqa: E402
 
@@ -191,11 +192,8 @@ def curves_figure(frame: pd.DataFrame, metrics: list[str], group_by: list[str], 
             ax = axes[row][col]
             reached: list[str] = []
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                stats = runs.groupby("step")[metric].agg(["median", "min", "max"])
                 colour = plots._colour(method, i)
-                n = runs["seed"].nunique() if "seed" in runs.columns else 1
-                ax.plot(stats.index, stats["median"], color=colour, lw=1.4, label=f"{method} (n={n})")
-                ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
+                plots.draw_seed_band(ax, runs, metric, colour, str(method))
                 if metric == threshold_metric and crossings is not None:
                     step = _crossing(crossings, group_by, label, method)
                     if step is not None:
@@ -207,14 +205,11 @@ def curves_figure(frame: pd.DataFrame, metrics: list[str], group_by: list[str], 
                 ax.text(0.98, 0.03, f"reaches {threshold:g} at step:\n" + ("\n".join(reached) or "never"),
                         transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
                         bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
-            ax.set_xlabel("step")
-            ax.set_ylabel(metric)
-            ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
-            ax.grid(alpha=0.3)
+            plots.label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110, bbox_inches="tight")
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
 
@@ -495,7 +490,5 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: st
     provenance += _reference_provenance(reference, inputs)
     page = render_page(f"DARA report: {', '.join(p.name for p in inputs)}", sections, provenance)
     target = out_dir / "index.html"
-    tmp = target.with_name(".index.html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write_text(target, page)
     return target

@@ -26,6 +26,7 @@ from dara.testbed.task import (
     score_loop,
 )
 from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
+from results.thresholds import first_sustained_step
 
 
 def random_tokens(config: TaskConfig, n: int, seed: int) -> torch.Tensor:
@@ -226,10 +227,15 @@ def steps_to_loop(values, threshold, window):
 
 
 def test_steps_to_matches_loop_reference():
+    """The testbed's steps_to_<x> is results' sustained rule with no hold (summarize_run calls it so)."""
+
+    def steps_to(curve, threshold, window):
+        return first_sustained_step(range(1, len(curve) + 1), curve, threshold, window=window, hold=0)
+
     gen = torch.Generator().manual_seed(11)
     for trial in range(200):
         curve = torch.rand(30, generator=gen).cumsum(0).div(15).clamp(max=1.0).tolist()
         window = 1 + trial % 6
         for threshold in (0.3, 0.8, 0.99):
-            assert stats.steps_to(curve, threshold, window) == steps_to_loop(curve, threshold, window)
-    assert stats.steps_to([1.0, 1.0], 0.5, window=5) is None
+            assert steps_to(curve, threshold, window) == steps_to_loop(curve, threshold, window)
+    assert steps_to([1.0, 1.0], 0.5, window=5) is None

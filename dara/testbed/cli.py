@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
+from dara.io import atomic_write_json
 from dara.testbed.experiments import RunResult, Study, full_studies, quick_studies, run_study
 from dara.testbed.report import (
     format_table,
@@ -18,6 +18,7 @@ from dara.testbed.report import (
     plot_group_size,
     plot_steps_to,
     summary_rows,
+    write_run_logs,
     write_runs,
     write_steps,
     write_summary,
@@ -80,6 +81,7 @@ def write_outputs(out: Path, studies: list[Study], results: dict[str, list[RunRe
     rows = summary_rows(everything)
     write_summary(out / "summary.csv", rows)
     write_runs(out / "runs.csv", everything)
+    write_run_logs(out / "runs", everything)
     for study in studies:
         write_steps(out / f"steps_{study.name}.csv", study, results[study.name])
         for g in study.group_sizes:
@@ -91,9 +93,7 @@ def write_outputs(out: Path, studies: list[Study], results: dict[str, list[RunRe
     if "group_size" in group_studies:
         plot_group_size(out / "group_size.png", rows, group_studies)
     config = {s.name: {**asdict(s), "task": asdict(s.task)} for s in studies}
-    tmp = out / "config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=2, default=str))
-    tmp.replace(out / "config.json")
+    atomic_write_json(out / "config.json", config, default=str)
     return rows
 
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from dara.testbed.stats import steps_to
 from dara.testbed.task import TaskConfig
 from dara.testbed.train import AdvantageFn, RunConfig, estimator_options, train_run
+from results.thresholds import first_sustained_step
 
 ALL_ESTIMATORS = (
     "grpo",
@@ -149,7 +149,9 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
     compliance = [r[f"reward/{sparse}/mean"] for r in records]
     out: dict[str, float] = {}
     for threshold in THRESHOLDS:
-        reached = steps_to(compliance, threshold, SMOOTHING_WINDOW)
+        # the results package's sustained rule with no hold: first full trailing window reaching x
+        steps = range(1, len(compliance) + 1)
+        reached = first_sustained_step(steps, compliance, threshold, window=SMOOTHING_WINDOW, hold=0)
         out[f"steps_to_{threshold:g}"] = float(reached if reached is not None else study.steps)
         out[f"reached_{threshold:g}"] = float(reached is not None)
     out["format_auc"] = sum(compliance) / len(compliance)

@@ -1,4 +1,4 @@
-"""Outputs of a testbed run: per-step CSVs, per-run outcomes, summary.csv with 95% CIs, plots, a table.
+"""Outputs of a testbed run: per-step CSVs, run logs, per-run outcomes, summary.csv with 95% CIs, plots, a table.
 
 Every file is written to a temporary name and moved into place, so a crash never leaves half a file.
 """
@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import pandas as pd
+
+from dara.io import METRICS_FILE, atomic_path, atomic_write_json, atomic_write_jsonl
 from dara.testbed.experiments import ALL_ESTIMATORS, THRESHOLDS, RunResult, Study
 from dara.testbed.stats import mean_ci
+from results.loaders import RUN_INFO_FILE
 
 SUMMARY_COLUMNS = ("estimator", "group_size", "metric", "mean", "ci_low", "ci_high", "study", "n_seeds")
 STEP_KEYS = (
@@ -34,12 +37,26 @@ def _fmt(value: float) -> str:
 
 
 def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as handle:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         writer.writerows(rows)
-    os.replace(tmp, path)
+
+
+def run_folder(root: Path, res: RunResult) -> Path:
+    return root / res.study / f"{res.config.estimator}_G{res.config.group_size}_seed{res.config.seed}"
+
+
+def write_run_logs(root: Path, results: list[RunResult]) -> None:
+    """A run folder per run (metrics.jsonl + run_info.json, as dara.train writes them), so that
+    `python -m results thresholds/plot/table <root>` reads the testbed like any training sweep."""
+    for res in results:
+        folder = run_folder(root, res)
+        info = {"run_name": folder.name, "method": res.config.estimator, "seed": res.config.seed,
+                "group_size": res.config.group_size, "study": res.study, "task": "testbed"}
+        atomic_write_json(folder / RUN_INFO_FILE, info)
+        finite = [{k: v for k, v in rec.items() if not isinstance(v, float) or math.isfinite(v)} for rec in res.records]
+        atomic_write_jsonl(folder / METRICS_FILE, [{**rec, "step": int(rec["step"])} for rec in finite])
 
 
 def write_steps(path: Path, study: Study, results: list[RunResult]) -> None:
@@ -141,80 +158,32 @@ def _estimator_order(name: str) -> int:
 
 
 def _save(fig, path: Path) -> None:
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
 
 
-def _mean_band(curves: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
-    """Per-step mean and 95% interval over seeds, skipping undefined values."""
-    mean, low, high = [], [], []
-    for step_values in zip(*curves, strict=True):
-        finite = [v for v in step_values if math.isfinite(v)]
-        if finite:
-            m, lo, hi = mean_ci(finite)
-        else:
-            m = lo = hi = math.nan
-        mean.append(m)
-        low.append(lo)
-        high.append(hi)
-    return mean, low, high
+def curve_frame(results: list[RunResult]) -> pd.DataFrame:
+    """The runs' per-step records as the long frame `results.loaders` builds from run logs."""
+    rows = [{**rec, "method": r.config.estimator, "seed": r.config.seed, "group_size": r.config.group_size}
+            for r in results for rec in r.records]
+    return pd.DataFrame(rows)
 
 
-def plot_curves(path: Path, study: Study, results: list[RunResult], group_size: int) -> None:
-    """Training curves per estimator (mean over seeds of 5-step trailing means, 95% band).
+def plot_curves(path: Path, study: Study, results: list[RunResult], group_size: int) -> list[Path]:
+    """Training curves per estimator with results.plots (median over seeds, min-max band; PNG + PDF).
 
     Panels: every channel's training mean, then the sparse channel's density and weight.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from results.plots import plot_curves as plot_run_curves
 
     sparse = study.task.sparse_channel
-    panels = [(f"reward/{c}/mean", f"{c} (train mean)", (0.0, 1.0)) for c in study.task.channel_names]
-    panels += [
-        (f"density/{sparse}", f"active-group density pi_{sparse}", (0.0, 1.0)),
-        (f"weight/{sparse}", f"weight w_{sparse} applied by the estimator", (0.0, math.inf)),
-    ]
-    cols = math.ceil(len(panels) / 2)
-    fig, axes = plt.subplots(2, cols, figsize=(6 * cols, 8), sharex=True)
-    colours = plt.get_cmap("tab10")
-    for estimator in study.estimators:
-        runs = [r for r in results if r.config.estimator == estimator and r.config.group_size == group_size]
-        if not runs:
-            continue
-        colour = colours(_estimator_order(estimator) % 10)
-        for ax, (key, title, (lo_bound, hi_bound)) in zip(axes.flat, panels, strict=False):
-            curves = [_smooth([rec.get(key, math.nan) for rec in run.records], 5) for run in runs]
-            mean, low, high = _mean_band(curves)
-            low = [max(v, lo_bound) for v in low]
-            high = [min(v, hi_bound) for v in high]
-            steps = range(1, len(mean) + 1)
-            ax.plot(steps, mean, color=colour, label=estimator, lw=1.4)
-            ax.fill_between(steps, low, high, color=colour, alpha=0.08)
-            ax.set_title(title + ", 5-step mean", fontsize=10)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("step")
-    sparse_ax = axes.flat[study.task.channel_names.index(sparse)]
-    for threshold in THRESHOLDS:
-        sparse_ax.axhline(threshold, color="grey", ls=":", lw=0.8)
-    axes.flat[0].legend(fontsize=8, ncol=2)
+    metrics = [f"reward/{c}/mean" for c in study.task.channel_names] + [f"density/{sparse}", f"weight/{sparse}"]
+    runs = [r for r in results if r.config.group_size == group_size]
     b = study.budget // group_size
-    fig.suptitle(f"testbed study '{study.name}', G={group_size}, B={b}, {study.seeds} seeds (95% bands over seeds)")
-    _save(fig, path)
-    plt.close(fig)
-
-
-def _smooth(values: list[float], window: int) -> list[float]:
-    """Trailing mean that skips undefined steps (a channel with no active group has no weight)."""
-    out = []
-    for i in range(len(values)):
-        finite = [v for v in values[max(0, i - window + 1) : i + 1] if math.isfinite(v)]
-        out.append(sum(finite) / len(finite) if finite else math.nan)
-    return out
+    return plot_run_curves(curve_frame(runs), metrics, Path(path).with_suffix(""),
+                           thresholds=[f"reward/{sparse}/mean={t}" for t in THRESHOLDS],
+                           title=f"testbed study '{study.name}', G={group_size}, B={b}, {study.seeds} seeds "
+                                 "(median over seeds, band = min-max)")
 
 
 def plot_steps_to(path: Path, rows: list[dict[str, object]], study: str) -> None:

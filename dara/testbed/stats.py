@@ -1,4 +1,4 @@
-"""Summary statistics over seeds: means with 95% t-intervals, and steps-to-threshold of a curve."""
+"""Summary statistics over seeds: means with 95% t-intervals (steps-to-threshold: results.thresholds)."""
 
 from __future__ import annotations
 
@@ -36,27 +36,3 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
     sd = math.sqrt(sum((v - mean) ** 2 for v in finite) / (n - 1))
     half = t_quantile_975(n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
-
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over the last `window` values (fewer at the start)."""
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
-def steps_to(values: Sequence[float], threshold: float, window: int = 5) -> int | None:
-    """First step (1-based) whose trailing `window`-step mean reaches `threshold`; None if never.
-
-    The first window-1 steps are not eligible, so a lucky early batch does not count.
-    """
-    for i, avg in enumerate(moving_average(values, window)):
-        if i + 1 >= window and avg >= threshold:
-            return i + 1
-    return None

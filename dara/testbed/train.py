@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from dara.run_log import reward_means
 from dara.testbed.policy import TinyPolicy
 from dara.testbed.task import REWARD_RANGE, PromptSet, TaskConfig, build_prompts, response_mask, score
 
@@ -180,9 +181,7 @@ def train_run(
             raise FloatingPointError(f"{config.estimator} returned non-finite advantages at step {step}")
         update = ppo_update(policy, optimizer, digits, tokens, mask, advantages.float(), config, generator)
 
-        record = {"step": float(step)}
-        for k, name in enumerate(channels):
-            record[f"reward/{name}/mean"] = float(scores[:, k].mean())
+        record = {"step": float(step), **reward_means(scores, channels)}
         record.update(energy_record(metrics, channels, config.group_size - 1))
         record["response_length/mean"] = float(mask.sum(dim=1).mean())
         record.update(update)

@@ -15,7 +15,6 @@ runtime's worker mixin joins it only where the CPU platform is active (`dara.ver
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -28,7 +27,8 @@ from verl.trainer.ppo.v1 import (
     register_trainer,
 )
 
-from dara.run_log import RunLog
+from dara.io import atomic_write_text
+from dara.run_log import RunLog, reward_means
 from dara.verl.estimators import ChannelContext, library_name
 from dara.verl.prefilter import with_prefilter_metrics
 
@@ -74,12 +74,6 @@ def group_filter_counts(batch, metrics: dict) -> dict[str, float]:
     evicted = sum(float(v) for k, v in metrics.items() if k.endswith("/filter_groups/evicted_samples"))
     surplus = sum(float(v) for k, v in metrics.items() if k.endswith("/filter_groups/discarded_surplus_samples"))
     return {"filter/kept_groups": float(kept), "filter/drawn_groups": kept + evicted + surplus}
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 REWARD_FLAGS = {"reward_timeout": "reward/timeouts", "reward_error": "reward/errors"}  # rewards.verl_entry
@@ -140,8 +134,7 @@ class ChannelTrainerMixin:
             self.config = config
         metrics.update({METRIC_PREFIX + k: v for k, v in context.metrics.items()})
         real_scores = context.channel_scores[context.real]
-        metrics.update({f"reward/{c}/mean": float(real_scores[:, k].mean())
-                        for k, c in enumerate(context.channel_names)})
+        metrics.update(reward_means(real_scores, context.channel_names))
         return batch
 
     def _channel_context(self, batch, metrics: dict) -> ChannelContext:
@@ -166,7 +159,7 @@ class ChannelTrainerMixin:
         if previous is None:
             tracker.unlink()
         else:
-            _atomic_write(tracker, previous)
+            atomic_write_text(tracker, previous)
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
@@ -176,7 +169,7 @@ class ChannelTrainerMixin:
             self.run_log.write(global_steps, metrics, self._reward_channels())
             pending, self._pending_tracker = getattr(self, "_pending_tracker", None), None
             if pending is not None:
-                _atomic_write(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
+                atomic_write_text(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
 
 
 class _WithAlgorithm:

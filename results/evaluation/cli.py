@@ -18,10 +18,11 @@ import os
 import sys
 from pathlib import Path
 
+from dara.io import atomic_write_json, atomic_write_jsonl
 from results.evaluation import bfcl_eval, math_eval, toolrl_eval
 from results.evaluation.backends import SamplingConfig, make_backend
 from results.evaluation.runner import run_cases
-from results.evaluation.store import CaseStore, write_json_atomic, write_jsonl_atomic
+from results.evaluation.store import CaseStore
 
 # EXPERIMENTS.md sampling per benchmark family; ToolRL held-out: greedy, verl's validation default.
 DEFAULTS = {
@@ -125,7 +126,7 @@ def aggregate(args, cases: list[dict]) -> int:
     summary["missing_cases"] = missing
     summary["bench"] = args.bench
     summary["run"] = run_identity(args)
-    write_json_atomic(out / "summary.json", summary)
+    atomic_write_json(out / "summary.json", summary, sort_keys=True)
     (out / "summary.md").write_text(text)
     print(text)
     if missing:
@@ -150,7 +151,7 @@ def run_identity(args) -> dict:
 
 def write_prompts(args, cases: list[dict]) -> int:
     path = Path(args.out) / "prompts.jsonl"
-    write_jsonl_atomic(path, bfcl_eval.first_turn_prompts(cases))
+    atomic_write_jsonl(path, bfcl_eval.first_turn_prompts(cases))
     print(f"[bfcl prompts] {len(cases)} cases -> {path}", file=sys.stderr)
     return 0
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
+from results.evaluation.bootstrap import bootstrap_means, percentile_interval, resample_indices
 from results.evaluation.runner import single_turn_producer
 from tasks import math as task
 
@@ -170,11 +171,6 @@ def question_table(scored: Sequence[dict]) -> dict[str, dict[str, np.ndarray]]:
     return {b: {m: np.asarray(by_source[b][m]) for m in METRICS} for b in order}
 
 
-def bootstrap_means(values: np.ndarray, resamples: np.ndarray) -> np.ndarray:
-    """Mean of ``values`` under each row of resample indices [B, Q] -> [B]."""
-    return values[resamples].mean(axis=1)
-
-
 def summarise_math(
     scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95
 ) -> pd.DataFrame:
@@ -184,23 +180,22 @@ def summarise_math(
     if not table:
         raise ValueError("no scored cases")
     rng = np.random.default_rng(seed)
-    lo_q, hi_q = 100 * (1 - ci) / 2, 100 * (1 + ci) / 2
     rows, boot_by_metric = [], {m: [] for m in METRICS}
     for bench, metrics in table.items():
         n_questions = len(metrics["acc"])
-        resamples = rng.integers(0, n_questions, size=(n_boot, n_questions))
+        resamples = resample_indices(rng, n_questions, n_boot)
         row = {"benchmark": bench, "questions": n_questions}
         for m in METRICS:
             boot = bootstrap_means(metrics[m], resamples)
             boot_by_metric[m].append(boot)
             row[m] = float(metrics[m].mean())
-            row[f"{m}_lo"], row[f"{m}_hi"] = (float(x) for x in np.percentile(boot, [lo_q, hi_q]))
+            row[f"{m}_lo"], row[f"{m}_hi"] = percentile_interval(boot, ci)
         rows.append(row)
     macro = {"benchmark": "macro", "questions": sum(r["questions"] for r in rows)}
     for m in METRICS:
         boot = np.mean(boot_by_metric[m], axis=0)
         macro[m] = float(np.mean([r[m] for r in rows]))
-        macro[f"{m}_lo"], macro[f"{m}_hi"] = (float(x) for x in np.percentile(boot, [lo_q, hi_q]))
+        macro[f"{m}_lo"], macro[f"{m}_hi"] = percentile_interval(boot, ci)
     rows.append(macro)
     return pd.DataFrame(rows)
 

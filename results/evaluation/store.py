@@ -11,35 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
+
+from dara.io import JsonlError, atomic_write_json, atomic_write_jsonl, read_jsonl
 
 log = logging.getLogger(__name__)
 
 
 class CaseStoreError(ValueError):
     pass
-
-
-def write_json_atomic(path: Path, payload) -> None:
-    """Write JSON to a temp file in the same folder, then os.replace (never a half-written file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(tmp, path)
-
-
-def write_jsonl_atomic(path: Path, records) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 class CaseStore:
@@ -66,25 +46,19 @@ class CaseStore:
                     "use a new output path to evaluate another configuration"
                 )
         else:
-            write_json_atomic(self.meta_path, settings)
+            atomic_write_json(self.meta_path, settings, sort_keys=True)
 
     def _load(self) -> None:
-        lines = self.path.read_text().split("\n")
-        good: list[str] = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                if number >= len(lines) - 1:  # the last (partial) line of an interrupted write
-                    log.warning("%s: dropping a partial last line left by an interrupted run", self.path)
-                    write_jsonl_atomic(self.path, [json.loads(g) for g in good])
-                    break
-                raise CaseStoreError(f"{self.path}:{number}: corrupt line ({err})") from err
+        try:
+            records, torn = read_jsonl(self.path)
+        except JsonlError as err:
+            raise CaseStoreError(f"corrupt case file: {err}") from err
+        if torn:  # the partial last line of an interrupted write: repair the file in place
+            log.warning("%s: dropping a partial last line left by an interrupted run", self.path)
+            atomic_write_jsonl(self.path, records)
+        for record in records:
             if "case_id" not in record:
-                raise CaseStoreError(f"{self.path}:{number}: record without case_id")
-            good.append(line)
+                raise CaseStoreError(f"{self.path}: record without case_id: {str(record)[:80]}")
             self.records[record["case_id"]] = record  # a repeated id (two writers) keeps the last
 
     def __contains__(self, case_id: str) -> bool:

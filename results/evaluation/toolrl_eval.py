@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
+from results.evaluation.bootstrap import bootstrap_ci
 from results.evaluation.runner import single_turn_producer
 
 METRICS = ("format", "correctness", "exact")
@@ -53,14 +54,6 @@ def score_record(record: dict) -> dict:
         corr.append(float(reward["correctness"]))
     return {"case_id": record["case_id"], "data_source": record["data_source"], "format": fmt,
             "correctness": corr, "exact": [float(c >= 3.0) for c in corr]}
-
-
-def bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int, ci: float) -> tuple[float, float]:
-    """Percentile CI of the mean from ``n_boot`` resamples of the cases."""
-    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
-    boot = values[idx].mean(axis=1)
-    lo, hi = np.percentile(boot, [100 * (1 - ci) / 2, 100 * (1 + ci) / 2])
-    return float(lo), float(hi)
 
 
 def summarise_toolrl(scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict:
