@@ -234,6 +234,7 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
     seed changes no value the preflight reads. Returns (group, report) pairs."""
     from hydra import compose, initialize_config_dir
 
+    import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
     from dara.preflight import parse_time_limit, preflight
 
     minutes = parse_time_limit(time_limit)
