@@ -1,7 +1,7 @@
 """Helpers that scripts/slurm/train.sbatch calls on the job's first node.
 
     python -m recipes.slurm job-env [hydra overrides...]     # shell assignments: run folder, Ray resources
-    python -m recipes.slurm wait-nodes --address HOST:PORT --nodes N [--timeout S]
+    python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
 
 `job-env` composes the run's config exactly as `python -m dara.train` will (same conf/, same overrides) and
 prints what the batch script needs before training starts: the run folder, and the Ray resources per node
@@ -54,20 +54,38 @@ def job_env(cfg) -> dict[str, str]:
     }
 
 
-def wait_for_nodes(address: str, nodes: int, timeout: float) -> int:
-    """Connect to the Ray cluster at `address` and wait until `nodes` nodes are alive; returns the count."""
+def parse_expected(pairs: list[str]) -> dict[str, str]:
+    """`NODE=IP` pairs (the allocation's nodes and their addresses) as {ip: node}."""
+    expected = {}
+    for pair in pairs:
+        node, sep, ip = pair.partition("=")
+        if not sep or not node or not ip:
+            raise SystemExit(f"[dara-slurm] --expect takes NODE=IP pairs, got {pair!r}")
+        expected[ip] = node
+    return expected
+
+
+def wait_for_nodes(address: str, expected: dict[str, str], timeout: float, node_ip: str | None = None) -> int:
+    """Connect to the Ray cluster at `address` and wait until a node of every expected address is alive.
+
+    `expected` maps node IP -> Slurm node name. Raises SystemExit naming the nodes that did not join within
+    `timeout` seconds (a worker that cannot reach the head, a node whose Ray failed to start).
+    """
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False,
+             **({"_node_ip_address": node_ip} if node_ip else {}))
     try:
         deadline = time.monotonic() + timeout
         while True:
-            alive = sum(1 for node in ray.nodes() if node.get("Alive"))
-            print(f"[dara-slurm] ray nodes alive: {alive}/{nodes}", flush=True)
-            if alive >= nodes:
-                return alive
+            alive = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
+            missing = [f"{name} ({ip})" for ip, name in expected.items() if ip not in alive]
+            print(f"[dara-slurm] ray nodes alive: {len(expected) - len(missing)}/{len(expected)}", flush=True)
+            if not missing:
+                return len(alive)
             if time.monotonic() > deadline:
-                raise SystemExit(f"[dara-slurm] only {alive} of {nodes} Ray nodes joined within {timeout:.0f}s")
+                raise SystemExit(f"[dara-slurm] Ray nodes that did not join within {timeout:.0f}s: "
+                                 f"{', '.join(missing)}; see that node's ray_node.sh lines in the job log")
             time.sleep(2)
     finally:
         ray.shutdown()
@@ -78,16 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = top.add_subparsers(dest="command", required=True)
     env = commands.add_parser("job-env", help="print the run's shell variables")
     env.add_argument("overrides", nargs="*")
-    wait = commands.add_parser("wait-nodes", help="wait until N Ray nodes joined")
-    wait.add_argument("--address", required=True)
-    wait.add_argument("--nodes", type=int, required=True)
+    wait = commands.add_parser("wait-nodes", help="wait until every node of the allocation joined Ray")
+    wait.add_argument("--address", required=True, help="the Ray head's HOST:PORT")
+    wait.add_argument("--expect", nargs="+", required=True, metavar="NODE=IP", help="the nodes that must join")
+    wait.add_argument("--node-ip", default=None, help="this node's Ray address (the head's)")
     wait.add_argument("--timeout", type=float, default=300.0)
     args = top.parse_args(argv)
     if args.command == "job-env":
         for key, value in job_env(compose_run(args.overrides)).items():
             print(f"{key}={shlex.quote(value)}")
     else:
-        wait_for_nodes(args.address, args.nodes, args.timeout)
+        wait_for_nodes(args.address, parse_expected(args.expect), args.timeout, args.node_ip)
     return 0
 
 

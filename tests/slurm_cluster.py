@@ -1,9 +1,15 @@
-"""A real one-node Slurm cluster for tests (Debian's slurm-wlm 22.05 + munge; ../shared/notes/SLURM_LOCAL.md).
+"""Real Slurm clusters for tests (Debian's slurm-wlm 22.05 + munge; ../shared/notes/SLURM_LOCAL.md).
 
 `LocalSlurm` installs the packages when missing (apt-get, as root), makes sure munge authenticates, writes a
 private slurm.conf (its own ports, spool and state folders under a temp dir; SLURM_CONF points every Slurm
 command at it, so no /etc/slurm file is touched), starts slurmctld and slurmd, and stops exactly the daemons
-it started (by their pid files) on close. `unavailable_reason()` says why a cluster cannot be had here.
+it started (by their pid files) on close.
+
+`TwoNodeSlurm` is the same with two nodes on this one machine: a bridge the test creates with the controller's
+address, and per node a network namespace joined to it by a veth pair (private 10.231.<n>.0/24 addresses, used
+only on that bridge), one slurmd per namespace (`nsenter --net`, not `ip netns exec`: that remounts /sys).
+Nodes share the file system as cluster nodes share a network file system. close() also cancels the cluster's
+jobs, stops every process left inside its namespaces (by PID) and deletes the namespaces and the bridge.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-PACKAGES = ("slurm-wlm", "munge")
+PACKAGES = ("slurm-wlm", "munge", "iproute2")
 MUNGE_KEY = Path("/etc/munge/munge.key")
 MUNGE_DIRS = ("/etc/munge", "/var/log/munge", "/run/munge", "/var/lib/munge")
 
@@ -34,8 +40,8 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def install_packages() -> None:
-    """apt-get install slurm-wlm munge when slurmctld is missing (about 10-15 s)."""
-    if shutil.which("slurmctld") and shutil.which("munged"):
+    """apt-get install slurm-wlm munge iproute2 when one is missing (about 10-15 s)."""
+    if shutil.which("slurmctld") and shutil.which("munged") and shutil.which("ip"):
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise SlurmUnavailable("Slurm is not installed and apt-get as root is not available to install it")
@@ -93,11 +99,21 @@ def _memory_mb() -> int:
     raise SlurmStartError("cannot read MemTotal from /proc/meminfo")
 
 
-def slurm_conf(folder: Path, host: str, cpus: int, memory_mb: int) -> str:
-    """The one-node configuration of SLURM_LOCAL.md, with private ports and folders."""
+def slurm_conf(folder: Path, host: str, cpus: int, memory_mb: int, nodes: dict[str, str] | None = None,
+               controller_address: str | None = None) -> str:
+    """The configuration of SLURM_LOCAL.md, with private ports and folders.
+
+    One node named `host` by default; `nodes` (name -> address) gives one node per entry, each slurmd with its
+    own spool, pid and log file (`%n`), and the controller reachable at `controller_address`.
+    """
+    suffix = ".%n" if nodes else ""
+    node_lines = ([f"NodeName={name} NodeAddr={address} NodeHostname={name} CPUs={cpus} RealMemory={memory_mb} "
+                   "State=UNKNOWN" for name, address in nodes.items()] if nodes else
+                  [f"NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"])
+    node_names = ",".join(nodes) if nodes else host
     return "\n".join([
         "ClusterName=daratest",
-        f"SlurmctldHost={host}",
+        f"SlurmctldHost={host}({controller_address})" if controller_address else f"SlurmctldHost={host}",
         f"SlurmctldPort={_free_port()}",
         f"SlurmdPort={_free_port()}",
         "AuthType=auth/munge",
@@ -113,13 +129,13 @@ def slurm_conf(folder: Path, host: str, cpus: int, memory_mb: int) -> str:
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
         f"StateSaveLocation={folder}/slurmctld",
-        f"SlurmdSpoolDir={folder}/slurmd",
+        f"SlurmdSpoolDir={folder}/slurmd{suffix}",
         f"SlurmctldPidFile={folder}/slurmctld.pid",
-        f"SlurmdPidFile={folder}/slurmd.pid",
+        f"SlurmdPidFile={folder}/slurmd{suffix}.pid",
         f"SlurmctldLogFile={folder}/slurmctld.log",
-        f"SlurmdLogFile={folder}/slurmd.log",
-        f"NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
-        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+        f"SlurmdLogFile={folder}/slurmd{suffix}.log",
+        *node_lines,
+        f"PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
 
@@ -139,31 +155,36 @@ class LocalSlurm:
             raise SlurmUnavailable("the local Slurm cluster needs root (its daemons run as root)")
         install_packages()
         self._started_munge = start_munge()
-        for sub in ("slurmctld", "slurmd"):
-            (self.folder / sub).mkdir(parents=True, exist_ok=True)
-        host = socket.gethostname().split(".")[0]
-        memory = max(1000, int(_memory_mb() * 0.8))
-        self.conf.write_text(slurm_conf(self.folder, host, os.cpu_count() or 1, memory))
         try:
-            self._start("/usr/sbin/slurmctld", self.folder / "slurmctld.pid")
-            self._start("/usr/sbin/slurmd", self.folder / "slurmd.pid")
+            self._write_conf(socket.gethostname().split(".")[0], max(1000, int(_memory_mb() * 0.8)))
+            self._start(["/usr/sbin/slurmctld"], self.folder / "slurmctld.pid", "slurmctld")
+            self._start_nodes()
             if not _wait(self._node_idle, 30):
-                raise SlurmStartError(f"the node did not come up idle: {self.command(['sinfo']).stdout}")
+                raise SlurmStartError(f"the nodes did not come up idle: {self.command(['sinfo']).stdout}")
         except BaseException:
             self.close()
             raise
         return self
 
+    def _write_conf(self, host: str, memory_mb: int) -> None:
+        for sub in ("slurmctld", "slurmd"):
+            (self.folder / sub).mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(slurm_conf(self.folder, host, os.cpu_count() or 1, memory_mb))
+
+    def _start_nodes(self) -> None:
+        self._start(["/usr/sbin/slurmd"], self.folder / "slurmd.pid", "slurmd")
+
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self, daemon: str, pid_file: Path) -> None:
-        result = _run([daemon, "-f", str(self.conf)], env=self.env)
+    def _start(self, command: list[str], pid_file: Path, log_name: str) -> None:
+        """Start a daemon (`command`: the daemon and its own flags) and remember its pid file."""
+        result = _run([*command, "-f", str(self.conf)], env=self.env)
         if result.returncode != 0:
-            raise SlurmStartError(f"{daemon} failed to start: {result.stderr.strip()}")
+            raise SlurmStartError(f"{' '.join(command)} failed to start: {result.stderr.strip()}")
         self._pid_files.append(pid_file)
         if not _wait(pid_file.exists, 10):
-            raise SlurmStartError(f"{daemon} wrote no pid file; log: {self.log(Path(daemon).name)}")
+            raise SlurmStartError(f"{log_name} wrote no pid file; log: {self.log(log_name)}")
 
     def _node_idle(self) -> bool:
         out = self.command(["sinfo", "-h", "-o", "%t"]).stdout.split()
@@ -202,14 +223,111 @@ class LocalSlurm:
         raise TimeoutError(f"job {job_id} not in {sorted(states)} after {timeout:.0f}s (state {self.job_state(job_id)})")
 
     def close(self) -> None:
-        """Stop the daemons this object started (by their pid files), and munged if it started it."""
-        pid_files = list(reversed(self._pid_files))
-        if self._started_munge:
-            pid_files.append(Path("/run/munge/munged.pid"))
-        for pid_file in pid_files:
+        """Cancel the cluster's jobs (their steps end with them), then stop the daemons this object started (by
+        their pid files), and munged if it started it."""
+        if self._pid_files:
+            self.command(["scancel", "--full", "--partition=debug"])
+            _wait(lambda: not self.command(["squeue", "-h"]).stdout.strip(), 60)
+        for pid_file in reversed(self._pid_files):
             _stop_by_pid_file(pid_file)
+        # munged is shared by every Slurm on the machine: another test session's cluster may have come to rely on
+        # the munged this one started, so it is left running while any other Slurm daemon is
+        if self._started_munge and not _run(["pgrep", "-x", "slurmctld|slurmd"]).stdout.strip():
+            _stop_by_pid_file(Path("/run/munge/munged.pid"))
         self._pid_files.clear()
         self._started_munge = False
+
+
+class TwoNodeSlurm(LocalSlurm):
+    """Two Slurm nodes `n1`, `n2` on this machine, each in its own network namespace on a private bridge.
+
+    Addresses: the controller 10.231.<net>.1 on the bridge, node k 10.231.<net>.1k on the interface `dara0` in
+    its namespace (the same interface name on every node, as on a cluster whose nodes share an interface name:
+    GLOO_SOCKET_IFNAME=dara0 binds every rank to it). `net` comes from this process id, so two test sessions do
+    not share a bridge. Nothing outside the bridge and the namespaces is addressed.
+    """
+
+    INTERFACE = "dara0"
+    NODE_NAMES = ("n1", "n2")
+
+    def __init__(self, folder: str | os.PathLike, cpus_per_node: int = 2):
+        super().__init__(folder)
+        self.net = 20 + os.getpid() % 200
+        self.bridge = f"darabr{self.net}"
+        self.controller_address = f"10.231.{self.net}.1"
+        self.cpus_per_node = cpus_per_node
+        self.namespaces = {name: f"dara{self.net}{name}" for name in self.NODE_NAMES}
+        self.addresses = {name: f"10.231.{self.net}.1{k}" for k, name in enumerate(self.NODE_NAMES, start=1)}
+        self._links: list[str] = []
+
+    def _write_conf(self, host: str, memory_mb: int) -> None:
+        self._make_network()
+        (self.folder / "slurmctld").mkdir(parents=True, exist_ok=True)
+        for name in self.NODE_NAMES:
+            (self.folder / f"slurmd.{name}").mkdir(parents=True, exist_ok=True)
+        per_node = max(1000, memory_mb // len(self.NODE_NAMES))
+        self.conf.write_text(slurm_conf(self.folder, host, self.cpus_per_node, per_node, nodes=self.addresses,
+                                        controller_address=self.controller_address))
+
+    def _start_nodes(self) -> None:
+        for name, namespace in self.namespaces.items():
+            self._start(["nsenter", f"--net=/var/run/netns/{namespace}", "/usr/sbin/slurmd", "-N", name],
+                        self.folder / f"slurmd.{name}.pid", f"slurmd.{name}")
+
+    def _ip(self, *args: str) -> None:
+        result = _run(["ip", *args])
+        if result.returncode != 0:
+            raise SlurmStartError(f"ip {' '.join(args)} failed: {result.stderr.strip()}")
+
+    def _make_network(self) -> None:
+        self._links.append(self.bridge)
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("addr", "add", f"{self.controller_address}/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        for k, (name, namespace) in enumerate(self.namespaces.items(), start=1):
+            host_end, node_end = f"darav{self.net}h{k}", f"darav{self.net}n{k}"
+            self._ip("netns", "add", namespace)
+            self._ip("link", "add", host_end, "type", "veth", "peer", "name", node_end)
+            self._links.append(host_end)
+            self._ip("link", "set", host_end, "master", self.bridge)
+            self._ip("link", "set", host_end, "up")
+            self._ip("link", "set", node_end, "netns", namespace)
+            self._ip("-n", namespace, "link", "set", node_end, "name", self.INTERFACE)
+            self._ip("-n", namespace, "addr", "add", f"{self.addresses[name]}/24", "dev", self.INTERFACE)
+            self._ip("-n", namespace, "link", "set", self.INTERFACE, "up")
+            self._ip("-n", namespace, "link", "set", "lo", "up")
+
+    def namespace_pids(self) -> list[int]:
+        """Processes running inside this cluster's namespaces (all of them started by it or its jobs)."""
+        pids = []
+        for namespace in self.namespaces.values():
+            out = _run(["ip", "netns", "pids", namespace]).stdout
+            pids += [int(pid) for pid in out.split() if pid.isdigit()]
+        return pids
+
+    def close(self) -> None:
+        """Cancel the jobs, stop the daemons, then every process left in the namespaces; delete the network."""
+        super().close()
+        leftovers = self.namespace_pids()
+        for pid in leftovers:
+            _signal(pid, signal.SIGTERM)
+        if not _wait(lambda: not self.namespace_pids(), 15, 0.3):
+            for pid in self.namespace_pids():
+                _signal(pid, signal.SIGKILL)
+            _wait(lambda: not self.namespace_pids(), 10, 0.3)
+        for namespace in self.namespaces.values():
+            if Path(f"/var/run/netns/{namespace}").exists():
+                _run(["ip", "netns", "del", namespace])
+        for link in reversed(self._links):
+            _run(["ip", "link", "del", link])  # a host veth end is usually gone with its namespace already
+        self._links.clear()
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def _stop_by_pid_file(pid_file: Path, timeout: float = 15.0) -> None:

@@ -30,8 +30,13 @@ def test_compute_score_keys_and_total_per_task():
     three = compute_score("rlla", ground_truth, ground_truth, toolrl_length_channel=True)
     assert set(three) == {"score", "format", "correctness", "length"}
     assert three["score"] == sum(v for k, v in three.items() if k != "score")
-    math = compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5000}, **POOL_OPTIONS)
+    math = compute_score("aime24", "\\boxed{33}", "33", {"response_tokens": 5000}, **POOL_OPTIONS)
     assert math == {"score": 1.0, "correctness": 1.0, "length": 0.0}
+    # the default grader is verl's strict Hendrycks grader; math-verify (an option) accepts "033" for 33
+    assert compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5000}, **POOL_OPTIONS)["correctness"] == 0.0
+    lenient = compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5000}, math_grader="math_verify",
+                            **POOL_OPTIONS)
+    assert lenient == {"score": 1.0, "correctness": 1.0, "length": 0.0}
     conditioned = compute_score(
         "deepscaler", "\\boxed{1}", "2", {"response_tokens": 5}, math_length_conditioned=True, **POOL_OPTIONS
     )
@@ -58,7 +63,8 @@ def test_adversarial_latex_returns_within_seconds_from_a_thread_and_counts_a_tim
     def score_in_thread():
         started = time.monotonic()
         results["score"] = compute_score(
-            "aime24", ADVERSARIAL, "5", {"response_tokens": 10}, max_answer_digits=None, **POOL_OPTIONS
+            "aime24", ADVERSARIAL, "5", {"response_tokens": 10}, max_answer_digits=None,
+            math_grader="math_verify", **POOL_OPTIONS  # the hard time limit guards math-verify's parser
         )
         results["seconds"] = time.monotonic() - started
 
@@ -75,7 +81,8 @@ def test_adversarial_latex_returns_within_seconds_from_a_thread_and_counts_a_tim
     assert verl_entry.timeout_count() == before + 1
     # the guard (on by default) rejects the same answer at once, with no timeout
     started = time.monotonic()
-    guarded = compute_score("aime24", ADVERSARIAL, "5", {"response_tokens": 10}, **POOL_OPTIONS)
+    guarded = compute_score("aime24", ADVERSARIAL, "5", {"response_tokens": 10}, math_grader="math_verify",
+                            **POOL_OPTIONS)
     assert guarded["correctness"] == 0.0 and time.monotonic() - started < 3
     assert verl_entry.timeout_count() == before + 1
 
@@ -232,7 +239,8 @@ def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokeniz
     valid = manager_module.valid_response_lengths(data)
     limit = int(valid[0])  # the first response fits, the second does not
     assert int(valid[1]) > limit
-    config = verl_config(tokenizer_dir, max_response_tokens=limit, max_answer_digits=None)
+    # math-verify (an option; equivalent forms, parser under a hard time limit) through the manager's pool
+    config = verl_config(tokenizer_dir, max_response_tokens=limit, max_answer_digits=None, math_grader="math_verify")
     started = time.monotonic()
     _, outputs = run_reward_loop(config, data)
     assert time.monotonic() - started < POOL_OPTIONS["timeout_s"] + 10
@@ -348,15 +356,15 @@ def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, manager_mod
     # the naive manager's path: verl's binding of the file-loaded function forwards to the package module
     bound = get_custom_reward_fn(config)
     assert bound(
-        data_source="amc23", solution_str="\\boxed{6}", ground_truth=6.0, extra_info={"response_tokens": 9}
+        data_source="amc23", solution_str="\\boxed{6}", ground_truth="6", extra_info={"response_tokens": 9}
     ) == {
         "score": 2.0,
         "correctness": 1.0,
         "length": 1.0,
     }
     rows = [
-        {"source": "amc23", "text": "\\boxed{6}", "truth": "6.0"},
-        {"source": "amc23", "text": "\\boxed{7}", "truth": "6.0"},
+        {"source": "amc23", "text": "\\boxed{6}", "truth": "6"},
+        {"source": "amc23", "text": "\\boxed{7}", "truth": "6"},
     ]
     worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
     assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager

@@ -3,14 +3,24 @@ scripts/slurm/train.sbatch (Ray head started by the job, trainer against it), an
 is requeued (`scontrol requeue`), released, resumes from its latest verl checkpoint and ends with every step
 exactly once. tests/slurm_cluster.py installs (apt-get) and starts Slurm; skipped only where it cannot be
 installed. Both runs take ~6-7 minutes together on 2 cores.
+
+Also the pieces of scripts/slurm/ that a multi-node job relies on, without Slurm: a worker node's ray_node.sh
+gives up with a clear error when the head never answers, `wait-nodes` names the nodes that never joined, and
+ray_node.sh stops its node's Ray and deletes its temp folder on SIGTERM (tests/test_multinode.py runs them on
+two real nodes).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +28,7 @@ import pytest
 
 from dara.run_log import read_metrics
 from recipes.runner import PROJECT_ROOT
+from recipes.slurm import parse_expected, wait_for_nodes
 from tests.slurm_cluster import LocalSlurm, SlurmUnavailable
 
 JOB_TIMEOUT_S = 480
@@ -37,9 +48,11 @@ def slurm(tmp_path_factory):
     home = folder / "home"
     home.mkdir()
     # Ray 2.60 writes under HOME; jobs inherit this environment (sbatch --export=ALL)
-    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+    # TMPDIR: the jobs' Ray temp folders and port locks apart from any other test session's on this machine
+    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
     yield cluster
     cluster.close()
+    shutil.rmtree(cluster.env["TMPDIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +86,19 @@ def steps_of(run_dir: Path) -> list[int]:
     return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
 
 
-def ray_processes_left() -> list[str]:
-    """Live processes of any Ray cluster a job of train.sbatch started (their temp folder is /tmp/ray_dara_<id>)."""
-    out = subprocess.run(["pgrep", "-af", "ray_dara_"], capture_output=True, text=True).stdout
+def short_tmpdir() -> str:
+    """A TMPDIR short enough for Ray's socket paths (train.sbatch puts the Ray temp folders under it)."""
+    return tempfile.mkdtemp(prefix="drs", dir="/tmp")
+
+
+def ray_processes_left(slurm: LocalSlurm) -> list[str]:
+    """Live processes of a Ray cluster a job of this cluster started (temp folders <TMPDIR>/ray_dara_<id>_<node>)."""
+    out = subprocess.run(["pgrep", "-af", f"{slurm.env['TMPDIR']}/ray_dara_"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_cpu_smoke_run_through_sbatch(slurm, output_root):
     job_id = submit_recipe(slurm, output_root)
     run_dir = output_root / "smoke-tiny-dara_asym-s0"
@@ -95,13 +115,15 @@ def test_cpu_smoke_run_through_sbatch(slurm, output_root):
     assert (info["run_name"], info["seed"], info["method"]) == ("smoke-tiny-dara_asym-s0", 0, "dara_asym")
     assert "ray nodes alive: 1/1" in log and "training exited with 0" in log and "ray cluster stopped" in log
     assert (run_dir / "logs" / f"job-{job_id}_0.log").exists()
-    assert not ray_processes_left()
+    assert not ray_processes_left(slurm)
     # a rerun of the recipe finds the run finished and submits nothing
     again = slurm.command([sys.executable, "-m", "recipes", "smoke", "--launcher", "slurm", "--output-root",
                            str(output_root)], cwd=PROJECT_ROOT, timeout=120)
     assert "0 runs submitted, 1 already finished" in again.stdout
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, output_root):
     steps = 4
     job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1")
@@ -140,4 +162,60 @@ def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, ou
         written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
         assert (written < requeued_at) == (step <= resumed_from), (step, resumed_from)
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
-    assert not ray_processes_left()
+    assert not ray_processes_left(slurm)
+
+
+RAY_NODE = PROJECT_ROOT / "scripts" / "slurm" / "ray_node.sh"
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens once the probe is closed
+
+
+def test_worker_node_gives_up_clearly_when_the_head_never_answers(tmp_path):
+    temp = tmp_path / "ray_dara_test_n2"
+    started = time.monotonic()
+    result = subprocess.run(["bash", str(RAY_NODE), "--temp", str(temp), "--wait-for", f"127.0.0.1:{_closed_port()}",
+                             "--wait-timeout", "3", "--", "sleep", "600"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "SLURMD_NODENAME": "n2"})
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "n2: the Ray head 127.0.0.1:" in result.stdout and "did not answer within 3s" in result.stdout
+    assert time.monotonic() - started < 30 and not temp.exists()
+
+
+def test_wait_nodes_names_the_nodes_that_never_joined(tmp_path):
+    assert parse_expected(["n1=10.0.0.1", "n2=10.0.0.2"]) == {"10.0.0.1": "n1", "10.0.0.2": "n2"}
+    with pytest.raises(SystemExit, match="NODE=IP"):
+        parse_expected(["n1"])
+
+
+@pytest.mark.slow
+def test_ray_node_stops_its_ray_and_deletes_its_temp_folder_on_sigterm(tmp_path, monkeypatch):
+    """A real one-node Ray head through ray_node.sh: wait-nodes names the node that never joins, then SIGTERM."""
+    temp = Path("/tmp") / f"ray_dara_test{os.getpid()}_n1"  # short: Ray's socket paths must fit 107 bytes
+    port = _closed_port()
+    # the machine's own address: Ray replaces a loopback --node-ip-address by one of its choosing
+    own_ip = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()[0]
+    ray = Path(sys.executable).parent / "ray"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # also for wait-nodes' ray.init in this process
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = {**os.environ, "SLURMD_NODENAME": "n1"}
+    node = subprocess.Popen(["bash", str(RAY_NODE), "--temp", str(temp), "--", str(ray), "start", "--head",
+                             f"--node-ip-address={own_ip}", f"--port={port}", "--num-cpus=1", "--num-gpus=0",
+                             "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats", "--block"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not list(temp.glob("session_*/sockets/raylet*")):
+            assert node.poll() is None and time.monotonic() < deadline, node.communicate(timeout=30)[0][-3000:]
+            time.sleep(0.5)
+        with pytest.raises(SystemExit, match=r"did not join within 5s: n2 \(10\.231\.255\.12\)"):
+            wait_for_nodes(f"{own_ip}:{port}", {own_ip: "n1", "10.231.255.12": "n2"}, 5, own_ip)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        output = node.communicate(timeout=60)[0]
+    assert "ray stopped" in output and not temp.exists(), output[-3000:]
+    left = subprocess.run(["pgrep", "-f", f"{temp}/session_"], capture_output=True, text=True).stdout.split()
+    assert not left

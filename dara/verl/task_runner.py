@@ -14,9 +14,11 @@ import ray
 from omegaconf import open_dict
 from verl.trainer.main_ppo import TaskRunnerV1
 
+from dara.verl.placement import PlacementRecorderMixin  # writes ray_nodes.json (where each worker ran)
+
 
 @ray.remote
-class DaraTaskRunner(TaskRunnerV1.__ray_actor_class__):
+class DaraTaskRunner(PlacementRecorderMixin, TaskRunnerV1.__ray_actor_class__):
     def run(self, config):
         from dara.verl import register
 

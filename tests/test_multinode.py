@@ -1,0 +1,172 @@
+"""Multi-node runs on a real two-node Slurm cluster (tests/slurm_cluster.py `TwoNodeSlurm`): each node in its own
+network namespace on a bridge the test creates, one slurmd per node, the file system shared.
+
+`sbatch --nodes=2 scripts/slurm/train.sbatch --ifname dara0 task=smoke`, as docs/experiments.md writes it: the
+Ray head on n1, a worker on n2 that joins over the namespace network, verl's actor on both nodes (trainer.nnodes=2
+x one logical GPU: the FSDP group is two ranks over gloo, one per node), 3 steps. The run folder's
+ray_nodes.json must show both nodes, one actor rank on each, and CPU time spent by each rank during training.
+A requeued two-node job resumes on a fresh allocation with every step once. Everything the jobs started is gone
+afterwards (processes, per-node Ray temp folders). Skipped only where Slurm cannot be installed (no root/apt).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dara.run_log import read_metrics
+from recipes.runner import PROJECT_ROOT
+from tests.slurm_cluster import SlurmUnavailable, TwoNodeSlurm
+from tests.test_slurm import short_tmpdir
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.slow]
+
+JOB_TIMEOUT_S = 900  # a job takes ~4-8 min on 2 shared cores
+DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+RUN_NAME = "smoke-tiny-dara_asym-s{seed}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slurm2")
+    try:
+        slurm = TwoNodeSlurm(folder).__enter__()
+    except SlurmUnavailable as error:
+        pytest.skip(f"no Slurm on this machine: {error}")
+    home = folder / "home"
+    home.mkdir()
+    # jobs inherit this environment (sbatch --export=ALL); Ray 2.60 writes under HOME
+    # TMPDIR: the jobs' Ray temp folders and port locks apart from any other test session's on this machine
+    slurm.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
+    try:
+        yield slurm
+    finally:
+        slurm.close()
+        shutil.rmtree(slurm.env["TMPDIR"], ignore_errors=True)
+        assert not slurm.namespace_pids()
+
+
+@pytest.fixture(scope="module")
+def output_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs2")
+
+
+def submit(cluster: TwoNodeSlurm, output_root: Path, seed: int, *overrides: str) -> tuple[str, Path]:
+    """The documented two-node command, from the project root; the job's output goes into the run folder."""
+    run_dir = output_root / RUN_NAME.format(seed=seed)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    command = ["sbatch", "--parsable", "--nodes=2", f"--output={run_dir}/logs/slurm-%j.out",
+               "scripts/slurm/train.sbatch", "--python", sys.executable, "--ifname", cluster.INTERFACE,
+               "task=smoke", f"run.output_root={output_root}", f"run.seed={seed}", *overrides]
+    result = cluster.command(command, cwd=PROJECT_ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split(";")[0], run_dir
+
+
+def job_log(run_dir: Path) -> str:
+    return "\n".join(path.read_text(errors="replace") for path in sorted((run_dir / "logs").glob("slurm-*.out")))
+
+
+def wait_done(cluster: TwoNodeSlurm, job_id: str, run_dir: Path) -> str:
+    try:
+        return cluster.wait_state(job_id, DONE, JOB_TIMEOUT_S)
+    except TimeoutError:
+        cluster.command(["scancel", job_id])
+        pytest.fail(f"job {job_id} did not finish in {JOB_TIMEOUT_S}s; log tail:\n{job_log(run_dir)[-4000:]}")
+
+
+def steps_of(run_dir: Path) -> list[int]:
+    return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def assert_job_left_nothing(cluster: TwoNodeSlurm, job_id: str) -> None:
+    """No process of the job's Ray on any node, no per-node temp folder; only the slurmds in the namespaces."""
+    slurmds = {int((cluster.folder / f"slurmd.{name}.pid").read_text()) for name in cluster.NODE_NAMES}
+    deadline = time.monotonic() + 30
+    while set(cluster.namespace_pids()) - slurmds and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = set(cluster.namespace_pids()) - slurmds
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:200] for pid in left
+                      if Path(f"/proc/{pid}/cmdline").exists()]
+    assert not list(Path(cluster.env["TMPDIR"]).glob(f"ray_dara_{job_id}_*"))
+
+
+def assert_trained_on_both_nodes(cluster: TwoNodeSlurm, run_dir: Path) -> dict:
+    placement = json.loads((run_dir / "ray_nodes.json").read_text())
+    assert "error" not in placement, placement
+    alive = {node["ip"] for node in placement["nodes"] if node["alive"]}
+    assert alive == set(cluster.addresses.values())
+    assert [node["is_head"] for node in placement["nodes"] if node["ip"] == cluster.addresses["n1"]] == [True]
+    actor = placement["worker_groups"]["actor_rollout"]
+    assert [row["rank"] for row in actor] == [0, 1]
+    assert len({row["node_id"] for row in actor}) == 2 and {row["ip"] for row in actor} == alive
+    assert placement["distinct_worker_nodes"] == 2
+    for row in actor:
+        # one FSDP group of two ranks over gloo, rendezvous at rank 0's node
+        assert row["process_group"] == {"backend": "gloo", "world_size": 2}, row
+        assert row["master_addr"] == actor[0]["ip"]
+        # each rank spent CPU time between "workers up" and "fit returned": it trained on its node
+        assert row["cpu_seconds"]["end"] - row["cpu_seconds"]["start"] > 1.0, row
+    return placement
+
+
+def test_two_node_job_trains_with_workers_on_both_nodes(cluster, output_root):
+    started = time.monotonic()
+    job_id, run_dir = submit(cluster, output_root, 0)
+    state = wait_done(cluster, job_id, run_dir)
+    log = job_log(run_dir)
+    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    assert steps_of(run_dir) == [1, 2, 3]
+    assert_trained_on_both_nodes(cluster, run_dir)
+    assert "ray nodes alive: 2/2" in log and "training exited with 0" in log and "ray cluster stopped" in log
+    assert f"the Ray head {cluster.addresses['n1']}:" in log and "answers" in log  # n2 waited for the head
+    assert log.count("ray stopped") == 2  # both nodes' ray_node.sh cleaned up
+    assert "collectives on dara0" in log
+    assert_job_left_nothing(cluster, job_id)
+    print(f"two-node 3-step job: {time.monotonic() - started:.0f}s")
+
+
+def test_requeued_two_node_job_resumes_on_a_fresh_allocation(cluster, output_root):
+    started = time.monotonic()
+    steps = 4
+    job_id, run_dir = submit(cluster, output_root, 1, f"trainer.total_training_steps={steps}", "trainer.save_freq=1")
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
+        assert cluster.job_state(job_id) in {"PENDING", "RUNNING", "CONFIGURING"}, job_log(run_dir)[-4000:]
+        assert time.monotonic() < deadline, f"no 2 steps in {JOB_TIMEOUT_S}s:\n{job_log(run_dir)[-4000:]}"
+        time.sleep(0.5)
+    before = metrics.read_text().splitlines()
+    requeue = cluster.command(["scontrol", "requeue", job_id])
+    requeued_at = time.time()
+    assert requeue.returncode == 0, requeue.stderr
+    done_before = [json.loads(line)["step"] for line in before]
+    assert done_before and done_before[-1] < steps, "the run finished before it could be requeued"
+
+    cluster.wait_state(job_id, {"PENDING"}, 120)
+    assert_job_left_nothing(cluster, job_id)  # the first allocation's Ray is gone on both nodes
+    assert cluster.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
+    state = wait_done(cluster, job_id, run_dir)
+    log = job_log(run_dir)
+    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    assert cluster.job_field(job_id, "Restarts") == "1" and "restart 1" in log
+    assert cluster.job_field(job_id, "NumNodes") == "2"
+
+    assert steps_of(run_dir) == list(range(1, steps + 1))
+    assert metrics.read_text().splitlines()[: len(before)] == before
+    resumed_from = done_before[-1]
+    for step in range(1, steps + 1):
+        folder = run_dir / "checkpoints" / f"global_step_{step}"
+        assert folder.is_dir(), f"no checkpoint of step {step}"
+        written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
+        assert (written < requeued_at) == (step <= resumed_from), (step, resumed_from)
+    # the resumed run's placement was recorded on the fresh allocation, again over both nodes
+    placement = assert_trained_on_both_nodes(cluster, run_dir)
+    assert placement["recorded"]["start"] > requeued_at
+    assert_job_left_nothing(cluster, job_id)
+    print(f"two-node requeue job: {time.monotonic() - started:.0f}s")
