@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = load(args.recipe)
         seeds = tuple(args.seeds) if args.seeds is not None else module.DEFAULT_SEEDS
+        # run.recipe is the wandb group: every run of one table or figure lands in one group
         runs = with_options(module.runs(seeds), output_root=args.output_root, cluster=args.cluster,
-                            extra=args.extra, total_steps=args.steps)
+                            extra=[f"run.recipe={args.recipe}", *args.extra], total_steps=args.steps)
         if args.only:
             runs = [run for run in runs if args.only in run.name]
         print(f"[recipes] {args.recipe}: {summary_line(runs)}", flush=True)

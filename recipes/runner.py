@@ -4,7 +4,7 @@ A recipe (one module per paper table or figure) returns a list of `Run`s. A `Run
 of one `python -m dara.train` job; its name and folder follow conf/train.yaml's rule
 `run.name = ${run.task}-${run.model}-${run.method}[-<variant>]-s${run.seed}` and
 `run.output_dir = ${run.output_root}/${run.name}`, so they are known without composing the config (composing
-verl's trainer config takes ~2 s per run); tests/test_recipes.py checks every recipe's names against
+verl's trainer config takes seconds per run); tests/test_recipes.py checks every recipe's names against
 Hydra's composition. A run whose metrics.jsonl already holds its last step is finished and is skipped.
 
 Launchers:
@@ -230,6 +230,7 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
     seed changes no value the preflight reads. Returns (group, report) pairs."""
     from hydra import compose, initialize_config_dir
 
+    import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
     from dara.preflight import parse_time_limit, preflight
 
     minutes = parse_time_limit(time_limit)

@@ -28,6 +28,7 @@ def compose_run(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
     import dara  # noqa: F401  (registers ${dara.root:})
+    import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
         cfg = compose(config_name="train", overrides=list(overrides))

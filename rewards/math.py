@@ -306,7 +306,7 @@ VERL_GRADER_MODULE = "verl.utils.reward_score.math_reward"
 def verl_hendrycks_grader():
     """verl's own `math_reward` module (verl 0.9.1), the grader the authors trained with.
 
-    Importing it through the `verl` package costs 5-30 s (verl's __init__ pulls in Ray and torch), which
+    Importing it through the `verl` package costs seconds (verl's __init__ pulls in Ray and torch), which
     every reward worker and evaluation process would pay; the module itself imports nothing, so unless
     verl is already loaded it is loaded standalone from verl's installed file: the same code, not a copy."""
     if "verl" in sys.modules:

@@ -46,7 +46,7 @@ def test_list_names_every_recipe_with_its_run_count(capsys):
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_dry_run_lists_each_run_with_overrides_and_folder(recipe, capsys, tmp_path):
     module = load(recipe)
-    runs = with_options(module.runs(module.DEFAULT_SEEDS), output_root=str(tmp_path))
+    runs = with_options(module.runs(module.DEFAULT_SEEDS), output_root=str(tmp_path), extra=[f"run.recipe={recipe}"])
     assert main([recipe, "--dry-run", "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("(to run)") == len(runs) and "(finished)" not in out
@@ -139,3 +139,18 @@ def test_bad_requests_fail_with_a_clear_message(capsys):
         settings(3)
     with pytest.raises(RecipeError, match=">= 0"):
         sbatch_command([Run(task="smoke", model="tiny", estimator="grpo", cluster="cpu", seed=-1)])
+
+
+def test_every_run_carries_its_recipe_as_the_wandb_group(capsys, tmp_path):
+    """run.recipe (the wandb group) is the recipe's name in every run's overrides, local or Slurm."""
+    from dara.tracking import wandb_env
+    from recipes.slurm import compose_run
+
+    assert main(["three_rewards", "--dry-run", "--seeds", "0", "--output-root", str(tmp_path)]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if "python -m dara.train" in line]
+    assert commands and all("run.recipe=three_rewards" in line for line in commands)
+    run = with_options(load("three_rewards").runs((0,)), extra=["run.recipe=three_rewards"])[0]
+    assert "run.recipe=three_rewards" in sbatch_command([run], SlurmOptions())
+    cfg = compose_run(run.overrides())
+    assert cfg.run.recipe == "three_rewards"
+    assert wandb_env(cfg, {})["WANDB_RUN_GROUP"] == "three_rewards"

@@ -12,7 +12,7 @@ from dara.testbed.cli import main
 from dara.testbed.experiments import ALL_ESTIMATORS, quick_studies
 from dara.testbed.report import SUMMARY_COLUMNS
 
-pytestmark = pytest.mark.slow  # `--quick` trains 28 testbed runs (about a minute on 2 cores)
+pytestmark = pytest.mark.slow  # `--quick` trains 28 testbed runs (timing: README "Measured figures")
 
 
 @pytest.fixture(scope="module")
