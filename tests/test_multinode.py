@@ -88,7 +88,10 @@ def assert_job_left_nothing(cluster: TwoNodeSlurm, job_id: str) -> None:
     """No process of the job's Ray on any node, no per-node temp folder; only the slurmds in the namespaces."""
     slurmds = {int((cluster.folder / f"slurmd.{name}.pid").read_text()) for name in cluster.NODE_NAMES}
     deadline = time.monotonic() + 30
-    while set(cluster.namespace_pids()) - slurmds and time.monotonic() < deadline:
+    temp_folders = Path(cluster.env["TMPDIR"]).glob
+    # ray_node.sh deletes a node's temp folder after its Ray processes are gone: wait for both
+    while (set(cluster.namespace_pids()) - slurmds or list(temp_folders(f"ray_dara_{job_id}_*"))) and \
+            time.monotonic() < deadline:
         time.sleep(0.5)
     left = set(cluster.namespace_pids()) - slurmds
     assert not left, [Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:200] for pid in left
