@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Every Ray cluster the tests start is local and single-user, as in the CPU runtime (dara.verl.cpu.ray_local).
+# Left unset, the first `ray.init` in this process (verl's actors auto-initialise Ray when a test builds them
+# in-process) sets RAY_AUTH_MODE=token in os.environ for good, and every later subprocess inherits it.
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 @pytest.fixture(scope="session")
