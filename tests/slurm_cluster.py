@@ -200,11 +200,7 @@ class LocalSlurm:
 
     def job_state(self, job_id: str) -> str:
         """The job's state (PENDING, RUNNING, COMPLETED, ...), or "" once it left the controller."""
-        result = self.command(["scontrol", "show", "job", job_id])
-        for field in result.stdout.split():
-            if field.startswith("JobState="):
-                return field.split("=", 1)[1]
-        return ""
+        return self.job_field(job_id, "JobState")
 
     def job_field(self, job_id: str, name: str) -> str:
         result = self.command(["scontrol", "show", "job", job_id])

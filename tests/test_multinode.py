@@ -12,43 +12,33 @@ afterwards (processes, per-node Ray temp folders). Skipped only where Slurm cann
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from dara.run_log import read_metrics
 from recipes.runner import PROJECT_ROOT
-from tests.slurm_cluster import SlurmUnavailable, TwoNodeSlurm
-from tests.test_slurm import short_tmpdir
+from tests.slurm_cluster import TwoNodeSlurm
+from tests.slurm_jobs import (
+    assert_completed,
+    cluster_for_jobs,
+    release_and_assert_resumed,
+    requeue_after_two_steps,
+    steps_of,
+)
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.slow]
 
 JOB_TIMEOUT_S = 900  # a job takes ~4-8 min on 2 shared cores
-DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
 RUN_NAME = "smoke-tiny-dara_asym-s{seed}"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("slurm2")
-    try:
-        slurm = TwoNodeSlurm(folder).__enter__()
-    except SlurmUnavailable as error:
-        pytest.skip(f"no Slurm on this machine: {error}")
-    home = folder / "home"
-    home.mkdir()
-    # jobs inherit this environment (sbatch --export=ALL); Ray 2.60 writes under HOME
-    # TMPDIR: the jobs' Ray temp folders and port locks apart from any other test session's on this machine
-    slurm.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
-    try:
+    for slurm in cluster_for_jobs(TwoNodeSlurm, tmp_path_factory.mktemp("slurm2")):
         yield slurm
-    finally:
-        slurm.close()
-        shutil.rmtree(slurm.env["TMPDIR"], ignore_errors=True)
-        assert not slurm.namespace_pids()
+    assert not slurm.namespace_pids()  # close() stopped every process inside the namespaces
 
 
 @pytest.fixture(scope="module")
@@ -66,22 +56,6 @@ def submit(cluster: TwoNodeSlurm, output_root: Path, seed: int, *overrides: str)
     result = cluster.command(command, cwd=PROJECT_ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().split(";")[0], run_dir
-
-
-def job_log(run_dir: Path) -> str:
-    return "\n".join(path.read_text(errors="replace") for path in sorted((run_dir / "logs").glob("slurm-*.out")))
-
-
-def wait_done(cluster: TwoNodeSlurm, job_id: str, run_dir: Path) -> str:
-    try:
-        return cluster.wait_state(job_id, DONE, JOB_TIMEOUT_S)
-    except TimeoutError:
-        cluster.command(["scancel", job_id])
-        pytest.fail(f"job {job_id} did not finish in {JOB_TIMEOUT_S}s; log tail:\n{job_log(run_dir)[-4000:]}")
-
-
-def steps_of(run_dir: Path) -> list[int]:
-    return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
 
 
 def assert_job_left_nothing(cluster: TwoNodeSlurm, job_id: str) -> None:
@@ -121,9 +95,7 @@ def assert_trained_on_both_nodes(cluster: TwoNodeSlurm, run_dir: Path) -> dict:
 def test_two_node_job_trains_with_workers_on_both_nodes(cluster, output_root):
     started = time.monotonic()
     job_id, run_dir = submit(cluster, output_root, 0)
-    state = wait_done(cluster, job_id, run_dir)
-    log = job_log(run_dir)
-    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    log = assert_completed(cluster, job_id, run_dir, JOB_TIMEOUT_S)
     assert steps_of(run_dir) == [1, 2, 3]
     assert_trained_on_both_nodes(cluster, run_dir)
     assert "ray nodes alive: 2/2" in log and "training exited with 0" in log and "ray cluster stopped" in log
@@ -138,38 +110,12 @@ def test_requeued_two_node_job_resumes_on_a_fresh_allocation(cluster, output_roo
     started = time.monotonic()
     steps = 4
     job_id, run_dir = submit(cluster, output_root, 1, f"trainer.total_training_steps={steps}", "trainer.save_freq=1")
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
-        assert cluster.job_state(job_id) in {"PENDING", "RUNNING", "CONFIGURING"}, job_log(run_dir)[-4000:]
-        assert time.monotonic() < deadline, f"no 2 steps in {JOB_TIMEOUT_S}s:\n{job_log(run_dir)[-4000:]}"
-        time.sleep(0.5)
-    before = metrics.read_text().splitlines()
-    requeue = cluster.command(["scontrol", "requeue", job_id])
-    requeued_at = time.time()
-    assert requeue.returncode == 0, requeue.stderr
-    done_before = [json.loads(line)["step"] for line in before]
-    assert done_before and done_before[-1] < steps, "the run finished before it could be requeued"
-
-    cluster.wait_state(job_id, {"PENDING"}, 120)
+    requeue = requeue_after_two_steps(cluster, job_id, run_dir, steps, JOB_TIMEOUT_S)
     assert_job_left_nothing(cluster, job_id)  # the first allocation's Ray is gone on both nodes
-    assert cluster.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
-    state = wait_done(cluster, job_id, run_dir)
-    log = job_log(run_dir)
-    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
-    assert cluster.job_field(job_id, "Restarts") == "1" and "restart 1" in log
+    release_and_assert_resumed(cluster, job_id, run_dir, steps, requeue, JOB_TIMEOUT_S)
     assert cluster.job_field(job_id, "NumNodes") == "2"
-
-    assert steps_of(run_dir) == list(range(1, steps + 1))
-    assert metrics.read_text().splitlines()[: len(before)] == before
-    resumed_from = done_before[-1]
-    for step in range(1, steps + 1):
-        folder = run_dir / "checkpoints" / f"global_step_{step}"
-        assert folder.is_dir(), f"no checkpoint of step {step}"
-        written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
-        assert (written < requeued_at) == (step <= resumed_from), (step, resumed_from)
     # the resumed run's placement was recorded on the fresh allocation, again over both nodes
     placement = assert_trained_on_both_nodes(cluster, run_dir)
-    assert placement["recorded"]["start"] > requeued_at
+    assert placement["recorded"]["start"] > requeue.at
     assert_job_left_nothing(cluster, job_id)
     print(f"two-node requeue job: {time.monotonic() - started:.0f}s")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import ray
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.base import RayWorkerGroup
 from verl.trainer.main_ppo import TaskRunnerV1
@@ -62,7 +63,7 @@ def test_merge_keeps_start_cpu_time_and_counts_distinct_nodes():
     assert again["distinct_worker_nodes"] == 1
 
 
-def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path):
+def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path, monkeypatch):
     class BrokenGroup:
         @property
         def _workers(self):
@@ -71,8 +72,13 @@ def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path):
     class Trainer:
         actor_rollout_wg = BrokenGroup()
 
-    path = record_placement(Trainer(), tmp_path, "start")
+    path = record_placement(Trainer(), tmp_path, "start")  # no Ray in this process: named, none started
     assert path == tmp_path / RAY_NODES_FILE
     content = json.loads(path.read_text())
-    assert content["stage"] == "start" and "Error" in content["error"]
-    assert not list(tmp_path.glob("*.tmp"))
+    assert content == {"error": "RuntimeError: Ray is not initialised in this process", "stage": "start"}
+    assert not ray.is_initialized()
+
+    monkeypatch.setattr("dara.verl.placement.ray_nodes", lambda: [])
+    content = json.loads(record_placement(Trainer(), tmp_path, "end").read_text())
+    assert content == {"error": "RuntimeError: no workers here", "stage": "end"}
+    assert sorted(tmp_path.iterdir()) == [path]  # no temporary file left beside it

@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +27,16 @@ import pytest
 from dara.run_log import read_metrics
 from recipes.runner import PROJECT_ROOT
 from recipes.slurm import parse_expected, wait_for_nodes
-from tests.slurm_cluster import LocalSlurm, SlurmUnavailable
+from tests.slurm_cluster import LocalSlurm
+from tests.slurm_jobs import (
+    assert_completed,
+    cluster_for_jobs,
+    release_and_assert_resumed,
+    requeue_after_two_steps,
+    steps_of,
+)
 
 JOB_TIMEOUT_S = 480
-DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # a real Slurm cluster and CPU training jobs
@@ -40,19 +44,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # a real Slurm cluster and C
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("slurm")
-    try:
-        cluster = LocalSlurm(folder).__enter__()
-    except SlurmUnavailable as error:
-        pytest.skip(f"no Slurm on this machine: {error}")
-    home = folder / "home"
-    home.mkdir()
-    # Ray 2.60 writes under HOME; jobs inherit this environment (sbatch --export=ALL)
-    # TMPDIR: the jobs' Ray temp folders and port locks apart from any other test session's on this machine
-    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
-    yield cluster
-    cluster.close()
-    shutil.rmtree(cluster.env["TMPDIR"], ignore_errors=True)
+    yield from cluster_for_jobs(LocalSlurm, tmp_path_factory.mktemp("slurm"))
 
 
 @pytest.fixture(scope="module")
@@ -70,27 +62,6 @@ def submit_recipe(slurm: LocalSlurm, output_root: Path, *args: str) -> str:
     return line.split("submitted array ")[1].split()[0]
 
 
-def job_log(run_dir: Path) -> str:
-    return "\n".join(path.read_text(errors="replace") for path in sorted((run_dir / "logs").glob("slurm-*.out")))
-
-
-def wait_done(slurm: LocalSlurm, job_id: str, run_dir: Path) -> str:
-    try:
-        return slurm.wait_state(job_id, DONE, JOB_TIMEOUT_S)
-    except TimeoutError:
-        slurm.command(["scancel", job_id])
-        pytest.fail(f"job {job_id} did not finish in {JOB_TIMEOUT_S}s; log tail:\n{job_log(run_dir)[-4000:]}")
-
-
-def steps_of(run_dir: Path) -> list[int]:
-    return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
-
-
-def short_tmpdir() -> str:
-    """A TMPDIR short enough for Ray's socket paths (train.sbatch puts the Ray temp folders under it)."""
-    return tempfile.mkdtemp(prefix="drs", dir="/tmp")
-
-
 def ray_processes_left(slurm: LocalSlurm) -> list[str]:
     """Live processes of a Ray cluster a job of this cluster started (temp folders <TMPDIR>/ray_dara_<id>_<node>)."""
     out = subprocess.run(["pgrep", "-af", f"{slurm.env['TMPDIR']}/ray_dara_"], capture_output=True, text=True).stdout
@@ -102,9 +73,7 @@ def ray_processes_left(slurm: LocalSlurm) -> list[str]:
 def test_cpu_smoke_run_through_sbatch(slurm, output_root):
     job_id = submit_recipe(slurm, output_root)
     run_dir = output_root / "smoke-tiny-dara_asym-s0"
-    state = wait_done(slurm, job_id, run_dir)
-    log = job_log(run_dir)
-    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    log = assert_completed(slurm, job_id, run_dir, JOB_TIMEOUT_S)
     assert steps_of(run_dir) == [1, 2, 3]
     for record in read_metrics(run_dir / "metrics.jsonl"):
         for channel in ("format", "correctness"):
@@ -128,40 +97,9 @@ def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, ou
     steps = 4
     job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1")
     run_dir = output_root / "smoke-tiny-dara_asym-s1"
-    metrics = run_dir / "metrics.jsonl"
-
-    # requeue right after a step's metrics line: its checkpoint is complete, the next step is under way
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
-        assert slurm.job_state(job_id) in {"PENDING", "RUNNING", "CONFIGURING"}, job_log(run_dir)[-4000:]
-        assert time.monotonic() < deadline, f"no 2 steps in {JOB_TIMEOUT_S}s:\n{job_log(run_dir)[-4000:]}"
-        time.sleep(0.5)
-    before = metrics.read_text().splitlines()
-    requeue = slurm.command(["scontrol", "requeue", job_id])
-    requeued_at = time.time()
-    assert requeue.returncode == 0, requeue.stderr
-    done_before = [json.loads(line)["step"] for line in before]
-    assert done_before and done_before[-1] < steps, "the run finished before it could be requeued"
-
-    slurm.wait_state(job_id, {"PENDING"}, 120)
+    requeue = requeue_after_two_steps(slurm, job_id, run_dir, steps, JOB_TIMEOUT_S)
     assert slurm.job_field(job_id, "Reason") == "BeginTime"
-    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
-    state = wait_done(slurm, job_id, run_dir)
-    log = job_log(run_dir)
-    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
-    assert slurm.job_field(job_id, "Restarts") == "1" and "restart 1" in log
-
-    # every step exactly once; the steps done before the requeue were kept, not recomputed
-    assert steps_of(run_dir) == list(range(1, steps + 1))
-    assert metrics.read_text().splitlines()[: len(before)] == before
-    checkpoints = run_dir / "checkpoints"
-    resumed_from = done_before[-1]
-    for step in range(1, steps + 1):
-        folder = checkpoints / f"global_step_{step}"
-        assert folder.is_dir(), f"no checkpoint of step {step}"
-        written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
-        assert (written < requeued_at) == (step <= resumed_from), (step, resumed_from)
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
+    release_and_assert_resumed(slurm, job_id, run_dir, steps, requeue, JOB_TIMEOUT_S)
     assert not ray_processes_left(slurm)
 
 
@@ -214,8 +152,12 @@ def test_ray_node_stops_its_ray_and_deletes_its_temp_folder_on_sigterm(tmp_path,
         with pytest.raises(SystemExit, match=r"did not join within 5s: n2 \(10\.231\.255\.12\)"):
             wait_for_nodes(f"{own_ip}:{port}", {own_ip: "n1", "10.231.255.12": "n2"}, 5, own_ip)
     finally:
+        stopping = time.monotonic()
         node.send_signal(signal.SIGTERM)
         output = node.communicate(timeout=60)[0]
-    assert "ray stopped" in output and not temp.exists(), output[-3000:]
+    stop_s = time.monotonic() - stopping
+    assert f"{temp} removed" in output and not temp.exists(), output[-3000:]
+    # all done before Slurm's SIGKILL, KillWait after its SIGTERM (10 s in the test clusters, 30 s by default)
+    assert stop_s < 10, f"ray_node.sh took {stop_s:.1f}s to stop its Ray:\n{output[-3000:]}"
     left = subprocess.run(["pgrep", "-f", f"{temp}/session_"], capture_output=True, text=True).stdout.split()
     assert not left

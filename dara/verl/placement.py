@@ -26,6 +26,8 @@ from pathlib import Path
 
 import ray
 
+from dara.io import atomic_write_json
+
 logger = logging.getLogger(__name__)
 
 RAY_NODES_FILE = "ray_nodes.json"
@@ -57,6 +59,8 @@ def worker_groups(trainer) -> dict[str, object]:
 
 def ray_nodes() -> list[dict]:
     """Every node the Ray cluster knows (a requeued job's fresh cluster only has its own)."""
+    if not ray.is_initialized():  # ray.nodes() would start a private local Ray and report it
+        raise RuntimeError("Ray is not initialised in this process")
     head_host = ray.get_runtime_context().gcs_address.rsplit(":", 1)[0]
     return [{"node_id": node["NodeID"], "ip": node["NodeManagerAddress"], "hostname": node.get("NodeManagerHostname"),
              "alive": bool(node.get("Alive")), "is_head": node["NodeManagerAddress"] == head_host,
@@ -107,10 +111,7 @@ def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start
     except Exception as error:  # noqa: BLE001 -- a record must never fail the training run
         logger.warning("could not record the Ray placement: %s", error)
         content = {"error": f"{type(error).__name__}: {error}", "stage": stage}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(content, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, content, indent=2)
     return path
 
 

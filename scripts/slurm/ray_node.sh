@@ -27,33 +27,44 @@ done
 NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 log() { echo "[dara-ray-node] $(date -u +%H:%M:%S) ${NODE}: $*"; }
 
-descendants() {  # every process below pid $1 (children first listed after their parent)
-  local child
-  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
-    echo "$child"
-    descendants "$child"
-  done
-}
-
-ray_pids() {  # this node's Ray: the tree of `ray start`, and every process of its session folder
-  [[ -n "$RAY_PID" ]] && kill -0 "$RAY_PID" 2>/dev/null && { echo "$RAY_PID"; descendants "$RAY_PID"; }
-  pgrep -f -- "${TEMP}/session_"
+ray_pids() {  # this node's Ray: the process tree of `ray start`, and every process naming its temp folder
+  # one `ps` per call (a `ps` per descendant takes seconds on a loaded node, past Slurm's KillWait); the folder
+  # goes through the environment so that awk's own command line does not name it
+  ps -e -o pid=,ppid=,args= 2>/dev/null |
+    RAY_NODE_SESSIONS="${TEMP}/session_" awk -v root="${RAY_PID:-0}" '
+      { pid[NR] = $1; parent[$1] = $2; if (index($0, ENVIRON["RAY_NODE_SESSIONS"])) mark[$1] = 1 }
+      END {
+        for (changed = 1; changed;) {  # every descendant of root, to any depth
+          changed = 0
+          for (i = 1; i <= NR; i++) {
+            p = pid[i]
+            if (!(p in mark) && (p == root || parent[p] in mark)) { mark[p] = 1; changed = 1 }
+          }
+        }
+        for (p in mark) print p
+      }'
 }
 
 RAY_PID=""
 stop_node() {
-  local code=$? pids pid
+  local code=$? pids pid deadline
   trap - EXIT TERM INT
-  pids="$(ray_pids | sort -u)"
+  pids="$(ray_pids)"
   for pid in $pids; do kill -TERM "$pid" 2>/dev/null; done
-  for _ in $(seq 30); do  # 6 s, within Slurm's KillWait before its SIGKILL
-    pids="$(ray_pids | sort -u)"
-    [[ -z "$pids" ]] && break
+  # Ray's `--block` answers SIGTERM by draining for up to 30 s; Slurm's SIGKILL comes KillWait after its
+  # SIGTERM (30 s by default, 10 s in the tests): give Ray 4 s by the clock, then SIGKILL what is left
+  deadline=$((SECONDS + 4))
+  while [[ -n "$pids" ]] && ((SECONDS < deadline)); do
     sleep 0.2
+    pids="$(ray_pids)"
   done
   for pid in $pids; do kill -KILL "$pid" 2>/dev/null; done
-  rm -rf "$TEMP"
-  log "ray stopped${pids:+ (SIGKILL: ${pids//$'\n'/ })}, ${TEMP} removed"
+  for _ in 1 2 3 4 5; do  # a process dying as rm runs may still create a file in the folder: try again
+    rm -rf "$TEMP" 2>/dev/null
+    [[ -e "$TEMP" ]] || break
+    sleep 0.2
+  done
+  log "ray stopped${pids:+ (SIGKILL: ${pids//$'\n'/ })}, ${TEMP} $([[ -e "$TEMP" ]] && echo "NOT removed" || echo removed)"
   exit "$code"
 }
 trap stop_node EXIT

@@ -1,0 +1,123 @@
+"""What the Slurm tests do with a job of a test cluster (tests/slurm_cluster.py): start the cluster for CPU
+training jobs, wait for a job with its log in the failure, requeue it after some steps and check that the
+resumed run kept the finished steps. Shared by tests/test_slurm.py (one node) and tests/test_multinode.py (two).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dara.run_log import read_metrics
+from tests.slurm_cluster import LocalSlurm, SlurmUnavailable
+
+DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+RUNNING = {"PENDING", "RUNNING", "CONFIGURING"}
+
+
+def short_tmpdir() -> str:
+    """A TMPDIR short enough for Ray's socket paths (train.sbatch puts the Ray temp folders under it)."""
+    return tempfile.mkdtemp(prefix="drs", dir="/tmp")
+
+
+def cluster_for_jobs(cluster_class: type[LocalSlurm], folder: Path, **options) -> Iterator[LocalSlurm]:
+    """A module fixture's body: the cluster started (skip where Slurm cannot be installed), with the environment
+    its jobs inherit (sbatch --export=ALL); closed and its TMPDIR deleted afterwards."""
+    try:
+        cluster = cluster_class(folder, **options).__enter__()
+    except SlurmUnavailable as error:
+        pytest.skip(f"no Slurm on this machine: {error}")
+    home = folder / "home"
+    home.mkdir()
+    # HOME: Ray 2.60 writes under it. TMPDIR: the jobs' Ray temp folders and port locks, apart from any other
+    # test session's on this machine
+    cluster.env.update(HOME=str(home), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=short_tmpdir())
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+        shutil.rmtree(cluster.env["TMPDIR"], ignore_errors=True)
+
+
+def job_log(run_dir: Path) -> str:
+    return "\n".join(
+        path.read_text(errors="replace") for path in sorted((run_dir / "logs").glob("slurm-*.out"))
+    )
+
+
+def steps_of(run_dir: Path) -> list[int]:
+    return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def wait_done(cluster: LocalSlurm, job_id: str, run_dir: Path, timeout_s: float) -> str:
+    """The job's final state; a job still running after timeout_s is cancelled and fails the test."""
+    try:
+        return cluster.wait_state(job_id, DONE, timeout_s)
+    except TimeoutError:
+        cluster.command(["scancel", job_id])
+        pytest.fail(f"job {job_id} did not finish in {timeout_s:.0f}s; log tail:\n{job_log(run_dir)[-4000:]}")
+
+
+def assert_completed(cluster: LocalSlurm, job_id: str, run_dir: Path, timeout_s: float) -> str:
+    """Wait for the job, assert it COMPLETED, return its log."""
+    state = wait_done(cluster, job_id, run_dir, timeout_s)
+    log = job_log(run_dir)
+    assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
+    return log
+
+
+@dataclass(frozen=True)
+class Requeue:
+    lines_before: list[str]  # metrics.jsonl when the job was requeued
+    at: float  # unix time of the requeue
+    last_step: int  # the last step logged before it
+
+
+def requeue_after_two_steps(
+    cluster: LocalSlurm, job_id: str, run_dir: Path, steps: int, timeout_s: float
+) -> Requeue:
+    """`scontrol requeue` right after the second step's metrics line (its checkpoint complete, the next step
+    under way); waits until the job is PENDING again."""
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + timeout_s
+    while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
+        assert cluster.job_state(job_id) in RUNNING, job_log(run_dir)[-4000:]
+        assert time.monotonic() < deadline, f"no 2 steps in {timeout_s:.0f}s:\n{job_log(run_dir)[-4000:]}"
+        time.sleep(0.5)
+    before = metrics.read_text().splitlines()
+    result = cluster.command(["scontrol", "requeue", job_id])
+    requeued_at = time.time()
+    assert result.returncode == 0, result.stderr
+    done_before = [json.loads(line)["step"] for line in before]
+    assert done_before and done_before[-1] < steps, "the run finished before it could be requeued"
+    cluster.wait_state(job_id, {"PENDING"}, 120)
+    return Requeue(before, requeued_at, done_before[-1])
+
+
+def release_and_assert_resumed(
+    cluster: LocalSlurm, job_id: str, run_dir: Path, steps: int, requeue: Requeue, timeout_s: float
+) -> str:
+    """Release the requeued job; it must complete once more with every step exactly once, the steps logged
+    before the requeue kept and their checkpoints not rewritten. Returns the job's log."""
+    assert cluster.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
+    log = assert_completed(cluster, job_id, run_dir, timeout_s)
+    assert cluster.job_field(job_id, "Restarts") == "1" and "restart 1" in log
+    assert steps_of(run_dir) == list(range(1, steps + 1))
+    assert (run_dir / "metrics.jsonl").read_text().splitlines()[
+        : len(requeue.lines_before)
+    ] == requeue.lines_before
+    checkpoints = run_dir / "checkpoints"
+    for step in range(1, steps + 1):
+        folder = checkpoints / f"global_step_{step}"
+        assert folder.is_dir(), f"no checkpoint of step {step}"
+        written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
+        assert (written < requeue.at) == (step <= requeue.last_step), (step, requeue.last_step)
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
+    return log
