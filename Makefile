@@ -33,9 +33,10 @@ smoke: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The unit lane: everything but real training runs, Slurm clusters and jobs of a minute or more.
+# The unit lane: everything but real training runs, Slurm clusters and tests of more than a few seconds (a
+# dara.train process, a data build), spread over the machine's cores (pytest-xdist).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not slurm and not multinode"
+	$(PY) -m pytest -q -n auto -m "not slow and not slurm and not multinode"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -178,6 +178,7 @@ def test_recipes_hold_the_papers_runs_and_hyperparameters(recipe):
     assert not mismatches, "\n".join(mismatches)
 
 
+@pytest.mark.slow  # composes every run of two recipes (~7 s)
 def test_group_size_4_shares_the_main_tables_runs():
     """G=4 at 512 prompts is the main table's setting: same runs, same folders (a rerun skips them)."""
     main = {r.name: r for r in load("toolrl_main").runs((0, 1, 2))}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from omegaconf import OmegaConf
 
 import dara
@@ -77,6 +78,7 @@ def test_quiet_output_sends_everything_but_the_console_stream_to_the_log(tmp_pat
     assert log.read_text().splitlines() == ["verl says a lot", "a warning", "a Ray worker says more"]
 
 
+@pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_verbose_flag_becomes_run_verbose(tmp_path):
     out = subprocess.run([sys.executable, "-m", "dara.train", "--verbose", f"run.output_root={tmp_path}", "--cfg", "job"],
                          capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)

@@ -166,6 +166,7 @@ def test_bad_requests_give_clear_errors(bfcl_folder, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # builds all 3,301 BFCL cases (~6 s)
 @pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="bfcl-eval is not installed")
 def test_bundled_data_gives_the_papers_3301_cases(tmp_path, capsys):
     assert cli_main(["bfcl", "--out", str(tmp_path / "out")]) == 0

@@ -153,6 +153,7 @@ def plain_prompt_lengths(tokenizer, problems):
     return lengths
 
 
+@pytest.mark.slow  # needs the session's smoke build (~15 s)
 def test_deepscaler_filters_match_a_plain_loop(tmp_path, smoke_tokenizer_dir, monkeypatch):
     from transformers import AutoTokenizer
 

@@ -127,6 +127,7 @@ def test_tampered_build_is_not_complete(built, tmp_path):
     assert not folder_is_complete(copy, expect)
 
 
+@pytest.mark.slow  # a second full smoke build (~13 s)
 def test_forced_rebuild_is_byte_identical(built):
     out, _ = built
     before = file_bytes(out)

@@ -3,7 +3,7 @@
 Markers (an HTML comment on the line right before the fence, invisible when rendered):
 
     <!-- runnable -->          every command of the block runs for real here (a few seconds each) and must exit 0
-    <!-- runnable: slow -->    the same, in the slow lane (pytest -m slow): a minute or more
+    <!-- runnable: slow -->    the same, in the slow lane (pytest -m slow): ~5 s or more (a dara.train process)
     (no marker)                parse-only: the command names a real module / script / make target / file, and
 
 - `python -m dara.train|dara.preflight OVERRIDES`: the overrides compose (Hydra, in this process, as

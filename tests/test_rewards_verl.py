@@ -223,6 +223,7 @@ def _load_tokenizer(tokenizer_dir):
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
+@pytest.mark.slow  # verl's reward loop over adversarial math (~6 s)
 def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokenizer_dir, manager_module):
     tokenizer = _load_tokenizer(tokenizer_dir)
     rows = [

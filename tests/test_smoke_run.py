@@ -67,6 +67,7 @@ def test_smoke_run_trains_three_verl_steps(output_root, smoke):
     assert info["method"] == "dara_asym" and info["reward_channels"] == CHANNELS
 
 
+@pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_missing_channel_fails_before_ray_naming_it(output_root):
     proc, _ = run_train(output_root, "algorithm.reward_channels=[format,length]",
                         "trainer.total_training_steps=1", "run.name=missing-channel")

@@ -91,6 +91,7 @@ def _write_wandb_session(run_dir, env, first, last, value):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.slow  # two wandb offline runs in processes (~9 s)
 def test_a_resumed_offline_run_reads_back_through_wandbs_reader(tmp_path):
     """Two sessions of one run (the second resumes at step 3 and relogs it): wandb's reader gives every step
     once, the resumed value winning, with method and seed from the tags, exactly like the metrics.jsonl."""

@@ -90,6 +90,7 @@ def run_train(*args, tmp_path):
                           capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
 
 
+@pytest.mark.slow  # a dara.train process per case (~9 s of imports)
 @pytest.mark.parametrize("args, named", [
     (["algorithm.reward_channels=[format,lenght]"], "'lenght'"),
     (["algorithm.dara.wmax=2"], "wmax"),
@@ -105,6 +106,7 @@ def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args,
     assert not list(tmp_path.rglob("ray"))  # Ray never started
 
 
+@pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_cfg_job_prints_without_running(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "dara.train", "estimator=gdpo", f"run.output_root={tmp_path}", "--cfg", "job",
@@ -117,6 +119,7 @@ def test_cfg_job_prints_without_running(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing was started or written
 
 
+@pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_invalid_config_exits_with_message(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "dara.train", "estimator=static", f"run.output_root={tmp_path}"],

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from verl.plugin.platform import PlatformRegistry
 
@@ -85,6 +86,7 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a Ray worker importing verl (~11 s)
 def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
     env = dict(os.environ)
     env.update({
