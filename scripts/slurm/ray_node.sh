@@ -7,8 +7,8 @@
 #    --wait-timeout seconds, default 120), instead of a fixed sleep;
 #  - runs `ray start --block` with the node's own temp folder DIR;
 #  - on exit, error or SIGTERM (srun forwards the job's TERM) stops every process of this node's Ray: the
-#    process tree of `ray start`, then any process still naming DIR (a daemon that left the tree), SIGKILL
-#    after 6 s, and deletes DIR. It never stops another job's or another user's Ray (no `ray stop`).
+#    process tree of `ray start` and any process naming DIR's sessions (a daemon that left the tree), SIGKILL
+#    after 4 s by the clock (inside Slurm's KillWait), and deletes DIR. It never stops another job's or another user's Ray (no `ray stop`).
 set -uo pipefail
 
 TEMP=""
