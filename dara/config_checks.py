@@ -29,6 +29,35 @@ def register_schema() -> None:
     ConfigStore.instance().store(name=SCHEMA_NAME, node={"algorithm": {"dara": DaraAlgoConfig}})
 
 
+def composition_error_line(error: BaseException) -> str:
+    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints.
+
+    Hydra prints these over several lines (the cause on its own, OmegaConf's `full_key` / `object_type` lines,
+    the config search path); the key and the reason are all a user needs, and a list of available options
+    ("Available options in 'estimator':" then one per line) becomes one comma-separated clause."""
+
+    def clauses(exc: BaseException) -> list[str]:
+        out: list[str] = []
+        listing = False  # after a line ending in ":", Hydra lists one option per tab-indented line
+        for raw in str(exc).split("Config search path:")[0].splitlines():
+            line = raw.strip().rstrip(".")
+            if not line or line.startswith(("full_key:", "object_type=", "See https://hydra.cc")):
+                continue
+            if listing and raw.startswith("\t"):
+                out[-1] += (" " if out[-1].endswith(":") else ", ") + line
+                continue
+            listing = line.endswith(":")
+            out.append(line)
+        return out
+
+    head, *hints = clauses(error) or [type(error).__name__]
+    override = getattr(error, "override", None)  # a parse error names the text, not the override
+    if override and override not in head:
+        head = f"{override}: {head}"
+    cause = clauses(error.__cause__) if error.__cause__ is not None else []
+    return "; ".join([head + (f": {'; '.join(cause)}" if cause else ""), *hints])
+
+
 def library_estimator(name: str) -> str | None:
     if name in ESTIMATOR_NAMES:
         return name

@@ -24,9 +24,11 @@ from functools import partial
 from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
-from dara.config_checks import ConfigError, check_config, check_inputs
+from dara.config_checks import ConfigError, check_config, check_inputs, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
 from dara.run_log import METRICS_FILE, Progress, read_metrics
@@ -227,8 +229,17 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
                 ray.shutdown()
 
 
+# whether Hydra got as far as calling the task (errors before it are the overrides'), and the user's
+# HYDRA_FULL_ERROR, which main() overrides for the composition only
+_task = {"started": False, "hydra_full_error": None}
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
+    _task["started"] = True
+    os.environ.pop("HYDRA_FULL_ERROR", None)  # the run's own errors get Hydra's usual report, and workers the user's env
+    if _task["hydra_full_error"] is not None:
+        os.environ["HYDRA_FULL_ERROR"] = _task["hydra_full_error"]
     try:
         train(cfg)
     except ConfigError as error:
@@ -236,10 +247,21 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The Hydra app; `--verbose` (not a Hydra flag) becomes the override `run.verbose=true`."""
+    """The Hydra app; `--verbose` (not a Hydra flag) becomes the override `run.verbose=true`.
+
+    A bad override fails in one line naming it: HYDRA_FULL_ERROR=1 makes Hydra raise its composition error
+    (instead of printing it over several lines) for this function to shorten; one the user set keeps Hydra's
+    full report. Errors from the run itself are not touched."""
     if VERBOSE_FLAG in sys.argv[1:]:
         sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
-    _hydra_main()
+    _task.update(started=False, hydra_full_error=os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_main()
+    except (HydraException, OmegaConfBaseException) as error:
+        if _task["started"] or _task["hydra_full_error"] is not None:
+            raise
+        raise SystemExit(f"[dara] invalid override: {composition_error_line(error)}") from None
 
 
 if __name__ == "__main__":

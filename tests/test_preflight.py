@@ -176,6 +176,17 @@ def test_gpu_runs_keep_home_and_cpu_runs_move_it(tmp_path):
     assert 'move_home=cfg.trainer.device == "cpu"' in inspect.getsource(train._ray_session)
 
 
+def test_cli_names_a_bad_override_in_one_line(capsys):
+    from dara.preflight.__main__ import main
+
+    assert main(["estimator=nope", "--skip-env"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("[preflight] cannot compose the run: In 'train': Could not find 'estimator/nope'; "
+                                   "Available options in 'estimator': dara_asym, dara_sym, ")
+    assert captured.err.count("\n") == 1
+
+
 def test_cli_prints_the_report_and_exits_nonzero_on_a_problem(capsys):
     from dara.preflight.__main__ import main
 

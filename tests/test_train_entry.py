@@ -9,10 +9,12 @@ import sys
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 import dara
-from dara.config_checks import ConfigError, check_config
+from dara.config_checks import ConfigError, check_config, composition_error_line
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages, diagnose
 from dara.run_log import RunLog, read_metrics
 from dara.train import CONF_DIR
@@ -85,6 +87,25 @@ def test_algorithm_dara_shows_every_default_and_rejects_unknown_keys():
         composed("algorithm.dara.wmax=2")
 
 
+@pytest.mark.parametrize("override, line", [
+    ("algorithm.dara.wmax=2",
+     "Could not override 'algorithm.dara.wmax': Key 'wmax' not in 'DaraAlgoConfig'; "
+     "To append to your config use +algorithm.dara.wmax=2"),
+    ("algorithm.dara.w_max=big",
+     "Error merging override algorithm.dara.w_max=big: Value 'big' of type 'str' could not be converted to Float"),
+    ("estimator=nope", "In 'train': Could not find 'estimator/nope'; Available options in 'estimator': "
+     + ", ".join(sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.yaml")))),
+    ("run.seed=[", None),  # a parse error: the message names the override text
+])
+def test_composition_errors_become_one_line_naming_the_override(override, line):
+    with pytest.raises((HydraException, OmegaConfBaseException)) as caught:
+        composed(override)
+    assert "\n" in str(caught.value) + str(caught.value.__cause__ or "")  # Hydra's own report is several lines
+    message = composition_error_line(caught.value)
+    assert "\n" not in message and "full_key" not in message and "search path" not in message
+    assert message == line if line is not None else message.startswith(f"{override}: ")
+
+
 def run_train(*args, tmp_path):
     return subprocess.run([sys.executable, "-m", "dara.train", f"run.output_root={tmp_path}", *args],
                           capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
@@ -102,6 +123,10 @@ def run_train(*args, tmp_path):
 def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args, named):
     out = run_train(*args, tmp_path=tmp_path)
     assert out.returncode != 0 and named in out.stderr, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    # one line naming the problem, after nothing but the asset build's progress bars (the last case builds them)
+    assert lines[-1].startswith("[dara] invalid ") and named in lines[-1], out.stderr[-2000:]
+    assert all("%|" in line for line in lines[:-1] if line.strip()), out.stderr[-2000:]
     assert "Traceback" not in out.stderr + out.stdout
     assert not list(tmp_path.rglob("ray"))  # Ray never started
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from dara.config_checks import composition_error_line
 from dara.preflight import compose, parse_time_limit, preflight
 
 
@@ -19,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     args = top.parse_args(argv)
     try:
         cfg = compose(args.overrides)
-    except Exception as error:  # Hydra's composition errors name the bad override
-        print(f"[preflight] cannot compose the run: {type(error).__name__}: {error}", file=sys.stderr)
+    except (HydraException, OmegaConfBaseException) as error:  # they name the bad override
+        print(f"[preflight] cannot compose the run: {composition_error_line(error)}", file=sys.stderr)
         return 2
     report = preflight(cfg, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                        time_limit_minutes=parse_time_limit(args.time), skip_env=args.skip_env)
