@@ -229,17 +229,15 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
                 ray.shutdown()
 
 
-# whether Hydra got as far as calling the task (errors before it are the overrides'), and the user's
-# HYDRA_FULL_ERROR, which main() overrides for the composition only
-_task = {"started": False, "hydra_full_error": None}
+_users_hydra_full_error: str | None = None  # main() sets HYDRA_FULL_ERROR=1 for the composition only
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
-    _task["started"] = True
-    os.environ.pop("HYDRA_FULL_ERROR", None)  # the run's own errors get Hydra's usual report, and workers the user's env
-    if _task["hydra_full_error"] is not None:
-        os.environ["HYDRA_FULL_ERROR"] = _task["hydra_full_error"]
+    # composed: the run's own errors get Hydra's usual report again, and its workers the user's environment
+    os.environ.pop("HYDRA_FULL_ERROR", None)
+    if _users_hydra_full_error is not None:
+        os.environ["HYDRA_FULL_ERROR"] = _users_hydra_full_error
     try:
         train(cfg)
     except ConfigError as error:
@@ -251,15 +249,16 @@ def main() -> None:
 
     A bad override fails in one line naming it: HYDRA_FULL_ERROR=1 makes Hydra raise its composition error
     (instead of printing it over several lines) for this function to shorten; one the user set keeps Hydra's
-    full report. Errors from the run itself are not touched."""
+    full report. Errors from the run itself are not touched (the task restores the variable first)."""
+    global _users_hydra_full_error
     if VERBOSE_FLAG in sys.argv[1:]:
         sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
-    _task.update(started=False, hydra_full_error=os.environ.get("HYDRA_FULL_ERROR"))
+    _users_hydra_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         _hydra_main()
     except (HydraException, OmegaConfBaseException) as error:
-        if _task["started"] or _task["hydra_full_error"] is not None:
+        if _users_hydra_full_error is not None:
             raise
         raise SystemExit(f"[dara] invalid override: {composition_error_line(error)}") from None
 

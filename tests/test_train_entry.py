@@ -118,7 +118,7 @@ def run_train(*args, tmp_path):
     (["algorithm.dara.w_max=big"], "w_max"),
     (["estimator=nope"], "nope"),
     # past the project's checks: builds the smoke assets and imports verl for its own validate_config
-    pytest.param(["task=smoke", "data.train_batch_size=3"], "train_batch_size", marks=pytest.mark.slow),
+    (["task=smoke", "data.train_batch_size=3"], "train_batch_size"),
 ])
 def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args, named):
     out = run_train(*args, tmp_path=tmp_path)

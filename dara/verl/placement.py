@@ -111,7 +111,7 @@ def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start
     except Exception as error:  # noqa: BLE001 -- a record must never fail the training run
         logger.warning("could not record the Ray placement: %s", error)
         content = {"error": f"{type(error).__name__}: {error}", "stage": stage}
-    atomic_write_json(path, content, indent=2)
+    atomic_write_json(path, content)
     return path
 
 
