@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from dara.run_folder import METRICS_FILE  # a run folder's per-step log (dara.run_log writes it)
 
-METRICS_FILE = "metrics.jsonl"  # a run folder's per-step log (dara.run_log writes it)
+log = logging.getLogger(__name__)
 
 
 class JsonlError(ValueError):

@@ -14,7 +14,8 @@ import time
 from numbers import Number
 from pathlib import Path
 
-from dara.io import METRICS_FILE, JsonlError, atomic_write_jsonl, read_jsonl
+from dara.io import JsonlError, atomic_write_jsonl, read_jsonl
+from dara.run_folder import METRICS_FILE
 
 log = logging.getLogger(__name__)
 __all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics", "reward_means"]

@@ -31,12 +31,11 @@ from omegaconf.errors import OmegaConfBaseException
 from dara.config_checks import ConfigError, check_config, check_inputs, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
-from dara.run_log import METRICS_FILE, Progress, read_metrics
+from dara.run_folder import MAIN_LOG, METRICS_FILE, RUN_INFO, VERL_CONFIG, experiment_config
+from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-MAIN_LOG = "logs/main.log"
-VERL_CONFIG = "verl_config.yaml"
 VERBOSE_FLAG = "--verbose"
 
 
@@ -89,8 +88,10 @@ def _write_run_info(cfg: DictConfig) -> None:
             "recipe": cfg.run.get("recipe", None) or cfg.run.task,
             # the reward options, among them which math grader scored correctness
             "reward_options": OmegaConf.to_container(
-                OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {})}
-    atomic_write_json(Path(cfg.run.output_dir) / "run_info.json", info)
+                OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {}),
+            # the experiment configuration (dara.run_folder): what tells this run's variant from another's
+            "config": experiment_config(cfg)}
+    atomic_write_json(Path(cfg.run.output_dir) / RUN_INFO, info)
 
 
 @contextmanager
