@@ -9,10 +9,10 @@ GPU    ?=
 comma  := ,
 STAMP  := $(VENV)/.installed$(if $(GPU),-gpu)
 TORCH  := $(if $(GPU),torch torchvision torchaudio,torch==2.13.0)
-EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
+EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)$(comma)trl
 CONSTRAINTS := $(if $(GPU),-c constraints/gpu.txt,-c constraints/cpu.txt)
 
-.PHONY: install smoke test test-fast lint bench
+.PHONY: install smoke smoke-trl test test-fast lint bench
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ $(STAMP): pyproject.toml $(if $(GPU),constraints/gpu.txt,constraints/cpu.txt)
 
 smoke: $(STAMP)
 	$(PY) -m dara.train
+
+# The tool-calling smoke through TRL's GRPOTrainer (dara.trl, docs/trl.md): same tiny model and data, 3 steps.
+smoke-trl: $(STAMP)
+	$(PY) -m dara.trl.smoke
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -35,7 +35,8 @@ def compute_advantages(
             each default: weights (K floats), w_max, batch_norm ("token" | "response" | "none"; grpo and
             dvao define "none", gd2po "token" or "response": another value is rejected), reward_ranges (K [min, max]
             pairs; saw, sa_mrpo), tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static),
-            query_weight ("before_whiten" | "after_whiten"; gd2po).
+            query_weight ("before_whiten" | "after_whiten"; gd2po), eps (added to the std of the group
+            z-score and of response-level batch normalisation; 1e-6).
 
     Returns:
         advantages: float32 [N, T] on the mask's device, zero outside the mask.
@@ -56,7 +57,7 @@ def compute_advantages(
     if groups.num_responses != scores.shape[0]:
         raise ValueError(f"index has {groups.num_responses} group ids but scores has {scores.shape[0]} rows")
 
-    advantages = group_zscore(scores, groups)
+    advantages = group_zscore(scores, groups, eps=opts["eps"])
     active = groups.sum(advantages.abs()) > ACTIVE_EPS  # [B, K]: sum_j |A_k(i,j)| > 1e-8
     density = active.sum(dim=0).to(torch.float64) / groups.num_groups  # pi_k
     prior = opts["weights"] if opts["weights"] is not None else scores.new_ones(num_channels)
@@ -64,7 +65,7 @@ def compute_advantages(
     agg = estimator.fn(batch)
 
     lengths = response_mask.sum(dim=-1) if agg.batch_norm == "token" else None
-    values = batch_normalize(agg.values, lengths, agg.batch_norm, agg.keep)
+    values = batch_normalize(agg.values, lengths, agg.batch_norm, agg.keep, eps=opts["eps"])
     if agg.post_scale is not None:
         values = values * agg.post_scale
     token_advantages = values.to(torch.float32).unsqueeze(-1) * response_mask

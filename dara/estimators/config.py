@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
 
+from .groups import GROUP_EPS
 from .methods import ESTIMATORS
 from .normalization import BATCH_NORM_MODES
 from .weights import DEFAULT_W_MAX
@@ -38,6 +39,9 @@ class DaraAlgoConfig:
     gamma: float = 0.5
     form: str = "sym"
     query_weight: str = "before_whiten"
+    # The eps added to the std of the group z-score and of the response-level batch normalisation
+    # (METHODS.md: 1e-6; TRL's GRPOTrainer uses 1e-4, which dara.trl's equality test with TRL sets).
+    eps: float = GROUP_EPS
 
     def __post_init__(self) -> None:
         if self.weights is not None:
@@ -45,6 +49,9 @@ class DaraAlgoConfig:
             if not all(math.isfinite(w) for w in self.weights):
                 raise ValueError(f"weights must be finite, got {self.weights}")
         self.w_max, self.tau, self.gamma = float(self.w_max), float(self.tau), float(self.gamma)
+        self.eps = float(self.eps)
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"eps must be a finite number > 0 (added to a std), got {self.eps}")
         if not self.w_max >= 1:
             raise ValueError(f"w_max must be >= 1 (it caps an up-weighting), got {self.w_max}")
         if self.batch_norm is not None and self.batch_norm not in BATCH_NORM_MODES:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .groups import GROUP_EPS, Groups, constant_groups, group_mean_std, group_zscore
+from .groups import Groups, constant_groups, group_mean_std, group_zscore
 from .weights import density_weights, saturation_weights, saw_weights
 
 SIGN_EPS = 1e-8  # a per-reward advantage counts as positive/negative beyond this (GD2PO, DVAO)
@@ -77,7 +77,8 @@ def _asymmetric(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor
 @register("grpo", "sum the channels, then group z-score (no batch normalisation)", batch_norms=("none",))
 def grpo(batch: ChannelBatch) -> Aggregate:
     total = (batch.scores * batch.prior).sum(dim=1, keepdim=True)
-    values = group_zscore(total, batch.groups).squeeze(1)
+    eps = batch.options["eps"]
+    values = group_zscore(total, batch.groups, eps=eps).squeeze(1)
     # The z-score is linear in the summed reward, so it splits exactly into channel terms
     # w_k (r_k - mean_k) / (std + eps); these give the per-channel energies.
     groups = batch.groups
@@ -86,7 +87,7 @@ def grpo(batch: ChannelBatch) -> Aggregate:
     single = (groups.sizes == 1).unsqueeze(-1)
     mean = torch.where(single, torch.zeros_like(mean), mean)
     total_std = torch.where(single, torch.ones_like(total_std), total_std)
-    terms = batch.prior * (batch.scores - groups.gather(mean)) / (groups.gather(total_std) + GROUP_EPS)
+    terms = batch.prior * (batch.scores - groups.gather(mean)) / (groups.gather(total_std) + eps)
     terms = terms.masked_fill(groups.gather(constant_groups(total, groups)), 0.0)
     return Aggregate(values, terms, batch.prior.clone(), "none")
 

@@ -4,7 +4,7 @@
   unbiased variance over tokens, (x - mean) * rsqrt(var + 1e-8)). S is constant within a response,
   so the token statistics are length-weighted response statistics: only the response lengths are
   needed, never a pass over [N, T].
-- `response`: (S - mean(S)) / (std(S) + 1e-6) over responses, std unbiased.
+- `response`: (S - mean(S)) / (std(S) + eps) over responses, std unbiased, eps 1e-6 (option `eps`).
 - `none`: S unchanged.
 
 `keep` restricts the statistics to some responses (GD2PO whitens over kept responses only);
@@ -38,8 +38,9 @@ def token_whiten(values: torch.Tensor, lengths: torch.Tensor, keep: torch.Tensor
     return out if keep is None else out * keep
 
 
-def response_standardize(values: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """(S - mean) / (std + 1e-6) over responses (unbiased std; a single response maps to 0)."""
+def response_standardize(values: torch.Tensor, keep: torch.Tensor | None = None,
+                         eps: float = RESPONSE_EPS) -> torch.Tensor:
+    """(S - mean) / (std + eps) over responses (unbiased std; a single response maps to 0)."""
     weights = torch.ones_like(values) if keep is None else keep.to(values.dtype)
     count = weights.sum()
     if count < 2:
@@ -47,18 +48,19 @@ def response_standardize(values: torch.Tensor, keep: torch.Tensor | None = None)
     mean = (weights * values).sum() / count
     centred = values - mean
     std = ((weights * centred * centred).sum() / (count - 1)).sqrt()
-    out = centred / (std + RESPONSE_EPS)
+    out = centred / (std + eps)
     return out if keep is None else out * weights
 
 
 def batch_normalize(
-    values: torch.Tensor, lengths: torch.Tensor, mode: str, keep: torch.Tensor | None = None
+    values: torch.Tensor, lengths: torch.Tensor, mode: str, keep: torch.Tensor | None = None,
+    eps: float = RESPONSE_EPS,
 ) -> torch.Tensor:
     """Apply one of BATCH_NORM_MODES to the per-response values [N]."""
     if mode == "token":
         return token_whiten(values, lengths, keep)
     if mode == "response":
-        return response_standardize(values, keep)
+        return response_standardize(values, keep, eps)
     if mode == "none":
         return values if keep is None else values * keep
     raise ValueError(f"unknown batch_norm {mode!r}; expected one of {BATCH_NORM_MODES}")

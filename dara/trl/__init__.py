@@ -1,0 +1,23 @@
+"""DARA and every estimator of `dara.estimators` as a drop-in for Hugging Face TRL's `GRPOTrainer`.
+
+    from dara.trl import DaraGRPOConfig, DaraGRPOTrainer
+    args = DaraGRPOConfig(output_dir="out", estimator="dara_asym", num_generations=8)
+    trainer = DaraGRPOTrainer(model=..., reward_funcs=[format_reward, correctness_reward], args=args,
+                              train_dataset=...)
+
+The reward functions are the channels (named as TRL names them). Usage, coverage and how this maps to
+the verl binding: docs/trl.md. Nothing on this path imports verl or Ray.
+"""
+
+try:
+    import trl  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the install
+    raise ImportError("dara.trl needs TRL: pip install -e '.[trl]' (trl>=1.16,<1.17)") from error
+
+from .advantages import completion_advantages, fill_missing_scores
+from .config import DaraGRPOConfig
+from .progress import StepLineCallback
+from .trainer import SUPPORTED_TRL, DaraGRPOTrainer, TrlSeamError, check_trl_batch
+
+__all__ = ["DaraGRPOConfig", "DaraGRPOTrainer", "StepLineCallback", "SUPPORTED_TRL", "TrlSeamError",
+           "check_trl_batch", "completion_advantages", "fill_missing_scores"]
