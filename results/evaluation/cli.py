@@ -106,8 +106,7 @@ def aggregate(args, cases: list[dict]) -> int:
         summary = {"benchmarks": table.to_dict("records"),
                    "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored)),
                    "olympiad_bench_copy": math_eval.olympiad_copy(table),
-                   "grading": "Acc = strict (verl's Hendrycks grader) or numeric-equivalence fallback; "
-                              "acc_strict = Hendrycks only; Exceed/Joint on generated ids with EOS"}
+                   "grading": math_eval.GRADING}
         text = math_eval.render_math_table(table)
     elif args.bench == "toolrl":
         summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
