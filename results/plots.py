@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 
 from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
+from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
 METHOD_COLOURS = {
@@ -46,6 +47,7 @@ _CHANNEL_PATTERNS = {
 
 
 def _colour(method: str, index: int) -> str:
+    """A method's colour; a variant (``dara_asym w_max=2``) gets the next free cycle colour, not its method's."""
     return METHOD_COLOURS.get(str(method), f"C{index % 10}")
 
 
@@ -109,6 +111,7 @@ def plot_curves(
     ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only)."""
     lines = parse_threshold_lines(thresholds, metrics)
     require_columns(frame, ["method", "step", *metrics, *group_by], "plot curves")
+    check_one_configuration(frame, [*group_by, "method"], "plot curves")
     items = _group_items(frame, group_by)
     fig, axes = _panels(items, len(metrics))
     for row, (label, part) in enumerate(items):
@@ -160,6 +163,7 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
         raise ValueError("plot channels: no dara/density/<c>, dara/weight/<c> (or dara/pi_<c>, dara/w_<c>) columns")
     logged = [c for kind in columns.values() for c in kind.values()]
     frame = frame.dropna(subset=logged, how="all")
+    check_one_configuration(frame, [*group_by, "method"], "plot channels")
     items = [
         (f"{label} {method}".strip(), runs)
         for label, part in _group_items(frame, group_by)

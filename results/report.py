@@ -33,7 +33,8 @@ from omegaconf import OmegaConf  # noqa: E402
 import dara  # noqa: E402
 from dara.io import atomic_path, atomic_write_text  # noqa: E402
 from results import plots, tables, thresholds  # noqa: E402
-from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder  # noqa: E402
+from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config  # noqa: E402
+from results.variants import name_variants  # noqa: E402
 
 log = logging.getLogger(__name__)
 DEFAULT_REFERENCE = dara.PROJECT_ROOT.parent / "shared" / "reference" / "dara_authors"
@@ -89,13 +90,14 @@ def _csv_kind(frame: pd.DataFrame) -> str:
 def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
     """{'runs': [frames], 'per_run': [(path, frame)], 'curves': [(path, frame)]} from folders and files."""
     found: dict[str, list] = {"runs": [], "per_run": [], "curves": [], "skipped": []}
+    runs: list[tuple[pd.DataFrame, dict | None]] = []
     for path in map(Path, inputs):
         if not path.exists():
             raise RunLogError(f"{path}: no such file or folder")
         csvs = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
         for run_dir in find_run_folders(path) if path.is_dir() else []:
             try:
-                found["runs"].append(load_run_folder(run_dir, source))
+                runs.append((load_run_folder(run_dir, source), run_config(run_dir)))
             except RunLogError as error:  # e.g. a run that failed before its first step: left out, named
                 log.warning("left out of the report: %s", error)
                 found["skipped"].append(str(error))
@@ -108,6 +110,7 @@ def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
             kind = _csv_kind(frame)
             if kind != "summary":
                 found[kind].append((csv, frame))
+    found["runs"] = name_variants(runs)  # variants of a method apart (results.variants)
     if not (found["runs"] or found["per_run"] or found["curves"]):
         raise RunLogError(f"nothing to report in {[str(p) for p in inputs]}: no run folders, per-run or curve CSVs")
     return found

@@ -3,7 +3,9 @@
 EXPERIMENTS.md, "Across seeds: score each checkpoint, then report mean and sample
 sd (ddof=1)". The output frame mirrors the authors' method-results files: the
 group columns, ``n``, ``seeds`` (sorted, comma-joined), then ``<metric>_mean`` and
-``<metric>_sd`` per metric. A group of one run has an empty sd (undefined).
+``<metric>_sd`` per metric. A group of one run has an empty sd (undefined). Variants of a method (runs
+that differ in more than the seed, results.variants) are rows of their own; a grouping that would pool
+runs of several configurations is refused.
 
 Method names of the authors' files: their ``dara`` is DARA-Sym (their tool-calling code of that time
 scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's ``dara``
@@ -22,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from results.loaders import RunLogError, format_seeds, load_runs, require_columns
+from results.variants import check_one_configuration
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONDITION = re.compile(r"^\s*(?P<col>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.+?)\s*$")
@@ -79,6 +82,7 @@ def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> 
 def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
     """Mean and sample sd (ddof=1) of each metric over the rows (runs) of each group."""
     require_columns(frame, [*group_by, *metrics], "table")
+    check_one_configuration(frame, group_by, "table")
     rows = []
     for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
