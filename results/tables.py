@@ -8,8 +8,10 @@ that differ in more than the seed, results.variants) are rows of their own; a gr
 runs of several configurations is refused.
 
 Method names of the authors' files: their ``dara`` is DARA-Sym (their tool-calling code of that time
-scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's ``dara``
-row is set beside our ``dara_sym`` when ours has no ``dara`` (EXPERIMENTS.md, "Method labels").
+scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's rows are
+set beside ours under our names (``dara`` beside ``dara_sym``, ``gd2po_hard`` beside ``gd2po_hard_after``,
+``gdpo_saw`` beside ``saw``) unless our table is itself in the authors' naming (EXPERIMENTS.md, "Method
+labels").
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ _CONDITION = re.compile(r"^\s*(?P<col>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?
 # The authors' method names that are not ours: what each one is, and our name for it.
 AUTHORS_METHODS = {"dara": ("DARA-Sym", "dara_sym")}
 AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that time scaled both signs."
+# Every name of the authors' files -> ours for the same method (SOURCE.md: their `gd2po_hard` is GD2PO-Hard as
+# the paper ran it, our `gd2po_hard_after`; their `gdpo_saw` is GDPO with SAW weights, our `saw`).
+AUTHORS_TO_OURS = {"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after", "gdpo_saw": "saw"}
+# Names only the authors' files use: a table holding one of them is in the authors' naming.
+AUTHORS_ONLY = frozenset({"dara", "gdpo_saw", "rvpo"})
 # "val_format@100" names a curve metric read at one step and attached to per-run rows.
 _AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")
 
@@ -133,19 +140,24 @@ def method_label(method) -> str:
     return f"{method} ({AUTHORS_METHODS[method][0]})" if method in AUTHORS_METHODS else str(method)
 
 
+def in_authors_naming(methods) -> bool:
+    """Whether a table's methods are named as in the authors' files (it holds a name only they use)."""
+    return bool(set(map(str, methods)) & AUTHORS_ONLY)
+
+
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
-    """Add ``paper_<metric>_mean``/``_sd`` beside ours, matched on the group columns present in the paper.
-    The authors' ``dara`` (DARA-Sym) matches our ``dara_sym`` unless our table itself has ``dara`` rows."""
-    if "method" in paper.columns and "method" in summary.columns:
-        ours = set(summary["method"])
-        renames = {theirs: mine for theirs, (_, mine) in AUTHORS_METHODS.items() if theirs not in ours}
-        paper = paper.assign(method=paper["method"].replace(renames))
+    """Add ``paper_<metric>_mean``/``_sd`` (and the paper's ``n`` as ``paper_n``) beside ours, matched on the
+    group columns present in the paper. Unless our table is itself in the authors' naming, their methods
+    are matched under our names (AUTHORS_TO_OURS: their ``dara``, DARA-Sym, beside our ``dara_sym``)."""
+    if "method" in paper.columns and "method" in summary.columns and not in_authors_naming(summary["method"]):
+        paper = paper.assign(method=paper["method"].replace(AUTHORS_TO_OURS))
     keys = [c for c in group_by if c in paper.columns]
     if not keys:
         raise RunLogError(f"paper table shares none of the group columns {list(group_by)}")
     cols = [c for m in metrics for c in (f"{m}_mean", f"{m}_sd") if c in paper.columns]
     if not cols:
         raise RunLogError(f"paper table has none of the metrics {list(metrics)} (as <metric>_mean columns)")
+    cols += ["n"] if "n" in paper.columns and "n" not in keys else []
     theirs = paper[[*keys, *cols]].rename(columns={c: f"paper_{c}" for c in cols})
     return summary.merge(theirs, on=keys, how="left")
 
