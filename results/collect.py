@@ -58,7 +58,8 @@ def collect(folders: Sequence[str | Path]) -> pd.DataFrame:
         run = summary.get("run") or {}
         if "method" not in run:
             raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
-        row = {"evaluation": str(path.parent), "bench": summary.get("bench"), **run,
+        identity = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
+        row = {"evaluation": str(path.parent), "bench": summary.get("bench"), **identity,
                "missing_cases": summary.get("missing_cases", 0)}
         row.update(flatten_summary(summary))
         rows.append(row)

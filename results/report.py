@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REFERENCE = dara.PROJECT_ROOT.parent / "shared" / "reference" / "dara_authors"
 NOT_IN_PAPER = "not in the paper"
 # The authors' names for our models and methods (their files: `dara` is DARA-Sym, see SOURCE.md).
-MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
+MODEL_SIZES = tables.AUTHORS_MODEL_SIZES
 # Our method names -> the authors' for the same method (tables.AUTHORS_TO_OURS read backwards): used to find
 # their values; every table shows the method names as `results table` does.
 OURS_TO_AUTHORS = {ours: theirs for theirs, ours in tables.AUTHORS_TO_OURS.items()}

@@ -36,6 +36,8 @@ AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that
 # Every name of the authors' files -> ours for the same method (SOURCE.md: their `gd2po_hard` is GD2PO-Hard as
 # the paper ran it, our `gd2po_hard_after`; their `gdpo_saw` is GDPO with SAW weights, our `saw`).
 AUTHORS_TO_OURS = {"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after", "gdpo_saw": "saw"}
+# Our model names -> the authors' model_size column.
+AUTHORS_MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
 # Names only the authors' files use: a table holding one of them is in the authors' naming.
 AUTHORS_ONLY = frozenset({"dara", "gdpo_saw", "rvpo"})
 # "val_format@100" names a curve metric read at one step and attached to per-run rows.

@@ -143,7 +143,7 @@ def run_identity(args) -> dict:
         if not path.exists():
             raise SystemExit(f"--run-dir {args.run_dir}: no run_info.json there")
         info = json.loads(path.read_text())
-    for key in ("method", "seed", "step"):
+    for key in ("method", "seed", "step", "model"):
         if getattr(args, f"run_{key}") is not None:
             info[key] = getattr(args, f"run_{key}")
     return info
@@ -187,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-method", help="method label, when there is no run folder (e.g. base)")
     parser.add_argument("--run-seed", type=int)
     parser.add_argument("--run-step", type=int, help="checkpoint step evaluated")
+    parser.add_argument("--run-model", help="model name, when there is no run folder (e.g. qwen2.5-1.5b-instruct)")
     parser.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
     return parser
 
