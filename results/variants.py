@@ -39,6 +39,10 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and "/" in value
+
+
 def short_names(keys: Sequence[str]) -> dict[str, str]:
     """Each dotted key by its shortest trailing part that no other key of ``keys`` shares."""
     names = {}
@@ -54,12 +58,13 @@ def short_names(keys: Sequence[str]) -> dict[str, str]:
 
 def variant_labels(method: str, configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """One label per configuration (all of one method): the method, then ``key=value`` for the keys where
-    the configurations differ (the first MAX_LABEL_KEYS of them, then how many more)."""
+    the configurations differ (the first MAX_LABEL_KEYS of them, path-valued keys last, then how many more)."""
     keys: set[str] = set()
     for i, config in enumerate(configs):
         for other in configs[i + 1:]:
             keys.update(config_differences(config, other))
-    ordered = sorted(keys)
+    # keys holding paths (assets of another output root or checkout) last: the settings a user changed first
+    ordered = sorted(keys, key=lambda k: (any(_is_path(c.get(k)) for c in configs), k))
     names = short_names(ordered)
     labels = []
     for config in configs:
