@@ -31,9 +31,10 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
-from data_prep.math_answers import normalise_answer
 from tasks import math as task
 from tasks.math import prompt_messages
+from tasks.math_answers import RULE as ANSWER_RULE
+from tasks.math_answers import reference_answer
 
 DATA_SOURCE = task.DATA_SOURCE
 HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
@@ -122,7 +123,7 @@ def build(
             filters.drop("no_problem", "problem missing or empty")
             continue
         try:
-            answer = normalise_answer(record.get("answer"))
+            answer = reference_answer(record.get("answer"))
         except ValueError:
             filters.drop("no_answer", "answer missing, empty or not a usable math answer")
             continue
@@ -163,6 +164,7 @@ def build(
                 "val_seed": VAL_SEED if val_rows else None,
                 "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
                            "length_limit": task.LENGTH_LIMIT},
+                "answer_rule": ANSWER_RULE,
                 "filters": filters.as_list(),
                 "tokenizer": {
                     "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),

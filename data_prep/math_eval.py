@@ -4,8 +4,9 @@ AIME 2024 (30), AMC 2022/23 (83), MATH-500 (500), Minerva (272), OlympiadBench O
 DeepScaleR's copy, 674 on the hub): 1,560 rows from the local copy. ``data_source`` names the benchmark:
 aime24, amc23, math500, minerva, olympiad_bench. Prompt: the training prompt (tasks.math: problem.strip() +
 "\\n\\nPlease reason step by step, and put your final answer within \\boxed{}."). Ground truth: the first accepted answer as a
-string the math reward accepts (data_prep.math_answers); every accepted alternative is in
-``extra_info["answer_alternatives"]`` (Minerva lists several for 75 problems).
+string, by the one rule data prep, reward and evaluation share (tasks.math_answers, the authors'
+``unwrap_math``: OlympiadBench's multi-answer "$69$,$84$" keeps its delimiters); every listed form is in
+``extra_info["answer_alternatives"]`` (Minerva lists several for 75 problems). The data card names the rule.
 
 Sources: ``--source DIR`` with DeepScaleR's test files (aime.json, amc.json, math.json, minerva.json,
 olympiad_bench.json; the shared copy is that content), or the hub datasets listed in BENCHMARKS (default).
@@ -27,8 +28,9 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
-from data_prep.math_answers import answer_alternatives
 from tasks.math import prompt_messages
+from tasks.math_answers import RULE as ANSWER_RULE
+from tasks.math_answers import answer_alternatives
 
 # data_source -> local file name, hub (dataset id, config, split), accepted row counts
 BENCHMARKS = {
@@ -141,6 +143,7 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
                 "inputs_sha256": inputs,
                 "splits": {"test": len(rows)},
                 "rows_per_benchmark": counts,
+                "answer_rule": ANSWER_RULE,
                 "unexpected_row_counts": unexpected,
                 "filters": filters.as_list(),
                 "tokenizer": None,

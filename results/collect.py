@@ -3,7 +3,8 @@
 One row per evaluation folder: the run's identity (run_name, method, seed, task, model, step) and its
 scores, named like the authors' per-run file so that ``python -m results table ... --paper`` lines up:
 - BFCL: ``live_accuracy``, ``non_live_accuracy``, ``multi_turn_accuracy``, ``average_accuracy`` and the
-  same with ``_format`` (percent);
+  same with ``_format`` (percent), the length diagnostics likewise (``average_length``,
+  ``average_length_le_16``, percent; ``average_think_words``, words) and ``over_window_cases``;
 - math: ``<benchmark>_acc``, ``_exceed``, ``_joint`` per benchmark and ``macro_*`` (percent);
 - ToolRL held-out: ``format``, ``correctness``, ``exact``.
 """
@@ -26,13 +27,14 @@ def flatten_summary(summary: dict) -> dict:
     bench = summary.get("bench")
     row: dict = {}
     if bench == "bfcl":
-        for kind in ("accuracy", "format"):
+        for kind in summary.get("kinds", ("accuracy", "format")):
             groups = summary.get(f"groups_{kind}")
             if groups:
                 for group, value in groups.items():
                     row[f"{group}_{kind}"] = value
             for category, values in summary.get("categories", {}).items():
                 row[f"{category}_{kind}"] = values[kind]
+        row["over_window_cases"] = summary.get("over_window_cases", 0)
     elif bench == "math":
         for bench_row in summary["benchmarks"]:
             for metric in ("acc", "exceed", "joint"):
@@ -56,7 +58,8 @@ def collect(folders: Sequence[str | Path]) -> pd.DataFrame:
         run = summary.get("run") or {}
         if "method" not in run:
             raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
-        row = {"evaluation": str(path.parent), "bench": summary.get("bench"), **run,
+        identity = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
+        row = {"evaluation": str(path.parent), "bench": summary.get("bench"), **identity,
                "missing_cases": summary.get("missing_cases", 0)}
         row.update(flatten_summary(summary))
         rows.append(row)

@@ -15,6 +15,9 @@ Accepted inputs (see docs/results.md):
   when present, otherwise ``method``/``seed`` must be fields of the rows);
 - a CSV: long-format curves (``method``, ``seed``, ``step`` columns, e.g. the
   authors' training_dynamics.csv) or a per-run / per-method table.
+
+Runs whose run_info.json records a configuration are keyed by it (results.variants): a variant of a method
+gets its own ``method`` label (``dara_asym w_max=2``) and ``config_id``.
 """
 
 from __future__ import annotations
@@ -151,30 +154,42 @@ def load_csv(path: Path) -> pd.DataFrame:
     return frame
 
 
+def run_config(run_dir: Path) -> dict | None:
+    """The experiment configuration a run folder's run_info.json records (None for older run folders)."""
+    path = Path(run_dir) / RUN_INFO_FILE
+    if not path.exists():
+        return None
+    config = json.loads(path.read_text()).get("config")
+    return config if isinstance(config, dict) else None
+
+
 def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") -> pd.DataFrame:
     """Load run folders, JSONL files, .wandb files and CSVs into one long frame (rows concatenated).
-    ``source`` picks a run folder's metrics.jsonl or its wandb files (see `load_run_folder`)."""
+    ``source`` picks a run folder's metrics.jsonl or its wandb files (see `load_run_folder`). Runs of one
+    method that differ in more than the seed are told apart (results.variants)."""
+    from results.variants import name_variants
+
     if isinstance(paths, str | Path):
         paths = [paths]
-    frames: list[pd.DataFrame] = []
+    runs: list[tuple[pd.DataFrame, dict | None]] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             folders = find_run_folders(path)
             if not folders:
                 raise RunLogError(f"{path}: no {METRICS_FILE} or wandb run at or below this folder")
-            frames.extend(load_run_folder(p, source) for p in folders)
+            runs.extend((load_run_folder(p, source), run_config(p)) for p in folders)
         elif path.suffix == ".wandb":
-            frames.append(load_wandb_run(path.parents[2], [path]))
+            runs.append((load_wandb_run(path.parents[2], [path]), run_config(path.parents[2])))
         elif path.suffix == ".jsonl":
-            frames.append(load_jsonl_run(path))
+            runs.append((load_jsonl_run(path), run_config(path.parent)))
         elif path.suffix == ".csv":
-            frames.append(load_csv(path))
+            runs.append((load_csv(path), None))
         elif not path.exists():
             raise RunLogError(f"{path}: no such file or folder")
         else:
             raise RunLogError(f"{path}: expected a run folder, a .jsonl, a .wandb or a .csv file")
-    return pd.concat(frames, ignore_index=True, sort=False)
+    return pd.concat(name_variants(runs), ignore_index=True, sort=False)
 
 
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:

@@ -1,6 +1,7 @@
 """Figures: training curves with seed bands, DARA density/weight per channel, checkpoint curves.
 
-Every figure is written as PNG and PDF (matplotlib, Agg backend: no display needed).
+Every figure is written as PNG and PDF (matplotlib, Agg backend: no display needed). Methods are named as
+in `results table` (the authors' ``dara`` as ``dara (DARA-Sym)``).
 - ``curves``: per method, the median over seeds (line) and the min-max range (band) of each metric.
 - ``channels``: per reward channel, the active-group density pi_k and the weight w_k over steps
   (our keys ``dara/density/<c>``, ``dara/weight/<c>``; the authors' ``dara/pi_<c>``, ``dara/w_<c>``).
@@ -21,6 +22,8 @@ import pandas as pd  # noqa: E402
 
 from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
+from results.tables import method_label  # noqa: E402
+from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
 METHOD_COLOURS = {
@@ -46,6 +49,7 @@ _CHANNEL_PATTERNS = {
 
 
 def _colour(method: str, index: int) -> str:
+    """A method's colour; a variant (``dara_asym w_max=2``) gets the next free cycle colour, not its method's."""
     return METHOD_COLOURS.get(str(method), f"C{index % 10}")
 
 
@@ -109,13 +113,14 @@ def plot_curves(
     ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only)."""
     lines = parse_threshold_lines(thresholds, metrics)
     require_columns(frame, ["method", "step", *metrics, *group_by], "plot curves")
+    check_one_configuration(frame, [*group_by, "method"], "plot curves")
     items = _group_items(frame, group_by)
     fig, axes = _panels(items, len(metrics))
     for row, (label, part) in enumerate(items):
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                draw_seed_band(ax, runs, metric, _colour(method, i), str(method))
+                draw_seed_band(ax, runs, metric, _colour(method, i), method_label(method))
             for level in lines.get(metric, []):
                 ax.axhline(level, color="black", ls=":", lw=0.8)
             label_panel(ax, label, metric)
@@ -160,8 +165,9 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
         raise ValueError("plot channels: no dara/density/<c>, dara/weight/<c> (or dara/pi_<c>, dara/w_<c>) columns")
     logged = [c for kind in columns.values() for c in kind.values()]
     frame = frame.dropna(subset=logged, how="all")
+    check_one_configuration(frame, [*group_by, "method"], "plot channels")
     items = [
-        (f"{label} {method}".strip(), runs)
+        (f"{label} {method_label(method)}".strip(), runs)
         for label, part in _group_items(frame, group_by)
         for method, runs in part.groupby("method", sort=False)
     ]
@@ -199,7 +205,7 @@ def plot_checkpoints(
                 mean = rows[f"{metric}_mean"].astype(float)
                 sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
                 colour = _colour(method, i)
-                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=str(method))
+                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=method_label(method))
                 ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
             label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)

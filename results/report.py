@@ -2,11 +2,15 @@
 
 Per recipe (the runs' `recipe` field, else their task) the page holds:
 - the final table rebuilt from the runs (mean ± sd over seeds), the authors' value beside each cell where
-  their published files hold it (../shared/reference/dara_authors/), "not in the paper" where not;
+  their published files hold it (`--reference`, default ../shared/reference/dara_authors/; a missing folder
+  is an error), with the number of seeds behind it (n=5), "not in the paper" where not;
 - the threshold-step table (first step the seed-median curve reaches the threshold), the authors' steps
   beside for the tool-calling task, and the curves with the crossing marked;
 - the DARA density and weight curves per channel, and seed bands (median line, min-max band) everywhere;
-- a provenance footer: commit, inputs with sha256, configs, data cards, grader.
+- a provenance footer: commit, inputs with sha256, configs, data cards, grader, a link to the reference's
+  SOURCE.md and its source, commit and method-name notes quoted whole.
+Every table and legend names methods as `results table` does: ours as they are, the authors' `dara` as
+`dara (DARA-Sym)`; variants of a method apart (results.variants).
 
 Inputs: run folders (metrics.jsonl or wandb files, `results.loaders`), per-run CSVs (one row per run, e.g.
 the authors' final_per_run.csv or `python -m results collect` output) and long-format curve CSVs (e.g. the
@@ -19,6 +23,7 @@ import hashlib
 import html
 import logging
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +38,17 @@ from omegaconf import OmegaConf  # noqa: E402
 import dara  # noqa: E402
 from dara.io import atomic_path, atomic_write_text  # noqa: E402
 from results import plots, tables, thresholds  # noqa: E402
-from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder  # noqa: E402
+from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config  # noqa: E402
+from results.variants import name_variants  # noqa: E402
 
 log = logging.getLogger(__name__)
 DEFAULT_REFERENCE = dara.PROJECT_ROOT.parent / "shared" / "reference" / "dara_authors"
 NOT_IN_PAPER = "not in the paper"
 # The authors' names for our models and methods (their files: `dara` is DARA-Sym, see SOURCE.md).
-MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
-AUTHOR_METHODS = {"dara_sym": "dara", "gd2po_hard_after": "gd2po_hard", "saw": "gdpo_saw"}
+MODEL_SIZES = tables.AUTHORS_MODEL_SIZES
+# Our method names -> the authors' for the same method (tables.AUTHORS_TO_OURS read backwards): used to find
+# their values; every table shows the method names as `results table` does.
+OURS_TO_AUTHORS = {ours: theirs for theirs, ours in tables.AUTHORS_TO_OURS.items()}
 # Our training-curve metrics and the authors' columns for the same quantity (tool calling).
 AUTHOR_CURVES = {"reward/format/mean": "train_format", "reward/correctness/mean": "train_correctness"}
 AUTHOR_CURVE_FILE = "reference/training_dynamics.csv"
@@ -69,6 +77,9 @@ PAPER_TABLES = (
 )
 
 
+LENGTH_COLUMNS = re.compile(r"average_(length|length_le_\d+|think_words)")
+
+
 @dataclass
 class Section:
     title: str
@@ -89,13 +100,14 @@ def _csv_kind(frame: pd.DataFrame) -> str:
 def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
     """{'runs': [frames], 'per_run': [(path, frame)], 'curves': [(path, frame)]} from folders and files."""
     found: dict[str, list] = {"runs": [], "per_run": [], "curves": [], "skipped": []}
+    runs: list[tuple[pd.DataFrame, dict | None]] = []
     for path in map(Path, inputs):
         if not path.exists():
             raise RunLogError(f"{path}: no such file or folder")
         csvs = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
         for run_dir in find_run_folders(path) if path.is_dir() else []:
             try:
-                found["runs"].append(load_run_folder(run_dir, source))
+                runs.append((load_run_folder(run_dir, source), run_config(run_dir)))
             except RunLogError as error:  # e.g. a run that failed before its first step: left out, named
                 log.warning("left out of the report: %s", error)
                 found["skipped"].append(str(error))
@@ -108,6 +120,7 @@ def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
             kind = _csv_kind(frame)
             if kind != "summary":
                 found[kind].append((csv, frame))
+    found["runs"] = name_variants(runs)  # variants of a method apart (results.variants)
     if not (found["runs"] or found["per_run"] or found["curves"]):
         raise RunLogError(f"nothing to report in {[str(p) for p in inputs]}: no run folders, per-run or curve CSVs")
     return found
@@ -125,35 +138,50 @@ def _testbed_names(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add model_size (from our model names) and the authors' method names, so our rows meet theirs."""
+    """A copy with model_size (from our model names) and the authors' method names, to look their values up."""
+    frame = _with_model_size(frame)
+    if "method" in frame.columns:
+        frame["method"] = frame["method"].map(lambda m: OURS_TO_AUTHORS.get(m, m))
+    return frame
+
+
+def _with_model_size(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy with model_size from our model names (where the frame has none)."""
     frame = frame.copy()
     if "model_size" not in frame.columns and "model" in frame.columns:
         frame["model_size"] = frame["model"].map(MODEL_SIZES)
-    if "method" in frame.columns:
-        frame["method"] = frame["method"].map(lambda m: AUTHOR_METHODS.get(m, m))
     return frame
 
 
 # ----------------------------------------------------------------------------- html pieces
-def _cell(mean, sd, digits: int = 2) -> str:
+def _cell(mean, sd, digits: int = 2, n=None) -> str:
     if mean is None or pd.isna(mean):
         return f'<span class="na">{NOT_IN_PAPER}</span>'
     text = f"{float(mean):.{digits}f}"
-    return text + (f" ± {float(sd):.{digits}f}" if sd is not None and not pd.isna(sd) else "")
+    text += f" ± {float(sd):.{digits}f}" if sd is not None and not pd.isna(sd) else ""
+    return text + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
+
+
+def _text_cell(column: str, value) -> str:
+    """A table cell's text: methods as `results table` names them (the authors' dara labelled DARA-Sym)."""
+    return tables.method_label(value) if column == "method" else str(value)
 
 
 def summary_html(summary: pd.DataFrame, group_by, metrics, paper: bool, caption: str) -> str:
-    """mean ± sd per metric, the authors' value in the next column when `paper`."""
+    """mean ± sd per metric, the authors' value (with their n, the seeds behind it) in the next column when
+    `paper`."""
     head = [*group_by, "n", "seeds"]
     for m in metrics:
         head += [m, f"{m} (paper)"] if paper else [m]
     rows = []
     for _, row in summary.iterrows():
-        cells = [html.escape(str(row[c])) for c in group_by] + [str(row["n"]), html.escape(str(row["seeds"]))]
+        cells = [html.escape(_text_cell(c, row[c])) for c in group_by]
+        cells += [str(row["n"]), html.escape(str(row["seeds"]))]
         for m in metrics:
             cells.append(_cell(row[f"{m}_mean"], row[f"{m}_sd"]).replace(NOT_IN_PAPER, "–"))
             if paper:
-                cells.append(("paper", _cell(row.get(f"paper_{m}_mean"), row.get(f"paper_{m}_sd"))))
+                cells.append(("paper", _cell(row.get(f"paper_{m}_mean"), row.get(f"paper_{m}_sd"),
+                                             n=row.get("paper_n"))))
         rows.append("<tr>" + "".join(f'<td class="paper">{c[1]}</td>' if isinstance(c, tuple) else f"<td>{c}</td>"
                                      for c in cells) + "</tr>")
     header = "".join(f'<th class="paper" title="{html.escape(h)}">paper</th>' if h.endswith(" (paper)")
@@ -167,8 +195,8 @@ def plain_html(frame: pd.DataFrame, caption: str, css: str = "steps") -> str:
     body = []
     for _, row in frame.iterrows():
         cells = []
-        for value in row:
-            text = "never" if value is None or pd.isna(value) else str(value)
+        for column, value in row.items():
+            text = "never" if value is None or pd.isna(value) else _text_cell(column, value)
             cells.append(f'<td class="na">{text}</td>' if text in (NOT_IN_PAPER, "never") else f"<td>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (f'<div class="scroll"><table class="{css}"><caption>{html.escape(caption)}</caption><thead><tr>{header}'
@@ -193,7 +221,7 @@ def curves_figure(frame: pd.DataFrame, metrics: list[str], group_by: list[str], 
             reached: list[str] = []
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
                 colour = plots._colour(method, i)
-                plots.draw_seed_band(ax, runs, metric, colour, str(method))
+                plots.draw_seed_band(ax, runs, metric, colour, tables.method_label(method))
                 if metric == threshold_metric and crossings is not None:
                     step = _crossing(crossings, group_by, label, method)
                     if step is not None:
@@ -287,7 +315,7 @@ def _final_table(frame, metrics, group_by, authors, is_authors) -> str:
         at = authors[authors["step"].isin(set(summary["step"]))]
         paper = tables.summarise(at, ["model_size", "method", "step"], list(theirs_cols))
         paper = paper.rename(columns={f"{t}_{s}": f"paper_{m}_{s}" for t, m in theirs_cols.items() for s in ("mean", "sd")})
-        paper = paper.rename(columns={"model_size": "_size", "method": "_method"}).drop(columns=["n", "seeds"])
+        paper = paper.rename(columns={"model_size": "_size", "method": "_method", "n": "paper_n"}).drop(columns="seeds")
         summary = summary.merge(paper, on=["_size", "_method", "step"], how="left")
     where = ("the authors' training curves at that step" if authors is not None
              else "no published values for this task")
@@ -356,8 +384,9 @@ def _loose_summary(frame: pd.DataFrame, group_by: list[str], metrics: list[str])
 
 
 def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> Section:
-    """A per-run table summarised like the paper's table it matches (PAPER_TABLES), the paper beside."""
-    frame = _with_author_names(frame)
+    """A per-run table summarised like the paper's table it matches (PAPER_TABLES), the paper beside; its
+    methods keep their names (tables.with_paper finds the authors' rows under our names)."""
+    frame = _with_model_size(frame)
     spec = next((t for t in PAPER_TABLES if set(t.metrics) <= set(frame.columns)), None)
     if spec is None:
         group_by = [c for c in ("study", "group_size", "model_size", "model", "method", "step") if c in frame.columns]
@@ -371,12 +400,15 @@ def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> Section
         if tables.parse_condition(condition)[0] in frame.columns:
             frame = tables.drop_rows(frame, condition)
     group_by = [c for c in spec.group_by if c in frame.columns]
-    summary = tables.summarise(frame, group_by, list(spec.metrics))
+    # the three-reward length diagnostics of our BFCL evaluations (results.collect), where every run has them
+    extra = [c for c in frame.columns if LENGTH_COLUMNS.fullmatch(str(c)) and frame[c].notna().all()]
+    metrics = [*spec.metrics, *extra]
+    summary = tables.summarise(frame, group_by, metrics)
     paper = reference / spec.paper
     if paper.exists():
-        summary = tables.with_paper(summary, tables.read_paper_table(paper), group_by, list(spec.metrics))
-    caption = f"rebuilt from {path.name}: mean ± sd over seeds; paper = {spec.paper}"
-    return Section(f"{spec.title}", [summary_html(summary, group_by, list(spec.metrics), True, caption)])
+        summary = tables.with_paper(summary, tables.read_paper_table(paper), group_by, metrics)
+    caption = f"rebuilt from {path.name}: mean ± sd over seeds; paper = {spec.paper} (n = its seeds)"
+    return Section(f"{spec.title}", [summary_html(summary, group_by, metrics, True, caption)])
 
 
 # ----------------------------------------------------------------------------- provenance
@@ -417,14 +449,30 @@ def run_provenance(run_dirs: list[Path]) -> list[str]:
     return lines
 
 
-def _reference_provenance(reference: Path, inputs: list[Path]) -> list[str]:
+def source_items(source: Path) -> list[str]:
+    """The bullet items of a SOURCE.md, each whole (its continuation lines joined)."""
+    items: list[str] = []
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("- "):
+            items.append(line[2:].strip())
+        elif items and line.startswith("  ") and line.strip():
+            items[-1] += " " + line.strip()
+    return items
+
+
+def _reference_provenance(reference: Path, inputs: list[Path]) -> list:
+    """Where the paper's values come from: a link to the reference's SOURCE.md and its source, commit and
+    method-name notes quoted whole."""
     source = reference / "SOURCE.md"
-    inside = [p for p in inputs if str(Path(p).resolve()).startswith(str(reference.resolve()))]
-    if not inside or not source.exists():
-        return []
-    commits = [line.strip(" -") for line in source.read_text().splitlines() if "commit" in line.lower() or "`" in line][:3]
-    return ["authors' published results: " + str(source)] + commits + [
-        "grader: the authors' own evaluation (BFCL v4 and their training-time reward), as published"]
+    if not source.exists():
+        return [f"the authors' published files: {reference} (no SOURCE.md there)"]
+    quoted = [item for item in source_items(source)
+              if item.split(":", 1)[0] in ("Source", "Commits", "Method names in these files")]
+    lines: list = [("the authors' published files, described in SOURCE.md: ", source.resolve().as_uri(), str(source))]
+    lines += [f"SOURCE.md: {item}" for item in quoted]
+    if any(str(Path(p).resolve()).startswith(str(reference.resolve())) for p in inputs):
+        lines.append("grader: the authors' own evaluation (BFCL v4 and their training-time reward), as published")
+    return lines
 
 
 # ----------------------------------------------------------------------------- page
@@ -441,11 +489,19 @@ footer{margin-top:3em;border-top:1px solid #ccc;font-size:.8em;color:#444} foote
 """
 
 
-def render_page(title: str, sections: list[Section], provenance: list[str]) -> str:
+def _provenance_item(line) -> str:
+    """A footer line: text, or (text, href, link text) for a linked file."""
+    if isinstance(line, tuple):
+        text, href, label = line
+        return f'{html.escape(text)}<a href="{html.escape(href)}">{html.escape(label)}</a>'
+    return html.escape(line)
+
+
+def render_page(title: str, sections: list[Section], provenance: list) -> str:
     toc = "".join(f'<li><a href="#s{i}">{html.escape(s.title)}</a></li>' for i, s in enumerate(sections))
     body = "".join(f'<section id="s{i}"><h2>{html.escape(s.title)}</h2>{"".join(s.blocks)}</section>'
                    for i, s in enumerate(sections))
-    foot = "".join(f"<li>{html.escape(line)}</li>" for line in provenance)
+    foot = "".join(f"<li>{_provenance_item(line)}</li>" for line in provenance)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><nav><ul>{toc}</ul></nav>{body}"
             f'<footer><h2>Provenance</h2><ul class="provenance">{foot}</ul></footer></body></html>\n')
@@ -459,6 +515,9 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: st
                  threshold: float = 0.8, threshold_metric: str | None = None, source: str = "auto") -> Path:
     """Write out_dir/index.html and its PNGs for the runs and CSVs in `inputs`; returns the page's path."""
     inputs, out_dir, reference = [Path(p) for p in inputs], Path(out_dir), Path(reference)
+    if not reference.is_dir():
+        raise RunLogError(f"--reference {reference}: no such folder (the authors' published files, "
+                          "../shared/reference/dara_authors beside the checkout)")
     out_dir.mkdir(parents=True, exist_ok=True)
     found = discover(inputs, source)
     sections: list[Section] = []

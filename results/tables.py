@@ -3,11 +3,15 @@
 EXPERIMENTS.md, "Across seeds: score each checkpoint, then report mean and sample
 sd (ddof=1)". The output frame mirrors the authors' method-results files: the
 group columns, ``n``, ``seeds`` (sorted, comma-joined), then ``<metric>_mean`` and
-``<metric>_sd`` per metric. A group of one run has an empty sd (undefined).
+``<metric>_sd`` per metric. A group of one run has an empty sd (undefined). Variants of a method (runs
+that differ in more than the seed, results.variants) are rows of their own; a grouping that would pool
+runs of several configurations is refused.
 
 Method names of the authors' files: their ``dara`` is DARA-Sym (their tool-calling code of that time
-scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's ``dara``
-row is set beside our ``dara_sym`` when ours has no ``dara`` (EXPERIMENTS.md, "Method labels").
+scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's rows are
+set beside ours under our names (``dara`` beside ``dara_sym``, ``gd2po_hard`` beside ``gd2po_hard_after``,
+``gdpo_saw`` beside ``saw``) unless our table is itself in the authors' naming (EXPERIMENTS.md, "Method
+labels").
 """
 
 from __future__ import annotations
@@ -22,12 +26,20 @@ import numpy as np
 import pandas as pd
 
 from results.loaders import RunLogError, format_seeds, load_runs, require_columns
+from results.variants import check_one_configuration
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONDITION = re.compile(r"^\s*(?P<col>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.+?)\s*$")
 # The authors' method names that are not ours: what each one is, and our name for it.
 AUTHORS_METHODS = {"dara": ("DARA-Sym", "dara_sym")}
 AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that time scaled both signs."
+# Every name of the authors' files -> ours for the same method (SOURCE.md: their `gd2po_hard` is GD2PO-Hard as
+# the paper ran it, our `gd2po_hard_after`; their `gdpo_saw` is GDPO with SAW weights, our `saw`).
+AUTHORS_TO_OURS = {"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after", "gdpo_saw": "saw"}
+# Our model names -> the authors' model_size column.
+AUTHORS_MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
+# Names only the authors' files use: a table holding one of them is in the authors' naming.
+AUTHORS_ONLY = frozenset({"dara", "gdpo_saw", "rvpo"})
 # "val_format@100" names a curve metric read at one step and attached to per-run rows.
 _AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")
 
@@ -79,6 +91,7 @@ def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> 
 def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
     """Mean and sample sd (ddof=1) of each metric over the rows (runs) of each group."""
     require_columns(frame, [*group_by, *metrics], "table")
+    check_one_configuration(frame, group_by, "table")
     rows = []
     for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -129,19 +142,24 @@ def method_label(method) -> str:
     return f"{method} ({AUTHORS_METHODS[method][0]})" if method in AUTHORS_METHODS else str(method)
 
 
+def in_authors_naming(methods) -> bool:
+    """Whether a table's methods are named as in the authors' files (it holds a name only they use)."""
+    return bool(set(map(str, methods)) & AUTHORS_ONLY)
+
+
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
-    """Add ``paper_<metric>_mean``/``_sd`` beside ours, matched on the group columns present in the paper.
-    The authors' ``dara`` (DARA-Sym) matches our ``dara_sym`` unless our table itself has ``dara`` rows."""
-    if "method" in paper.columns and "method" in summary.columns:
-        ours = set(summary["method"])
-        renames = {theirs: mine for theirs, (_, mine) in AUTHORS_METHODS.items() if theirs not in ours}
-        paper = paper.assign(method=paper["method"].replace(renames))
+    """Add ``paper_<metric>_mean``/``_sd`` (and the paper's ``n`` as ``paper_n``) beside ours, matched on the
+    group columns present in the paper. Unless our table is itself in the authors' naming, their methods
+    are matched under our names (AUTHORS_TO_OURS: their ``dara``, DARA-Sym, beside our ``dara_sym``)."""
+    if "method" in paper.columns and "method" in summary.columns and not in_authors_naming(summary["method"]):
+        paper = paper.assign(method=paper["method"].replace(AUTHORS_TO_OURS))
     keys = [c for c in group_by if c in paper.columns]
     if not keys:
         raise RunLogError(f"paper table shares none of the group columns {list(group_by)}")
     cols = [c for m in metrics for c in (f"{m}_mean", f"{m}_sd") if c in paper.columns]
     if not cols:
         raise RunLogError(f"paper table has none of the metrics {list(metrics)} (as <metric>_mean columns)")
+    cols += ["n"] if "n" in paper.columns and "n" not in keys else []
     theirs = paper[[*keys, *cols]].rename(columns={c: f"paper_{c}" for c in cols})
     return summary.merge(theirs, on=keys, how="left")
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from results.loaders import require_columns
+from results.variants import check_one_configuration
 
 RULES = ("median", "sustained")
 
@@ -93,6 +94,7 @@ def threshold_steps(
         raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
     group_cols = [*group_by, "method"]
     require_columns(frame, [*group_cols, "step", metric], "thresholds")
+    check_one_configuration(frame, group_cols, "thresholds")
     if per_seed:
         require_columns(frame, ["seed"], "thresholds --per-seed")
         group_cols.append("seed")

@@ -7,10 +7,12 @@ constants (channels, length limit, graders) live in tasks.math:
   - "hendrycks" (default, the paper's reward): verl's own Hendrycks MATH grader,
     `verl.utils.reward_score.math_reward.compute_score(response, reference)`, called as is: the last
     \\boxed{} of the WHOLE text (thinking included), string equivalence after its normaliser. The
-    reference is the first accepted form of the answer (`reference_alternatives(answer)[0]`).
+    reference is the answer's one graded string (`tasks.math_answers.reference_answer`: the first listed
+    form, outer math delimiters removed by the authors' rule, so "$69$,$84$" stays as it is).
   - "math_verify": the last complete \\boxed{...} of the response, taken after the last </think>
     when there is one (no answer at all when a <think> block never closes), is equivalent to any
-    accepted form of the reference according to math-verify (more lenient: 0.5 == \\frac{1}{2}).
+    listed form of the reference (`tasks.math_answers.answer_alternatives`) according to math-verify
+    (more lenient: 0.5 == \\frac{1}{2}).
 - length in {0, 1}: 1 if the rollout's response token count is at most `max_tokens` (default 4,000).
   The count comes from the rollout; the text is never re-tokenised.
 - `score_conditioned`: the same, except length counts only when the answer is correct.
@@ -33,8 +35,6 @@ import math as _math
 import numbers
 import re
 import sys
-from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ import sympy
 from math_verify import parse, verify
 
 from tasks import math as task
+from tasks.math_answers import answer_alternatives, reference_answer
 
 logger = logging.getLogger(__name__)
 
@@ -137,66 +138,6 @@ def extract_answer(response: str) -> str | None:
     return answer.strip()
 
 
-# ----------------------------------------------------------------------------- reference answers
-def _number_text(value: numbers.Number) -> str:
-    if isinstance(value, bool):
-        raise ValueError(f"a boolean is not a math answer: {value!r}")
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, Fraction):
-        return (
-            f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
-            if value.denominator != 1
-            else str(value.numerator)
-        )
-    if isinstance(value, numbers.Real):
-        real = float(value)
-        if not _math.isfinite(real):
-            raise ValueError(f"a non-finite number is not a math answer: {value!r}")
-        return str(int(real)) if real.is_integer() else repr(real)
-    raise ValueError(f"unsupported numeric answer type {type(value).__name__}: {value!r}")
-
-
-def _latex_text(answer: str) -> str:
-    """LaTeX of one textual answer: surrounding whitespace removed, and $...$ math segments unwrapped
-    (OlympiadBench writes several answers as "$a$,$b$", which becomes "a, b")."""
-    text = answer.strip()
-    if text.count("$") >= 2 and text.startswith("$") and text.endswith("$"):
-        segments = [segment.strip() for segment in text.split("$")]
-        maths = segments[1::2]
-        separators = segments[2:-1:2]
-        if all(separator in ("", ",") for separator in separators):
-            return ", ".join(m for m in maths if m)
-    return text
-
-
-def reference_alternatives(answer: Any) -> list[str]:
-    """LaTeX texts any of which is a correct answer.
-
-    Accepts the benchmarks' native forms: numbers (6.0 -> "6"), numeric strings ("142.0", "033"),
-    fractions, LaTeX with or without $...$, a tuple (one tuple-valued answer), and a list or array of
-    alternatives (Minerva lists equivalent forms; OlympiadBench wraps one answer in a list)."""
-    if isinstance(answer, str):
-        text = _latex_text(answer)
-        if not text:
-            raise ValueError("empty reference answer")
-        return [text]
-    if isinstance(answer, numbers.Number):
-        return [_number_text(answer)]
-    if isinstance(answer, tuple):
-        return ["(" + ", ".join(reference_alternatives(item)[0] for item in answer) + ")"]
-    if isinstance(answer, Mapping):
-        raise ValueError(f"a mapping is not a math answer: {answer!r}")
-    if hasattr(answer, "tolist"):  # numpy arrays and scalars
-        return reference_alternatives(answer.tolist())
-    if isinstance(answer, Iterable):
-        alternatives = [text for item in answer for text in reference_alternatives(item)]
-        if not alternatives:
-            raise ValueError("empty list of reference answers")
-        return list(dict.fromkeys(alternatives))
-    raise ValueError(f"unsupported reference answer type {type(answer).__name__}: {answer!r}")
-
-
 # ----------------------------------------------------------------------------- evaluation guard
 def _log10_abs_int(value: int) -> float:
     value = abs(int(value))
@@ -281,7 +222,7 @@ def answer_is_correct(
     if is_oversized(predicted_parsed, max_answer_digits):
         logger.info("answer needs more than %s digits, scored wrong: %.80s", max_answer_digits, predicted)
         return False
-    for reference in reference_alternatives(answer):
+    for reference in answer_alternatives(answer):
         reference_parsed = _parse_boxed(reference)
         if reference_parsed and verify(reference_parsed, predicted_parsed, timeout_seconds=None):
             return True
@@ -323,7 +264,7 @@ def verl_hendrycks_grader():
 
 def hendrycks_correct(response: str, answer: Any) -> bool:
     """verl's Hendrycks MATH grader on the whole response against the answer's first accepted form."""
-    reference = reference_alternatives(answer)[0]
+    reference = reference_answer(answer)
     return verl_hendrycks_grader().compute_score(response, reference) >= 1.0
 
 

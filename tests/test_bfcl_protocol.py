@@ -217,6 +217,39 @@ def test_emission_format_uses_the_original_format_test():
     assert bfcl_eval.emission_format("<response> c </response>") == 0.0
 
 
+def authors_think_words(text: str) -> tuple[bool, int]:
+    """The authors' diagnostics read plainly: the assistant text; valid when both think tags occur; the
+    words of what follows the last "<think>" up to the next "</think>"."""
+    text = text.split("<|im_start|>assistant")[-1].split("<|im_end|>")[0].strip()
+    valid = "<think>" in text and "</think>" in text
+    return valid, len(text.split("<think>")[-1].split("</think>")[0].strip().split()) if valid else 0
+
+
+@pytest.mark.parametrize("text", [
+    CALL_ADD,
+    "<think> " + "w " * 16 + "</think>\n<response> r </response>",
+    "<think> " + "w " * 17 + "</think>\n<response> r </response>",
+    "<think> a b </think>\n<think> " + "w " * 20 + "</think>",  # the LAST span counts
+    "<think> never closed",
+    "no tags at all",
+    "</think> closed first <think> one two",  # after the last <think> there is no </think>: to the end
+    "<|im_start|>assistant\n<think> x y z </think>\n<response> r </response><|im_end|>",
+])
+def test_length_diagnostics_follow_the_authors_definitions(text):
+    valid, words = authors_think_words(text)
+    assert bfcl_eval.think_words(text) == words
+    for limit in (2, 16):
+        assert bfcl_eval.emission_length(text, limit) == float(valid and words <= limit)
+    assert bfcl_eval.length_name(16) == "length_le_16"
+
+
+def test_token_budget_is_the_authors_clamp():
+    sampling = SamplingConfig(max_new_tokens=12, context_window=100)
+    assert [sampling.token_budget(p) for p in (10, 90, 97, 98, 150)] == [12, 8, 1, 0, -52]
+    assert SamplingConfig(max_new_tokens=12).token_budget(10**6) == 12  # no window: no clamp
+    assert "context_window" not in SamplingConfig().as_dict()  # settings stored as before without a window
+
+
 # ----------------------------------------------------------------------------- the dialogue driver
 class ScriptedBackend:
     """A model that answers from a script and keeps every chat it received (and the seeds)."""

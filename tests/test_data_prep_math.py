@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,7 +11,7 @@ import pytest
 from data_prep import deepscaler, math_eval
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, read_data_card
-from data_prep.math_answers import answer_alternatives, normalise_answer
+from tasks.math_answers import RULE, reference_answer
 from tests.shared_data import shared_path
 
 # The authors' prompt sentence, written out here on purpose (not imported): every row must carry exactly it.
@@ -46,32 +45,6 @@ def smoke_tokenizer_dir(smoke_assets):
     return smoke_assets["model_dir"]  # the session's one smoke build (tests/conftest.py)
 
 
-# ---------------------------------------------------------------------------------------------- answers
-@pytest.mark.parametrize(
-    "value, expected",
-    [
-        (142.0, ["142"]),
-        (7, ["7"]),
-        (0.5, ["0.5"]),
-        ("  \\frac{1}{2}\n", ["\\frac{1}{2}"]),
-        ("$2^{1009}$", ["2^{1009}"]),
-        ("$a$,$b$", ["a, b"]),
-        ("$5 Yuan", ["$5 Yuan"]),
-        (["9.6\n", "9.6", "10"], ["9.6", "10"]),
-        (("1", 2), ["1", "2"]),
-    ],
-)
-def test_answer_alternatives(value, expected):
-    assert answer_alternatives(value) == expected
-    assert normalise_answer(value) == expected[0]
-
-
-@pytest.mark.parametrize("value", [None, True, "", "   ", [], math.nan, math.inf, {"a": 1}])
-def test_unusable_answers_raise(value):
-    with pytest.raises(ValueError):
-        answer_alternatives(value)
-
-
 # ---------------------------------------------------------------------------------------------- math_eval
 def test_math_eval_counts_and_schema(eval_rows):
     out, rows = eval_rows
@@ -88,6 +61,7 @@ def test_math_eval_counts_and_schema(eval_rows):
     assert counts == {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 675}
     card = read_data_card(out)
     assert card["rows_per_benchmark"] == counts and card["unexpected_row_counts"] == {}
+    assert card["answer_rule"] == RULE
     assert set(card["inputs_sha256"]) == {f"{name}.json" for name in NATIVE_FILES.values()}
 
 
@@ -112,6 +86,26 @@ def test_math_eval_answers_verify_against_themselves_and_the_native_answers(eval
                 failures.append(("native", row["data_source"], truth, original))
     assert failures == []
     assert rewritten > 100  # AMC floats, OlympiadBench $...$ answers
+
+
+def test_olympiad_multi_answers_keep_their_delimiters(eval_rows):
+    """The authors' unwrap keeps "$69$,$84$" (its inner text holds a "$"): 21 OlympiadBench ground truths keep
+    a "$" (18 of them several answers joined by commas), never strict-graded correct when written plainly."""
+    from rewards.math import score
+
+    native = json.loads((BENCHMARKS / "olympiad_bench.json").read_text())
+    kept = [row for row in eval_rows[1] if row["data_source"] == "olympiad_bench"
+            and "$" in row["reward_model"]["ground_truth"]]
+    assert len(kept) == 21
+    for row in kept:
+        truth = row["reward_model"]["ground_truth"]
+        assert truth == native[row["extra_info"]["source_index"]]["answer"][0].strip()
+        plain = truth.replace("$", "")
+        for response in (f"\\boxed{{{plain}}}", f"\\boxed{{{plain.replace(',', ', ')}}}"):
+            assert score(response, truth, 10)["correctness"] == 0.0, (truth, response)
+    first = next(row for row in kept if row["extra_info"]["source_index"] == 13)
+    assert first["reward_model"]["ground_truth"] == "$69$,$84$"
+    assert first["extra_info"]["answer_alternatives"] == ["$69$,$84$"]
 
 
 def test_math_eval_rerun_is_byte_identical(eval_rows, tmp_path):
@@ -173,7 +167,7 @@ def test_deepscaler_filters_match_a_plain_loop(tmp_path, smoke_tokenizer_dir, mo
         record = records[source_index]
         assert row["data_source"] == "deepscaler" and row["extra_info"]["index"] == index
         assert row["prompt"] == [{"role": "user", "content": record["problem"].strip() + AUTHORS_SUFFIX}]
-        assert row["reward_model"] == {"style": "rule", "ground_truth": normalise_answer(record["answer"])}
+        assert row["reward_model"] == {"style": "rule", "ground_truth": reference_answer(record["answer"])}
     assert card["tokenizer"]["max_prompt_tokens"] == limit and card["splits"] == {"train": len(kept)}
 
 
@@ -215,6 +209,7 @@ def test_deepscaler_cli_and_rerun(tmp_path, smoke_tokenizer_dir, capsys):
     )
     assert card["reward"] == {"channels": ["correctness", "length"], "correctness_grader": "hendrycks",
                               "length_limit": 4000}
+    assert card["answer_rule"] == RULE
     train = pq.read_table(tmp_path / "a" / "train.parquet").to_pylist()
     val = pq.read_table(tmp_path / "a" / "val.parquet").to_pylist()
     assert {r["extra_info"]["split"] for r in val} == {"val"} and len(val) == 200

@@ -253,6 +253,39 @@ def test_bfcl_summary_groups():
     assert partial["groups_accuracy"] is None and "average_accuracy" not in partial
 
 
+def test_bfcl_length_diagnostics_aggregate_like_format():
+    """Per emission -> per case -> per category -> the BFCL groups, against a plain loop."""
+    from results import bfcl
+
+    emissions = ["<think> a b c </think>\n<response> r </response>", "<think> " + "w " * 20 + "</think>",
+                 "no think", "<think> x </think>\n<tool_call>\n{}\n</tool_call>"]
+    scored, expected = [], {}
+    for c, category in enumerate(bfcl.CATEGORIES):
+        cases = [emissions[(c + i) % 4: (c + i) % 4 + 1 + i % 3] for i in range(3)] + [[]]  # one case without
+        for i, texts in enumerate(cases):
+            diagnostics = bfcl_eval.case_diagnostics(texts, 16)
+            scored.append({"case_id": f"{category}_{i}", "category": category, "valid": True, **diagnostics})
+        per_case = [(sum(bfcl_eval.emission_length(t, 16) for t in texts) / len(texts) if texts else 0.0,
+                     sum(bfcl_eval.think_words(t) for t in texts) / len(texts) if texts else 0.0) for texts in cases]
+        expected[category] = (100 * sum(p[0] for p in per_case) / len(cases), sum(p[1] for p in per_case) / len(cases))
+    summary = bfcl_eval.summarise_bfcl(scored)
+    assert summary["kinds"] == ["accuracy", "format", "length", "length_le_16", "think_words"]
+    for index, name in ((0, "length"), (0, "length_le_16"), (1, "think_words")):
+        values = {c: expected[c][index] for c in bfcl.CATEGORIES}
+        simple = sum(values[c] for c in bfcl.SIMPLE_LANGUAGES) / 3
+        non_live = (simple + values["multiple"] + values["parallel"] + values["parallel_multiple"]) / 4
+        multi = sum(values[c] for c in bfcl.MULTI_TURN_CATEGORIES) / 4
+        # Live is the micro mean over the cases scored (4 per category here), as for format
+        live = sum(values[c] for c in bfcl.LIVE_CATEGORIES) / 4
+        assert summary[f"groups_{name}"]["live"] == pytest.approx(live)
+        assert summary[f"average_{name}"] == pytest.approx((live + non_live + multi) / 3)
+        assert all(summary["categories"][c][name] == pytest.approx(values[c]) for c in bfcl.CATEGORIES)
+    from results.collect import flatten_summary
+
+    row = flatten_summary({**summary, "bench": "bfcl"})
+    assert row["average_length_le_16"] == summary["average_length_le_16"] and row["over_window_cases"] == 0
+
+
 # ------------------------------------------------------------------------------------------------ case files
 def test_case_store_resumes_repairs_and_refuses_other_settings(tmp_path):
     path = tmp_path / "gen.jsonl"

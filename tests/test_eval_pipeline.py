@@ -103,8 +103,10 @@ def test_math_pipeline(assets, tmp_path):
 def test_bfcl_pipeline(assets, tmp_path):
     pytest.importorskip("bfcl_eval")
     out = tmp_path / "bfcl"
+    # the paper models' window: the tiny model's own (512) is shorter than every BFCL prompt
     status = main(["bfcl", "all", "--out", str(out), "--model", assets["model_dir"], "--categories",
-                   "simple_python", "live_simple", "multi_turn_base", "--limit", "1", "--max-new-tokens", "12"])
+                   "simple_python", "live_simple", "multi_turn_base", "--limit", "1", "--max-new-tokens", "12",
+                   "--context-window", "32768"])
     assert status == 0
     generations = {r["case_id"]: r for r in read_jsonl(out / "generations.jsonl")}
     assert set(generations) == {"simple_python_0", "live_simple_0-0-0", "multi_turn_base_0"}
@@ -117,6 +119,54 @@ def test_bfcl_pipeline(assets, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["categories"]) == {"simple_python", "live_simple", "multi_turn_base"}
     assert all(v["cases"] == 1 for v in summary["categories"].values())
+    # the three-reward length diagnostics, per emission -> case -> category, like format
+    from results.evaluation.bfcl_eval import emission_length, think_words
+
+    assert summary["over_window_cases"] == 0 and summary["kinds"][2:] == ["length", "length_le_16", "think_words"]
+    for record in generations.values():
+        texts = [t for turn in record["turns"] for t in turn]
+        values = summary["categories"][record["category"]]
+        assert values["length"] == values["length_le_16"] == pytest.approx(
+            100 * sum(emission_length(t, 16) for t in texts) / len(texts))
+        assert values["think_words"] == pytest.approx(sum(think_words(t) for t in texts) / len(texts))
+    assert "length_le_16" in (out / "summary.md").read_text()
+
+
+def prompt_tokens(model_dir: str, messages: list[dict]) -> int:
+    """The prompt's token count as the HF backend measures it (the chat template, no special tokens added)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_bfcl_prompts_over_the_window_fail_their_case_and_are_counted(assets, tmp_path):
+    """The window clamps new tokens to min(max, window - prompt - 2); a prompt leaving none, at the first step
+    or later in a dialogue, fails its case (counted) and the evaluation finishes."""
+    pytest.importorskip("bfcl_eval")
+    from results.evaluation.bfcl_eval import load_bfcl_cases
+
+    # the default window is the model config's (512 for the tiny model): every BFCL prompt is over it
+    out = tmp_path / "default"
+    args = ["bfcl", "all", "--model", assets["model_dir"], "--limit", "1", "--max-new-tokens", "12"]
+    assert main([*args, "--out", str(out), "--categories", "simple_python", "live_simple"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["over_window_cases"] == 2 and summary["missing_cases"] == 0
+    assert all(v["accuracy"] == v["format"] == v["think_words"] == 0 for v in summary["categories"].values())
+    assert json.loads((out / "generations.jsonl.meta.json").read_text())["sampling"]["context_window"] == 512
+    # a window the multi-turn case's first prompt fits (12 new tokens) but its second does not
+    case = load_bfcl_cases(["multi_turn_base"], limit=1)[0]
+    first = prompt_tokens(assets["model_dir"], case["messages"])
+    out = tmp_path / "later"
+    assert main([*args, "--out", str(out), "--categories", "multi_turn_base",
+                 "--context-window", str(first + 2 + 12)]) == 0
+    record = read_jsonl(out / "generations.jsonl")[0]
+    assert record["over_window"] and [len(turn) for turn in record["turns"]] == [1, 0]  # failed in turn 2
+    assert 0 < record["n_tokens"][0][0] <= 12
+    score = read_jsonl(out / "scores.jsonl")[0]
+    assert score["over_window"] and not score["valid"] and score["format"] == 0.0
+    assert json.loads((out / "summary.json").read_text())["over_window_cases"] == 1
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")

@@ -12,6 +12,7 @@ import pytest
 
 from results.cli import main
 from results.report import NOT_IN_PAPER, build_report
+from results.tables import method_label
 from results.thresholds import threshold_steps
 from tests.shared_data import shared_path
 
@@ -93,12 +94,13 @@ def test_authors_files_rebuild_table_1_beside_their_values(authors_page):
     kept = per_run[per_run["retained"]]
     rows = table_in(page, "Table 1")
     for (size, method, step), group in kept.groupby(["model_size", "method", "step"]):
-        row = row_of(rows, size, method, str(step))
+        row = row_of(rows, size, method_label(method), str(step))
         for metric in ("live_accuracy", "average_accuracy", "average_format"):
             values = group[metric].to_numpy()
             expected = f"{values.mean():.2f}" + (f" ± {values.std(ddof=1):.2f}" if len(values) > 1 else "")
             assert row[metric] == expected
-            assert row[f"{metric} (paper)"] == expected  # the authors' summary agrees with their per-run file
+            # the authors' summary agrees with their per-run file, and its n with the runs kept
+            assert row[f"{metric} (paper)"] == f"{expected} (n={len(group)})"
         assert row["n"] == str(len(group))
 
 
@@ -109,12 +111,37 @@ def test_authors_curves_give_threshold_steps_figures_and_provenance(authors_page
     for (size, method), group in curves.dropna(subset=["train_format"]).groupby(["model_size", "method"]):
         median = group.groupby("step")["train_format"].median()
         hits = median.index[median.to_numpy() >= 0.8]
-        assert row_of(rows, size, method)["step"] == (str(int(hits[0])) if len(hits) else "never")
+        assert row_of(rows, size, method_label(method))["step"] == (str(int(hits[0])) if len(hits) else "never")
     images = {Path(src).name for src in page.images}
     assert {"reference_training_dynamics_curves.png", "reference_training_dynamics_channels.png"} <= images
     assert any(item.startswith("commit: ") for item in page.footer)
     assert any("SOURCE.md" in item for item in page.footer)
     assert any("final_per_run.csv (sha256" in item for item in page.footer)
+
+
+def test_provenance_quotes_source_md_whole_and_links_it(authors_page):
+    out, page = authors_page
+    from results.report import source_items
+
+    items = source_items(REFERENCE / "SOURCE.md")
+    method_note = next(i for i in items if i.startswith("Method names"))
+    assert method_note.endswith("not used in this project.")  # continuation lines joined: the whole sentence
+    assert f"SOURCE.md: {method_note}" in page.footer
+    assert sum(item.startswith("SOURCE.md: Commits:") for item in page.footer) == 1
+    assert f'<a href="{(REFERENCE / "SOURCE.md").resolve().as_uri()}">' in (out / "index.html").read_text()
+
+
+def test_the_authors_dara_is_dara_sym_in_every_table_with_the_papers_n(authors_page):
+    _, page = authors_page
+    for table in page.tables:
+        header = table["rows"][0]
+        if "method" in header:
+            methods = {row[header.index("method")] for row in table["rows"][1:]}
+            assert "dara" not in methods and "dara (DARA-Sym)" in methods, table["caption"]
+    paper = pd.read_csv(REFERENCE / "paper_bfcl_v4_20260920" / "final_method_results.csv")
+    row = row_of(table_in(page, "Table 1"), "1.5B", "dara (DARA-Sym)", "100")
+    n = int(paper[(paper["model_size"] == "1.5B") & (paper["method"] == "dara")]["n"].iloc[0])
+    assert row["live_accuracy (paper)"].endswith(f"(n={n})")
 
 
 def write_run(root: Path, task: str, model: str, method: str, seed: int, steps: int, rise: float):
@@ -160,7 +187,8 @@ def test_our_toolrl_runs_sit_beside_the_authors_curves(tmp_path):
     final = table_in(page, "recipe toolrl", "last logged step")
     at_20 = authors[(authors["model_size"] == "1.5B") & (authors["method"] == "dara") & (authors["step"] == 20)]
     expected = at_20["train_format"]
-    assert row_of(final, "qwen2.5-1.5b-instruct", "dara_sym")["reward/format/mean (paper)"] == f"{expected.mean():.2f} ± {expected.std():.2f}"
+    assert row_of(final, "qwen2.5-1.5b-instruct", "dara_sym")["reward/format/mean (paper)"] == (
+        f"{expected.mean():.2f} ± {expected.std():.2f} (n={len(expected)})")
     assert row_of(final, "qwen2.5-1.5b-instruct", "dara_asym")["reward/format/mean (paper)"] == NOT_IN_PAPER
     assert {Path(s).name for s in page.images} == {"recipe_toolrl_curves.png", "recipe_toolrl_channels.png"}
     assert any(item.startswith("data card: ") and "data_card.json" in item for item in page.footer)
@@ -182,6 +210,60 @@ def test_smoke_runs_are_marked_not_in_the_paper(tmp_path):
     assert row_of(table_in(page, "recipe smoke", "reaches 0.8"), "tiny", "dara_asym")["step"] == "3"
     assert page.sections == ["recipe smoke: 1 runs", "runs left out"]
     assert "failed-before-step-1" in table_in(page, "runs left out")[1][0]
+
+
+def test_our_per_run_table_keeps_our_names_with_the_authors_values_and_length_metrics(tmp_path):
+    """A `results collect` CSV of our BFCL evaluations: our method names on the page (dara_sym,
+    gd2po_hard_after), the authors' dara / gd2po_hard values beside them, length metrics shown."""
+    per_run = pd.read_csv(REFERENCE / "paper_bfcl_v4_20260920" / "final_per_run.csv")
+    ours = per_run[per_run["retained"] & (per_run["model_size"] == "1.5B")].copy()
+    ours["method"] = ours["method"].replace({"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after"})
+    ours["model"] = "qwen2.5-1.5b-instruct"
+    ours = ours.drop(columns=["model_size", "retained"]).assign(average_length_le_16=50.0, average_think_words=12.5)
+    ours.to_csv(tmp_path / "per_run.csv", index=False)
+    out = tmp_path / "page"
+    build_report([tmp_path / "per_run.csv"], out, reference=REFERENCE)
+    page = read_page(out)
+    rows = table_in(page, "Table 1")
+    methods = {r[rows[0].index("method")] for r in rows[1:]}
+    assert {"dara_sym", "gd2po_hard_after"} <= methods and not methods & {"dara", "gd2po_hard"}
+    paper = pd.read_csv(REFERENCE / "paper_bfcl_v4_20260920" / "final_method_results.csv")
+    for ours_name, theirs in (("dara_sym", "dara"), ("gd2po_hard_after", "gd2po_hard")):
+        want = paper[(paper["model_size"] == "1.5B") & (paper["method"] == theirs)].iloc[0]
+        cell = row_of(rows, "1.5B", ours_name, "100")["average_accuracy (paper)"]
+        assert cell.startswith(f"{want['average_accuracy_mean']:.2f}") and cell.endswith(f"(n={want['n']})")
+    row = row_of(rows, "1.5B", "dara_sym", "100")
+    assert row["average_length_le_16"] == "50.00 ± 0.00" and row["average_length_le_16 (paper)"] == NOT_IN_PAPER
+
+
+def test_the_testbed_page_names_methods_alike_in_every_table(tmp_path):
+    testbed = Path(__file__).resolve().parents[1] / "results" / "testbed"
+    inputs = tmp_path / "testbed"
+    inputs.mkdir()
+    runs = pd.read_csv(testbed / "runs.csv")
+    runs[runs["study"] == "main"].to_csv(inputs / "runs.csv", index=False)
+    steps = pd.read_csv(testbed / "steps_main.csv")
+    steps[steps["step"] <= 20].to_csv(inputs / "steps_main.csv", index=False)
+    out = tmp_path / "page"
+    build_report([inputs], out, reference=REFERENCE)
+    named = set(runs["estimator"])
+    page = read_page(out)
+    seen = 0
+    for table in page.tables:
+        header = table["rows"][0]
+        if "method" in header:
+            assert {row[header.index("method")] for row in table["rows"][1:]} <= named, table["caption"]
+            seen += 1
+    assert seen >= 3 and "dara_sym" in named
+
+
+def test_a_missing_reference_folder_is_an_error_naming_it(tmp_path, capsys):
+    write_run(tmp_path / "sweep", "smoke", "tiny", "grpo", 0, 2, 0.5)
+    missing = tmp_path / "no-such-reference"
+    assert main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "page"),
+                 "--reference", str(missing)]) == 2
+    assert f"--reference {missing}: no such folder" in capsys.readouterr().err
+    assert not (tmp_path / "page").exists()
 
 
 def test_nothing_to_report_is_a_clear_error(tmp_path, capsys):

@@ -9,6 +9,7 @@ from verl.utils.reward_score import math_reward as verl_math_reward
 from rewards import math as math_reward
 from rewards import verl_entry
 from tasks import math as task
+from tasks.math_answers import reference_answer
 from tests.shared_data import shared_path
 
 BENCHMARKS = shared_path("data", "math_benchmarks")
@@ -43,8 +44,8 @@ def test_default_grader_equals_verl_on_every_benchmark_answer(name):
     rows = json.loads((BENCHMARKS / name).read_text())
     compared = 0
     for index, row in enumerate(rows):
-        reference = math_reward.reference_alternatives(row["answer"])[0]
-        other = math_reward.reference_alternatives(rows[(index + 1) % len(rows)]["answer"])[0]
+        reference = reference_answer(row["answer"])
+        other = reference_answer(rows[(index + 1) % len(rows)]["answer"])
         for response in perturbations(reference, other):
             ours = math_reward.score(response, row["answer"], 10)["correctness"]
             assert ours == verl_math_reward.compute_score(response, reference), (name, index, response)

@@ -3,7 +3,8 @@
 Both take chat conversations, apply the model's own chat template (add_generation_prompt=True),
 and return, per conversation, ``n`` completions with the decoded text, the number of generated
 tokens (the end-of-sequence token not counted) and why generation stopped: ``"stop"`` (an eos
-token) or ``"length"`` (the ``max_new_tokens`` budget ran out, i.e. the response is truncated).
+token), ``"length"`` (the token budget ran out, i.e. the response is truncated) or ``"over_window"`` (the
+prompt leaves no room in the context window, ``SamplingConfig.context_window``; nothing is generated).
 """
 
 from __future__ import annotations
@@ -16,34 +17,61 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 
+# Tokens the authors' BFCL handler kept free beside prompt and answer: min(8192, window - prompt - 2).
+WINDOW_RESERVE = 2
+# finish_reason of a request whose prompt leaves no room in the context window (nothing was generated).
+OVER_WINDOW = "over_window"
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Sampling settings of one evaluation (EXPERIMENTS.md: math 16 x T=0.6, top-p 0.95, 32,768 tokens)."""
+    """Sampling settings of one evaluation (EXPERIMENTS.md: math 16 x T=0.6, top-p 0.95, 32,768 tokens).
+
+    ``context_window`` (BFCL): each request may generate at most min(max_new_tokens, window - prompt - 2)
+    tokens; a prompt that leaves none gets no generation (finish_reason ``over_window``). None: no clamp."""
 
     n: int = 1
     temperature: float = 0.6
     top_p: float = 0.95
     max_new_tokens: int = 32768
     seed: int = 0
+    context_window: int | None = None
 
     def __post_init__(self):
         if self.n < 1 or self.max_new_tokens < 1:
             raise ValueError(f"n and max_new_tokens must be positive: {self}")
         if self.n > 1 and self.temperature <= 0:
             raise ValueError(f"{self.n} samples per case need temperature > 0 (greedy decoding gives one answer)")
+        if self.context_window is not None and self.context_window <= WINDOW_RESERVE:
+            raise ValueError(f"context_window must exceed {WINDOW_RESERVE} tokens: {self}")
+
+    def token_budget(self, prompt_tokens: int) -> int:
+        """New tokens a prompt of ``prompt_tokens`` may get; < 1 means it is over the window."""
+        if self.context_window is None:
+            return self.max_new_tokens
+        return min(self.max_new_tokens, self.context_window - prompt_tokens - WINDOW_RESERVE)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The settings as stored beside the generations (no window key when there is no clamp, as before)."""
+        settings = asdict(self)
+        if self.context_window is None:
+            del settings["context_window"]
+        return settings
 
 
 @dataclass
 class Completion:
     text: str
     n_tokens: int
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "over_window"
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def over_window(n: int) -> list[Completion]:
+    """The completions of a prompt that leaves no room in the context window: nothing generated."""
+    return [Completion(text="", n_tokens=0, finish_reason=OVER_WINDOW) for _ in range(n)]
 
 
 class Backend(Protocol):
@@ -92,6 +120,10 @@ class HFBackend:
         for messages, seed in zip(conversations, seeds, strict=True):
             prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(self.device)
+            budget = sampling.token_budget(enc["input_ids"].shape[1])
+            if budget < 1:
+                out.append(over_window(sampling.n))
+                continue
             torch.manual_seed(seed)
             sample = sampling.temperature > 0
             extra = {"temperature": sampling.temperature, "top_p": sampling.top_p} if sample else {}
@@ -99,14 +131,14 @@ class HFBackend:
                 generated = self.model.generate(
                     **enc,
                     do_sample=sample,
-                    max_new_tokens=sampling.max_new_tokens,
+                    max_new_tokens=budget,
                     num_return_sequences=sampling.n,
                     eos_token_id=sorted(self.eos_ids),
                     pad_token_id=self.pad_id,
                     **extra,
                 )
             new_tokens = generated[:, enc["input_ids"].shape[1] :].tolist()
-            out.append([self._completion(row, sampling.max_new_tokens) for row in new_tokens])
+            out.append([self._completion(row, budget) for row in new_tokens])
         return out
 
 
@@ -139,34 +171,37 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         # Token ids, not text: vLLM would add special tokens again to a template that already has them.
-        prompts = [
-            {"prompt_token_ids": self.tokenizer(
+        prompt_ids = [
+            self.tokenizer(
                 self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
                 add_special_tokens=False,
-            )["input_ids"]}
+            )["input_ids"]
             for m in conversations
         ]
+        budgets = [sampling.token_budget(len(ids)) for ids in prompt_ids]
+        fits = [i for i, budget in enumerate(budgets) if budget >= 1]  # an over-window prompt is not sent
         params = [
             SamplingParams(
                 n=sampling.n,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
-                max_tokens=sampling.max_new_tokens,
-                seed=seed,
+                max_tokens=budgets[i],
+                seed=seeds[i],
             )
-            for seed in seeds
+            for i in fits
         ]
-        results = self.llm.generate(prompts, params, use_tqdm=False)
+        prompts = [{"prompt_token_ids": prompt_ids[i]} for i in fits]
+        results = self.llm.generate(prompts, params, use_tqdm=False) if fits else []
         eos = self.tokenizer.eos_token_id
-        out = []
-        for result in results:
+        out = [over_window(sampling.n) for _ in conversations]
+        for i, result in zip(fits, results, strict=True):
             completions = []
             for o in result.outputs:
                 ids = list(o.token_ids)
                 n_tokens = len(ids) - (1 if ids and ids[-1] == eos else 0)
                 reason = "length" if o.finish_reason == "length" else "stop"
                 completions.append(Completion(text=o.text, n_tokens=n_tokens, finish_reason=reason))
-            out.append(completions)
+            out[i] = completions
         return out
 
 

@@ -20,6 +20,15 @@
 - Format: each emission scores 1 if the original ToolRL format test passes for any of the three allowed
   structures (think+tool_call, think+response, think+tool_call+response), averaged per case (0 without
   emissions), then per category; groups and Average as in results.bfcl (EXPERIMENTS.md).
+- Length (the three-reward study's metrics, the training reward's definition, rewards.toolrl): per
+  emission, ``length`` = 1 when the last think span has at most N words (``--length-max-words``, 16), 0
+  when longer or a tag is missing; the same under the name ``length_le_N``; ``think_words`` = the words of
+  that span (0 when a tag is missing). Aggregated like format (percent, except think_words in words).
+- Context window: each request may generate min(--max-new-tokens, window - prompt - 2) tokens, the window
+  read from the model's config (``max_position_embeddings``, 32,768 for the paper models) or given with
+  ``--context-window``. A prompt that leaves no room, at any step, fails the case (scored wrong, format and
+  length 0, as the authors' handler recorded its error) and is counted in ``over_window_cases``; the
+  evaluation goes on.
 
 bfcl-eval is installed without its dependencies (they would replace the pinned numpy/pandas). Its
 ``constants.model_config`` imports every API client only to list model handlers, of which the checker
@@ -29,6 +38,7 @@ flag off for our model (our parser keeps function names as written).
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 import uuid
@@ -38,9 +48,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from results import bfcl
-from results.evaluation.backends import Backend, SamplingConfig
+from results.evaluation.backends import OVER_WINDOW, Backend, SamplingConfig
+from rewards.toolrl import THINK_WORD_LIMIT
 from tasks import toolrl as protocol
 
+log = logging.getLogger(__name__)
 MODEL_NAME = "dara-toolrl"
 MAX_STEPS = 20  # bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMIT
 # ground truths selecting the three allowed structures of the format test (the authors' selectors)
@@ -150,6 +162,45 @@ def emission_format(text: str) -> float:
     return max(toolrl.format_reward(content, kind) for kind in _ALLOWED_KINDS)
 
 
+def length_name(max_words: int) -> str:
+    """The per-emission binary think-length score under its authors' name, e.g. ``length_le_16``."""
+    return f"length_le_{max_words}"
+
+
+def think_words(text: str) -> int:
+    """Words of the emission's last think span (0 when a think tag is missing)."""
+    thought = protocol.last_think_span(protocol.assistant_text(text))
+    return 0 if thought is None else len(thought.split())
+
+
+def emission_length(text: str, max_words: int = THINK_WORD_LIMIT) -> float:
+    """The three-reward study's length reward of one emission (rewards.toolrl.think_length_reward)."""
+    from rewards import toolrl
+
+    return toolrl.think_length_reward(protocol.assistant_text(text), max_words)
+
+
+def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, float]:
+    """Per-case means over the emissions of format, length (also as length_le_N) and think words; 0 each
+    for a case without emissions."""
+    def mean(values):
+        return float(np.mean(values)) if emissions else 0.0
+
+    length = mean([emission_length(t, max_words) for t in emissions])
+    return {"format": mean([emission_format(t) for t in emissions]), "length": length,
+            length_name(max_words): length, "think_words": mean([think_words(t) for t in emissions])}
+
+
+def model_window(model_dir: str) -> int:
+    """The model's context window: ``max_position_embeddings`` of its config (32,768 for the paper models)."""
+    from transformers import AutoConfig
+
+    window = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    if not isinstance(window, int) or window <= 0:
+        raise ValueError(f"{model_dir}: its config names no max_position_embeddings; pass --context-window")
+    return window
+
+
 # ------------------------------------------------------------------------------------------------ generation
 class _Dialogue:
     """The state of one case during generation: BFCL's message history, the current turn and step."""
@@ -164,6 +215,7 @@ class _Dialogue:
         self.tokens: list[list[int]] = [[]]
         self.finish: list[list[str]] = [[]]
         self.force_quit = False
+        self.over_window = False
         self.done = False
         self.model_name = f"{run_tag}_{uuid.uuid4().hex[:8]}"
 
@@ -179,7 +231,13 @@ class _Dialogue:
         self.history.append({"role": "assistant", "content": completion.text})
 
     def advance(self, completion, mod) -> None:
-        """Consume one emission: single-turn cases end; multi-turn cases execute calls or move on."""
+        """Consume one emission: single-turn cases end; multi-turn cases execute calls or move on. A prompt
+        over the context window ends the case (it is scored failed)."""
+        if completion.finish_reason == OVER_WINDOW:
+            log.warning("BFCL case %s: the prompt leaves no room in the context window; the case fails",
+                        self.case["case_id"])
+            self.over_window = self.done = True
+            return
         self.record_emission(completion)
         if not self.multi:
             self.done = True
@@ -218,7 +276,8 @@ class _Dialogue:
 
     def record(self) -> dict:
         return {"case_id": self.case["case_id"], "category": self.case["category"], "turns": self.turns,
-                "n_tokens": self.tokens, "finish_reason": self.finish, "force_quit": self.force_quit}
+                "n_tokens": self.tokens, "finish_reason": self.finish, "force_quit": self.force_quit,
+                "over_window": self.over_window}
 
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
@@ -244,17 +303,23 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
 
 
 # ------------------------------------------------------------------------------------------------ scoring
-def score_record(record: dict, case: dict) -> dict:
-    """Accuracy from bfcl-eval's checker and the per-case format score."""
-    mod = _bfcl()
+def score_record(record: dict, case: dict, *, length_max_words: int = THINK_WORD_LIMIT) -> dict:
+    """Accuracy from bfcl-eval's checker, the per-case format and length diagnostics. A case whose prompt
+    went over the context window fails with format, length and think words 0 (the authors' handler put
+    its error text in place of the case's emissions)."""
     category = record["category"]
     emissions = [text for turn in record["turns"] for text in turn]
-    fmt = float(np.mean([emission_format(t) for t in emissions])) if emissions else 0.0
+    if record.get("over_window"):
+        return {"case_id": record["case_id"], "category": category, "valid": False, "over_window": True,
+                **case_diagnostics([], length_max_words),
+                "error": "a prompt left no room in the context window: the case failed"}
+    mod = _bfcl()
     if is_multi_turn(category):
         valid, error = _check_multi_turn(record, case, mod)
     else:
         valid, error = _check_single_turn(emissions[0], case, mod)
-    return {"case_id": record["case_id"], "category": category, "valid": bool(valid), "format": fmt, "error": error}
+    return {"case_id": record["case_id"], "category": category, "valid": bool(valid),
+            **case_diagnostics(emissions, length_max_words), "error": error}
 
 
 def _check_single_turn(text: str, case: dict, mod) -> tuple[bool, str | None]:
@@ -281,20 +346,34 @@ def _check_multi_turn(record: dict, case: dict, mod) -> tuple[bool, str | None]:
     return result["valid"], None if result["valid"] else str(result.get("error_type", result))
 
 
+def summary_kinds(scored: Sequence[dict]) -> list[str]:
+    """The per-case scores the summary aggregates: accuracy, format, and the length diagnostics when scored
+    (score files written before they existed have none)."""
+    kinds = ["accuracy", "format"]
+    names = [k for k in scored[0] if k == "length" or k.startswith("length_le_")] if scored else []
+    if names and "think_words" in scored[0]:
+        kinds += [*names, "think_words"]
+    return kinds
+
+
 def summarise_bfcl(scored: Sequence[dict]) -> dict:
-    """Per-category accuracy and format (percent), then the groups and Averages of results.bfcl. Live's
-    micro mean uses the case counts actually scored (the official counts on a full run)."""
+    """Per-category accuracy, format and length diagnostics (percent; think_words in words), then the groups
+    and Averages of results.bfcl. Live's micro mean uses the case counts actually scored (the official
+    counts on a full run). ``over_window_cases`` counts the cases failed by the context window."""
     by_cat: dict[str, list[dict]] = defaultdict(list)
     for rec in scored:
         by_cat[rec["category"]].append(rec)
+    kinds = summary_kinds(scored)
+    per_case = {"accuracy": "valid"}
+    scale = {k: (1.0 if k == "think_words" else 100.0) for k in kinds}
     categories = {
-        c: {"cases": len(rows), "accuracy": 100 * float(np.mean([r["valid"] for r in rows])),
-            "format": 100 * float(np.mean([r["format"] for r in rows]))}
+        c: {"cases": len(rows), **{k: scale[k] * float(np.mean([r[per_case.get(k, k)] for r in rows])) for k in kinds}}
         for c, rows in by_cat.items()
     }
-    out = {"categories": categories}
+    out = {"categories": categories, "kinds": kinds,
+           "over_window_cases": sum(bool(r.get("over_window")) for r in scored)}
     counts = {c: v["cases"] for c, v in categories.items()}
-    for kind in ("accuracy", "format"):
+    for kind in kinds:
         scores = {c: v[kind] for c, v in categories.items()}
         try:
             groups = bfcl.aggregate(scores, counts)
@@ -303,8 +382,20 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
             out[f"note_{kind}"] = str(err)
             continue
         out[f"groups_{kind}"] = groups
-    if out.get("groups_accuracy"):
-        out["average_accuracy"] = out["groups_accuracy"]["average"]
-    if out.get("groups_format"):
-        out["average_format"] = out["groups_format"]["average"]
+        out[f"average_{kind}"] = groups["average"]
     return out
+
+
+def render_bfcl_table(summary: dict) -> str:
+    """Markdown: per category the cases and every aggregated score, then the Averages and the window count."""
+    kinds = summary.get("kinds", ["accuracy", "format"])
+    lines = ["| category | cases | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+    lines += [f"| {c} | {v['cases']} | " + " | ".join(f"{v[k]:.2f}" for k in kinds) + " |"
+              for c, v in summary["categories"].items()]
+    averages = [f"{summary[f'average_{k}']:.2f}" if f"average_{k}" in summary else "" for k in kinds]
+    if any(averages):
+        lines.append("| **average** | | " + " | ".join(averages) + " |")
+    lines.append("")
+    lines.append(f"{summary.get('over_window_cases', 0)} case(s) failed because a prompt left no room in the "
+                 "context window.")
+    return "\n".join(lines) + "\n"

@@ -42,10 +42,13 @@ def load_cases(args) -> list[dict]:
 
 def sampling_of(args) -> SamplingConfig:
     return SamplingConfig(n=args.samples, temperature=args.temperature, top_p=args.top_p,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+                          max_new_tokens=args.max_new_tokens, seed=args.seed,
+                          context_window=getattr(args, "context_window", None))
 
 
 def generate(args, cases: list[dict]) -> int:
+    if args.bench == "bfcl" and args.context_window is None:  # BFCL: new tokens clamped to the window
+        args.context_window = bfcl_eval.model_window(args.model)
     sampling = sampling_of(args)
     settings = {"bench": args.bench, "model": str(Path(args.model).resolve()), "sampling": sampling.as_dict(),
                 "data": sorted(map(str, args.data or [])), "categories": list(args.categories or [])}
@@ -54,7 +57,8 @@ def generate(args, cases: list[dict]) -> int:
     if not todo:
         print(f"[generate] all {len(cases)} cases already generated", file=sys.stderr)
         return 0
-    options = {"device": args.device} if args.backend == "hf" else {"tensor_parallel_size": args.tp}
+    options = {"device": args.device} if args.backend == "hf" else {"tensor_parallel_size": args.tp,
+                                                                    "max_model_len": args.context_window}
     backend = make_backend(args.backend, args.model, **options)
     module = {"math": math_eval, "toolrl": toolrl_eval, "bfcl": bfcl_eval}[args.bench]
     summary = run_cases(cases, store, module.make_producer(backend, sampling), batch_size=args.batch_size,
@@ -64,7 +68,10 @@ def generate(args, cases: list[dict]) -> int:
 
 def score(args, cases: list[dict]) -> int:
     generations = CaseStore(Path(args.out) / "generations.jsonl")
-    scores = CaseStore(Path(args.out) / "scores.jsonl", {"bench": args.bench, "length_limit": args.length_limit})
+    settings = {"bench": args.bench, "length_limit": args.length_limit}
+    if args.bench == "bfcl":
+        settings["length_max_words"] = args.length_max_words
+    scores = CaseStore(Path(args.out) / "scores.jsonl", settings)
     by_id = {c["case_id"]: c for c in cases}
     todo = [r for r in generations.records.values() if r["case_id"] not in scores]
     pool = None
@@ -88,7 +95,7 @@ def _score_all(args, todo, by_id, scores, pool) -> None:
         elif args.bench == "toolrl":
             scored = toolrl_eval.score_record(record)
         else:
-            scored = bfcl_eval.score_record(record, by_id[record["case_id"]])
+            scored = bfcl_eval.score_record(record, by_id[record["case_id"]], length_max_words=args.length_max_words)
         scores.append(scored)
         if i % 50 == 0 or i == len(todo):
             print(f"[{args.bench} score] {i}/{len(todo)}", file=sys.stderr, flush=True)
@@ -106,8 +113,7 @@ def aggregate(args, cases: list[dict]) -> int:
         summary = {"benchmarks": table.to_dict("records"),
                    "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored)),
                    "olympiad_bench_copy": math_eval.olympiad_copy(table),
-                   "grading": "Acc = strict (verl's Hendrycks grader) or numeric-equivalence fallback; "
-                              "acc_strict = Hendrycks only; Exceed/Joint on generated ids with EOS"}
+                   "grading": math_eval.GRADING}
         text = math_eval.render_math_table(table)
     elif args.bench == "toolrl":
         summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
@@ -116,13 +122,7 @@ def aggregate(args, cases: list[dict]) -> int:
             for m in toolrl_eval.METRICS)
     else:
         summary = bfcl_eval.summarise_bfcl(scored)
-        lines = ["| category | cases | accuracy | format |", "|---|---|---|---|"]
-        lines += [f"| {c} | {v['cases']} | {v['accuracy']:.2f} | {v['format']:.2f} |"
-                  for c, v in summary["categories"].items()]
-        for key in ("average_accuracy", "average_format"):
-            if key in summary:
-                lines.append(f"| **{key}** | | {summary[key]:.2f} | |")
-        text = "\n".join(lines) + "\n"
+        text = bfcl_eval.render_bfcl_table(summary)
     summary["missing_cases"] = missing
     summary["bench"] = args.bench
     summary["run"] = run_identity(args)
@@ -143,7 +143,7 @@ def run_identity(args) -> dict:
         if not path.exists():
             raise SystemExit(f"--run-dir {args.run_dir}: no run_info.json there")
         info = json.loads(path.read_text())
-    for key in ("method", "seed", "step"):
+    for key in ("method", "seed", "step", "model"):
         if getattr(args, f"run_{key}") is not None:
             info[key] = getattr(args, f"run_{key}")
     return info
@@ -177,12 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--backoff", type=float, default=5.0, help="seconds before the first retry (doubling)")
     parser.add_argument("--length-limit", type=int, default=math_eval.LENGTH_LIMIT, help="math: Exceed/Joint limit")
+    parser.add_argument("--length-max-words", type=int, default=bfcl_eval.THINK_WORD_LIMIT,
+                        help="bfcl: think-length score = last think span has at most this many words (16)")
+    parser.add_argument("--context-window", type=int,
+                        help="bfcl: the model's context window (default: max_position_embeddings of its config)")
     parser.add_argument("--score-workers", type=int, default=2, help="math: verification worker processes")
     parser.add_argument("--score-timeout", type=float, default=10.0, help="math: seconds per verification")
     parser.add_argument("--run-dir", help="training run folder whose run_info.json names the run (method, seed)")
     parser.add_argument("--run-method", help="method label, when there is no run folder (e.g. base)")
     parser.add_argument("--run-seed", type=int)
     parser.add_argument("--run-step", type=int, help="checkpoint step evaluated")
+    parser.add_argument("--run-model", help="model name, when there is no run folder (e.g. qwen2.5-1.5b-instruct)")
     parser.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
     return parser
 

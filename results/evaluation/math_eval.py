@@ -5,7 +5,11 @@ truncated response: a box inside cut thinking still counts, as in the authors' e
 - strict = verl's Hendrycks MATH grader (rewards.math, grader "hendrycks") against the one answer string;
 - numeq  = strict, else a numeric-equivalence fallback tried only when strict says 0 ('025' vs 25,
   '4.5e33' vs 4.5\\times10^{33}): the last boxed answer and the reference both parse as plain numbers
-  and are exactly equal.
+  and are exactly equal. The authors' box pattern: boxes whose braces nest at most one level deep, so a
+  deeper last box makes it read an earlier one (``numeq_boxed``).
+The reference answer is the one string of tasks.math_answers (the authors' rule, shared with data prep and
+the reward): OlympiadBench's multi-answer "$69$,$84$" keeps its delimiters, so the strict grader never
+accepts "69, 84" for it (the fallback reads both as 6984, as the authors' did).
 Per benchmark, over 16 samples per question (T=0.6, top-p 0.95, up to 32,768 new tokens):
 - Acc    = mean over questions of the mean over samples of numeq (the paper's accuracy); Acc_strict too;
 - Exceed = share of samples with more than 4,000 generated token ids, EOS included;
@@ -31,6 +35,8 @@ from results.evaluation.backends import Backend, SamplingConfig
 from results.evaluation.bootstrap import bootstrap_means, percentile_interval, resample_indices
 from results.evaluation.runner import single_turn_producer
 from tasks import math as task
+from tasks.math_answers import RULE as ANSWER_RULE
+from tasks.math_answers import reference_answer
 
 LENGTH_LIMIT = task.LENGTH_LIMIT
 METRICS = ("acc", "acc_strict", "exceed", "joint")
@@ -42,12 +48,11 @@ FILE_TO_SOURCE = {"aime": "aime24", "amc": "amc23", "math": "math500", "minerva"
 
 def _reference_answer(raw, where: str) -> str:
     """The one answer string of a question (the authors grade against a single string: Minerva's first
-    listed form, AMC's float as an integer, OlympiadBench's final_answer[0] without its $...$)."""
-    from rewards.math import reference_alternatives
-
-    if raw is None or raw == "" or raw == []:
-        raise ValueError(f"{where}: no reference answer")
-    return reference_alternatives(raw)[0]
+    listed form, AMC's float as an integer, OlympiadBench's final_answer[0] under their unwrap rule)."""
+    try:
+        return reference_answer(raw)
+    except ValueError as err:
+        raise ValueError(f"{where}: no usable reference answer ({err})") from None
 
 
 def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
@@ -84,15 +89,27 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
 
 
 _UNIT = re.compile(r"\\(?:text|mathrm|mbox|rm|textrm)\s*\{[^{}]*\}")
-_NOISE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "^\\circ", "\\circ", "\\%", "%", "$", ",", "~")
+# Removed in this order (the authors' order: "%" goes before "\\%", which leaves a backslash behind and so
+# makes "50\\%" no plain number, as in their evaluation).
+_NOISE = ("\\!", "\\,", "\\ ", "\\;", "\\:", "~", "$", ",", "%", "^\\circ", "\\circ", "\\%", "\\left", "\\right")
 _TIMES_TEN = re.compile(r"\\(?:times|cdot|ast)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?")
 _POWER_OF_TEN = re.compile(r"^10\^\{?([-+]?\d+)\}?$")
 _PLAIN_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+# The fallback's box: "\\boxed{" then text whose braces nest at most one level deep, then "}" (the
+# authors' BOXED pattern). A box with deeper nesting does not match, so the last MATCHING box is read:
+# an earlier one when the true last box nests deeper.
+_SHALLOW_BOX = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+NUMEQ_RULE = ("numeq: strict, else the last \\boxed{} whose braces nest at most one level deep and the "
+              "reference read as plain numbers are exactly equal (the authors' answer_numeq)")
+GRADING = {"acc": "numeq: strict, or the numeric-equivalence fallback", "acc_strict": "verl's Hendrycks grader",
+           "exceed_joint": "on generated token ids with EOS", "numeq": NUMEQ_RULE, "reference_answer": ANSWER_RULE}
 
 
 def plain_number(text: str | None) -> float | None:
     """The value of an answer written as a plain number (units, thousands separators, LaTeX spacing,
-    a x 10^n tail allowed); None for fractions, radicals, expressions or several answers."""
+    a x 10^n tail allowed); None for fractions, radicals and expressions. Commas and "$" are removed
+    before reading, so numbers joined by commas read as one ("$69$,$84$" and "69, 84" both read 6984),
+    as in the authors' evaluation."""
     if text is None:
         return None
     value = _UNIT.sub("", str(text).strip())
@@ -109,11 +126,15 @@ def plain_number(text: str | None) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def numeric_equal(response: str, answer: str) -> bool:
-    """The fallback: the last boxed answer and the reference are the same plain number (exactly)."""
-    from rewards.math import last_boxed
+def numeq_boxed(response: str) -> str | None:
+    """The boxed text the fallback reads: the last box matching the one-level nesting pattern, or None."""
+    boxes = _SHALLOW_BOX.findall(response or "")
+    return boxes[-1] if boxes else None
 
-    predicted, reference = plain_number(last_boxed(response)), plain_number(answer)
+
+def numeric_equal(response: str, answer: str) -> bool:
+    """The fallback: the box `numeq_boxed` reads and the reference are the same plain number (exactly)."""
+    predicted, reference = plain_number(numeq_boxed(response)), plain_number(answer)
     return predicted is not None and reference is not None and predicted == reference
 
 
@@ -219,8 +240,8 @@ def render_math_table(summary: pd.DataFrame) -> str:
     for row in summary.to_dict("records"):
         cells = [f"{100 * row[m]:.1f} [{100 * row[f'{m}_lo']:.1f}, {100 * row[f'{m}_hi']:.1f}]" for m in METRICS]
         lines.append(f"| {row['benchmark']} | {row['questions']} | " + " | ".join(cells) + " |")
-    note = olympiad_copy(summary)
-    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
+    notes = [olympiad_copy(summary), f"Reference answers: {ANSWER_RULE}.", f"Acc is {NUMEQ_RULE}."]
+    return "\n".join(lines) + "\n\n" + "\n\n".join(n for n in notes if n) + "\n"
 
 
 def check_complete(scored: Sequence[dict], samples_per_question: int) -> None:

@@ -34,6 +34,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from rewards import math as math_reward  # noqa: E402
 from rewards.pool import OK, HardTimeoutPool, available_cpus  # noqa: E402
 from rewards.verl_entry import POOL_PRELOAD, RewardOptions, score_sample  # noqa: E402
+from tasks.math_answers import reference_answer  # noqa: E402
 
 # The shared data: ../shared beside the checkout, else /work/shared.
 DATA = next((root / "data" for root in (_HERE.parents[2] / "shared", Path("/work/shared")) if root.is_dir()),
@@ -64,7 +65,7 @@ def math_items(count: int, seed: int = 0) -> list[tuple]:
         if isinstance(reasoning, list):
             reasoning = "\n".join(reasoning)
         guess = answer if rng.random() < 0.5 else rng.choice(pool)[2]
-        final = math_reward.reference_alternatives(guess)[0]
+        final = reference_answer(guess)
         response = f"{reasoning[:3000]}\n</think>\nSo the final answer is \\boxed{{{final}}}."
         items.append((source, response, answer, rng.randint(300, 8000)))
     rng.shuffle(items)

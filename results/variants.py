@@ -1,0 +1,124 @@
+"""Variants: runs of one method that differ in more than the seed are kept apart in every table and figure.
+
+A run folder's ``run_info.json`` records its experiment configuration (``"config"``, dara.run_folder). Among
+the loaded runs of one task, model and method, the configurations without the seed keys
+(``dara.run_folder.without_seed``) that differ are variants. Each variant's ``method`` cell becomes the method
+followed by the keys where the variants differ and this variant's values (``dara_asym w_max=2``; the last
+part of a dotted key, or more of it where two keys would read alike); the method as trained stays in
+``base_method``, and ``config_id`` names the configuration (the identity and the configuration without the
+seed), so seeds are counted within a variant. Runs without a recorded configuration (older run folders,
+CSVs) keep their method as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from dara.run_folder import config_differences, without_seed
+
+IDENTITY = ("task", "model", "method")
+BASE_METHOD = "base_method"
+CONFIG_ID = "config_id"
+MAX_LABEL_KEYS = 4
+
+
+def _identity(frame: pd.DataFrame) -> tuple:
+    return tuple(str(frame[c].iloc[0]) if c in frame.columns and len(frame) else None for c in IDENTITY)
+
+
+def _canonical(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and "/" in value
+
+
+def short_names(keys: Sequence[str]) -> dict[str, str]:
+    """Each dotted key by its shortest trailing part that no other key of ``keys`` shares."""
+    names = {}
+    for key in keys:
+        parts = key.split(".")
+        for size in range(1, len(parts) + 1):
+            tail = ".".join(parts[-size:])
+            if not any(other != key and (other == tail or other.endswith("." + tail)) for other in keys):
+                break
+        names[key] = tail
+    return names
+
+
+def variant_labels(method: str, configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One label per configuration (all of one method): the method, then ``key=value`` for the keys where
+    the configurations differ (the first MAX_LABEL_KEYS of them, path-valued keys last, then how many more)."""
+    keys: set[str] = set()
+    for i, config in enumerate(configs):
+        for other in configs[i + 1:]:
+            keys.update(config_differences(config, other))
+    # keys holding paths (assets of another output root or checkout) last: the settings a user changed first
+    ordered = sorted(keys, key=lambda k: (any(_is_path(c.get(k)) for c in configs), k))
+    names = short_names(ordered)
+    labels = []
+    for config in configs:
+        parts = [f"{names[k]}={_value_text(config.get(k))}" for k in ordered[:MAX_LABEL_KEYS]]
+        if len(ordered) > MAX_LABEL_KEYS:
+            parts.append(f"(+{len(ordered) - MAX_LABEL_KEYS} keys)")
+        labels.append(" ".join([method, *parts]) if parts else method)
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):  # labels cut short could read alike: number them apart
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            labels[i] = f"{label} #{seen[label]}"
+    return labels
+
+
+def name_variants(runs: Sequence[tuple[pd.DataFrame, Mapping[str, Any] | None]]) -> list[pd.DataFrame]:
+    """The runs' frames with ``method`` naming their variant, ``base_method`` and ``config_id`` added (for runs
+    with a recorded configuration; the others unchanged)."""
+    groups: dict[tuple, dict[str, Mapping[str, Any]]] = {}
+    keyed = []
+    for frame, config in runs:
+        if config is None or "method" not in frame.columns:
+            keyed.append((frame, None, None))
+            continue
+        identity, variant = _identity(frame), without_seed(config)
+        text = _canonical(variant)
+        groups.setdefault(identity, {})[text] = variant
+        keyed.append((frame, identity, text))
+    labels = {}
+    for identity, variants in groups.items():
+        texts = sorted(variants)
+        for text, label in zip(texts, variant_labels(identity[-1], [variants[t] for t in texts]), strict=True):
+            digest = hashlib.sha256(_canonical({"identity": identity, "config": text}).encode()).hexdigest()[:12]
+            labels[(identity, text)] = (label, digest)
+    out = []
+    for frame, identity, text in keyed:
+        if identity is not None:
+            label, digest = labels[(identity, text)]
+            frame = frame.assign(**{BASE_METHOD: frame["method"], "method": label, CONFIG_ID: digest})
+        out.append(frame)
+    return out
+
+
+def check_one_configuration(frame: pd.DataFrame, group_cols: Sequence[str], what: str) -> None:
+    """Refuse a grouping that would pool runs of different configurations as if they were seeds (runs of
+    several tasks or models under one method): one line naming the group and the columns to add."""
+    if CONFIG_ID not in frame.columns or not len(frame):
+        return
+    recorded = frame.dropna(subset=[CONFIG_ID])
+    for key, part in recorded.groupby(list(group_cols), sort=False, dropna=False):
+        if part[CONFIG_ID].nunique() > 1:
+            varying = [c for c in ("task", "model") if c in part.columns and part[c].nunique() > 1]
+            key = key if isinstance(key, tuple) else (key,)
+            raise ValueError(f"{what}: the group {dict(zip(group_cols, key, strict=True))} holds runs of "
+                             f"{part[CONFIG_ID].nunique()} configurations (they differ in "
+                             f"{', '.join(varying) or 'their configuration'}); add "
+                             f"{', '.join(varying) or 'model'} to --group-by")

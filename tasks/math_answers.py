@@ -1,0 +1,110 @@
+"""Math ground truths: a benchmark's native answer -> the one string every grader compares against.
+
+One rule, used by data prep (training and evaluation rows), the math reward and the evaluation. It is the
+authors' (their evaluation's ``unwrap_math`` and benchmark loader, EXPERIMENTS.md "Evaluation"):
+
+- a list (OlympiadBench's ``final_answer``, Minerva's accepted forms in DeepScaleR's copy) is graded
+  against its FIRST item; the others are kept aside as alternatives (``answer_alternatives``);
+- a float with an integral value (AMC stores 142.0) is written as an integer ("142"); any other number as
+  Python's ``str``; a tuple is one tuple-valued answer written "(a, b)" (``str`` of a tuple of numbers);
+- text is stripped, then up to three rounds of math-delimiter removal: in each round ``$$..$$``,
+  ``$..$``, ``\\(..\\)`` and ``\\[..\\]`` are tried in that order, each removed only when the text starts
+  and ends with it, is longer than the two delimiters, and the stripped inner text is non-empty and holds
+  neither delimiter. So ``"$2^{1009}$"`` becomes ``"2^{1009}"`` while OlympiadBench's multi-answer
+  ``"$69$,$84$"`` stays as it is (its inner text holds a ``$``) and ``"$$"`` stays ``"$$"``.
+
+Unusable values (None, a boolean, empty text, an empty list, NaN or infinity, a mapping; for
+``answer_alternatives`` also an unusable later item) raise ValueError: data prep drops and counts such rows.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+# The delimiters in the order each round tries them.
+MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+MAX_UNWRAP_ROUNDS = 3
+RULE = (
+    "ground truth = the first listed answer; integral floats as integers; up to three rounds removing "
+    "outer $$..$$, $..$, \\(..\\), \\[..\\] only when the inner text holds no such delimiter "
+    "(the authors' unwrap_math: '$69$,$84$' stays as it is)"
+)
+
+
+def _without_delimiter(text: str, opening: str, closing: str) -> str:
+    """``text`` without one outer ``opening``..``closing`` pair, or unchanged when the rule says keep it."""
+    if len(text) <= len(opening) + len(closing) or not (text.startswith(opening) and text.endswith(closing)):
+        return text
+    inner = text[len(opening) : len(text) - len(closing)].strip()
+    if not inner or opening in inner or closing in inner:
+        return text
+    return inner
+
+
+def unwrap_math(text: str) -> str:
+    """The stripped text without its outer math delimiters (see the module docstring for the rule)."""
+    text = text.strip()
+    for _ in range(MAX_UNWRAP_ROUNDS):
+        before = text
+        for opening, closing in MATH_DELIMITERS:
+            text = _without_delimiter(text, opening, closing)
+        if text == before:
+            break
+    return text
+
+
+def _number_text(value: numbers.Number) -> str:
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"not a finite answer: {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _as_items(value) -> list | None:
+    """The items of a list-like answer (a list, or a numpy array read back from parquet); None otherwise."""
+    if isinstance(value, list):
+        return value
+    if hasattr(value, "tolist") and not isinstance(value, numbers.Number):
+        items = value.tolist()
+        return items if isinstance(items, list) else None
+    return None
+
+
+def reference_answer(value) -> str:
+    """The one answer string graded against (the first listed answer for a list)."""
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"not a math answer: {value!r}")
+    items = _as_items(value)
+    if items is not None:
+        if not items:
+            raise ValueError("empty list of answers")
+        return reference_answer(items[0])
+    if isinstance(value, numbers.Number) and hasattr(value, "item"):  # a numpy scalar: its Python value
+        value = value.item()
+    if isinstance(value, numbers.Number):
+        return _number_text(value)
+    if isinstance(value, tuple):
+        return "(" + ", ".join(reference_answer(item) for item in value) + ")"
+    if isinstance(value, str):
+        text = unwrap_math(value)
+        if not text:
+            raise ValueError("empty answer")
+        return text
+    if isinstance(value, Mapping):
+        raise ValueError(f"a mapping is not a math answer: {value!r}")
+    raise ValueError(f"unsupported answer type {type(value).__name__}: {value!r}")
+
+
+def answer_alternatives(value) -> list[str]:
+    """Every listed answer under the same rule, duplicates dropped; the first is ``reference_answer``."""
+    items = _as_items(value)
+    if items is None:
+        return [reference_answer(value)]
+    if not items:
+        raise ValueError("empty list of answers")
+    return list(dict.fromkeys(reference_answer(item) for item in items))

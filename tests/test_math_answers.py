@@ -1,0 +1,183 @@
+"""The one math ground-truth rule (tasks.math_answers) against a plain reading of the authors' rules, and the
+evaluation's numeric-equivalence fallback against a plain reading of their box pattern."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data_prep import math_eval as math_eval_prep
+from data_prep.common import FilterLog
+from results.evaluation import math_eval
+from rewards import math as math_reward
+from tasks.math_answers import answer_alternatives, reference_answer, unwrap_math
+from tests.shared_data import shared_path
+
+BENCHMARKS = shared_path("data", "math_benchmarks")
+FILES = {"aime24": "aime", "amc23": "amc", "math500": "math", "minerva": "minerva", "olympiad_bench": "olympiad_bench"}
+DELIMITERS = [("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")]
+
+
+def plain_unwrap(text: str) -> str:
+    """The authors' rule read plainly: strip; then at most three rounds, each trying $$, $, \\(, \\[ in turn and
+    removing one outer pair when the text is longer than the pair, starts and ends with it, and the stripped
+    inside is non-empty and holds neither delimiter; stop after a round that removed nothing."""
+    current = text.strip()
+    for _round in range(3):
+        removed = False
+        for opening, closing in DELIMITERS:
+            long_enough = len(current) > len(opening) + len(closing)
+            if long_enough and current[: len(opening)] == opening and current[len(current) - len(closing):] == closing:
+                inside = current[len(opening): len(current) - len(closing)].strip()
+                if inside != "" and inside.find(opening) == -1 and inside.find(closing) == -1:
+                    current, removed = inside, True
+        if not removed:
+            break
+    return current
+
+
+def plain_reference(value) -> str:
+    """The authors' loader read plainly: a list's first item, an integral float as an int, str(), unwrap."""
+    if isinstance(value, list):
+        value = value[0]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return plain_unwrap(str(value))
+
+
+def native_answers() -> list[tuple[str, int, object]]:
+    rows = []
+    for source, name in FILES.items():
+        for index, row in enumerate(json.loads((BENCHMARKS / f"{name}.json").read_text())):
+            rows.append((source, index, row["answer"]))
+    return rows
+
+
+def test_every_benchmark_answer_follows_the_authors_rule():
+    answers = native_answers()
+    assert len(answers) == 1560
+    for source, index, raw in answers:
+        ours = reference_answer(raw)
+        assert ours == plain_reference(raw), (source, index, raw)
+        assert reference_answer(ours) == ours  # applied again (the reward re-reads the parquet's string)
+        assert answer_alternatives(raw)[0] == ours
+    kept = [(s, t) for s, _, raw in answers if "$" in (t := reference_answer(raw)).replace("\\$", "")]
+    assert len(kept) == 21 and {s for s, _ in kept} == {"olympiad_bench"}
+    # 18 of them are several math segments joined by commas ("$69$,$84$"), which the former rule unwrapped
+    joined = [t for _, t in kept if t.startswith("$") and t.endswith("$") and t.count("$") >= 4
+              and all(sep.strip() == "," for sep in t.split("$")[2:-1:2])]
+    assert len(joined) == 18 and "$69$,$84$" in joined
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("$69$,$84$", "$69$,$84$"),  # the inside holds "$": kept, never a bare "69, 84"
+    ("$2^{1009}$", "2^{1009}"),
+    (" $\\frac{9}{32}$\n", "\\frac{9}{32}"),
+    ("$$x$$", "x"),
+    ("$$", "$$"),  # no longer than its two delimiters: kept
+    ("$ $", "$ $"),  # empty inside: kept
+    ("\\(x\\)", "x"),
+    ("\\[x\\]", "x"),
+    ("\\[\\($x$\\)\\]", "x"),  # three rounds: \[ then \( then $
+    ("$a$ or $b$", "$a$ or $b$"),
+    ("$5 Yuan", "$5 Yuan"),
+])
+def test_unwrap_cases(text, expected):
+    assert unwrap_math(text) == expected == plain_unwrap(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["$", "$$", "\\(", "\\)", "\\[", "\\]", "x", " ", ","]), max_size=12))
+def test_unwrap_equals_the_plain_reading(pieces):
+    text = "".join(pieces)
+    assert unwrap_math(text) == plain_unwrap(text)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (142.0, "142"), (7, "7"), (0.5, "0.5"), (np.float32(142.0), "142"), (np.int64(3), "3"),
+    (Fraction(3, 4), "3/4"),  # str() of the number, as the authors' loader writes any non-float
+    ((1, 2), "(1, 2)"),  # a tuple is one tuple-valued answer
+    (["9.6\n", "10"], "9.6"),  # the first listed answer
+    (np.array(["$12$", "12.0"], dtype=object), "12"),
+    ("$$", "$$"),
+])
+def test_reference_answer_of_native_forms(value, expected):
+    assert reference_answer(value) == expected
+
+
+@pytest.mark.parametrize("value", [None, True, "", "   ", [], math.nan, math.inf, {"a": 1}, ["2", None]])
+def test_unusable_answers_raise(value):
+    with pytest.raises(ValueError):
+        answer_alternatives(value)
+
+
+@pytest.mark.parametrize("raw, truth", [((1, 2), "(1, 2)"), ("$$", "$$"), (["$a$", "$b$"], "a")])
+def test_data_prep_reward_and_evaluation_read_an_answer_alike(raw, truth):
+    """The cases where the two former normalisers disagreed: one answer "(1, 2)", and "$$" accepted."""
+    rows = math_eval_prep.benchmark_rows("aime24", [{"problem": "p", "answer": raw}], "test", FilterLog())
+    assert rows[0]["reward_model"]["ground_truth"] == truth
+    assert math_eval._reference_answer(raw, "case") == truth
+    assert math_reward.score(f"\\boxed{{{truth}}}", raw, 10)["correctness"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------------ numeq
+def plain_last_shallow_box(text: str) -> str | None:
+    """The authors' BOXED pattern read plainly: scanning left to right, a "\\boxed{" opens a candidate whose
+    braces may nest one level; it matches at the "}" that closes it, and the scan resumes after the match;
+    a candidate that nests deeper, or never closes, fails and the scan moves on one character."""
+    found, i, start = None, 0, "\\boxed{"
+    while i < len(text):
+        if not text.startswith(start, i):
+            i += 1
+            continue
+        depth, j, end = 0, i + len(start), None
+        while j < len(text):
+            if text[j] == "{":
+                depth += 1
+                if depth > 1:
+                    break
+            elif text[j] == "}":
+                if depth == 0:
+                    end = j
+                    break
+                depth -= 1
+            j += 1
+        if end is None:
+            i += 1
+            continue
+        found, i = text[i + len(start): end], end + 1
+    return found
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["\\boxed{", "{", "}", "1", "a", " "]), max_size=14))
+def test_numeq_box_equals_the_plain_reading(pieces):
+    text = "".join(pieces)
+    assert math_eval.numeq_boxed(text) == plain_last_shallow_box(text)
+
+
+def test_numeq_reads_an_earlier_box_when_the_last_nests_deeper():
+    response = "first \\boxed{25}, finally \\boxed{\\frac{50}{\\sqrt{4}}}"
+    assert math_eval.numeq_boxed(response) == "25"
+    record = {"case_id": "q", "data_source": "aime24", "answer": "25",
+              "samples": [{"text": response, "n_tokens": 10, "finish_reason": "stop"}]}
+    scored = math_eval.score_record(record)
+    assert scored["strict"] == [0] and scored["correct"] == [1]  # the authors' fallback, quirk included
+
+
+def test_numeq_on_the_kept_multi_answer():
+    """'$69$,$84$' is never accepted by the strict grader for the answers written plainly; the authors'
+    number reader drops "$" and "," on both sides, so their fallback reads "69, 84" as 6984 and accepts it."""
+    samples = ["\\boxed{69, 84}", "\\boxed{69,84}", "\\boxed{69} and \\boxed{84}", "\\boxed{84, 69}"]
+    record = {"case_id": "q", "data_source": "olympiad_bench", "answer": ["$69$,$84$"],
+              "samples": [{"text": t, "n_tokens": 10, "finish_reason": "stop"} for t in samples]}
+    scored = math_eval.score_record(record)
+    assert scored["strict"] == [0, 0, 0, 0]
+    assert scored["correct"] == [1, 1, 0, 0]
+    assert math_eval.plain_number("50\\%") is None and math_eval.plain_number("50%") == 50.0

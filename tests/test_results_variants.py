@@ -1,0 +1,104 @@
+"""Variants apart in every table: runs that differ in more than the seed are rows and curves of their own,
+labelled by what differs; seeds are counted within a variant; older run folders keep today's behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from dara.run_folder import experiment_config
+from results import thresholds
+from results.cli import main as results_main
+from results.loaders import load_runs
+from results.report import build_report
+from results.tables import build_table
+from results.variants import short_names, variant_labels
+
+METRIC = "reward/format/mean"
+
+
+def config(seed: int, model: str = "tiny", **changes) -> dict:
+    cfg = OmegaConf.create({"run": {"seed": seed, "task": "smoke", "model": model, "output_dir": f"/o/{seed}"},
+                            "data": {"seed": seed, "train_batch_size": 8},
+                            "algorithm": {"adv_estimator": "dara_asym", "dara": {"w_max": 5.0}}})
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return experiment_config(cfg)
+
+
+def write_run(root, name, seed, values, *, model="tiny", recorded=True, **changes):
+    folder = root / name
+    folder.mkdir(parents=True)
+    info = {"run_name": name, "method": "dara_asym", "seed": seed, "task": "smoke", "model": model}
+    if recorded:
+        info["config"] = config(seed, model, **changes)
+    (folder / "run_info.json").write_text(json.dumps(info))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, METRIC: v}) + "\n"
+                                                  for s, v in enumerate(values, start=1)))
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    root = tmp_path / "sweep"
+    write_run(root, "plain-s0", 0, [0.2, 0.5, 0.9])
+    write_run(root, "plain-s1", 1, [0.1, 0.7, 0.8])
+    write_run(root, "capped-s0", 0, [0.3, 0.9, 1.0], **{"algorithm.dara.w_max": 2.0})
+    return root
+
+
+def test_a_variant_is_its_own_row_labelled_by_what_differs(sweep):
+    table = build_table([sweep], [METRIC], step="last")
+    rows = {r["method"]: r for r in table.to_dict("records")}
+    assert set(rows) == {"dara_asym w_max=5.0", "dara_asym w_max=2.0"}
+    plain, capped = rows["dara_asym w_max=5.0"], rows["dara_asym w_max=2.0"]
+    assert (plain["n"], plain["seeds"], capped["n"], capped["seeds"]) == (2, "0,1", 1, "0")
+    assert plain[f"{METRIC}_mean"] == pytest.approx((0.9 + 0.8) / 2) and capped[f"{METRIC}_mean"] == 1.0
+    frame = load_runs(sweep)
+    assert set(frame["base_method"]) == {"dara_asym"} and frame["config_id"].nunique() == 2
+
+
+def test_thresholds_plots_and_report_keep_the_variants_apart(sweep, tmp_path, capsys):
+    steps = thresholds.threshold_steps(load_runs(sweep), METRIC, 0.85)
+    assert dict(zip(steps["method"], steps["step"], strict=True)) == {"dara_asym w_max=2.0": 2,
+                                                                      "dara_asym w_max=5.0": 3}
+    assert results_main(["table", str(sweep), "--metrics", METRIC, "--step", "last"]) == 0
+    assert "| dara_asym w_max=2.0 | 1 |" in capsys.readouterr().out
+    assert results_main(["plot", "curves", str(sweep), "--metrics", METRIC, "--out", str(tmp_path / "c")]) == 0
+    page = build_report([sweep], tmp_path / "report", reference=tmp_path).read_text()
+    assert "dara_asym w_max=2.0" in page and "dara_asym w_max=5.0" in page
+
+
+def test_seeds_of_one_variant_are_one_row_and_old_folders_keep_todays_behaviour(tmp_path):
+    root = tmp_path / "one"
+    write_run(root, "a", 0, [0.5])
+    write_run(root, "b", 1, [0.7])
+    table = build_table([root], [METRIC], step="last")
+    assert table[["method", "n"]].values.tolist() == [["dara_asym", 2]]
+    old = tmp_path / "old"
+    write_run(old, "a", 0, [0.5], recorded=False)
+    write_run(old, "b", 0, [0.7], recorded=False, **{"algorithm.dara.w_max": 2.0})
+    table = build_table([old], [METRIC], step="last")
+    assert table[["method", "n"]].values.tolist() == [["dara_asym", 2]]  # nothing recorded: pooled as before
+
+
+def test_pooling_runs_of_two_models_under_one_method_is_refused(tmp_path):
+    root = tmp_path / "models"
+    write_run(root, "tiny", 0, [0.5])
+    write_run(root, "small", 0, [0.7], model="small", **{"run.model": "small"})
+    with pytest.raises(ValueError, match="differ in model"):
+        build_table([root], [METRIC], step="last")
+    table = build_table([root], [METRIC], group_by=["model", "method"], step="last")
+    assert table[["model", "method", "n"]].values.tolist() == [["small", "dara_asym", 1], ["tiny", "dara_asym", 1]]
+
+
+def test_labels_name_the_differing_keys_briefly():
+    assert short_names(["a.x.lr", "b.y.lr", "c.w_max"]) == {"a.x.lr": "x.lr", "b.y.lr": "y.lr", "c.w_max": "w_max"}
+    labels = variant_labels("grpo", [{"k": 1, "a.b": [1, 2]}, {"k": 2, "a.b": [1, 2]}, {"k": 1}])
+    assert labels == ["grpo b=[1, 2] k=1", "grpo b=[1, 2] k=2", "grpo b=null k=1"]
+    assert variant_labels("grpo", [{"k": 1}]) == ["grpo"]
+    paths = variant_labels("m", [{"a.path": "/x/model", "w_max": 1}, {"a.path": "/y/model", "w_max": 2}])
+    assert paths == ["m w_max=1 path=/x/model", "m w_max=2 path=/y/model"]  # what a user changed comes first
+    many = variant_labels("m", [{f"k{i}": i for i in range(6)}, {}])
+    assert many[0] == "m k0=0 k1=1 k2=2 k3=3 (+2 keys)" and many[1].endswith("(+2 keys)") and many[0] != many[1]
