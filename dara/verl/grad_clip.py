@@ -18,6 +18,7 @@ import numpy as np
 
 CLIP_ACTIVE = "actor/grad_clip_active"
 UNCLIPPED = "actor/grad_unclipped_updates"
+TORCH_CLIP_EPS = 1e-6
 
 
 def _flat(values) -> list[float]:
@@ -51,7 +52,8 @@ def grad_clip_metrics(grad_norms: list[float], max_norm: float, updates: int, ex
     norms = np.asarray(grad_norms, dtype=np.float64)
     if norms.size == 0:
         return {}
-    share = float((norms > max_norm).mean())  # torch's clip_grad_norm_ scales exactly when norm > max_norm
+    # torch's clip_grad_norm_ multiplies by min(1, max_norm / (norm + 1e-6)): it scales when norm + 1e-6 > max_norm
+    share = float((norms + TORCH_CLIP_EPS > max_norm).mean())
     metrics = {CLIP_ACTIVE: share}
     if expect_clipped:
         metrics[UNCLIPPED] = float(round((1.0 - share) * updates))

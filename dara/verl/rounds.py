@@ -113,10 +113,10 @@ def shortfall_message(step: int, rounds: int, round_prompts: int, informative: i
                       drawn: int) -> str:
     """One line: what was found, the acceptance rate, the rounds run, and how to go on."""
     rate = informative / drawn if drawn else 0.0
-    enough = f"about {math.ceil(needed / (rate * round_prompts))} rounds at this acceptance, " if rate else ""
+    estimate = f"about {math.ceil(needed / (rate * round_prompts))} at this acceptance; " if rate else ""
     return (f"step {step}: {informative} of the {needed} informative groups after {rounds} round(s) of "
-            f"{round_prompts} prompts (acceptance {rate:.3f}; cap run.dynamic_sampling.max_rounds={rounds}); "
-            f"to go on, resume with a larger cap ({enough}0 = no cap)")
+            f"{round_prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds={rounds}); to go "
+            f"on, rerun with a larger cap, which resumes from the last checkpoint ({estimate}0 = no cap)")
 
 
 def _key_rank(key: str, position: dict[str, int]) -> tuple[int, int, int]:
@@ -153,8 +153,8 @@ class RoundsReplayBuffer(ReplayBuffer):
             informative |= good
             drawn, failed = drawn + len(uids), failed + bad
             kept = first_uids([k.split("_")[0] for keys in rounds for k in keys], informative, batch_size)
-            logger.info("dynamic sampling, step %d round %d: %d/%d groups informative, %d of %d collected",
-                        global_steps, len(rounds), len(good), len(uids), len(kept), batch_size)
+            print(f"[dara] step {global_steps}, dynamic sampling round {len(rounds)}: {len(good)}/{len(uids)} groups "
+                  f"informative, {len(kept)}/{batch_size} collected", flush=True)  # into logs/main.log
         selected = set(kept)
         self._clear_groups(partition_id, informative - selected)  # informative surplus past the first 512
         keys = [k for keys in rounds for k in keys if k.split("_")[0] in selected]
