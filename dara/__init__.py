@@ -21,3 +21,7 @@ if OmegaConf is not None and not OmegaConf.has_resolver("dara.root"):
 # `${dara.sum:a,b}`: integer sum (e.g. vLLM's max_model_len = prompt + response budget).
 if OmegaConf is not None and not OmegaConf.has_resolver("dara.sum"):
     OmegaConf.register_new_resolver("dara.sum", lambda *values: sum(int(v) for v in values))
+# `${dara.if_eq:a,b,then,else}`: `then` when a == b, else `else` (a config key derived from a mode, e.g. verl's
+# replay-buffer filter on only in `run.dynamic_sampling.mode=replay`).
+if OmegaConf is not None and not OmegaConf.has_resolver("dara.if_eq"):
+    OmegaConf.register_new_resolver("dara.if_eq", lambda a, b, then, otherwise: then if a == b else otherwise)

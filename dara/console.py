@@ -18,8 +18,10 @@ from typing import TextIO
 
 from dara.run_log import Progress
 
-# Per-step counts the console reports as warnings when they are non-zero (a reward that timed out or failed).
-WARN_COUNTS = {"reward/timeouts": "reward timeouts", "reward/errors": "reward errors"}
+# Per-step counts the console reports as warnings when they are non-zero (a reward that timed out or failed; an
+# optimizer update left unclipped where the task expects every update clipped, dara.verl.grad_clip).
+WARN_COUNTS = {"reward/timeouts": "reward timeouts", "reward/errors": "reward errors",
+               "actor/grad_unclipped_updates": "optimizer update(s) not clipped (run.expect_clipped_updates)"}
 
 
 @contextmanager

@@ -223,7 +223,8 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
             with follow_progress(progress, write) if follow else nullcontext():
                 run_ppo(cfg, task_runner_class=DaraTaskRunner)
         except ray.exceptions.RayTaskError as error:  # surface the cause, not a Ray traceback wall
-            cause = error.as_instanceof_cause()
+            print(error, file=sys.stderr, flush=True)  # the traceback, into logs/main.log unless --verbose
+            cause = error.cause if isinstance(error.cause, BaseException) else error.as_instanceof_cause()
             raise SystemExit(f"[dara] training failed: {type(cause).__name__}: {cause}") from None
         finally:
             if ray.is_initialized():

@@ -9,6 +9,7 @@ shares its runs (same name and folder); the others carry the variant "g<G>" in t
 from __future__ import annotations
 
 from recipes.runner import Run
+from recipes.toolrl_main import extra_for
 
 DESCRIPTION = "Group-size study: G in {4,8,16,32} at 2,048 responses per step, 4 methods x 3 seeds"
 DEFAULT_SEEDS = (0, 1, 2)
@@ -28,7 +29,9 @@ def settings(group_size: int) -> tuple[str, tuple[str, ...]]:
     overrides = (f"data.train_batch_size={RESPONSES_PER_STEP // group_size}",
                  f"actor_rollout_ref.rollout.n={group_size}",
                  f"actor_rollout_ref.actor.ppo_mini_batch_size={MINI_BATCH_RESPONSES // group_size}")
-    return ("" if group_size == BASE_GROUP_SIZE else f"g{group_size}"), overrides
+    if group_size == BASE_GROUP_SIZE:  # the main table's run, with its settings (its HF checkpoints kept)
+        return "", overrides + extra_for(MODEL)
+    return f"g{group_size}", overrides
 
 
 def runs(seeds=DEFAULT_SEEDS) -> list[Run]:

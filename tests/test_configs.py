@@ -28,7 +28,13 @@ TOOLRL = {
     "actor_rollout_ref.actor.ppo_mini_batch_size": 128,
     "actor_rollout_ref.actor.ppo_epochs": 1,
     "actor_rollout_ref.actor.optim.lr": 1e-6,
-    "actor_rollout_ref.actor.grad_clip": 1.0,
+    # the authors' updates were all clipped at 1.0 (gradient ~4-4.5x the token mean, grad_norm >= 1.17 on every
+    # logged step): a clip below every norm of ours with Adam's eps scaled alike gives the same Adam steps
+    "actor_rollout_ref.actor.optim.clip_grad": 0.05,
+    "actor_rollout_ref.actor.grad_clip": 0.05,
+    "actor_rollout_ref.actor.optim.override_optimizer_config": {"eps": 5e-10},
+    "run.expect_clipped_updates": True,
+    "actor_rollout_ref.actor.clip_ratio_c": 1e9,  # no dual-clip in the authors' verl (ratio <= e^20 < 1e9)
     "actor_rollout_ref.actor.entropy_coeff": 0.001,
     "actor_rollout_ref.actor.clip_ratio_low": 0.2,
     "actor_rollout_ref.actor.clip_ratio_high": 0.2,
@@ -56,8 +62,14 @@ TOOLRL_THREE = {**TOOLRL, "algorithm.reward_channels": ["format", "correctness",
 MATH = {
     "data.train_batch_size": 512,
     "actor_rollout_ref.rollout.n": 16,
-    "algorithm.filter_groups.enable": True,
+    # the authors' rounds (dara.verl.rounds): 768-prompt rounds, the dataloader batch is one round; verl's own
+    # replay-buffer filter off; the cap per model is checked in test_math_round_cap_per_model
+    "run.dynamic_sampling.mode": "rounds",
+    "run.dynamic_sampling.round_prompts": 768,
+    "data.gen_batch_size": 768,
+    "algorithm.filter_groups.enable": False,
     "algorithm.filter_groups.metric": "reward",
+    "trainer.val_before_train": True,
     "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
     "actor_rollout_ref.actor.ppo_epochs": 1,
     "actor_rollout_ref.actor.optim.lr": 1e-6,
@@ -66,6 +78,8 @@ MATH = {
     "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
     "actor_rollout_ref.actor.entropy_coeff": 0.0,
     "actor_rollout_ref.actor.grad_clip": 1.0,
+    "actor_rollout_ref.actor.optim.clip_grad": 1.0,
+    "run.expect_clipped_updates": False,
     "actor_rollout_ref.actor.use_kl_loss": True,
     "actor_rollout_ref.actor.kl_loss_type": "mse",
     "actor_rollout_ref.actor.kl_loss_coef": 5e-4,
@@ -223,11 +237,31 @@ def test_submitit_launcher_configs_compose(cluster, gpus):
 
 # ----------------------------------------------------------------------------- math dynamic sampling
 # EXPERIMENTS.md: keep only groups whose summed reward varies, draw further candidate batches until the batch is
-# full, log how many were drawn and kept. conf/task/deepscaler.yaml turns on verl 0.9.1's DAPO group filter
-# (algorithm.filter_groups, v1 replay buffer); these tests run it with the project's dara_sync trainer.
+# full, log how many were drawn and kept. conf/task/deepscaler.yaml runs the authors' rounds (dara.verl.rounds,
+# tests/test_verl_rounds.py, tests/test_smoke_math.py); run.dynamic_sampling.mode=replay runs verl 0.9.1's own
+# group filter (algorithm.filter_groups, v1 replay buffer), which these tests run with the dara_sync trainer.
+ROUND_CAPS = {"deepseek-r1-distill-qwen-1.5b": 2, "deepseek-r1-distill-qwen-7b": 4, "qwen3-4b-instruct-2507": 4,
+              "qwen3-4b-thinking-2507": 4}  # the authors' README: 2 for 1.5B, 4 for the 4B models (and 7B)
+
+
+@pytest.mark.parametrize("model, cap", list(ROUND_CAPS.items()))
+def test_math_round_cap_per_model(model, cap):
+    cfg = composed(("task=deepscaler", f"model={model}", "cluster=h100_x8"))
+    assert cfg.run.dynamic_sampling.max_rounds == cap and cfg.run.dynamic_sampling.mode == "rounds"
+
+
+def test_replay_mode_turns_on_verls_filter_and_leaves_the_dataloader_alone():
+    cfg = composed(("task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b", "cluster=h100_x8",
+                    "run.dynamic_sampling.mode=replay"))
+    assert cfg.algorithm.filter_groups.enable is True and cfg.data.gen_batch_size is None
+    assert composed(()).algorithm.filter_groups.enable is False  # tool calling: no dynamic sampling
+
+
 def math_filter_overrides() -> list[str]:
+    """The math task's filter in verl's replay mode, for the CPU smoke task."""
     block = OmegaConf.load(CONF_DIR / "task" / "deepscaler.yaml").algorithm.filter_groups
-    return [f"algorithm.filter_groups.{key}={block[key]}" for key in ("enable", "metric", "max_inflight_gen_batches")]
+    return ["run.dynamic_sampling.mode=replay",
+            *(f"algorithm.filter_groups.{key}={block[key]}" for key in ("metric", "max_inflight_gen_batches"))]
 
 
 def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
@@ -247,6 +281,20 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
     assert {k: v for k, v in vars(ours).items() if k != "refill_fn" and not k.startswith("_prefilter")
             and k != "prefilter_channels"} == {
         k: v for k, v in vars(stock).items() if k not in ("refill_fn", "trainer_mode")} | {"trainer_mode": "sync"}
+
+
+def test_dara_sync_builds_the_rounds_sampler_for_the_math_tasks():
+    from dara.verl.prefilter import PrefilterRoundsReplayBuffer
+    from dara.verl.rounds import RoundsSettings
+    from dara.verl.trainer import DaraTrainerSync
+
+    cfg = composed(("task=smoke_math",))
+    trainer = DaraTrainerSync(cfg.copy())
+    buffer = trainer.replay_buffer
+    assert type(buffer) is PrefilterRoundsReplayBuffer and buffer.prefilter_channels == ("correctness", "length")
+    assert buffer.settings == RoundsSettings(round_prompts=8, max_rounds=20, metric="reward")
+    assert cfg.data.gen_batch_size == 8 and cfg.algorithm.filter_groups.enable is False
+    assert trainer.prepare_step() == {}  # the sampler submits each round itself
 
 
 @pytest.mark.slow
@@ -284,3 +332,14 @@ def test_math_dynamic_sampling_keeps_only_varying_groups_on_the_cpu_path(tmp_pat
     # the trainer's own counts: every step kept train_batch_size groups and drew the evicted ones on top
     assert [r["filter/kept_groups"] for r in records] == [batch] * 3
     assert [r["filter/drawn_groups"] for r in records] == drawn and max(drawn) > batch
+
+
+def test_toolrl_main_keeps_the_hf_weights_of_every_15b_checkpoint():
+    """The authors' BFCL dynamics figure scores the 1.5B models every 10 steps: those runs keep every save's HF
+    weights (the 3B runs keep the evaluated steps only)."""
+    runs = {r.model: r for r in load("toolrl_main").runs((0,)) if r.estimator == "dara_asym"}
+    small = composed(tuple(runs["qwen2.5-1.5b-instruct"].overrides()))
+    large = composed(tuple(runs["qwen2.5-3b-instruct"].overrides()))
+    assert list(small.run.checkpoint.keep_hf_steps) == list(range(10, 101, 10))
+    assert small.trainer.save_freq == 10 and "hf_model" in small.actor_rollout_ref.actor.checkpoint.save_contents
+    assert list(large.run.checkpoint.keep_hf_steps) == [50, 60, 100]

@@ -1,7 +1,8 @@
 """The CPU math smoke run (`python -m dara.train task=smoke_math`): 3 verl steps of the tiny model on the
-math path (correctness + length channels, verl's Hendrycks grader, dynamic sampling on, a length limit the
-tiny model's responses straddle). Every step logs the pre-filter metrics over all generated responses
-(evicted groups included) beside the filter counts."""
+math path (correctness + length channels, verl's Hendrycks grader, a length limit the tiny model's responses
+straddle) with the math task's dynamic sampling: the authors' rounds (dara/verl/rounds.py; rounds of 8
+prompts for a batch of 4). Every step logs its rounds and the pre-filter metrics over all generated responses
+(dropped groups included); a run forced short stops with the authors' one-line error."""
 
 from __future__ import annotations
 
@@ -39,26 +40,44 @@ def test_smoke_math_logs_prefilter_metrics_every_step(tmp_path):
     assert run_info["reward_options"]["math_grader"] == "hendrycks"  # the run log says which grader scored
     records = read_metrics(tmp_path / "smoke_math-tiny-dara_asym-s0" / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
-    group_size = 4
-    evicted_somewhere = False
+    group_size, round_prompts, batch = 4, 8, 4
+    dropped_somewhere = False
     for record in records:
-        for key in ("rollout_prefilter/correctness/mean", "rollout_prefilter/length/mean",
-                    "rollout_prefilter/responses", "filter/kept_groups", "filter/drawn_groups"):
+        for key in ("filter/rounds", "filter/drawn_groups", "filter/kept_groups", "filter/informative_groups",
+                    "rollout_prefilter/correctness/mean", "rollout_prefilter/length/mean",
+                    "rollout_prefilter/responses", "actor/grad_clip_active"):
             assert key in record, (record["step"], key)
-        kept, drawn = record["filter/kept_groups"], record["filter/drawn_groups"]
-        assert kept == 4  # data.train_batch_size
-        assert record["rollout_prefilter/responses"] == drawn * group_size  # every generated response
-        # drawn = kept + evicted (constant summed reward) + surplus (informative, discarded once 4 are kept)
-        evicted = record.get("training/filter_groups/evicted_samples", 0.0)
-        surplus = record.get("training/filter_groups/discarded_surplus_samples", 0.0)
-        assert drawn == kept + evicted + surplus
-        evicted_somewhere = evicted_somewhere or evicted > 0
+        rounds, drawn, kept = record["filter/rounds"], record["filter/drawn_groups"], record["filter/kept_groups"]
+        informative = record["filter/informative_groups"]
+        assert 1 <= rounds <= 20 and drawn == rounds * round_prompts  # whole rounds, never sized to the shortfall
+        assert kept == batch and kept <= informative <= drawn
+        assert informative - kept < round_prompts  # the last round was needed
+        assert record["filter/acceptance_rate"] == pytest.approx(informative / drawn)
+        assert record["rollout_prefilter/responses"] == drawn * group_size  # every response of every round
+        dropped_somewhere = dropped_somewhere or drawn > kept
         kept_length = record["reward/length/mean"] * kept * group_size
         dropped_length = record["rollout_prefilter/length/mean"] * drawn * group_size - kept_length
-        assert -1e-6 <= dropped_length <= (evicted + surplus) * group_size + 1e-6
-        if surplus == 0 and record["rollout_prefilter/correctness/mean"] == 0:
-            # every evicted group is constant in length (correctness is 0 throughout): 0 or G per group
+        assert -1e-6 <= dropped_length <= (drawn - kept) * group_size + 1e-6
+        if informative == kept and record["rollout_prefilter/correctness/mean"] == 0:
+            # every dropped group is constant in length (correctness is 0 throughout): 0 or G per group
             assert dropped_length / group_size == pytest.approx(round(dropped_length / group_size))
         for channel in ("correctness", "length"):
             assert 0.0 <= record[f"rollout_prefilter/{channel}/mean"] <= 1.0
-    assert evicted_somewhere  # the length limit makes the filter evict groups: the seam is exercised
+    assert dropped_somewhere  # the length limit makes the filter drop groups: the seam is exercised
+
+
+@pytest.mark.slow
+def test_smoke_math_forced_short_stops_with_the_one_line_error(tmp_path):
+    """A cap of one round and an acceptance that cannot happen (the filter reads the length channel, which a
+    limit above the response budget makes 1 for every response): the first step stops with the named error."""
+    proc = subprocess.run([sys.executable, "-m", "dara.train", "task=smoke_math", f"run.output_root={tmp_path}",
+                           "run.dynamic_sampling.max_rounds=1", "algorithm.filter_groups.metric=length",
+                           "reward.custom_reward_function.reward_kwargs.max_response_tokens=1000"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("[dara] training failed: DynamicSamplingShortError: step 1: 0 of the 4 "
+                                "informative groups after 1 round(s) of 8 prompts (acceptance 0.000, cap "
+                                "run.dynamic_sampling.max_rounds=1)")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "smoke_math-tiny-dara_asym-s0" / "metrics.jsonl").exists()

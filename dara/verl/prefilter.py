@@ -15,7 +15,8 @@ and adds to the step's metrics:
 - `rollout_prefilter/responses` (how many) and `rollout_prefilter/groups`.
 
 `with_prefilter_metrics(buffer, channels)` turns the buffer verl's trainer built into the recording class
-(same object and state; only methods are added), so verl's own construction logic is kept as is.
+(same object and state; only methods are added), so verl's own construction logic is kept as is. The same
+holds for the authors' rounds (`dara.verl.rounds`): the step's metrics then cover every round.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+from dara.verl.rounds import RoundsReplayBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +113,13 @@ class PrefilterReplayBufferAsync(PrefilterRecorder, ReplayBufferAsync):
     during a sample call; async modes overlap generation with training, so this is approximate)."""
 
 
-RECORDING_CLASSES = {ReplayBuffer: PrefilterReplayBuffer, ReplayBufferAsync: PrefilterReplayBufferAsync}
+class PrefilterRoundsReplayBuffer(PrefilterRecorder, RoundsReplayBuffer):
+    """The authors' generation rounds (dara.verl.rounds), recording pre-filter metrics over all rounds of a
+    step: every round's dropped groups, the informative surplus and the kept batch."""
+
+
+RECORDING_CLASSES = {ReplayBuffer: PrefilterReplayBuffer, ReplayBufferAsync: PrefilterReplayBufferAsync,
+                     RoundsReplayBuffer: PrefilterRoundsReplayBuffer}
 
 
 def with_prefilter_metrics(buffer, channels: Sequence[str]):

@@ -30,7 +30,9 @@ from verl.trainer.ppo.v1 import (
 from dara.io import atomic_write_text
 from dara.run_log import RunLog, reward_means
 from dara.verl.estimators import ChannelContext, library_name
+from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
+from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +109,44 @@ class ChannelTrainerMixin:
         super().__init__(config)
 
     def _build_replay_buffer(self):
-        # rollout_prefilter/<channel>/mean over every generated response, evicted groups included
+        # run.dynamic_sampling.mode=rounds: the authors' generation rounds (dara.verl.rounds); otherwise
+        # verl's own buffer (its DAPO filter in mode replay). Both record rollout_prefilter/<channel>/mean
+        # over every generated response, evicted groups included.
         channels = list(self.config.algorithm.get("reward_channels", None) or [])
-        return with_prefilter_metrics(super()._build_replay_buffer(), channels)
+        settings = rounds_settings(self.config)
+        buffer = build_rounds_buffer(self, settings) if settings else super()._build_replay_buffer()
+        return with_prefilter_metrics(buffer, channels)
+
+    def prepare_step(self) -> dict:
+        if isinstance(self.replay_buffer, RoundsReplayBuffer):  # it submits each round itself
+            return {}
+        return super().prepare_step()
+
+    def _submit_round(self, num_prompts: int) -> list[str]:
+        """Dispatch the next `num_prompts` dataloader prompts; their uids in dataloader order."""
+        batch = self._next_train_batch(num_prompts)
+        self._submit_batch_to_rollout(batch)
+        return [str(uid) for uid in batch["uid"]]
+
+    def _update_actor(self, batch, metrics: dict):
+        """verl's actor update; logs whether each optimizer update was clipped (dara.verl.grad_clip)."""
+        recorder = UpdateRecorder(self.actor_rollout_wg)
+        self.actor_rollout_wg = recorder
+        try:
+            batch = super()._update_actor(batch, metrics)
+        finally:
+            self.actor_rollout_wg = recorder.wrapped
+        actor = self.config.actor_rollout_ref.actor
+        expect = bool((self.config.get("run", None) or {}).get("expect_clipped_updates", False))
+        updates = updates_per_step(len(batch.keys), actor.ppo_mini_batch_size, self.config.actor_rollout_ref.rollout.n,
+                                   actor.ppo_epochs)
+        clip = grad_clip_metrics(recorder.grad_norms, float(actor.optim.clip_grad), updates, expect)
+        metrics.update(clip)
+        if clip.get(UNCLIPPED, 0) > 0:
+            logger.warning("step %d: %d of %d optimizer updates were not clipped (pre-clip norms %s, clip_grad %s); "
+                           "run.expect_clipped_updates says every update should be", self.global_steps,
+                           clip[UNCLIPPED], updates, [round(n, 4) for n in recorder.grad_norms], actor.optim.clip_grad)
+        return batch
 
     def init(self):
         super().init()

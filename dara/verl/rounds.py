@@ -1,0 +1,217 @@
+"""Math dynamic sampling as the authors ran it: whole generation rounds, a round cap, an error when short.
+
+The authors' math trainer (their math/runtime/overlay/verl/trainer/ppo/ray_trainer.py `fit()`, with
+filter_groups.py) does, for every training step:
+1. one round = the next dataloader batch of `data.gen_batch_size` = 768 prompts x G responses; every later
+   round is again a FULL dataloader batch (their loop `continue`s to the next batch). filter_groups.py also
+   defines a helper that sizes later rounds to the shortfall (`deficit_request_size`), but `fit()` never
+   calls it, so this module does not either;
+2. the round's rows (prompt order x G, interleaved) are reordered by their `_balance_batch`: the workload
+   `calculate_workload(prompt + response tokens)` split into `world_size` (GPUs) partitions by
+   `get_seqlen_balanced_partitions(..., equal_size=True)`, each partition sorted by (workload, row) and laid
+   out as its even positions followed by its odd positions reversed, the partitions concatenated;
+3. scored and filtered: a group whose G summed rewards are all equal is dropped (one response: dropped);
+4. the informative groups accumulate over rounds; below `train_batch_size` (512) another round runs while
+   rounds < cap (`max_num_gen_batches`: 2 for R1-1.5B, 4 for 4B/7B; 0 = no cap), else the step raises;
+5. the batch is the first 512 distinct uids in that order (rounds concatenated), with all their rows.
+
+`RoundsReplayBuffer` does the same inside verl 0.9.1's v1 trainer as a replay buffer (the seam the trainer's
+`_build_replay_buffer` offers; no verl edits): it asks the trainer for each round's prompts, waits until the
+round is generated and scored, classifies the groups, clears the dropped ones from TransferQueue and returns
+the kept batch in the authors' order. verl's own `_balance_batch` then reorders the kept batch across the
+data-parallel ranks (verl's v1 trainer always does; the authors' trainer did not rebalance after filtering),
+which changes which rows share a mini-batch, not which rows are trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
+
+logger = logging.getLogger(__name__)
+
+TRAIN_PARTITION = "train"
+MODES = ("rounds", "replay")
+METRIC_PREFIX = "filter/"
+
+
+class DynamicSamplingShortError(RuntimeError):
+    """The round cap was reached with fewer informative groups than the batch needs (the authors' stop)."""
+
+
+@dataclass(frozen=True)
+class RoundsSettings:
+    round_prompts: int  # prompts per generation round (a full dataloader batch)
+    max_rounds: int  # rounds per step before the step fails; 0 = no cap
+    metric: str  # verl's filter metric: "reward" = summed pre-KL reward, else a reward_extra_info key
+
+
+def dynamic_sampling_mode(config) -> str | None:
+    """`run.dynamic_sampling.mode`: None (no dynamic sampling), "rounds" (the authors') or "replay" (verl's)."""
+    block = (config.get("run", None) or {}).get("dynamic_sampling", None) or {}
+    mode = block.get("mode", None)
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"run.dynamic_sampling.mode={mode!r}: expected one of {list(MODES)} or null")
+    return mode
+
+
+def rounds_settings(config) -> RoundsSettings | None:
+    """The rounds mode's settings from the config; None in any other mode. Raises ValueError naming a bad key."""
+    if dynamic_sampling_mode(config) != "rounds":
+        return None
+    block = config.run.dynamic_sampling
+    round_prompts, max_rounds = block.get("round_prompts", None), block.get("max_rounds", None)
+    if not isinstance(round_prompts, int) or isinstance(round_prompts, bool) or round_prompts < 1:
+        raise ValueError(f"run.dynamic_sampling.round_prompts={round_prompts!r}: a positive number of prompts")
+    if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 0:
+        raise ValueError(f"run.dynamic_sampling.max_rounds={max_rounds!r}: rounds per step (0 = no cap); "
+                         "the model config sets it (2 for R1-1.5B, 4 for 4B/7B)")
+    metric = (config.algorithm.get("filter_groups", None) or {}).get("metric", None) or "reward"
+    return RoundsSettings(int(round_prompts), int(max_rounds), str(metric))
+
+
+def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
+    """The authors' `_balance_batch` order of one round's rows (indices into `seq_lens`).
+
+    verl's `calculate_workload` and `get_seqlen_balanced_partitions` (the functions they call) give the
+    partitions; inside each, rows sorted by (workload, index) are laid out even positions first, then the odd
+    positions reversed (short rows at both ends).
+    """
+    if len(seq_lens) == 0:
+        return []
+    workload = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64))
+    parts = min(int(world_size), len(seq_lens))
+    work = workload.numpy()
+    # python ints: the same partitions as the tensor their code passes, about 20x faster
+    partitions = get_seqlen_balanced_partitions(work.tolist(), k_partitions=parts,
+                                                equal_size=len(seq_lens) % parts == 0)
+    order: list[int] = []
+    for partition in partitions:
+        rows = np.asarray(partition, dtype=np.int64)
+        ranked = rows[np.lexsort((rows, work[rows]))]
+        order.extend(ranked[0::2].tolist() + ranked[1::2][::-1].tolist())
+    return order
+
+
+def first_uids(ordered_row_uids: Sequence[str], informative: set[str], limit: int) -> list[str]:
+    """The first `limit` distinct informative uids in row order."""
+    return list(dict.fromkeys(u for u in ordered_row_uids if u in informative))[:limit]
+
+
+def shortfall_message(step: int, rounds: int, round_prompts: int, informative: int, needed: int,
+                      drawn: int) -> str:
+    """One line: what was found, the acceptance rate, the rounds run, and how to go on."""
+    rate = informative / drawn if drawn else 0.0
+    estimate = f"about {math.ceil(needed / (rate * round_prompts))} at this acceptance; " if rate else ""
+    return (f"step {step}: {informative} of the {needed} informative groups after {rounds} round(s) of "
+            f"{round_prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds={rounds}); to go "
+            f"on, rerun with a larger cap, which resumes from the last checkpoint ({estimate}0 = no cap)")
+
+
+def _key_rank(key: str, position: dict[str, int]) -> tuple[int, int, int]:
+    uid, session, index = key.split("_")
+    return position[uid], int(session), int(index)
+
+
+class RoundsReplayBuffer(ReplayBuffer):
+    """verl's replay buffer whose training partition is sampled in the authors' rounds (module docstring).
+
+    `submit_round(n)` dispatches n dataloader prompts for generation and returns their uids in dataloader
+    order; `world_size()` is the actor's worker count (their `_balance_batch` partitions). Validation is verl's.
+    """
+
+    def __init__(self, settings: RoundsSettings, submit_round: Callable[[int], list[str]],
+                 world_size: Callable[[], int], **kwargs):
+        super().__init__(filter_groups_metric=settings.metric, **kwargs)
+        self.settings, self.submit_round, self.world_size = settings, submit_round, world_size
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        if partition_id != TRAIN_PARTITION:
+            return super().sample(global_steps, partition_id, batch_size)
+        rounds: list[list[str]] = []  # each round's trajectory keys in the authors' order
+        informative: set[str] = set()
+        kept: list[str] = []
+        drawn = failed = 0
+        while len(kept) < batch_size:
+            if self.settings.max_rounds and len(rounds) == self.settings.max_rounds:
+                raise DynamicSamplingShortError(shortfall_message(
+                    global_steps, len(rounds), self.settings.round_prompts, len(kept), batch_size, drawn))
+            uids = self.submit_round(self.settings.round_prompts)
+            ordered_keys, good, bad = self._run_round(partition_id, uids)
+            rounds.append(ordered_keys)
+            informative |= good
+            drawn, failed = drawn + len(uids), failed + bad
+            kept = first_uids([k.split("_")[0] for keys in rounds for k in keys], informative, batch_size)
+            print(f"[dara] step {global_steps}, dynamic sampling round {len(rounds)}: {len(good)}/{len(uids)} groups "
+                  f"informative, {len(kept)}/{batch_size} collected", flush=True)  # into logs/main.log
+        selected = set(kept)
+        self._clear_groups(partition_id, informative - selected)  # informative surplus past the first 512
+        keys = [k for keys in rounds for k in keys if k.split("_")[0] in selected]
+        tq.kv_clear(partition_id=partition_id, keys=kept)  # the prompt entries, as verl's batch does
+        snapshot = self.partitions[partition_id]
+        batch = KVBatchMeta(partition_id=partition_id, keys=keys, tags=[snapshot[k] for k in keys])
+        metrics = {f"{METRIC_PREFIX}rounds": float(len(rounds)), f"{METRIC_PREFIX}drawn_groups": float(drawn),
+                   f"{METRIC_PREFIX}kept_groups": float(len(kept)),
+                   f"{METRIC_PREFIX}informative_groups": float(len(informative)),
+                   f"{METRIC_PREFIX}acceptance_rate": len(informative) / drawn}
+        if failed:
+            metrics[f"{METRIC_PREFIX}failed_groups"] = float(failed)
+        return batch, metrics
+
+    def _run_round(self, partition_id: str, uids: list[str]) -> tuple[list[str], set[str], int]:
+        """Wait for one round, order its rows, drop its uninformative and failed groups.
+
+        Returns (the round's trajectory keys in the authors' order, informative uids, failed groups)."""
+        pending, last_report = set(uids), time.time()
+        while True:
+            self._sync_metadata_from_transfer_queue()
+            terminal = self.finished_keys[partition_id] | self.failure_keys[partition_id]
+            if pending <= terminal:
+                break
+            last_report = self._wait_for_next_poll(partition_id, last_report)
+        failed = pending & self.failure_keys[partition_id]
+        finished = pending - failed
+        position = {uid: i for i, uid in enumerate(uids)}
+        keys = sorted((k for k in self.partitions[partition_id] if k.split("_")[0] in finished),
+                      key=lambda k: _key_rank(k, position))
+        order = round_row_order([int(self.partitions[partition_id][k]["seq_len"]) for k in keys],
+                                self.world_size())
+        ordered_keys = [keys[i] for i in order]
+        constant, _ = self._dapo_filtered_keys(partition_id)  # verl reads the metric; all values equal
+        rows = Counter(k.split("_")[0] for k in keys)
+        # their rule also drops a group of one response (all its values are equal), which verl keeps
+        dropped = (constant & finished) | {uid for uid in finished if rows[uid] < 2}
+        self._clear_groups(partition_id, dropped | failed)
+        return ([k for k in ordered_keys if k.split("_")[0] not in dropped], finished - dropped, len(failed))
+
+
+def build_rounds_buffer(trainer, settings: RoundsSettings) -> RoundsReplayBuffer:
+    """The rounds buffer for verl's sync trainer, with the arguments verl's `_build_replay_buffer` passes."""
+    sampler = trainer.config.trainer.v1.sampler
+    custom = sampler.get("custom_sampler", None) or {}
+    if custom.get("path") and custom.get("name"):
+        raise ValueError("run.dynamic_sampling.mode=rounds brings its own sampler: unset "
+                         "trainer.v1.sampler.custom_sampler (or choose run.dynamic_sampling.mode=replay)")
+    if trainer.trainer_mode != "sync":
+        raise ValueError(f"run.dynamic_sampling.mode=rounds needs the synchronous trainer (trainer.v1.trainer_mode="
+                         f"dara_sync), not {trainer.trainer_mode!r}")
+    if trainer.config.algorithm.filter_groups.get("enable", False):
+        raise ValueError("run.dynamic_sampling.mode=rounds filters in its own rounds: "
+                         "algorithm.filter_groups.enable must be false (conf/train.yaml derives it from the mode)")
+    return RoundsReplayBuffer(
+        settings, submit_round=trainer._submit_round, world_size=lambda: trainer.actor_rollout_wg.world_size,
+        trainer_mode=trainer.trainer_mode, trainer_config=trainer.config.trainer.v1.get(trainer.trainer_mode, {}),
+        max_off_policy_threshold=sampler.max_off_policy_threshold,
+        max_off_policy_strategy=sampler.max_off_policy_strategy, sampler_kwargs=sampler.sampler_kwargs,
+        refill_fn=trainer._add_prompts_to_generate)

@@ -1,0 +1,251 @@
+"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order, their selection, rounds and cap.
+
+The order and the selection are compared with plain loops written from the rule (their `_balance_batch` and
+`fit()`); the sampler runs verl 0.9.1's own replay-buffer code against an in-memory TransferQueue store (a
+dict standing in for the key-value store, as in tests/test_verl_prefilter.py). The CPU run of the whole path
+is tests/test_smoke_math.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+from dara.verl import rounds
+from dara.verl.prefilter import PrefilterRoundsReplayBuffer, with_prefilter_metrics
+from dara.verl.rounds import (
+    DynamicSamplingShortError,
+    RoundsReplayBuffer,
+    RoundsSettings,
+    first_uids,
+    round_row_order,
+    rounds_settings,
+)
+
+
+def loop_order(seq_lens: list[int], world_size: int) -> list[int]:
+    """Their `_balance_batch` written out: workload 24576 s + s^2, verl's partitions, each partition sorted
+    by (workload, row), then its even positions and its odd positions reversed, partitions in turn."""
+    work = [24576 * s + s * s for s in seq_lens]
+    parts = min(world_size, len(work))
+    order = []
+    for partition in get_seqlen_balanced_partitions(work, k_partitions=parts, equal_size=len(work) % parts == 0):
+        ranked = sorted(partition, key=lambda row: (work[row], row))
+        evens = [ranked[i] for i in range(0, len(ranked), 2)]
+        odds = [ranked[i] for i in range(1, len(ranked), 2)]
+        order += evens + odds[::-1]
+    return order
+
+
+@pytest.mark.parametrize("rows, world_size", [(8, 1), (12, 2), (96, 8), (1536, 8), (10, 4), (3, 8)])
+def test_round_row_order_is_their_balance_batch_order(rows, world_size):
+    rng = random.Random(rows * 31 + world_size)
+    seq_lens = [rng.randint(200, 9024) for _ in range(rows)]
+    seq_lens[: rows // 4] = [seq_lens[0]] * (rows // 4)  # ties: broken by the row index
+    order = round_row_order(seq_lens, world_size)
+    assert order == loop_order(seq_lens, world_size)
+    assert sorted(order) == list(range(rows))
+
+
+def loop_first_uids(rows: list[str], informative: set[str], limit: int) -> list[str]:
+    kept = []
+    for uid in rows:
+        if uid in informative and uid not in kept and len(kept) < limit:
+            kept.append(uid)
+    return kept
+
+
+def test_first_uids_are_the_first_informative_groups_in_row_order():
+    rng = random.Random(0)
+    for _ in range(50):
+        uids = [f"u{i}" for i in range(12)]
+        rows = [u for u in uids for _ in range(4)]
+        rng.shuffle(rows)
+        informative = set(rng.sample(uids, rng.randint(0, 12)))
+        limit = rng.randint(1, 12)
+        assert first_uids(rows, informative, limit) == loop_first_uids(rows, informative, limit)
+
+
+# ----------------------------------------------------------------------------- the sampler
+class Store:
+    """An in-memory TransferQueue: tags per partition, fields per key (the calls verl's buffer makes)."""
+
+    def __init__(self):
+        self.tags: dict[str, dict[str, dict]] = {"train": {}}
+        self.fields: dict[str, dict] = {}
+        self.cleared: list[str] = []
+
+    def kv_list(self, partition_id=None):
+        return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return {field: [self.fields[k][field] for k in keys] for field in select_fields}
+
+    def kv_clear(self, partition_id, keys):
+        for key in keys:
+            self.tags[partition_id].pop(key, None)
+            self.fields.pop(key, None)
+        self.cleared.extend(keys)
+
+
+@pytest.fixture
+def store(monkeypatch):
+    store = Store()
+    for name in ("kv_list", "kv_batch_get", "kv_clear"):  # the module verl's buffer and rounds.py call
+        monkeypatch.setattr(rounds.tq, name, getattr(store, name))
+    return store
+
+
+def group(lengths: list[int], length_rewards: list[int], correctness: list[int] | None = None):
+    correctness = correctness or [0] * len(lengths)
+    return list(zip(lengths, correctness, length_rewards, strict=True))
+
+
+class Rounds:
+    """`submit_round`: writes the next planned round into the store as generated and scored prompts."""
+
+    def __init__(self, store: Store, plan: list[list]):
+        self.store, self.plan, self.submitted = store, list(plan), []
+
+    def __call__(self, prompts: int) -> list[str]:
+        number = len(self.submitted) + 1
+        groups = self.plan.pop(0)
+        assert len(groups) == prompts
+        uids = [f"r{number}p{i}" for i in range(prompts)]
+        for uid, responses in zip(uids, groups, strict=True):
+            failed = responses == "fail"
+            self.store.tags["train"][uid] = {"is_prompt": True, "status": "failure" if failed else "finished",
+                                             "global_steps": 1}
+            for session, (seq_len, correct, short) in enumerate([] if failed else responses):
+                key = f"{uid}_{session}_0"
+                self.store.tags["train"][key] = {"status": "success", "seq_len": seq_len, "global_steps": 1}
+                self.store.fields[key] = {"rm_scores": torch.tensor([0.0, float(correct + short)]),
+                                          "extra_fields": {"reward_extra_info": {"correctness": correct,
+                                                                                 "length": short}}}
+        self.submitted.append(uids)
+        return uids
+
+
+def buffer_for(plan, store, round_prompts=4, max_rounds=3, world_size=2, channels=()):
+    submit = Rounds(store, plan)
+    buffer = RoundsReplayBuffer(RoundsSettings(round_prompts, max_rounds, "reward"), submit_round=submit,
+                                world_size=lambda: world_size, trainer_mode="sync",
+                                trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+                                max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
+                                refill_fn=lambda n: None, poll_interval=0.0)
+    return with_prefilter_metrics(buffer, list(channels)), submit
+
+
+def expected_batch(store_before: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
+    """The rule as a loop: per round, rows (prompt, session) in their order; informative = summed rewards not all
+    equal over >= 2 responses; the first batch_size informative uids over the rounds; all their rows."""
+    ordered, informative = [], set()
+    for uids in submitted:
+        keys = [k for u in uids for k in sorted(k for k in store_before if k.startswith(u + "_"))]
+        order = loop_order([store_before[k]["seq_len"] for k in keys], world_size)
+        ordered += [keys[i] for i in order]
+        for uid in uids:
+            sums = [store_before[k]["sum"] for k in keys if k.startswith(uid + "_")]
+            if len(sums) >= 2 and len(set(sums)) > 1:
+                informative.add(uid)
+    kept = loop_first_uids([k.split("_")[0] for k in ordered], informative, batch_size)
+    return [k for k in ordered if k.split("_")[0] in kept]
+
+
+def recording(buffer, submit: Rounds, store: Store) -> dict:
+    """Every generated row's tag and summed reward, as each round leaves the generator (before any is cleared)."""
+    seen = {}
+
+    def submit_and_record(prompts):
+        uids = submit(prompts)
+        seen.update({k: {**t, "sum": float(store.fields[k]["rm_scores"].sum())}
+                     for k, t in store.tags["train"].items() if not t.get("is_prompt") and k in store.fields})
+        return uids
+
+    buffer.submit_round = submit_and_record
+    return seen
+
+
+def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store):
+    # batch of 4; round 1: 2 informative of 4 (one constant, one single-response group); round 2: 3 of 4
+    plan = [[group([100, 300], [1, 0]), group([50, 60], [1, 1]), group([900, 20], [0, 1]), group([70], [1])],
+            [group([40, 41], [1, 0]), group([500, 501], [0, 0]), group([10, 800], [1, 0], [1, 0]),
+             group([333, 334], [0, 1])]]
+    buffer, submit = buffer_for(plan, store, channels=("correctness", "length"))
+    assert type(buffer) is PrefilterRoundsReplayBuffer
+    seen = recording(buffer, submit, store)
+    batch, metrics = buffer.sample(1, "train", 4)
+    assert batch.keys == expected_batch(seen, submit.submitted, 4, world_size=2)
+    kept = {k.split("_")[0] for k in batch.keys}
+    assert len(kept) == 4 and {"r1p0", "r1p2"} <= kept <= {"r1p0", "r1p2", "r2p0", "r2p2", "r2p3"}
+    assert [tag["seq_len"] for tag in batch.tags] == [seen[k]["seq_len"] for k in batch.keys]
+    assert metrics["filter/rounds"] == 2 and metrics["filter/drawn_groups"] == 8
+    assert metrics["filter/kept_groups"] == 4 and metrics["filter/informative_groups"] == 5
+    assert metrics["filter/acceptance_rate"] == pytest.approx(5 / 8)
+    # every dropped group left the store: the 3 uninformative ones and the informative surplus (prompt + rows)
+    left = {k.split("_")[0] for k in store.tags["train"] if not store.tags["train"][k].get("is_prompt")}
+    assert left == kept and not any(store.tags["train"].get(u, {}).get("is_prompt") for u in kept)
+    # pre-filter metrics over every response of both rounds (15 responses: one group had a single response)
+    assert metrics["rollout_prefilter/responses"] == 15 and metrics["rollout_prefilter/groups"] == 8
+    lengths = [1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1]
+    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(sum(lengths) / 15)
+
+
+def test_one_round_suffices_when_enough_groups_vary(store):
+    plan = [[group([100, 300], [1, 0]), group([50, 60], [1, 0]), group([900, 20], [0, 1]), group([7, 8], [1, 0])]]
+    buffer, submit = buffer_for(plan, store, world_size=1)
+    seen = recording(buffer, submit, store)
+    batch, metrics = buffer.sample(3, "train", 3)
+    assert batch.keys == expected_batch(seen, submit.submitted, 3, world_size=1)
+    assert metrics["filter/rounds"] == 1 and metrics["filter/kept_groups"] == 3
+    assert metrics["filter/informative_groups"] == 4  # one informative group discarded past the first 3
+
+
+def test_cap_reached_short_raises_the_one_line_error(store):
+    constant = group([10, 20], [1, 1])
+    plan = [[constant, group([5, 6], [1, 0]), constant, constant]] * 2
+    buffer, _ = buffer_for(plan, store, max_rounds=2)
+    with pytest.raises(DynamicSamplingShortError) as error:
+        buffer.sample(7, "train", 4)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("step 7: 2 of the 4 informative groups after 2 round(s) of 4 prompts")
+    assert "acceptance 0.250" in message and "run.dynamic_sampling.max_rounds=2" in message
+
+
+def test_failed_groups_are_dropped_and_counted(store):
+    plan = [[group([10, 20], [1, 0]), "fail", group([30, 40], [0, 1]), group([50, 60], [1, 0])]]
+    buffer, _ = buffer_for(plan, store, world_size=2)
+    batch, metrics = buffer.sample(1, "train", 3)
+    assert {k.split("_")[0] for k in batch.keys} == {"r1p0", "r1p2", "r1p3"}
+    assert metrics["filter/failed_groups"] == 1 and "r1p1" in store.cleared
+
+
+def test_no_cap_keeps_drawing(store):
+    constant = group([10, 20], [0, 0])
+    plan = [[constant] * 2] * 5 + [[group([1, 2], [1, 0]), group([3, 4], [0, 1])]]
+    buffer, _ = buffer_for(plan, store, round_prompts=2, max_rounds=0)
+    batch, metrics = buffer.sample(1, "train", 2)
+    assert metrics["filter/rounds"] == 6 and len(batch.keys) == 4
+
+
+@pytest.mark.parametrize("block, error", [
+    ({"mode": "round"}, "run.dynamic_sampling.mode='round'"),
+    ({"mode": "rounds", "round_prompts": 0, "max_rounds": 2}, "run.dynamic_sampling.round_prompts=0"),
+    ({"mode": "rounds", "round_prompts": 768, "max_rounds": None}, "run.dynamic_sampling.max_rounds=None"),
+])
+def test_settings_name_the_bad_key(block, error):
+    config = OmegaConf.create({"run": {"dynamic_sampling": block}, "algorithm": {"filter_groups": {}}})
+    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace("[", r"\[")):
+        rounds_settings(config)
+
+
+def test_settings_of_the_rounds_mode():
+    config = OmegaConf.create({"run": {"dynamic_sampling": {"mode": "rounds", "round_prompts": 768, "max_rounds": 2}},
+                               "algorithm": {"filter_groups": {"metric": "reward"}}})
+    assert rounds_settings(config) == RoundsSettings(768, 2, "reward")
+    assert rounds_settings(OmegaConf.create({"run": {"dynamic_sampling": {"mode": "replay"}}})) is None
+    assert rounds_settings(OmegaConf.create({"run": {}})) is None
