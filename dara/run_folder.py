@@ -43,6 +43,7 @@ NON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "trainer.rollout_data_dir", "trainer.validation_data_dir",
     # logging and the console
     "trainer.logger", "trainer.log_val_generations", "run.wandb_mode", "run.verbose", "run.recipe",
+    "actor_rollout_ref.rollout.trace", "actor_rollout_ref.rollout.prometheus",
     # when to save, validate and stop; resuming
     "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.total_training_steps",
     "trainer.total_epochs", "trainer.resume_mode", "trainer.resume_from_path", "trainer.max_actor_ckpt_to_keep",
@@ -159,6 +160,8 @@ def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: 
                              "run.output_root=... for a folder of this run's own") from None
     if not isinstance(recorded, Mapping):
         return
+    # a record written before a key was known not to change the experiment still holds it
+    recorded = {k: v for k, v in recorded.items() if not _under(k, NON_EXPERIMENT_KEYS)}
     current = _json_values(config)
     differing = config_differences(recorded, current)
     if not differing:

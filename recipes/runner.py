@@ -19,6 +19,7 @@ Launchers:
 from __future__ import annotations
 
 import getpass
+import os
 import shlex
 import subprocess
 import sys
@@ -286,10 +287,11 @@ SQUEUE_FORMAT = "%j|%K|%i|%T"  # name | array index (N/A outside arrays) | job i
 
 def run_squeue() -> str | None:
     """This user's jobs in squeue, one array element per line (SQUEUE_FORMAT); None when squeue cannot tell."""
-    command = ["squeue", "--noheader", "--array", f"--user={getpass.getuser()}", f"--format={SQUEUE_FORMAT}"]
     try:
+        user = os.environ.get("USER") or getpass.getuser()
+        command = ["squeue", "--noheader", "--array", f"--user={user}", f"--format={SQUEUE_FORMAT}"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, KeyError, subprocess.TimeoutExpired):
         return None
     return result.stdout if result.returncode == 0 else None
 
@@ -321,8 +323,8 @@ def parse_squeue(text: str) -> dict[tuple[str, int | None], tuple[str, str]]:
 
 
 def queued_job(run: Run, jobs: dict) -> tuple[str, str] | None:
-    """(job id, state) of the run's job in squeue: its array element, or a plain job of the group's name."""
-    return jobs.get((job_name(run), run.seed)) or jobs.get((job_name(run), None))
+    """(job id, state) of the run's job in squeue: the element (index = seed) of its group's job array."""
+    return jobs.get((job_name(run), run.seed))
 
 
 def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions()) -> list[str]:

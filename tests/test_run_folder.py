@@ -96,3 +96,25 @@ def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path)
 def test_suggested_name_puts_what_differs_before_the_seed():
     assert suggested_name("toolrl-m-grpo-s3", 3, {"algorithm.dara.w_max": 2}) == "toolrl-m-grpo-w_max2-s3"
     assert suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
+
+
+def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from dara.run_folder import absolute_run_paths
+    from dara.train import CONF_DIR
+
+    def composed(*overrides):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(config_name="train", overrides=[f"run.output_root={tmp_path}", *overrides])
+        absolute_run_paths(cfg)
+        OmegaConf.resolve(cfg)
+        return experiment_config(cfg)
+
+    plain = composed()
+    assert config_differences(plain, composed("run.name=mine", "trainer.total_training_steps=9")) == []
+    assert config_differences(plain, composed("run.name=mine", "algorithm.dara.w_max=2")) == ["algorithm.dara.w_max"]
+    old_record = {**plain, "actor_rollout_ref.rollout.trace.experiment_name": "x"}  # before it was left out
+    run_dir = _folder_with_run(tmp_path, OmegaConf.create({}))
+    (run_dir / RUN_INFO).write_text(json.dumps({"config": old_record}))
+    check_same_experiment(run_dir, composed("run.name=mine"), "mine", 0)
