@@ -144,31 +144,33 @@ def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
     return f"{name[: -len(suffix)]}-{label}{suffix}" if name.endswith(suffix) else f"{name}-{label}"
 
 
-def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> None:
+def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> list[str]:
     """Raise RunFolderError when `run_dir` holds results of another experiment configuration than `config`.
 
     A folder without run_info.json, without a recorded "config" (written before it was recorded), or without
-    results (a run that failed before its first step) is free to take.
+    results (a run that failed before its first step) is free to take. A key only one side has (the code
+    added or dropped it since the folder's run started) is taken as unchanged: such keys are returned, for
+    the caller to say so.
     """
     info_path = Path(run_dir) / RUN_INFO
     if not info_path.exists() or not has_results(run_dir):
-        return
+        return []
     try:
         recorded = json.loads(info_path.read_text()).get("config")
     except (OSError, ValueError, AttributeError):
         raise RunFolderError(f"{info_path} cannot be read: is this a run folder? Set run.name=... or "
                              "run.output_root=... for a folder of this run's own") from None
     if not isinstance(recorded, Mapping):
-        return
+        return []
     # a record written before a key was known not to change the experiment still holds it
     recorded = {k: v for k, v in recorded.items() if not _under(k, NON_EXPERIMENT_KEYS)}
     current = _json_values(config)
-    differing = config_differences(recorded, current)
+    keys = config_differences(recorded, current)
+    differing = [k for k in keys if k in recorded and k in current]
     if not differing:
-        return
-    shown = ", ".join(f"{k} ({_shown(recorded.get(k, '<unset>'))} there, {_shown(current.get(k, '<unset>'))} "
-                      "here)" for k in differing[:4])
+        return [k for k in keys if k not in differing]
+    shown = ", ".join(f"{k} ({_shown(recorded[k])} there, {_shown(current[k])} here)" for k in differing[:4])
     more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
-    new_name = suggested_name(name, seed, {k: current.get(k) for k in differing})
+    new_name = suggested_name(name, seed, {k: current[k] for k in differing})
     raise RunFolderError(f"{run_dir} holds a run of another configuration, differing in {shown}{more}; "
                          f"start this one in its own folder with run.name={new_name} (or delete that folder)")

@@ -172,9 +172,13 @@ def _claim_run_folder(cfg: DictConfig, stack: ExitStack) -> None:
     """Lock the run folder for this job (held until `stack` closes) and check it holds this experiment."""
     try:
         stack.enter_context(run_folder_lock(cfg.run.output_dir))
-        check_same_experiment(cfg.run.output_dir, experiment_config(cfg), cfg.run.name, cfg.run.seed)
+        unrecorded = check_same_experiment(cfg.run.output_dir, experiment_config(cfg), cfg.run.name, cfg.run.seed)
     except RunFolderError as error:
         raise SystemExit(f"[dara] {error}") from None
+    if unrecorded:
+        shown = ", ".join(unrecorded[:4]) + (f" and {len(unrecorded) - 4} more" if len(unrecorded) > 4 else "")
+        print(f"[dara] {RUN_INFO} of this folder's run lacks (or this code lacks) {shown}: taken as unchanged",
+              flush=True)
 
 
 def train(cfg: DictConfig) -> None:

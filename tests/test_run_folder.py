@@ -88,8 +88,14 @@ def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path)
     (run_dir / CHECKPOINTS / "global_step_1").mkdir(parents=True)  # a checkpoint is a result
     with pytest.raises(RunFolderError, match="algorithm.dara.w_max"):
         check_same_experiment(run_dir, capped, "x", 0)
+    with_new_key = {**capped, "algorithm.dara.eps": 1e-6}  # the code gained an option since that run started
+    with pytest.raises(RunFolderError) as refused:
+        check_same_experiment(run_dir, with_new_key, "x", 0)
+    assert "algorithm.dara.eps" not in str(refused.value)
+    base = experiment_config(_config())
+    assert check_same_experiment(run_dir, {**base, "algorithm.dara.eps": 1e-6}, "x", 0) == ["algorithm.dara.eps"]
     (run_dir / RUN_INFO).write_text(json.dumps({"run_name": "x"}))  # recorded before configs were
-    check_same_experiment(run_dir, capped, "x", 0)
+    assert check_same_experiment(run_dir, capped, "x", 0) == []
     check_same_experiment(tmp_path / "new", capped, "x", 0)
 
 
