@@ -199,15 +199,17 @@ def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict
 
 
 def last_wandb_step(wandb_files) -> int:
-    """The highest wandb `_step` any of these `.wandb` files logged (-1 when none logged a row)."""
-    last = -1
-    for path in wandb_files:
+    """The highest wandb `_step` the newest of these `.wandb` files (oldest first) that logged a row logged;
+    -1 when none did. Each start continues above the one before, so the newest such file has the highest."""
+    for path in reversed(list(wandb_files)):
         try:
             records = inspect_records(path)
         except (ValueError, OSError, subprocess.TimeoutExpired):
             continue  # a log wandb cannot read: nothing to continue from
-        last = max([last] + [_wandb_step(r["history"]) for r in records if r.get("type") == "history"])
-    return last
+        steps = [_wandb_step(r["history"]) for r in records if r.get("type") == "history"]
+        if steps:
+            return max(steps)
+    return -1
 
 
 class StepMetricWandb:
