@@ -9,11 +9,18 @@ validates, how long it runs (a longer `trainer.total_training_steps` resumes and
 cluster plumbing (Ray's addresses and resource counts, the allocation's node and GPU counts).
 `run_info.json` records it (`"config"`); two runs are the same experiment when it is equal, and variants
 of one method are told apart by the keys where it differs (`config_differences`), the seed aside.
+
+A run folder belongs to one experiment configuration: `check_same_experiment` refuses to start a run in a
+folder that holds results (logged steps or checkpoints) of another one, naming the keys that differ and a
+`run.name` that would give the new run a folder of its own.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 RUN_INFO = "run_info.json"
@@ -23,8 +30,10 @@ MAIN_LOG = "logs/main.log"  # what verl, Ray and the workers printed (the quiet 
 RAY_NODES = "ray_nodes.json"  # where each verl worker ran (dara.verl.placement)
 VERL_TRACKING = "verl_tracking.jsonl"  # verl's own `file` logger
 CHECKPOINTS = "checkpoints"  # verl's trainer.default_local_dir
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker, in trainer.default_local_dir
 HF_KEPT = "hf_checkpoints"  # the evaluated steps' HF weights (dara.verl.checkpoints)
 WANDB_DIR = "wandb"
+RUN_LOCK = "run.lock"  # held (flock) by the job using the folder; its text names the holder (dara.run_lock)
 
 # Keys (or whole sub-trees, by prefix) that do not change the experiment.
 NON_EXPERIMENT_KEYS: tuple[str, ...] = (
@@ -34,6 +43,7 @@ NON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "trainer.rollout_data_dir", "trainer.validation_data_dir",
     # logging and the console
     "trainer.logger", "trainer.log_val_generations", "run.wandb_mode", "run.verbose", "run.recipe",
+    "actor_rollout_ref.rollout.trace", "actor_rollout_ref.rollout.prometheus",
     # when to save, validate and stop; resuming
     "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.total_training_steps",
     "trainer.total_epochs", "trainer.resume_mode", "trainer.resume_from_path", "trainer.max_actor_ckpt_to_keep",
@@ -46,6 +56,18 @@ NON_EXPERIMENT_KEYS: tuple[str, ...] = (
 SEED_KEYS: tuple[str, ...] = (
     "run.seed", "data.seed", "actor_rollout_ref.actor.data_loader_seed", "actor_rollout_ref.rollout.seed",
 )
+
+
+def absolute_run_paths(cfg) -> None:
+    """Pin the run's folders (run.output_root, output_dir, assets_dir) to absolute paths, before the config
+    is resolved: Ray actors (other working dirs) read them, and the experiment configuration's paths derive
+    from them."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.run.output_root = os.path.abspath(cfg.run.output_root)
+        for key in ("output_dir", "assets_dir"):
+            cfg.run[key] = os.path.abspath(cfg.run[key])
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -86,3 +108,69 @@ _MISSING = object()
 def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The sorted keys whose values differ between two flat configurations (a key missing in one counts)."""
     return sorted(k for k in set(a) | set(b) if a.get(k, _MISSING) != b.get(k, _MISSING))
+
+
+class RunFolderError(Exception):
+    """A run folder that this run must not use (held by another job, or another configuration's)."""
+
+
+def _json_values(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration as run_info.json stores it (tuples become lists, other objects their text)."""
+    return json.loads(json.dumps(dict(config), default=str))
+
+
+def has_results(run_dir: str | Path) -> bool:
+    """The folder holds something a run produced: a logged step or a checkpoint."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / METRICS_FILE
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return True
+    return any((run_dir / CHECKPOINTS).glob("global_step_*"))
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
+    """The run's name with what differs (`w_max2`) before its seed suffix: a folder of its own."""
+    parts = []
+    for key, value in list(differences.items())[:2]:
+        text = "".join(c for c in str(value) if c.isalnum() or c in "._")[:12]
+        parts.append(f"{key.rsplit('.', 1)[-1]}{text}")
+    label = "-".join(parts) or "variant"
+    suffix = f"-s{seed}"
+    return f"{name[: -len(suffix)]}-{label}{suffix}" if name.endswith(suffix) else f"{name}-{label}"
+
+
+def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> list[str]:
+    """Raise RunFolderError when `run_dir` holds results of another experiment configuration than `config`.
+
+    A folder without run_info.json, without a recorded "config" (written before it was recorded), or without
+    results (a run that failed before its first step) is free to take. A key only one side has (the code
+    added or dropped it since the folder's run started) is taken as unchanged: such keys are returned, for
+    the caller to say so.
+    """
+    info_path = Path(run_dir) / RUN_INFO
+    if not info_path.exists() or not has_results(run_dir):
+        return []
+    try:
+        recorded = json.loads(info_path.read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        raise RunFolderError(f"{info_path} cannot be read: is this a run folder? Set run.name=... or "
+                             "run.output_root=... for a folder of this run's own") from None
+    if not isinstance(recorded, Mapping):
+        return []
+    # a record written before a key was known not to change the experiment still holds it
+    recorded = {k: v for k, v in recorded.items() if not _under(k, NON_EXPERIMENT_KEYS)}
+    current = _json_values(config)
+    keys = config_differences(recorded, current)
+    differing = [k for k in keys if k in recorded and k in current]
+    if not differing:
+        return [k for k in keys if k not in differing]
+    shown = ", ".join(f"{k} ({_shown(recorded[k])} there, {_shown(current[k])} here)" for k in differing[:4])
+    more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+    new_name = suggested_name(name, seed, {k: current[k] for k in differing})
+    raise RunFolderError(f"{run_dir} holds a run of another configuration, differing in {shown}{more}; "
+                         f"start this one in its own folder with run.name={new_name} (or delete that folder)")

@@ -5,10 +5,17 @@ config=<the resolved config>)` inside the trainer's Ray actor and logs every ste
 `reward/<c>/mean`, the `dara/` instruments, pre-filter means) exactly as it does for its `file` backend.
 wandb reads everything else from its environment, which the project sets through the Ray runtime env:
 
-- mode: `offline` unless `run.wandb_mode=online`, or `run.wandb_mode=auto` and the environment holds a
-  `WANDB_API_KEY` (its value is never read here); `disabled` turns wandb off;
+- mode: `offline` unless `run.wandb_mode=online`, or `run.wandb_mode=auto`, the environment holds a
+  `WANDB_API_KEY` (its value is never read here) AND the wandb host (`WANDB_BASE_URL`, else api.wandb.ai)
+  answers an HTTPS request from this node within PROBE_TIMEOUT_S (a compute node without internet would
+  otherwise fail in `wandb.init`); `disabled` turns wandb off;
 - run id: derived from the run folder's absolute path, so a resumed run (same folder) continues the same
   wandb run (`WANDB_RESUME=allow`);
+- steps: every row carries verl's `training/global_step`, declared as the step metric of every chart
+  (`define_metric`), while wandb's own `_step` only ever increases across the run's starts
+  (`StepMetricWandb`, installed by dara.verl.wandb_steps): the steps a resumed run redoes after its
+  checkpoint are new rows at the same training step, so wandb (online, or offline then `wandb sync`) takes
+  them instead of rejecting steps below its `_step`, and the readers keep the redone values;
 - group: `run.recipe` (the paper table or figure; defaults to the task); tags: task, model, method,
   estimator, seed; files under `<run folder>/wandb/`.
 
@@ -24,23 +31,77 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 MODES = ("auto", "offline", "online", "disabled")
 OFFLINE_GLOB = "wandb/offline-run-*/run-*.wandb"
 ONLINE_GLOB = "wandb/run-*/run-*.wandb"
 _STARTED = re.compile(r"\d{8}_\d{6}")  # a wandb run folder's start time: offline-run-20261130_133738-<id>
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+PROBE_TIMEOUT_S = 5.0
+STEP_METRIC = "training/global_step"  # verl puts it in every training step's metrics
 
 
-def wandb_mode(requested: str | None, environ: Mapping[str, str] = os.environ) -> str:
-    """The wandb mode of a run: `online` only when asked for, or `auto` with an API key in the environment."""
+def wandb_base_url(environ: Mapping[str, str] = os.environ) -> str:
+    return environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
+
+
+def probe_wandb_host(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when `base_url` answers an HTTP(S) HEAD request (any status) within `timeout` seconds, else why not.
+
+    The request runs in a thread joined for `timeout`, so a name lookup that hangs is bounded too."""
+    outcome: list[str | None] = []
+
+    def request() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(base_url, method="HEAD"), timeout=timeout).close()
+            outcome.append(None)
+        except urllib.error.HTTPError:  # the host answered (with an error status)
+            outcome.append(None)
+        except Exception as error:  # noqa: BLE001 (whatever stops the request: the host is not usable)
+            reason = getattr(error, "reason", error)
+            outcome.append(f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__)
+
+    thread = threading.Thread(target=request, name="wandb-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        return f"no answer within {timeout:g} s"
+    if outcome[0] and "timed out" in outcome[0]:
+        return f"no answer within {timeout:g} s ({outcome[0]})"
+    return outcome[0]
+
+
+Probe = Callable[[str, float], "str | None"]
+
+
+def choose_wandb_mode(requested: str | None, environ: Mapping[str, str] = os.environ,
+                      probe: Probe = probe_wandb_host, timeout: float = PROBE_TIMEOUT_S) -> tuple[str, str]:
+    """(mode, note): `online` only when asked for, or `auto` with an API key and a wandb host that answers
+    within `timeout`; the note says why `auto` chose offline despite a key ("" otherwise)."""
     requested = "auto" if requested is None else str(requested)
     if requested not in MODES:
         raise ValueError(f"run.wandb_mode={requested!r} is not one of {list(MODES)}")
-    if requested == "auto":
-        return "online" if environ.get("WANDB_API_KEY") else "offline"
-    return requested
+    if requested != "auto":
+        return requested, ""
+    if not environ.get("WANDB_API_KEY"):
+        return "offline", ""
+    url = wandb_base_url(environ)
+    why = probe(url, timeout)
+    if why is None:
+        return "online", ""
+    return "offline", (f"[dara] wandb: {url} did not answer from this node ({why}); logging offline "
+                       "(run.wandb_mode=online forces online)")
+
+
+def wandb_mode(requested: str | None, environ: Mapping[str, str] = os.environ,
+               probe: Probe = probe_wandb_host) -> str:
+    """The wandb mode of a run (choose_wandb_mode without its note)."""
+    return choose_wandb_mode(requested, environ, probe)[0]
 
 
 def wandb_run_id(output_dir: str | os.PathLike) -> str:
@@ -63,11 +124,11 @@ def wandb_enabled(cfg) -> bool:
     return "wandb" in list(cfg.trainer.logger or [])
 
 
-def wandb_env(cfg, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def wandb_env(cfg, environ: Mapping[str, str] = os.environ, mode: str | None = None) -> dict[str, str]:
     """The WANDB_* variables for the trainer's Ray actor (resolved config `cfg`)."""
     run = cfg.run
     return {
-        "WANDB_MODE": wandb_mode(run.get("wandb_mode", None), environ),
+        "WANDB_MODE": mode or wandb_mode(run.get("wandb_mode", None), environ),
         "WANDB_DIR": str(run.output_dir),
         "WANDB_RUN_ID": wandb_run_id(run.output_dir),
         "WANDB_RESUME": "allow",
@@ -77,13 +138,17 @@ def wandb_env(cfg, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     }
 
 
-def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """Put `wandb_env` into `ray_kwargs.ray_init.runtime_env.env_vars` (when wandb is a logger); returns it."""
+def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ, probe: Probe = probe_wandb_host) -> dict[str, str]:
+    """Put `wandb_env` into `ray_kwargs.ray_init.runtime_env.env_vars` (when wandb is a logger); returns it.
+    Prints one line when `auto` goes offline because the wandb host did not answer."""
     from omegaconf import open_dict
 
     if not wandb_enabled(cfg):
         return {}
-    env = wandb_env(cfg, environ)
+    mode, note = choose_wandb_mode(cfg.run.get("wandb_mode", None), environ, probe)
+    if note:
+        print(note, flush=True)
+    env = wandb_env(cfg, environ, mode=mode)
     with open_dict(cfg):
         cfg.ray_kwargs.ray_init.runtime_env.env_vars.update(env)
     return env
@@ -111,15 +176,76 @@ def inspect_records(wandb_file: str | os.PathLike, timeout: float = 120) -> list
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
+def _wandb_step(history: dict) -> int:
+    return int(history.get("step", {}).get("num", history.get("item", {}).get("_step", 0)))
+
+
 def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """(run record, history rows) of one `.wandb` file; each row is the logged metrics plus `step`."""
-    run, rows = {}, []
+    """(run record, history rows) of one `.wandb` file; each row is the logged metrics plus `step`.
+
+    `step` is the training step (STEP_METRIC where the row has it, else wandb's `_step`); a step logged
+    twice (redone after a resume) keeps the later row only, in the position of the first."""
+    run, rows = {}, {}
     for record in inspect_records(wandb_file):
         if record.get("type") == "run":
             run = record["run"]
         elif record.get("type") == "history":
             history = record["history"]
-            row = {k: v for k, v in history.get("item", {}).items() if not k.startswith("_")}
-            row["step"] = int(history.get("step", {}).get("num", history.get("item", {}).get("_step", 0)))
-            rows.append(row)
-    return run, rows
+            item = history.get("item", {})
+            row = {k: v for k, v in item.items() if not k.startswith("_")}
+            row["step"] = int(item[STEP_METRIC]) if STEP_METRIC in item else _wandb_step(history)
+            rows[row["step"]] = row
+    return run, list(rows.values())
+
+
+def last_wandb_step(wandb_files) -> int:
+    """The highest wandb `_step` the newest of these `.wandb` files (oldest first) that logged a row logged;
+    -1 when none did. Each start continues above the one before, so the newest such file has the highest."""
+    for path in reversed(list(wandb_files)):
+        try:
+            records = inspect_records(path)
+        except (ValueError, OSError, subprocess.TimeoutExpired):
+            continue  # a log wandb cannot read: nothing to continue from
+        steps = [_wandb_step(r["history"]) for r in records if r.get("type") == "history"]
+        if steps:
+            return max(steps)
+    return -1
+
+
+class StepMetricWandb:
+    """verl's wandb backend (`Tracking.logger["wandb"]`, the wandb module) logging rows by training step.
+
+    Every row carries STEP_METRIC, declared as the step metric of every chart; wandb's `_step` is the
+    training step while that is above every `_step` the run logged before (a fresh run: the same numbers
+    as verl's), else the next `_step` (the steps a resumed run redoes). `floor` is the highest `_step` of the
+    run's earlier starts whose logs wandb does not know (offline sessions); online, wandb reports its own.
+    """
+
+    def __init__(self, backend, floor: int = -1):
+        self._backend = backend
+        backend.define_metric(STEP_METRIC)
+        backend.define_metric("*", step_metric=STEP_METRIC)
+        self._last = max(int(backend.run.step) - 1, int(floor))
+
+    def log(self, data, step):
+        wandb_step = int(step) if int(step) > self._last else self._last + 1
+        self._backend.log({**data, STEP_METRIC: int(step)}, step=wandb_step)
+        self._last = wandb_step
+
+    def __getattr__(self, name):  # finish() and anything else verl asks of the module
+        return getattr(self._backend, name)
+
+
+def log_by_step_metric(tracking, run_dir: str | os.PathLike | None) -> None:
+    """Replace verl's wandb backend in a `Tracking` by `StepMetricWandb` (once); the earlier starts' `.wandb`
+    files in `run_dir` give its floor."""
+    loggers = getattr(tracking, "logger", None)
+    backend = loggers.get("wandb") if isinstance(loggers, dict) else None
+    if backend is None or isinstance(backend, StepMetricWandb) or getattr(backend, "run", None) is None:
+        return
+    floor = -1
+    if run_dir is not None:
+        current = Path(backend.run.dir).parent.resolve()
+        earlier = [f for f in wandb_run_files(run_dir) if f.parent.resolve() != current]
+        floor = last_wandb_step(earlier)
+    loggers["wandb"] = StepMetricWandb(backend, floor)

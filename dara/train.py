@@ -4,9 +4,11 @@
     python -m dara.train task=toolrl model=qwen2.5-1.5b-instruct estimator=dara_asym cluster=a100_40g_x4
     python -m dara.train ... --cfg job --resolve           # print the resolved config, start nothing
 
-Order of work: check the config (fails before Ray starts), build offline assets if the task asks,
-write run_info.json, then verl's own `run_ppo` with the project's TaskRunner; Ray is started and
-stopped by the run.
+Order of work: check the config (fails before Ray starts); claim the run folder: lock it for this job
+(dara.run_lock; a second job on it exits at once naming the holder), refuse a folder that holds another
+experiment configuration (dara.run_folder), apply the checkpoint retention policy (dara.verl.retention);
+choose wandb's mode (dara.tracking); build offline assets if the task asks, write run_info.json, then verl's
+own `run_ppo` with the project's TaskRunner; Ray is started and stopped by the run.
 
 The console shows a header (task, model, estimator, cluster, output folder, where the logs are), one line
 per step with the time elapsed and left, warnings from the step records, and a summary. verl's full
@@ -31,20 +33,23 @@ from omegaconf.errors import OmegaConfBaseException
 from dara.config_checks import ConfigError, check_config, check_inputs, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
-from dara.run_folder import MAIN_LOG, METRICS_FILE, RUN_INFO, VERL_CONFIG, experiment_config
+from dara.run_folder import (
+    MAIN_LOG,
+    METRICS_FILE,
+    RUN_INFO,
+    VERL_CONFIG,
+    RunFolderError,
+    absolute_run_paths,
+    check_same_experiment,
+    experiment_config,
+)
+from dara.run_lock import run_folder_lock
 from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
+from dara.verl.retention import apply_retention
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 VERBOSE_FLAG = "--verbose"
-
-
-def _absolute_paths(cfg: DictConfig) -> None:
-    """Pin the run folders to absolute paths before Ray actors (other working dirs) read them."""
-    with open_dict(cfg):
-        cfg.run.output_root = os.path.abspath(cfg.run.output_root)
-        for key in ("output_dir", "assets_dir"):
-            cfg.run[key] = os.path.abspath(cfg.run[key])
 
 
 def _apply_runtime_env(cfg: DictConfig) -> None:
@@ -163,14 +168,34 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
     return text
 
 
+def _claim_run_folder(cfg: DictConfig, stack: ExitStack) -> None:
+    """Lock the run folder for this job (held until `stack` closes) and check it holds this experiment."""
+    try:
+        stack.enter_context(run_folder_lock(cfg.run.output_dir))
+        unrecorded = check_same_experiment(cfg.run.output_dir, experiment_config(cfg), cfg.run.name, cfg.run.seed)
+    except RunFolderError as error:
+        raise SystemExit(f"[dara] {error}") from None
+    if unrecorded:
+        shown = ", ".join(unrecorded[:4]) + (f" and {len(unrecorded) - 4} more" if len(unrecorded) > 4 else "")
+        print(f"[dara] {RUN_INFO} of this folder's run lacks (or this code lacks) {shown}: taken as unchanged",
+              flush=True)
+
+
 def train(cfg: DictConfig) -> None:
     """Check, prepare and run one training job (the body of the Hydra app)."""
-    _absolute_paths(cfg)
+    absolute_run_paths(cfg)
     OmegaConf.resolve(cfg)  # Ray actors then see plain values, no project resolvers needed there
     check_config(cfg)
-    if cfg.run.skip_if_finished and _finished(cfg):
-        print(f"[dara] {cfg.run.name} already finished ({cfg.run.output_dir}); skipping", flush=True)
-        return
+    with ExitStack() as claim:
+        _claim_run_folder(cfg, claim)
+        if cfg.run.skip_if_finished and _finished(cfg):
+            print(f"[dara] {cfg.run.name} already finished ({cfg.run.output_dir}); skipping", flush=True)
+            return
+        apply_retention(cfg, at_start=True)
+        _train_claimed(cfg)
+
+
+def _train_claimed(cfg: DictConfig) -> None:
     wandb = apply_wandb_env(cfg)
     _apply_runtime_env(cfg)
     _prepare_assets(cfg)

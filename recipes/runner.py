@@ -12,11 +12,14 @@ Launchers:
 - slurm: one `sbatch` job array per group of runs that differ only in the seed (array index = seed), through
   scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`. It first runs
   `dara.preflight` on every group (allocation, memory, checkpoints, time limit, environment) and submits
-  nothing when one fails.
+  nothing when one fails. A run whose job (array name, index = seed) is pending or running in `squeue` is
+  skipped, and the dry run says so: launching twice never queues a run twice.
 """
 
 from __future__ import annotations
 
+import getpass
+import os
 import shlex
 import subprocess
 import sys
@@ -274,6 +277,56 @@ def array_log_path(run: Run) -> Path:
     return run.root / run.name_for(SLURM_ARRAY_INDEX) / "logs" / "slurm-%A_%a.out"
 
 
+def job_name(run: Run) -> str:
+    """The Slurm job name of the run's seed group (its array index is the seed)."""
+    return run.name_for("x").removesuffix("-sx")
+
+
+SQUEUE_FORMAT = "%j|%K|%i|%T"  # name | array index (N/A outside arrays) | job id | state
+
+
+def run_squeue() -> str | None:
+    """This user's jobs in squeue, one array element per line (SQUEUE_FORMAT); None when squeue cannot tell."""
+    try:
+        user = os.environ.get("USER") or getpass.getuser()
+        command = ["squeue", "--noheader", "--array", f"--user={user}", f"--format={SQUEUE_FORMAT}"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, KeyError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
+def _array_indices(text: str) -> list[int | None]:
+    """`4`, or a pending range squeue did not expand (`[0-2,5%2]`); N/A (no array) is None."""
+    text = text.strip().strip("[]").split("%")[0]
+    if not text or text == "N/A":
+        return [None]
+    indices: list[int | None] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            indices += range(int(first), int(last or first) + 1)
+    return indices
+
+
+def parse_squeue(text: str) -> dict[tuple[str, int | None], tuple[str, str]]:
+    """{(job name, array index or None): (job id, state)} from squeue lines in SQUEUE_FORMAT."""
+    jobs = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 4:
+            continue
+        name, index, job_id, state = fields
+        for value in _array_indices(index):
+            jobs[(name, value)] = (job_id, state)
+    return jobs
+
+
+def queued_job(run: Run, jobs: dict) -> tuple[str, str] | None:
+    """(job id, state) of the run's job in squeue: the element (index = seed) of its group's job array."""
+    return jobs.get((job_name(run), run.seed))
+
+
 def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions()) -> list[str]:
     """`sbatch` for one job array: nodes and GPUs per node from the cluster file, one task per node."""
     first = group[0]
@@ -283,8 +336,7 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
     nodes = int(group_value("cluster", first.cluster, "trainer.nnodes", 1))
     gpus = int(group_value("cluster", first.cluster, "trainer.n_gpus_per_node", 0))
     device = group_value("cluster", first.cluster, "trainer.device", "cuda")
-    job_name = first.name_for("x").removesuffix("-sx")
-    command = ["sbatch", "--parsable", f"--job-name={job_name}", f"--array={','.join(map(str, seeds))}",
+    command = ["sbatch", "--parsable", f"--job-name={job_name(first)}", f"--array={','.join(map(str, seeds))}",
                f"--nodes={nodes}", "--ntasks-per-node=1", "--requeue", "--open-mode=append",
                f"--chdir={PROJECT_ROOT}", f"--output={array_log_path(first)}"]
     if device == "cuda":
@@ -300,15 +352,34 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
     return command + ["--seed-from-array", *first.group_overrides()]
 
 
+def _not_queued(runs: Sequence[Run], squeue) -> tuple[list[Run], int]:
+    """The runs without a pending or running job (each skipped one named), and how many were skipped."""
+    text = squeue()
+    if text is None:
+        print("[recipes] squeue did not answer: runs already queued are not detected", flush=True)
+        return list(runs), 0
+    jobs = parse_squeue(text)
+    free = []
+    for run in runs:
+        job = queued_job(run, jobs)
+        if job is None:
+            free.append(run)
+        else:
+            print(f"[recipes] {run.name}: job {job[0]} is {job[1].lower()}; skipped", flush=True)
+    return free, len(runs) - len(free)
+
+
 def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *, dry_run: bool = False,
-                 skip_env: bool = False) -> list[str]:
-    """Submit one job array per seed group (finished runs left out); returns the job ids.
+                 skip_env: bool = False, squeue=run_squeue) -> list[str]:
+    """Submit one job array per seed group (finished runs and runs whose job is in squeue left out); returns
+    the job ids.
 
     Unless dry_run, every group passes `dara.preflight` first (on the cluster's allocation and --time), or
     nothing is submitted."""
     job_ids = []
     pending = [run for run in runs if not is_finished(run)]
     skipped = len(runs) - len(pending)
+    pending, queued = _not_queued(pending, squeue) if pending else (pending, 0)
     if not dry_run and pending:
         failed = [group[0].name_for("x").removesuffix("-sx") for group, report in
                   preflight_runs(pending, skip_env=skip_env, time_limit=options.time) if not report.ok]
@@ -330,5 +401,5 @@ def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *,
               flush=True)
     verb = "to submit" if dry_run else "submitted"
     print(f"[recipes] slurm: {len(seed_groups(pending))} job arrays, {len(pending)} runs {verb}, "
-          f"{skipped} already finished", flush=True)
+          f"{skipped} already finished" + (f", {queued} queued or running" if queued else ""), flush=True)
     return job_ids

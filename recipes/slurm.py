@@ -3,8 +3,10 @@
     python -m recipes.slurm job-env [hydra overrides...]     # shell assignments: run folder, Ray resources
     python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
 
-`job-env` composes the run's config exactly as `python -m dara.train` will (same conf/, same overrides) and
-prints what the batch script needs before training starts: the run folder, and the Ray resources per node
+`job-env` composes the run's config exactly as `python -m dara.train` will (same conf/, same overrides), fails
+in one line when another job holds the run folder (so a duplicate job exits before it starts Ray; dara.train
+takes the lock itself and checks the folder's configuration), and prints what the batch script needs before
+training starts: the run folder, and the Ray resources per node
 that the config asks for (`ray_kwargs.ray_init.num_cpus / num_gpus / object_store_memory`: a CPU run asks
 for logical CPUs and one logical GPU; a GPU cluster leaves them null and the allocation decides). The batch
 script starts Ray with them and hands the trainer the cluster's address instead.
@@ -52,6 +54,17 @@ def job_env(cfg) -> dict[str, str]:
         "CONFIG_RAY_NUM_GPUS": text(ray_init.get("num_gpus")),
         "CONFIG_RAY_OBJECT_STORE_MEMORY": text(ray_init.get("object_store_memory")),
     }
+
+
+def check_run_folder(cfg) -> None:
+    """Exit in one line when another job holds the run folder."""
+    from dara.run_folder import RunFolderError
+    from dara.run_lock import check_run_folder_free
+
+    try:
+        check_run_folder_free(os.path.abspath(str(cfg.run.output_dir)))
+    except RunFolderError as error:
+        raise SystemExit(f"[dara-slurm] {error}") from None
 
 
 def parse_expected(pairs: list[str]) -> dict[str, str]:
@@ -103,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     wait.add_argument("--timeout", type=float, default=300.0)
     args = top.parse_args(argv)
     if args.command == "job-env":
-        for key, value in job_env(compose_run(args.overrides)).items():
+        cfg = compose_run(args.overrides)
+        check_run_folder(cfg)
+        for key, value in job_env(cfg).items():
             print(f"{key}={shlex.quote(value)}")
     else:
         wait_for_nodes(args.address, parse_expected(args.expect), args.timeout, args.node_ip)

@@ -31,12 +31,12 @@ from pathlib import Path
 import pandas as pd
 
 from dara.io import METRICS_FILE
+from dara.run_folder import RUN_INFO as RUN_INFO_FILE
 from dara.run_log import RunLogError, read_metrics
 from dara.tracking import read_offline_history, wandb_run_files
 
 log = logging.getLogger(__name__)
 
-RUN_INFO_FILE = "run_info.json"
 # Columns that identify a run rather than measure it.
 ID_COLUMNS = ("run", "method", "seed")
 

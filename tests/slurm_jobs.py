@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, METRICS_FILE
 from dara.run_log import read_metrics
 from tests.slurm_cluster import LocalSlurm, SlurmUnavailable
 
@@ -53,7 +54,7 @@ def job_log(run_dir: Path) -> str:
 
 
 def steps_of(run_dir: Path) -> list[int]:
-    return [int(record["step"]) for record in read_metrics(run_dir / "metrics.jsonl")]
+    return [int(record["step"]) for record in read_metrics(run_dir / METRICS_FILE)]
 
 
 def wait_done(cluster: LocalSlurm, job_id: str, run_dir: Path, timeout_s: float) -> str:
@@ -85,7 +86,7 @@ def requeue_after_two_steps(
 ) -> Requeue:
     """`scontrol requeue` right after the second step's metrics line (its checkpoint complete, the next step
     under way); waits until the job is PENDING again."""
-    metrics = run_dir / "metrics.jsonl"
+    metrics = run_dir / METRICS_FILE
     deadline = time.monotonic() + timeout_s
     while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
         assert cluster.job_state(job_id) in RUNNING, job_log(run_dir)[-4000:]
@@ -110,14 +111,14 @@ def release_and_assert_resumed(
     log = assert_completed(cluster, job_id, run_dir, timeout_s)
     assert cluster.job_field(job_id, "Restarts") == "1" and "restart 1" in log
     assert steps_of(run_dir) == list(range(1, steps + 1))
-    assert (run_dir / "metrics.jsonl").read_text().splitlines()[
+    assert (run_dir / METRICS_FILE).read_text().splitlines()[
         : len(requeue.lines_before)
     ] == requeue.lines_before
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = run_dir / CHECKPOINTS
     for step in range(1, steps + 1):
         folder = checkpoints / f"global_step_{step}"
         assert folder.is_dir(), f"no checkpoint of step {step}"
         written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
         assert (written < requeue.at) == (step <= requeue.last_step), (step, requeue.last_step)
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
+    assert (checkpoints / CHECKPOINT_TRACKER).read_text().strip() == str(steps)
     return log

@@ -20,6 +20,7 @@ from recipes.runner import (
     is_finished,
     launch_local,
     launch_slurm,
+    parse_squeue,
     sbatch_command,
     seed_groups,
     train_command,
@@ -88,6 +89,29 @@ def test_finished_runs_are_skipped_by_every_launcher(capsys, tmp_path):
     assert "--array=1 " in out and "1 runs to submit, 1 already finished" in out
     assert launch_local(runs[:1]) == 0  # nothing to start
     assert "finished, skipped" in capsys.readouterr().out
+
+
+SQUEUE = """toolrl-qwen2.5-1.5b-instruct-grpo|0|8812_0|RUNNING
+toolrl-qwen2.5-1.5b-instruct-grpo|2|8812_2|PENDING
+toolrl-qwen2.5-1.5b-instruct-gdpo|[1-2,4%2]|8813_[1-2,4%2]|PENDING
+toolrl-qwen2.5-1.5b-instruct-dvao|N/A|8814|RUNNING
+"""
+
+
+def test_slurm_launcher_skips_runs_whose_job_is_queued_and_says_so(capsys, tmp_path):
+    assert parse_squeue(SQUEUE)[("toolrl-qwen2.5-1.5b-instruct-gdpo", 4)] == ("8813_[1-2,4%2]", "PENDING")
+    runs = [r for r in with_options(load("toolrl_main").runs((0, 1, 2)), output_root=str(tmp_path))
+            if r.model == "qwen2.5-1.5b-instruct" and r.method in ("grpo", "gdpo", "dvao")]
+    launch_slurm(runs, dry_run=True, squeue=lambda: SQUEUE)
+    out = capsys.readouterr().out
+    assert "toolrl-qwen2.5-1.5b-instruct-grpo-s0: job 8812_0 is running; skipped" in out
+    assert "toolrl-qwen2.5-1.5b-instruct-grpo-s2: job 8812_2 is pending; skipped" in out
+    arrays = [line.split("--array=")[1].split()[0] for line in out.splitlines() if "--array=" in line]
+    assert arrays == ["1", "0", "0,1,2"]  # grpo: seed 1; gdpo: seed 0; dvao: a plain job names no seed
+    assert "3 job arrays, 5 runs to submit, 0 already finished, 4 queued or running" in out
+    launch_slurm(runs, dry_run=True, squeue=lambda: None)  # no squeue here: nothing is skipped, and it says so
+    out = capsys.readouterr().out
+    assert "squeue did not answer" in out and "9 runs to submit" in out
 
 
 def test_steps_override_moves_the_finish_line(tmp_path):

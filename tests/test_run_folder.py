@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from omegaconf import OmegaConf
 
-from dara.run_folder import config_differences, experiment_config, flatten, without_seed
+from dara.run_folder import (
+    CHECKPOINTS,
+    METRICS_FILE,
+    RUN_INFO,
+    RunFolderError,
+    check_same_experiment,
+    config_differences,
+    experiment_config,
+    flatten,
+    suggested_name,
+    without_seed,
+)
 
 
 def _config(**changes):
@@ -42,3 +56,71 @@ def test_a_changed_option_is_named_and_the_seed_only_matters_before_without_seed
     assert config_differences(without_seed(base), without_seed(reseeded)) == []
     added = experiment_config(_config(**{"algorithm.dara.tau": 0.5}))
     assert config_differences(base, added) == ["algorithm.dara.tau"]
+
+
+def _folder_with_run(tmp_path, config, steps=2):
+    """A run folder as dara.train leaves it: run_info.json with its experiment configuration, logged steps."""
+    run_dir = tmp_path / "smoke-tiny-dara_asym-s0"
+    run_dir.mkdir()
+    (run_dir / RUN_INFO).write_text(json.dumps({"run_name": run_dir.name, "config": experiment_config(config)}))
+    (run_dir / METRICS_FILE).write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, steps + 1)))
+    return run_dir
+
+
+def test_a_folder_of_another_configuration_is_refused_naming_the_keys_and_a_name_of_its_own(tmp_path):
+    run_dir = _folder_with_run(tmp_path, _config())
+    metrics = (run_dir / METRICS_FILE).read_bytes()
+    longer = _config(**{"trainer.total_training_steps": 30, "trainer.save_freq": 5})
+    check_same_experiment(run_dir, experiment_config(longer), "smoke-tiny-dara_asym-s0", 0)  # resumes, extends
+    capped = experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
+    with pytest.raises(RunFolderError) as refused:
+        check_same_experiment(run_dir, capped, "smoke-tiny-dara_asym-s0", 0)
+    line = str(refused.value)
+    assert "\n" not in line and "algorithm.dara.w_max (5.0 there, 2.0 here)" in line
+    assert "run.name=smoke-tiny-dara_asym-w_max2.0-s0" in line
+    assert (run_dir / METRICS_FILE).read_bytes() == metrics
+
+
+def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path):
+    run_dir = _folder_with_run(tmp_path, _config(), steps=0)  # failed before its first step
+    capped = experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
+    check_same_experiment(run_dir, capped, "x", 0)
+    (run_dir / CHECKPOINTS / "global_step_1").mkdir(parents=True)  # a checkpoint is a result
+    with pytest.raises(RunFolderError, match="algorithm.dara.w_max"):
+        check_same_experiment(run_dir, capped, "x", 0)
+    with_new_key = {**capped, "algorithm.dara.eps": 1e-6}  # the code gained an option since that run started
+    with pytest.raises(RunFolderError) as refused:
+        check_same_experiment(run_dir, with_new_key, "x", 0)
+    assert "algorithm.dara.eps" not in str(refused.value)
+    base = experiment_config(_config())
+    assert check_same_experiment(run_dir, {**base, "algorithm.dara.eps": 1e-6}, "x", 0) == ["algorithm.dara.eps"]
+    (run_dir / RUN_INFO).write_text(json.dumps({"run_name": "x"}))  # recorded before configs were
+    assert check_same_experiment(run_dir, capped, "x", 0) == []
+    check_same_experiment(tmp_path / "new", capped, "x", 0)
+
+
+def test_suggested_name_puts_what_differs_before_the_seed():
+    assert suggested_name("toolrl-m-grpo-s3", 3, {"algorithm.dara.w_max": 2}) == "toolrl-m-grpo-w_max2-s3"
+    assert suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
+
+
+def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from dara.run_folder import absolute_run_paths
+    from dara.train import CONF_DIR
+
+    def composed(*overrides):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(config_name="train", overrides=[f"run.output_root={tmp_path}", *overrides])
+        absolute_run_paths(cfg)
+        OmegaConf.resolve(cfg)
+        return experiment_config(cfg)
+
+    plain = composed()
+    assert config_differences(plain, composed("run.name=mine", "trainer.total_training_steps=9")) == []
+    assert config_differences(plain, composed("run.name=mine", "algorithm.dara.w_max=2")) == ["algorithm.dara.w_max"]
+    old_record = {**plain, "actor_rollout_ref.rollout.trace.experiment_name": "x"}  # before it was left out
+    run_dir = _folder_with_run(tmp_path, OmegaConf.create({}))
+    (run_dir / RUN_INFO).write_text(json.dumps({"config": old_record}))
+    check_same_experiment(run_dir, composed("run.name=mine"), "mine", 0)

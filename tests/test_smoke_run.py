@@ -18,6 +18,7 @@ import time
 import pytest
 
 import dara
+from dara.run_folder import MAIN_LOG, METRICS_FILE, RUN_INFO, VERL_CONFIG, VERL_TRACKING
 from dara.run_log import read_metrics
 
 CHANNELS = ["format", "correctness"]
@@ -47,7 +48,7 @@ def test_smoke_run_trains_three_verl_steps(output_root, smoke):
     proc = smoke
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = output_root / "smoke-tiny-dara_asym-s0"
-    records = read_metrics(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir / METRICS_FILE)
     assert [r["step"] for r in records] == [1, 2, 3]
     for record in records:
         densities = {c: record[f"dara/density/{c}"] for c in CHANNELS}
@@ -61,9 +62,9 @@ def test_smoke_run_trains_three_verl_steps(output_root, smoke):
             assert record[f"dara/weight/{channel}"] == pytest.approx(expected)
         assert "actor/pg_loss" in record and "timing_s/step" in record  # verl's own metrics beside ours
     assert "[dara] step 3/3" in proc.stdout + proc.stderr
-    tracked = [json.loads(line) for line in (run_dir / "verl_tracking.jsonl").read_text().splitlines()]
+    tracked = [json.loads(line) for line in (run_dir / VERL_TRACKING).read_text().splitlines()]
     assert any("dara/density/format" in entry["data"] for entry in tracked)  # through verl's own tracker
-    info = json.loads((run_dir / "run_info.json").read_text())
+    info = json.loads((run_dir / RUN_INFO).read_text())
     assert info["method"] == "dara_asym" and info["reward_channels"] == CHANNELS
 
 
@@ -91,9 +92,9 @@ def test_smoke_run_is_quiet_and_writes_a_wandb_offline_run(output_root, smoke):
     assert re.search(r"^\[dara\] step 3/3 \|.*\| \d+:\d\d elapsed, ~0:00 left$", proc.stdout, re.M)
     assert re.search(r"^\[dara\] step 1/3 \|.*, ~\d+:\d\d left$", proc.stdout, re.M)
     assert "logs/main.log" in proc.stdout and "(DaraTaskRunner" not in proc.stdout + proc.stderr
-    log = (run_dir / "logs" / "main.log").read_text()
+    log = (run_dir / MAIN_LOG).read_text()
     assert "(DaraTaskRunner" in log and "[dara] step 3/3" in log  # verl's and the workers' output went here
-    assert (run_dir / "verl_config.yaml").exists()
+    assert (run_dir / VERL_CONFIG).exists()
 
     files = wandb_run_files(run_dir)
     assert len(files) == 1 and wandb_run_id(run_dir) in files[0].name
@@ -101,7 +102,7 @@ def test_smoke_run_is_quiet_and_writes_a_wandb_offline_run(output_root, smoke):
     assert run["project"] == "dara-smoke" and run["display_name"] == "smoke-tiny-dara_asym-s0"
     assert run["run_group"] == "smoke" and "method:dara_asym" in run["tags"]
     assert run["config"]["update"]["algorithm"]["adv_estimator"] == "dara_asym"  # the resolved config
-    records = {r["step"]: r for r in read_metrics(run_dir / "metrics.jsonl")}
+    records = {r["step"]: r for r in read_metrics(run_dir / METRICS_FILE)}
     assert sorted(r["step"] for r in rows if "dara/density/format" in r) == [1, 2, 3]
     for row in rows:
         for key, value in row.items():

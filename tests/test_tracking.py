@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -14,7 +15,11 @@ from omegaconf import OmegaConf
 
 import dara
 from dara.tracking import (
+    STEP_METRIC,
     apply_wandb_env,
+    choose_wandb_mode,
+    inspect_records,
+    probe_wandb_host,
     read_offline_history,
     wandb_env,
     wandb_mode,
@@ -32,14 +37,67 @@ def composed(*overrides: str):
     return cfg
 
 
-def test_mode_is_offline_unless_a_key_is_present_or_online_is_asked():
+def answers(url, timeout):
+    return None
+
+
+def test_mode_is_offline_unless_a_key_is_present_and_the_host_answers_or_online_is_asked():
     assert wandb_mode("auto", {}) == "offline"
     assert wandb_mode(None, {}) == "offline"
-    assert wandb_mode("auto", {"WANDB_API_KEY": "x"}) == "online"
+    assert wandb_mode("auto", {"WANDB_API_KEY": "x"}, probe=answers) == "online"
     assert wandb_mode("offline", {"WANDB_API_KEY": "x"}) == "offline"
     assert wandb_mode("online", {}) == "online"
     with pytest.raises(ValueError, match="run.wandb_mode='cloud'"):
         wandb_mode("cloud", {})
+
+
+@pytest.fixture
+def silent_host():
+    """A wandb host that accepts connections and never answers (a firewall that drops, a hung proxy)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_within_the_probes_timeout(silent_host):
+    asked = []
+
+    def probe(url, timeout):
+        asked.append((url, timeout))
+        return probe_wandb_host(url, timeout)
+
+    environ = {"WANDB_API_KEY": "x", "WANDB_BASE_URL": silent_host}
+    mode, note = choose_wandb_mode("auto", environ, probe, timeout=0.5)
+    assert mode == "offline" and asked == [(silent_host, 0.5)]
+    assert note.startswith(f"[dara] wandb: {silent_host} did not answer from this node (no answer within 0.5 s")
+    assert note.endswith("; logging offline (run.wandb_mode=online forces online)") and "\n" not in note
+    with socket.socket() as closed:  # a port nobody listens on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    assert "ConnectionRefusedError" in probe_wandb_host(refused, 5.0)
+    assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": refused})[0] == "offline"
+
+
+def test_auto_goes_online_when_the_host_answers_even_with_an_error_status():
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
+    finally:
+        server.shutdown()
 
 
 def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
@@ -74,53 +132,71 @@ def test_env_names_group_tags_and_folder(tmp_path):
 
 
 WRITE_STEPS = """
-import sys, wandb
-run = wandb.init(project="dara-smoke", name="smoke-tiny-gdpo-s4", config={"algorithm": {"adv_estimator": "gdpo"}})
-first, last, value = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+import sys
+from verl.utils.tracking import Tracking
+from dara.tracking import log_by_step_metric
+run_dir, first, last, value = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+tracking = Tracking(project_name="dara-smoke", experiment_name="smoke-tiny-gdpo-s4", default_backend=["wandb"],
+                    config={"algorithm": {"adv_estimator": "gdpo"}, "trainer": {}})
+log_by_step_metric(tracking, run_dir)  # what the project's trainer does when verl assigns its Tracking
 for step in range(first, last + 1):
-    run.log({"dara/density/format": value * step, "reward/format/mean": value, "timing_s/step": 1.5}, step=step)
-run.finish()
+    tracking.log({"dara/density/format": value * step, "reward/format/mean": value, "timing_s/step": 1.5,
+                  "training/global_step": step}, step=step)
+tracking.finish()
 """
 
 
 def _write_wandb_session(run_dir, env, first, last, value):
     environ = {**os.environ, **env, "HOME": str(run_dir.parent)}
     environ.pop("WANDB_API_KEY", None)
-    result = subprocess.run([sys.executable, "-c", WRITE_STEPS, str(first), str(last), str(value)], env=environ,
-                            capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
+    result = subprocess.run([sys.executable, "-c", WRITE_STEPS, str(run_dir), str(first), str(last), str(value)],
+                            env=environ, capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-@pytest.mark.slow  # two wandb offline runs in processes (~9 s)
-def test_a_resumed_offline_run_reads_back_through_wandbs_reader(tmp_path):
-    """Two sessions of one run (the second resumes at step 3 and relogs it): wandb's reader gives every step
-    once, the resumed value winning, with method and seed from the tags, exactly like the metrics.jsonl."""
+def _wandb_steps(path) -> list[tuple[int, int]]:
+    """(wandb's _step, training step) of every history row of a .wandb file, in order."""
+    return [(int(r["history"]["step"]["num"]), int(r["history"]["item"][STEP_METRIC]))
+            for r in inspect_records(path) if r.get("type") == "history"]
+
+
+@pytest.mark.slow  # two offline sessions of verl's Tracking in processes (~20 s)
+def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_with_them(tmp_path):
+    """Two sessions of one run through verl's own Tracking; the second resumes from step 3 after the first
+    logged step 4, so it redoes step 4. wandb's `_step` keeps increasing across the sessions (what wandb
+    online, or `wandb sync` of both files, requires), the training step is the chart's step metric, and
+    wandb's reader gives every step once with the redone value, exactly like the metrics.jsonl."""
     cfg = composed("estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}")
     run_dir = tmp_path / "smoke-tiny-gdpo-s4"
     run_dir.mkdir()
     env = wandb_env(cfg, {})
-    _write_wandb_session(run_dir, env, 1, 3, 0.25)
-    _write_wandb_session(run_dir, env, 3, 4, 0.5)
+    _write_wandb_session(run_dir, env, 1, 4, 0.25)
+    _write_wandb_session(run_dir, env, 4, 5, 0.5)
     files = wandb_run_files(run_dir)
     assert len(files) == 2 and all(env["WANDB_RUN_ID"] in str(f) for f in files)
+    assert _wandb_steps(files[0]) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert _wandb_steps(files[1]) == [(5, 4), (6, 5)]  # the redone step 4 is a new row, above _step 4
+    metrics = [r["metric"] for r in inspect_records(files[1]) if r.get("type") == "metric"]
+    assert {"glob_name": "*", "step_metric": STEP_METRIC}.items() <= next(m for m in metrics
+                                                                           if m.get("glob_name")).items()
     run, rows = read_offline_history(files[0])
     assert run["run_id"] == env["WANDB_RUN_ID"] and run["run_group"] == "smoke"
     assert run["config"]["update"]["algorithm"]["adv_estimator"] == "gdpo"  # the config travels along
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
 
     from_wandb = load_runs(tmp_path)
-    assert from_wandb["step"].tolist() == [1, 2, 3, 4]
-    assert from_wandb["reward/format/mean"].tolist() == [0.25, 0.25, 0.5, 0.5]
-    assert from_wandb["dara/density/format"].tolist() == pytest.approx([0.25, 0.5, 1.5, 2.0])
+    assert from_wandb["step"].tolist() == [1, 2, 3, 4, 5]
+    assert from_wandb["reward/format/mean"].tolist() == [0.25, 0.25, 0.25, 0.5, 0.5]
+    assert from_wandb["dara/density/format"].tolist() == pytest.approx([0.25, 0.5, 0.75, 2.0, 2.5])
     assert set(from_wandb["method"]) == {"gdpo"} and set(from_wandb["seed"]) == {4}
     assert set(from_wandb["run"]) == {"smoke-tiny-gdpo-s4"}
 
-    records = [{"step": s, "dara/density/format": (0.25 if s < 3 else 0.5) * s,
-                "reward/format/mean": 0.25 if s < 3 else 0.5, "timing_s/step": 1.5} for s in (1, 2, 3, 4)]
+    records = [{"step": s, "dara/density/format": (0.25 if s < 4 else 0.5) * s,
+                "reward/format/mean": 0.25 if s < 4 else 0.5, "timing_s/step": 1.5} for s in (1, 2, 3, 4, 5)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (run_dir / "run_info.json").write_text(json.dumps({"run_name": "smoke-tiny-gdpo-s4", "method": "gdpo",
                                                        "seed": 4, "task": "smoke", "model": "tiny"}))
     from_jsonl = load_runs(tmp_path)  # auto: metrics.jsonl where the folder has one
     columns = ["run", "method", "seed", "step", "reward/format/mean", "dara/density/format", "timing_s/step"]
     pd.testing.assert_frame_equal(from_jsonl[columns], from_wandb[columns], check_dtype=False)
-    assert load_runs(tmp_path, source="wandb")["step"].tolist() == [1, 2, 3, 4]
+    assert load_runs(tmp_path, source="wandb")["step"].tolist() == [1, 2, 3, 4, 5]

@@ -27,10 +27,10 @@ from pathlib import Path
 import ray
 
 from dara.io import atomic_write_json
+from dara.run_folder import RAY_NODES as RAY_NODES_FILE
 
 logger = logging.getLogger(__name__)
 
-RAY_NODES_FILE = "ray_nodes.json"
 _GROUP_ATTRIBUTES = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "reward_wg")
 
 

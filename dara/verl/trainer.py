@@ -28,16 +28,17 @@ from verl.trainer.ppo.v1 import (
 )
 
 from dara.io import atomic_write_text
+from dara.run_folder import CHECKPOINT_TRACKER  # verl's resume marker in default_local_dir
 from dara.run_log import RunLog, reward_means
 from dara.verl.estimators import ChannelContext, library_name
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
+from dara.verl.wandb_steps import WandbStepMixin
 
 logger = logging.getLogger(__name__)
 
 METRIC_PREFIX = "dara/"
-CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker in default_local_dir
 
 
 def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch.Tensor:
@@ -95,8 +96,9 @@ def reward_flag_counts(extra_fields) -> dict[str, float]:
     return counts if seen else {}
 
 
-class ChannelTrainerMixin:
-    """Overrides verl's advantage step for the project's estimators; logs a run log per step."""
+class ChannelTrainerMixin(WandbStepMixin):
+    """Overrides verl's advantage step for the project's estimators; logs a run log per step (and to wandb by
+    training step, dara.verl.wandb_steps)."""
 
     VERL_MODE: str  # the verl trainer mode the class implements ("sync", "colocate_async", ...)
 

@@ -1,0 +1,112 @@
+"""One job per run folder: an exclusive `flock` on `<run folder>/run.lock`, held while the job uses the folder.
+
+The kernel releases an flock when the process holding it ends, however it ends (killed, preempted, node
+reboot on a local disk; on NFS the server releases it with the client's lease), so a killed job never leaves
+the folder locked. The lock file's text names the holder (host, pid, Slurm job id, since when) for the one
+line a second job prints before it exits. The file descriptor is not inherited by the processes the job
+starts (Ray, its workers): the lock is the driver's.
+
+A file system without flock support (some Lustre mounts) cannot lock: the run then says so in one line and
+goes on unlocked.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dara.run_folder import RUN_LOCK, RunFolderError
+
+
+class RunFolderBusy(RunFolderError):
+    """Another job holds the run folder's lock."""
+
+
+def holder_record() -> dict:
+    """Who this process is: host, pid, Slurm job (array job_task when in an array), start time."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return {"host": socket.gethostname(), "pid": os.getpid(), "slurm_job": job,
+            "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "since_unix": time.time()}
+
+
+def describe_holder(record: dict | None) -> str:
+    if not record:
+        return "another process (its record is not readable yet)"
+    job = f", Slurm job {record['slurm_job']}" if record.get("slurm_job") else ""
+    return f"host {record.get('host', '?')}, pid {record.get('pid', '?')}{job}, since {record.get('since', '?')}"
+
+
+def read_holder(run_dir: str | os.PathLike) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / RUN_LOCK).read_text() or "null")
+    except (OSError, ValueError):
+        return None
+
+
+def _busy(run_dir: Path) -> RunFolderBusy:
+    return RunFolderBusy(f"{run_dir} is in use by {describe_holder(read_holder(run_dir))} ({RUN_LOCK}); "
+                         "wait for that job to end (or cancel it) before starting this run again")
+
+
+def _try_lock(fd: int) -> bool:
+    """True: locked; False: held by another; raises OSError when the file system cannot flock."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as error:
+        if error.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+def _unsupported(run_dir: Path, error: OSError) -> None:
+    print(f"[dara] {run_dir}: the file system cannot lock files ({error.strerror}); the run folder is not "
+          "locked against a second job", flush=True)
+
+
+@contextmanager
+def run_folder_lock(run_dir: str | os.PathLike) -> Iterator[None]:
+    """Hold `<run_dir>/run.lock` for the block; raises RunFolderBusy at once when another job holds it."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            locked = _try_lock(fd)
+        except OSError as error:
+            _unsupported(run_dir, error)
+            locked = None
+        if locked is False:
+            raise _busy(run_dir)
+        if locked:  # the holder's record, for the line a second job prints
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder_record()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def check_run_folder_free(run_dir: str | os.PathLike) -> None:
+    """Raise RunFolderBusy when another job holds the folder now (takes and releases the lock at once)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RUN_LOCK).exists():
+        return
+    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR)
+    try:
+        if _try_lock(fd) is False:
+            raise _busy(run_dir)
+    except OSError:
+        return  # no flock on this file system: nothing to check
+    finally:
+        os.close(fd)

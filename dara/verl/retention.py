@@ -1,0 +1,305 @@
+"""Checkpoint retention across jobs: what verl 0.9.1 leaves on disk, and what a run keeps of it.
+
+verl's checkpoint manager keeps its rotation list (`previous_saved_paths`) in memory only, so every requeued
+job starts with an empty list and never rotates the previous job's checkpoints. The run applies the policy to
+what is on disk instead, at start (so after every requeue, under the run folder's lock) and after each save
+(dara.verl.checkpoints.KeepEvaluatedSteps):
+
+- keep the newest `trainer.max_actor_ckpt_to_keep` (= run.checkpoint.keep_last) *complete* `global_step_N`
+  folders; delete older ones, the folders verl's rotation left with only `data.pt`, and any folder a killed
+  job left incomplete;
+- before deleting a complete step listed in `run.checkpoint.keep_hf_steps` whose HF weights are not yet in
+  `run.checkpoint.kept_dir`, keep them there (hard links); delete unfinished `*.tmp` copies in kept_dir;
+- at start, the resume marker (`latest_checkpointed_iteration.txt`) must name a complete checkpoint: else it
+  is moved to the newest complete one (or removed: the run starts over); checkpoints past the marker (saved
+  but their step never logged, dara.verl.trainer) are redone by the run and deleted first.
+
+A checkpoint is complete when verl finished writing it, read from verl's own save order
+(`trainer/ppo/v1/trainer_base.py` `_save_checkpoint`, `utils/checkpoint/fsdp_checkpoint_manager.py`): every
+role's folder holds `fsdp_config.json` and, for each rank of its world size, the model / optimizer / extra
+shards that `checkpoint.save_contents` names (plus a whole `huggingface/` export with `hf_model`); `data.pt`,
+written after every role's save returned; `transfer_queue/` in the asynchronous trainer modes. `.pt` files
+are zip archives whose directory sits at their end, and safetensors state their length in their header: a
+file cut short by a crash is detected without reading it.
+
+With `trainer.resume_mode` other than `auto` nothing is changed at start (the run does not resume from the
+folder's marker); the policy still applies after each save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from dara.io import atomic_write_text
+from dara.run_folder import CHECKPOINT_TRACKER
+
+STEP_FOLDER = re.compile(r"global_step_(\d+)")
+_SHARDS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}  # save_contents -> file prefix
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """What a complete checkpoint of this run holds."""
+
+    contents: dict[str, tuple[str, ...]]  # role folder -> checkpoint.save_contents
+    transfer_queue: bool = False  # asynchronous trainer modes save TransferQueue's state
+    fsdp: bool = True  # FSDP's per-rank shard files; otherwise only the role folders are checked
+
+    @classmethod
+    def from_config(cls, cfg) -> CheckpointLayout:
+        def contents(node: str) -> tuple[str, ...]:
+            value = OmegaConf.select(cfg, f"{node}.checkpoint.save_contents", default=None)
+            return tuple(value) if value is not None else ("model", "optimizer", "extra")
+
+        roles = {"actor": contents("actor_rollout_ref.actor")}
+        critic = OmegaConf.select(cfg, "critic.enable", default=None)
+        if critic or (critic is None and str(cfg.algorithm.adv_estimator) == "gae"):  # verl's need_critic
+            roles["critic"] = contents("critic")
+        mode = str(OmegaConf.select(cfg, "trainer.v1.trainer_mode", default="sync") or "sync")
+        strategy = str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default="fsdp"))
+        return cls(roles, transfer_queue=mode.removeprefix("dara_").removesuffix("_cpu") != "sync",
+                   fsdp=strategy.startswith("fsdp"))
+
+
+def _zip_complete(path: Path) -> bool:
+    """A `torch.save` file written to its end (its zip directory is the last thing written)."""
+    return path.is_file() and zipfile.is_zipfile(path)
+
+
+def _safetensors_complete(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError, struct.error):
+        return False
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    return path.stat().st_size == 8 + length + end
+
+
+def _hf_export_reason(folder: Path) -> str | None:
+    if not (folder / "config.json").is_file():
+        return "huggingface/config.json missing"
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError):
+            return "huggingface/ index unreadable"
+    elif (folder / "model.safetensors").is_file():
+        shards = ["model.safetensors"]
+    else:
+        return "huggingface/ holds no weights"
+    for shard in shards:
+        if not _safetensors_complete(folder / shard):
+            return f"huggingface/{shard} missing or cut short"
+    return None
+
+
+def _role_reason(folder: Path, role: str, contents: tuple[str, ...]) -> str | None:
+    try:
+        world_size = int(json.loads((folder / "fsdp_config.json").read_text())["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{role}/fsdp_config.json missing or unreadable"
+    for content, prefix in _SHARDS.items():
+        if content not in contents:
+            continue
+        for rank in range(world_size):
+            name = f"{prefix}_world_size_{world_size}_rank_{rank}.pt"
+            if not _zip_complete(folder / name):
+                return f"{role}/{name} missing or cut short"
+    if "hf_model" in contents:
+        reason = _hf_export_reason(folder / "huggingface")
+        if reason:
+            return f"{role}/{reason}"
+    return None
+
+
+def incomplete_reason(folder: str | os.PathLike, layout: CheckpointLayout) -> str | None:
+    """None for a complete checkpoint folder, else what it lacks."""
+    folder = Path(folder)
+    if not _zip_complete(folder / "data.pt"):
+        return "no complete data.pt (the save did not finish)"
+    for role, contents in layout.contents.items():
+        if not (folder / role).is_dir():
+            return f"no {role}/ (rotated away by verl, or never saved)"
+        reason = _role_reason(folder / role, role, contents) if layout.fsdp else (
+            None if any((folder / role).iterdir()) else f"{role}/ is empty")
+        if reason:
+            return reason
+    if layout.transfer_queue and not (folder / "transfer_queue").is_dir():
+        return "no transfer_queue/ (asynchronous trainer state)"
+    return None
+
+
+def checkpoint_folders(checkpoint_dir: str | os.PathLike) -> dict[int, Path]:
+    """{step: folder} of every `global_step_N` folder in verl's checkpoint folder."""
+    folders = {}
+    root = Path(checkpoint_dir)
+    if root.is_dir():
+        for path in root.iterdir():
+            match = STEP_FOLDER.fullmatch(path.name)
+            if match and (path.is_dir() or path.is_symlink()):
+                folders[int(match.group(1))] = path
+    return folders
+
+
+def read_marker(checkpoint_dir: str | os.PathLike) -> int | None:
+    """The step verl's resume marker names; None when there is none or it is unreadable."""
+    try:
+        return int((Path(checkpoint_dir) / CHECKPOINT_TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class RetentionPlan:
+    keep: list[int] = field(default_factory=list)
+    delete: dict[int, str] = field(default_factory=dict)  # step -> why
+    keep_hf: list[int] = field(default_factory=list)  # complete steps whose HF weights go to kept_dir first
+    marker: int | None = None  # the marker after the plan (None: no resume point)
+    marker_before: int | None = None
+    resume_note: str = ""
+
+    @property
+    def marker_changed(self) -> bool:
+        return self.marker != self.marker_before
+
+
+def _resume_point(marker: int | None, complete: list[int]) -> tuple[int | None, str]:
+    """The step to resume from given the marker and the complete checkpoints (newest last), and why if moved."""
+    if marker is None or marker in complete:
+        return marker, ""
+    older = [s for s in complete if s < marker]
+    if older:
+        return older[-1], f"the marker's step {marker} is incomplete; resuming from step {older[-1]}"
+    if complete:
+        return complete[-1], (f"the marker's step {marker} is incomplete; resuming from step {complete[-1]}, "
+                              "whose metrics line was not logged")
+    return None, f"the marker's step {marker} is incomplete and no complete checkpoint is left; starting over"
+
+
+def plan_retention(checkpoint_dir, layout: CheckpointLayout, keep_last: int | None, keep_hf_steps=(),
+                   kept_dir: str | os.PathLike | None = None, at_start: bool = True) -> RetentionPlan:
+    """What to keep and delete (see the module docstring); changes nothing."""
+    folders = checkpoint_folders(checkpoint_dir)
+    reasons = {step: incomplete_reason(path, layout) for step, path in folders.items()}
+    complete = sorted(s for s, r in reasons.items() if r is None)
+    plan = RetentionPlan(marker_before=read_marker(checkpoint_dir))
+    if at_start:
+        plan.marker, plan.resume_note = _resume_point(plan.marker_before, complete)
+        limit = -1 if plan.marker is None else plan.marker
+        for step in folders:
+            if step > limit:
+                plan.delete[step] = "past the resume marker: the run redoes it"
+        complete = [s for s in complete if s <= limit]
+    else:
+        plan.marker = plan.marker_before
+    for step, reason in reasons.items():
+        if reason is not None and step not in plan.delete:
+            plan.delete[step] = f"incomplete: {reason}"
+    plan.keep = complete[-keep_last:] if keep_last and keep_last > 0 else complete
+    for step in complete:
+        if step not in plan.keep:
+            plan.delete[step] = f"older than the newest {keep_last}"
+    hf_steps = {int(s) for s in keep_hf_steps or []}
+    for step in sorted(plan.delete):
+        if (step in hf_steps and kept_dir is not None and reasons[step] is None
+                and not (Path(kept_dir) / f"global_step_{step}").is_dir()
+                and (folders[step] / "actor" / "huggingface").is_dir()):
+            plan.keep_hf.append(step)
+    return plan
+
+
+def keep_tree(source: Path, target: Path) -> int:
+    """Hard-link (copy across file systems) every file of `source` into `target`, atomically; returns files."""
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    count = 0
+    for path in sorted(source.rglob("*")):
+        if not path.is_file():
+            continue
+        dest = staging / path.relative_to(source)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, dest)
+        except OSError:
+            shutil.copy2(path, dest)
+        count += 1
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    return count
+
+
+def _remove(path: Path) -> str | None:
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        else:
+            shutil.rmtree(path)
+    except OSError as error:
+        return f"{path.name} ({error.strerror or error})"
+    return None
+
+
+def apply_plan(plan: RetentionPlan, checkpoint_dir, kept_dir=None) -> list[str]:
+    """Carry the plan out; returns what could not be deleted."""
+    checkpoint_dir = Path(checkpoint_dir)
+    for step in plan.keep_hf:
+        keep_tree(checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface",
+                  Path(kept_dir) / f"global_step_{step}")
+    tracker = checkpoint_dir / CHECKPOINT_TRACKER
+    if plan.marker_changed:
+        if plan.marker is None:
+            tracker.unlink(missing_ok=True)
+        else:
+            atomic_write_text(tracker, str(plan.marker))
+    failed = [f for step in sorted(plan.delete) if (f := _remove(checkpoint_dir / f"global_step_{step}"))]
+    return failed
+
+
+def _summary(plan: RetentionPlan, failed: list[str]) -> str:
+    kept = ", ".join(str(s) for s in plan.keep) or "none"
+    deleted = "; ".join(f"{s} ({why})" for s, why in sorted(plan.delete.items()))
+    parts = [f"[dara] checkpoints: kept steps {kept}", f"deleted {deleted}" if deleted else ""]
+    if plan.keep_hf:
+        parts.append(f"HF weights of steps {', '.join(map(str, plan.keep_hf))} kept first")
+    if plan.resume_note:
+        parts.append(plan.resume_note)
+    if failed:
+        parts.append(f"could not delete {', '.join(failed)}")
+    return "; ".join(p for p in parts if p)
+
+
+def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | None:
+    """The run's retention policy on its checkpoint folder (resolved config `cfg`); one line when it changes
+    anything. At start only with `trainer.resume_mode=auto`."""
+    if at_start and str(OmegaConf.select(cfg, "trainer.resume_mode", default="auto")) != "auto":
+        return None
+    checkpoint_dir = OmegaConf.select(cfg, "trainer.default_local_dir", default=None)
+    if checkpoint_dir is None:
+        return None
+    checkpoint_dir = Path(checkpoint_dir)
+    policy = OmegaConf.select(cfg, "run.checkpoint", default=None) or {}
+    kept_dir = policy.get("kept_dir", None)
+    if at_start and kept_dir and Path(kept_dir).is_dir():
+        for staging in Path(kept_dir).glob("global_step_*.tmp"):  # a copy a killed job did not finish
+            _remove(staging)
+    if not checkpoint_dir.is_dir():
+        return None
+    keep_last = OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=None)
+    plan = plan_retention(checkpoint_dir, CheckpointLayout.from_config(cfg), keep_last,
+                          policy.get("keep_hf_steps", None), kept_dir, at_start=at_start)
+    failed = apply_plan(plan, checkpoint_dir, kept_dir)
+    if plan.delete or plan.marker_changed or failed:
+        write(_summary(plan, failed), flush=True)
+    return plan

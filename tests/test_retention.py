@@ -1,0 +1,170 @@
+"""Checkpoint retention across requeues (dara.verl.retention), on checkpoints written by verl's own FSDP
+checkpoint manager (FSDP2 over gloo, one rank, a tiny Qwen2), saved the way verl's trainer saves them.
+
+A requeued job is a new FSDPCheckpointManager: its rotation list starts empty, as in a fresh process.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from dara.run_folder import CHECKPOINT_TRACKER
+from dara.train import CONF_DIR
+from dara.verl.retention import CheckpointLayout, apply_retention, incomplete_reason, read_marker
+
+pytestmark = pytest.mark.slow  # verl, transformers and a gloo process group in the test process (~10 s)
+
+
+@pytest.fixture(scope="module")
+def new_job():
+    """A factory of verl checkpoint managers over one FSDP2 model: each call is a fresh job's manager."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", init_method=f"file://{tempfile.mktemp()}", rank=0, world_size=1)
+    config = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    config.architectures = ["Qwen2ForCausalLM"]
+    model = AutoModelForCausalLM.from_config(config)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    contents = OmegaConf.create({"save_contents": ["model", "optimizer", "extra", "hf_model"],
+                                 "load_contents": ["model", "optimizer", "extra"]})
+    yield lambda: FSDPCheckpointManager(model=model, optimizer=optimizer, lr_scheduler=None,
+                                        processing_class=None, checkpoint_config=contents)
+    if created:
+        dist.destroy_process_group()
+
+
+def composed(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose(config_name="train", overrides=[
+            f"run.output_root={tmp_path}", "run.checkpoint.keep_last=2", "run.checkpoint.keep_hf_steps=[2]",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]", *overrides])
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def save(cfg, manager, step: int, callback=None) -> None:
+    """What verl's v1 trainer does in `_save_checkpoint` (sync mode): the actor's save, data.pt, the marker,
+    the checkpoint callback."""
+    folder = checkpoint_dir(cfg) / f"global_step_{step}"
+    manager.save_checkpoint(str(folder / "actor"), global_step=step, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep)
+    torch.save({"step": step}, folder / "data.pt")
+    (checkpoint_dir(cfg) / CHECKPOINT_TRACKER).write_text(str(step))
+    if callback is not None:
+        callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder))
+
+
+def checkpoint_dir(cfg):
+    from pathlib import Path
+
+    return Path(cfg.trainer.default_local_dir)
+
+
+def on_disk(cfg) -> dict[int, str]:
+    """{step: what the folder holds} for every global_step_N folder."""
+    folders = {}
+    for path in checkpoint_dir(cfg).glob("global_step_*"):
+        folders[int(path.name.split("_")[-1])] = "actor" if (path / "actor").is_dir() else "data.pt only"
+    return dict(sorted(folders.items()))
+
+
+def test_after_a_requeue_the_newest_two_complete_checkpoints_and_the_kept_hf_steps_remain(tmp_path, new_job):
+    cfg = composed(tmp_path)
+    first = new_job()
+    for step in (1, 2, 3):
+        save(cfg, first, step)
+    second = new_job()  # the requeued job: verl's rotation list is empty again
+    for step in (4, 5):
+        save(cfg, second, step)
+    assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor", 4: "actor", 5: "actor"}  # verl alone
+    killed = checkpoint_dir(cfg) / "global_step_6"
+    second.save_checkpoint(str(killed / "actor"), global_step=6, max_ckpt_to_keep=2)  # killed before data.pt
+    # before saving, verl made room by rotating this job's step 4: the previous job's 2 and 3 stay
+    assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor", 4: "data.pt only", 5: "actor", 6: "actor"}
+    assert incomplete_reason(killed, CheckpointLayout.from_config(cfg)).startswith("no complete data.pt")
+    assert read_marker(checkpoint_dir(cfg)) == 5
+
+    lines = []
+    plan = apply_retention(cfg, at_start=True, write=lambda line, **_: lines.append(line))  # the third job starts
+    assert on_disk(cfg) == {3: "actor", 5: "actor"} and plan.keep == [3, 5]  # the newest two complete ones
+    assert read_marker(checkpoint_dir(cfg)) == 5
+    kept = tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2"
+    assert (kept / "model.safetensors").stat().st_size > 0 and (kept / "config.json").exists()
+    assert len(lines) == 1 and "kept steps 3, 5" in lines[0] and "6 (past the resume marker" in lines[0]
+    assert "4 (incomplete: no actor/" in lines[0] and "HF weights of steps 2 kept first" in lines[0]
+    assert apply_retention(cfg, at_start=True, write=lambda *a, **k: lines.append(a)).delete == {}  # idempotent
+    assert len(lines) == 1
+
+
+def test_the_callback_rotates_the_previous_jobs_checkpoints_after_each_save(tmp_path, new_job):
+    from dara.verl.checkpoints import KeepEvaluatedSteps
+
+    cfg = composed(tmp_path)
+    callback = KeepEvaluatedSteps(config=cfg)
+    first = new_job()
+    for step in (1, 2, 3):
+        save(cfg, first, step, callback)
+    assert on_disk(cfg) == {2: "actor", 3: "actor"}
+    second = new_job()
+    save(cfg, second, 4, callback)
+    assert on_disk(cfg) == {3: "actor", 4: "actor"}
+    save(cfg, second, 5, callback)
+    assert on_disk(cfg) == {4: "actor", 5: "actor"}
+    assert (tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2" / "model.safetensors").exists()
+
+
+def test_a_marker_on_an_incomplete_checkpoint_moves_to_a_complete_one(tmp_path, new_job):
+    import shutil
+
+    cfg = composed(tmp_path, "run.checkpoint.keep_last=3")
+    job = new_job()
+    for step in (1, 2, 3):
+        save(cfg, job, step)
+    shard = checkpoint_dir(cfg) / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
+    shard.write_bytes(shard.read_bytes()[:100])  # cut short by a crash
+    assert "model_world_size_1_rank_0.pt missing or cut short" in incomplete_reason(shard.parent.parent,
+                                                                                  CheckpointLayout.from_config(cfg))
+    plan = apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
+    assert read_marker(checkpoint_dir(cfg)) == 2 and on_disk(cfg) == {1: "actor", 2: "actor"}
+    assert "resuming from step 2" in plan.resume_note
+
+    shutil.rmtree(checkpoint_dir(cfg) / "global_step_2" / "actor")  # and the older one rotated away
+    shutil.rmtree(checkpoint_dir(cfg) / "global_step_1" / "actor")
+    apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
+    assert read_marker(checkpoint_dir(cfg)) is None and on_disk(cfg) == {}  # nothing to resume: starts over
+
+
+def test_safetensors_cut_short_and_a_missing_role_are_incomplete(tmp_path, new_job):
+    cfg = composed(tmp_path)
+    save(cfg, new_job(), 1)
+    folder = checkpoint_dir(cfg) / "global_step_1"
+    layout = CheckpointLayout.from_config(cfg)
+    assert incomplete_reason(folder, layout) is None
+    weights = folder / "actor" / "huggingface" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    assert incomplete_reason(folder, layout) == "actor/huggingface/model.safetensors missing or cut short"
+    critic = CheckpointLayout({**layout.contents, "critic": ("model",)})
+    assert incomplete_reason(folder, critic).startswith("actor/")  # the actor's problem is named first
+    weights.unlink()
+    assert incomplete_reason(folder, layout) == "actor/huggingface/ holds no weights"
+
+
+def test_other_resume_modes_leave_the_folder_alone_at_start(tmp_path, new_job):
+    cfg = composed(tmp_path, "trainer.resume_mode=disable")
+    job = new_job()
+    for step in (1, 2, 3):
+        save(cfg, job, step)
+    (checkpoint_dir(cfg) / CHECKPOINT_TRACKER).write_text("1")
+    assert apply_retention(cfg, at_start=True) is None
+    assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor"}
