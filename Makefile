@@ -9,12 +9,25 @@ GPU    ?=
 comma  := ,
 STAMP  := $(VENV)/.installed$(if $(GPU),-gpu)
 TORCH  := $(if $(GPU),torch torchvision torchaudio,torch==2.13.0)
-EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)$(comma)trl
+EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
 CONSTRAINTS := $(if $(GPU),-c constraints/gpu.txt,-c constraints/cpu.txt)
+# The TRL environment (docs/trl.md "Two environments"): verl 0.9.1's FSDP workers import trl's value-head model
+# whenever trl is importable, and TRL removed it in 1.13, so TRL 1.16 (dara.trl) lives in its own venv: CPU torch,
+# TRL and what dara.trl, data_prep.smoke and their tests import; the project itself without its verl dependency.
+TRL_VENV := .venv-trl
+TRL_PY   := $(TRL_VENV)/bin/python
+TRL_STAMP := $(TRL_VENV)/.installed
+TRL_PACKAGES := "trl>=1.16,<1.17" "transformers>=5.5.3,<5.11,!=5.6.0" "tokenizers>=0.20" "datasets>=3.0" \
+	"pandas>=2.0" "pyarrow>=14" "pytest>=8" "pytest-xdist>=3.6"
+TRL_TESTS ?= tests/trl
+SMOKE_TRL_ARGS ?=
+FAST := not slow and not slurm and not multinode
 
-.PHONY: install smoke smoke-trl test test-fast lint bench
+.PHONY: install install-trl smoke smoke-trl test test-fast test-trl lint bench
 
-install: $(STAMP)
+install: $(STAMP) $(TRL_STAMP)
+
+install-trl: $(TRL_STAMP)
 
 $(STAMP): pyproject.toml $(if $(GPU),constraints/gpu.txt,constraints/cpu.txt)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,22 +38,41 @@ $(STAMP): pyproject.toml $(if $(GPU),constraints/gpu.txt,constraints/cpu.txt)
 	$(if $(GPU),$(PY) -m pip install -q --no-build-isolation $(CONSTRAINTS) flash-attn)
 	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
+	# trl must not be importable next to verl 0.9.1 (dara.config_checks refuses to start): drop one an older install left
+	$(PY) -m pip uninstall -q -y trl
 	touch $(STAMP)
+
+$(TRL_STAMP): pyproject.toml constraints/cpu.txt
+	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_PY) -m pip install -q --upgrade pip setuptools wheel
+	$(TRL_PY) -m pip install -q -c constraints/cpu.txt torch==2.13.0
+	$(TRL_PY) -m pip install -q -c constraints/cpu.txt $(TRL_PACKAGES)
+	$(TRL_PY) -m pip install -q --no-deps -e .
+	touch $(TRL_STAMP)
 
 smoke: $(STAMP)
 	$(PY) -m dara.train
 
-# The tool-calling smoke through TRL's GRPOTrainer (dara.trl, docs/trl.md): same tiny model and data, 3 steps.
-smoke-trl: $(STAMP)
-	$(PY) -m dara.trl.smoke
+# The tool-calling smoke through TRL's GRPOTrainer (dara.trl, docs/trl.md): same tiny model and data, 3 steps;
+# in the TRL environment. Options of `python -m dara.trl.smoke` go in SMOKE_TRL_ARGS.
+smoke-trl: $(TRL_STAMP)
+	$(TRL_PY) -m dara.trl.smoke $(SMOKE_TRL_ARGS)
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# The main suite in verl's environment (.venv), then the TRL tests (tests/trl) in the TRL environment (.venv-trl).
+test: $(STAMP) $(TRL_STAMP)
+	$(PY) -m pytest -q --ignore=tests/trl
+	$(TRL_PY) -m pytest -q tests/trl
 
 # The unit lane: everything but real training runs, Slurm clusters and tests of more than a few seconds (a
-# dara.train process, a data build), spread over the machine's cores (pytest-xdist).
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -n auto -m "not slow and not slurm and not multinode"
+# dara.train process, a data build), spread over the machine's cores (pytest-xdist); then the TRL unit lane in
+# one process (its few seconds of tests cost less than starting xdist workers that import TRL: docs/trl.md).
+test-fast: $(STAMP) $(TRL_STAMP)
+	$(PY) -m pytest -q -n auto -m "$(FAST)" --ignore=tests/trl
+	$(TRL_PY) -m pytest -q -m "$(FAST)" tests/trl
+
+# The TRL tests alone (or some: make test-trl TRL_TESTS=tests/trl/test_trl_adapter.py).
+test-trl: $(TRL_STAMP)
+	$(TRL_PY) -m pytest -q $(TRL_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -142,9 +142,50 @@ def _check_allocation(cfg: DictConfig) -> None:
         raise ConfigError("allocation: " + "; ".join(problems))
 
 
+# verl 0.9.1's FSDP workers import trl's AutoModelForCausalLMWithValueHead whenever trl is importable
+# (verl/models/transformers/monkey_patch.py, verl/utils/model.py); TRL 1.13 removed it.
+TRL_WITHOUT_VALUE_HEAD = "1.13"
+
+
+def importable_trl() -> tuple[str | None, str] | None:
+    """(version, location) of the trl that verl would import in this environment; None when there is none."""
+    import importlib.metadata
+
+    spec = importlib.util.find_spec("trl")
+    if spec is None:
+        return None
+    location = spec.origin or ", ".join(spec.submodule_search_locations or [])
+    try:
+        return importlib.metadata.version("trl"), location
+    except importlib.metadata.PackageNotFoundError:
+        return None, location
+
+
+def trl_conflict(version: str | None, location: str) -> str | None:
+    """The one-line problem of an importable trl (`version` None: unknown) next to verl 0.9.1, or None."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        if version is not None and Version(version) < Version(TRL_WITHOUT_VALUE_HEAD):
+            return None
+    except InvalidVersion:
+        pass
+    return (f"environment: trl {version or '(unknown version)'} is importable here ({location}), and verl 0.9.1's "
+            "FSDP workers then import trl's AutoModelForCausalLMWithValueHead, which TRL removed in "
+            f"{TRL_WITHOUT_VALUE_HEAD}: every run would fail in init_model; fix: run verl from the project's .venv "
+            "and TRL from .venv-trl (docs/trl.md), or `pip uninstall trl` here")
+
+
+def _check_trl(cfg: DictConfig) -> None:
+    found = importable_trl()
+    problem = trl_conflict(*found) if found else None
+    if problem:
+        raise ConfigError(problem)
+
+
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_allocation, _check_channels,
-                                                      _check_estimator]
+                                                      _check_estimator, _check_trl]
 
 
 def check_config(cfg: DictConfig) -> None:

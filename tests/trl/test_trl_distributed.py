@@ -55,7 +55,7 @@ def worker(model_dir: str, train: str, out: str) -> None:
     import torch.distributed as dist
 
     from dara.trl.smoke import smoke_config, smoke_trainer
-    from tests.trl_recording import RecordingTrainer
+    from tests.trl.trl_recording import RecordingTrainer
 
     config = smoke_config(Path(out) / "trl", estimator="gdpo", multi_objective_aggregation="normalize_then_sum",
                           eps=1e-4, batch_norm="response", reward_weights=[1.0, 0.5], max_steps=STEPS,
@@ -74,5 +74,5 @@ def worker(model_dir: str, train: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for tests.trl.trl_recording
     worker(*sys.argv[1:4])

@@ -13,7 +13,7 @@ import torch
 from dara.estimators import ESTIMATOR_NAMES
 from dara.trl import completion_advantages
 from dara.trl.smoke import smoke_config, smoke_trainer
-from tests.trl_recording import RecordingTrainer, parameters
+from tests.trl.trl_recording import RecordingTrainer, parameters
 
 pytestmark = pytest.mark.slow  # each test trains (a few seconds to ~20 s), after the session's smoke build
 

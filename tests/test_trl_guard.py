@@ -1,0 +1,76 @@
+"""verl's environment must not have TRL >= 1.13 importable (verl 0.9.1's FSDP workers import trl's value-head
+model, which TRL 1.13 removed): `python -m dara.train` refuses to start, in one line, before Ray. TRL itself
+lives in .venv-trl (docs/trl.md "Two environments"); these tests use a fake `trl` package, never a real one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import dara
+from dara.config_checks import importable_trl, trl_conflict
+
+
+@pytest.mark.parametrize("version", ["0.19.1", "1.12.0", "1.12.2", "1.13.0.dev0"])
+def test_a_trl_that_still_has_the_value_head_model_is_no_problem(version):
+    assert trl_conflict(version, "/site-packages/trl/__init__.py") is None
+
+
+@pytest.mark.parametrize("version", ["1.13.0", "1.14.2", "1.16.0", "2.0.0"])
+def test_trl_from_1_13_names_its_version_why_and_the_fix(version):
+    problem = trl_conflict(version, "/site-packages/trl/__init__.py")
+    assert problem is not None and "\n" not in problem
+    assert f"trl {version} is importable here (/site-packages/trl/__init__.py)" in problem
+    assert "AutoModelForCausalLMWithValueHead" in problem and "removed in 1.13" in problem
+    assert ".venv-trl" in problem and "pip uninstall trl" in problem
+
+
+@pytest.mark.parametrize("version", [None, "not-a-version"])
+def test_a_trl_of_unknown_version_is_refused(version):
+    # verl imports whatever `trl` it finds: without a readable version it cannot be trusted to have the model
+    problem = trl_conflict(version, "/somewhere/trl")
+    assert problem is not None and "is importable here (/somewhere/trl)" in problem
+
+
+def test_the_verl_environment_of_these_tests_has_no_trl_from_1_13():
+    found = importable_trl()
+    assert found is None or trl_conflict(*found) is None, trl_conflict(*found)
+
+
+def fake_trl(root, version):
+    """A `trl` package with installed-distribution metadata of `version` (what pip would leave)."""
+    (root / "trl").mkdir(parents=True)
+    (root / "trl" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    info = root / f"trl-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: trl\nVersion: {version}\n")
+    return root
+
+
+def with_fake_trl(root):
+    paths = [str(root), str(dara.PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def test_importable_trl_reads_the_installed_version(tmp_path):
+    env = with_fake_trl(fake_trl(tmp_path / "site", "1.16.0"))
+    code = "from dara.config_checks import importable_trl; print(importable_trl())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.strip() == repr(("1.16.0", str(tmp_path / "site" / "trl" / "__init__.py"))), out.stderr
+
+
+@pytest.mark.slow  # a dara.train process (~9 s of imports)
+def test_dara_train_refuses_to_start_next_to_trl_1_16(tmp_path):
+    env = with_fake_trl(fake_trl(tmp_path / "site", "1.16.0"))
+    out = subprocess.run([sys.executable, "-m", "dara.train", f"run.output_root={tmp_path / 'runs'}"],
+                         capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT, env=env)
+    assert out.returncode != 0
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("[dara] invalid configuration: environment: trl 1.16.0 is importable here"), lines[0]
+    assert "removed in 1.13" in lines[0] and "pip uninstall trl" in lines[0]
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not list((tmp_path / "runs").rglob("ray")) and not list((tmp_path / "runs").rglob("run_info.json"))

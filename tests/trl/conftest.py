@@ -1,0 +1,38 @@
+"""The TRL tests run in the TRL environment (.venv-trl: `make test-trl`), never in verl's (.venv).
+
+verl 0.9.1's FSDP workers import trl's value-head model whenever trl is importable, and TRL removed it in
+1.13, so the two cannot share an environment (docs/trl.md "Two environments"). Where trl is not importable,
+this folder is left out of collection: that is verl's environment, where `make test` runs the main suite.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+TRL_MISSING = importlib.util.find_spec("trl") is None
+LEFT_OUT_REASON = ("tests/trl left out: trl is not importable in this environment (verl's, which must not have "
+                   "it); they run in the TRL environment: make test-trl")
+
+HERE = Path(__file__).resolve().parent
+# Every module here imports dara.trl (and so trl) at collection time.
+collect_ignore = sorted(path.name for path in HERE.glob("*.py") if path.name != "conftest.py") if TRL_MISSING else []
+
+
+def _asked_only_for_this_folder(config) -> bool:
+    paths = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args]
+    return all(path == HERE or HERE in path.parents for path in paths)
+
+
+def pytest_collection_finish(session):
+    """Asked for the TRL tests alone in an environment without trl: an error naming why, not an empty run
+    (pytest's exit 5)."""
+    if TRL_MISSING and _asked_only_for_this_folder(session.config):
+        raise pytest.UsageError(f"{LEFT_OUT_REASON}, or {HERE.parents[1] / '.venv-trl/bin/python'} -m pytest tests/trl")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TRL_MISSING:
+        terminalreporter.write_line(LEFT_OUT_REASON)
