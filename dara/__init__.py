@@ -21,3 +21,6 @@ if OmegaConf is not None and not OmegaConf.has_resolver("dara.root"):
 # `${dara.sum:a,b}`: integer sum (e.g. vLLM's max_model_len = prompt + response budget).
 if OmegaConf is not None and not OmegaConf.has_resolver("dara.sum"):
     OmegaConf.register_new_resolver("dara.sum", lambda *values: sum(int(v) for v in values))
+# `${dara.eq:a,b}`: whether two values are equal (as text), e.g. remove-padding only under FlashAttention.
+if OmegaConf is not None and not OmegaConf.has_resolver("dara.eq"):
+    OmegaConf.register_new_resolver("dara.eq", lambda a, b: str(a) == str(b))
