@@ -25,6 +25,7 @@ VERL_TRACKING = "verl_tracking.jsonl"  # verl's own `file` logger
 CHECKPOINTS = "checkpoints"  # verl's trainer.default_local_dir
 HF_KEPT = "hf_checkpoints"  # the evaluated steps' HF weights (dara.verl.checkpoints)
 WANDB_DIR = "wandb"
+STOP_REQUEST = "stop_request"  # asks the trainer to checkpoint and stop at its next step (dara.verl.stop_request)
 
 # Keys (or whole sub-trees, by prefix) that do not change the experiment.
 NON_EXPERIMENT_KEYS: tuple[str, ...] = (

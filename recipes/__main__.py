@@ -5,6 +5,7 @@
     python -m recipes toolrl_main --launcher slurm --partition gpu --time 24:00:00
     python -m recipes group_size --seeds 0 --launcher local --set trainer.total_training_steps=10
     python -m recipes math_main --preflight [--skip-env]     # would every run start and finish? starts nothing
+    python -m recipes gpu_smoke                              # the first GPU run: checks and calibrates
 """
 
 from __future__ import annotations
@@ -40,11 +41,15 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--preflight", action="store_true",
                      help="run python -m dara.preflight for every run (with --time); start nothing")
     top.add_argument("--skip-env", action="store_true",
-                     help="preflight (also the Slurm launcher's) without the environment check")
+                     help="preflight (also the Slurm launcher's) without the checks of this machine (environment, disk)")
+    top.add_argument("--calibration", default=None, metavar="FILE",
+                     help="minutes per step measured by `python -m recipes gpu_smoke` (preflight and Slurm jobs)")
     slurm = top.add_argument_group("slurm launcher")
     slurm.add_argument("--partition", default=None)
     slurm.add_argument("--account", default=None)
-    slurm.add_argument("--time", default=None, help="sbatch --time (the job requeues itself shortly before it)")
+    slurm.add_argument("--time", default=None,
+                       help="sbatch --time of every job (default: the cluster file's job_time_limit_minutes); the "
+                            "preflight checks each run against it")
     slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
                        help="a further sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)")
     slurm.add_argument("--python", default=None, help="interpreter on the nodes (default: the checkout's .venv)")
@@ -72,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [run for run in runs if args.only in run.name]
         print(f"[recipes] {args.recipe}: {summary_line(runs)}", flush=True)
         if args.preflight:
-            results = preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time)
+            results = preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time,
+                                     calibration=args.calibration)
             failed = sum(len(group) for group, report in results if not report.ok)
             print(f"[recipes] preflight: {len(runs) - failed} of {len(runs)} runs pass, {failed} fail", flush=True)
             return 1 if failed else 0
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def slurm_options(args) -> SlurmOptions:
     return SlurmOptions(partition=args.partition, account=args.account, time=args.time,
-                        extra_args=tuple(args.sbatch_args), python=args.python)
+                        extra_args=tuple(args.sbatch_args), python=args.python, calibration=args.calibration)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,11 @@ def test_count_work_counts_what_the_worker_ran_after_the_first_call():
     critic = SimpleNamespace(engine=_Engine())  # a standalone TrainingWorker
     critic.engine.optimizer.step()
     assert count_work(critic) == {"engine": {"forward_passes": 0, "optimizer_steps": 0}}
+    # verl's colocated Ray actor (WorkerDict) holds the role workers in `worker_dict`
+    colocated = SimpleNamespace(worker_dict={"actor_rollout": SimpleNamespace(actor=SimpleNamespace(engine=_Engine()))})
+    assert count_work(colocated) == {"actor": {"forward_passes": 0, "optimizer_steps": 0}}
+    colocated.worker_dict["actor_rollout"].actor.engine.optimizer.step()
+    assert count_work(colocated)["actor"]["optimizer_steps"] == 1
 
 
 def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path, monkeypatch):

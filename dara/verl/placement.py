@@ -40,13 +40,18 @@ _WORK_ATTRIBUTE = "_dara_work_counts"  # set on the worker instance by the first
 
 
 def _engines(worker) -> dict[str, object]:
-    """The training engines inside a verl worker, by role: verl's ActorRolloutRefWorker keeps its actor and
-    reference as `TrainingWorker`s (`.actor`, `.ref`), each holding its engine in `.engine`; a standalone
-    TrainingWorker (the critic) holds its own."""
-    engines = {role: getattr(getattr(worker, role, None), "engine", None) for role in ("actor", "ref")}
-    engines = {role: engine for role, engine in engines.items() if engine is not None}
-    if not engines and getattr(worker, "engine", None) is not None:
-        engines["engine"] = worker.engine
+    """The training engines inside a verl worker actor, by role. verl colocates a group's workers in one Ray
+    actor (`single_controller/ray/base.py`: a `WorkerDict` keeps them in `worker_dict`, a fused worker in
+    `fused_worker_dict`); its ActorRolloutRefWorker keeps the actor and reference as `TrainingWorker`s (`.actor`,
+    `.ref`), each holding its engine in `.engine`; a standalone TrainingWorker (the critic) holds its own."""
+    members = {**(getattr(worker, "worker_dict", None) or {}), **(getattr(worker, "fused_worker_dict", None) or {})}
+    engines = {}
+    for member in list(members.values()) or [worker]:
+        found = {role: getattr(getattr(member, role, None), "engine", None) for role in ("actor", "ref")}
+        found = {role: engine for role, engine in found.items() if engine is not None}
+        if not found and getattr(member, "engine", None) is not None:
+            found["engine"] = member.engine
+        engines.update(found)
     return engines
 
 

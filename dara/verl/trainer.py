@@ -31,6 +31,7 @@ from dara.io import atomic_write_text
 from dara.run_log import RunLog, reward_means
 from dara.verl.estimators import ChannelContext, library_name
 from dara.verl.prefilter import with_prefilter_metrics
+from dara.verl.stop_request import StopAtStepBoundaryMixin
 
 logger = logging.getLogger(__name__)
 
@@ -186,21 +187,21 @@ class _WithAlgorithm:
 
 
 @register_trainer("dara_sync")
-class DaraTrainerSync(ChannelTrainerMixin, PPOTrainerSync):
+class DaraTrainerSync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerSync):
     """verl's synchronous trainer with the project's advantage step."""
 
     VERL_MODE = "sync"
 
 
 @register_trainer("dara_colocate_async")
-class DaraTrainerColocateAsync(ChannelTrainerMixin, PPOTrainerColocateAsync):
+class DaraTrainerColocateAsync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with the project's advantage step."""
 
     VERL_MODE = "colocate_async"
 
 
 @register_trainer("dara_separate_async")
-class DaraTrainerSeparateAsync(ChannelTrainerMixin, PPOTrainerSeparateAsync):
+class DaraTrainerSeparateAsync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerSeparateAsync):
     """verl's separate-pool asynchronous trainer with the project's advantage step."""
 
     VERL_MODE = "separate_async"
