@@ -109,11 +109,12 @@ def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
 @pytest.mark.slow  # two dara.train runs on the CPU runtime (~3-8 min on 2 loaded cores)
 def test_the_smokes_stop_and_resume_step_on_the_cpu_runtime(tmp_path):
     steps, run_dir = 4, tmp_path / "smoke-tiny-dara_asym-s0"
-    overrides = [f"run.output_root={tmp_path}", f"trainer.total_training_steps={steps}"]  # the CPU smoke task
+    # the CPU smoke task, saving at its last step as the GPU smoke does (save_freq 4: steps 2 and 3 are no saves)
+    overrides = [f"run.output_root={tmp_path}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}"]
     first, stopped_at, second = train_with_forced_stop(overrides, run_dir, stop_after=1, timeout_s=1800)
     ok, detail = checkpoint_resume_check(run_dir, steps, stopped_at, (first, second))
     assert ok, detail
-    # the smoke task has no save_freq: the stop's checkpoint is verl's own save at the step after the request
+    # the stop's checkpoint is verl's own save at the step after the request
     assert stopped_at in (2, 3) and "stopped at step" in detail
     assert f"stop requested (gpu_smoke: forced stop after step 1): step {stopped_at} checkpointed" in \
         (run_dir / "logs" / "main.log").read_text()

@@ -118,6 +118,14 @@ def test_sdpa_plans_padded_micro_batches_and_says_so():
     # the padded logits no longer fit a 40 GB card: the preflight says which token budget would
     (problem,) = problems_of(preflight(sdpa, skip_env=True), "memory")
     assert problem.startswith("training phase (vLLM asleep) needs") and "actor.ppo_max_token_len_per_gpu <= " in problem
+    fits = int(problem.split("actor.ppo_max_token_len_per_gpu <= ")[1].split()[0])
+    smaller = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa",
+                       f"run.hardware.small.max_token_len_per_gpu={fits}")
+    assert not problems_of(preflight(smaller, skip_env=True), "memory")  # the budget it names does fit
+    sequence_parallel = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa",
+                                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    assert any("needs model.use_remove_padding" in p for p in problems_of(preflight(sequence_parallel, skip_env=True),
+                                                                          "memory"))
 
 
 def test_job_that_cannot_write_a_checkpoint_in_its_time_is_rejected():

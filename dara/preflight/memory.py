@@ -224,6 +224,10 @@ def check_memory(cfg: DictConfig, facts: ModelFacts | None, section: Section) ->
                f" x {real} = {planned} tokens (estimate)")
     section.line(f"attention: {result.attention} (run.attention -> model.override_config.attn_implementation; "
                  f"{padding})")
+    sp = int(cfg.actor_rollout_ref.actor.get("ulysses_sequence_parallel_size", 1) or 1)
+    if planned != real and sp > 1:  # verl's FSDP engine asserts it at start-up
+        section.fail(f"Ulysses sequence parallelism (actor.ulysses_sequence_parallel_size={sp}) needs "
+                     "model.use_remove_padding, which needs flash_attention_2: run.attention=flash_attention_2")
     for phase, terms in result.phases():
         total = MemoryPlan.total(terms)
         section.line(f"{phase}, per GPU:")
