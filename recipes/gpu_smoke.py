@@ -363,7 +363,6 @@ def throughput_lines(measured: Measured) -> list[str]:
 def run_locally(runs: list[Run], args) -> int:
     """The smoke on this node's first GPU (see the module docstring); exit 0 when every check is ok."""
     from dara.preflight.environment import probe_environment
-    from dara.run_log import read_metrics
 
     run = runs[0]
     if run.output_dir.exists():  # a smoke starts from nothing: an earlier smoke's folder would be resumed
@@ -377,21 +376,10 @@ def run_locally(runs: list[Run], args) -> int:
         memory_gib = float(total_mib) / 1024
     except (RecipeError, OSError, subprocess.TimeoutExpired):
         gpu_name, memory_gib = None, None
-    installed = checks.add("install", *install_check(env, gpu_name, memory_gib))
-    attention = attention_for(env)
-    overrides = [*run.overrides(), f"run.attention={attention}"]
-    if installed:
+    if checks.add("install", *install_check(env, gpu_name, memory_gib)):
+        overrides = [*run.overrides(), f"run.attention={attention_for(env)}"]
         with MemorySampler(out / "memory.csv") as sampler:
-            first, stopped_at, second = train_with_forced_stop(overrides, run.output_dir, python=args.python_exe)
-        records = read_metrics(run.output_dir / "metrics.jsonl") if (run.output_dir / "metrics.jsonl").exists() else []
-        checks.add("attention", bool(records), f"{attention} ({'flash_attn imports' if attention != 'sdpa' else 'no flash_attn: SDPA fallback'}), {len(records)} steps trained")
-        checks.add("rollout", *rollout_check(records))
-        checks.add("weight sync", *weight_sync_check(records))
-        if checks.add("checkpoint + resume", *checkpoint_resume_check(run.output_dir, STEPS, stopped_at, (first, second))):
-            hf_dir = Path(str(run.output_dir / "hf_checkpoints" / f"global_step_{STEPS}"))
-            codes = {bench: subprocess.call(command, cwd=PROJECT_ROOT)
-                     for bench, command in eval_commands(hf_dir, out / "eval", args.python_exe).items()}
-            checks.add("evaluation", *evaluation_check(out / "eval", codes))
+            records = train_and_check(run, overrides, checks, args)
         if records:
             report_and_calibrate(run, overrides, records, gpu_name, memory_gib, sampler, out, args)
     print(checks.text(), flush=True)
@@ -400,11 +388,36 @@ def run_locally(runs: list[Run], args) -> int:
     return 0 if checks.ok else 1
 
 
+def train_and_check(run: Run, overrides: list[str], checks: Checklist, args) -> list[dict]:
+    """Steps 1-3 with the forced stop, the resume to step 4, the evaluation; the checks of each. The steps' records."""
+    from dara.run_log import read_metrics
+
+    first, stopped_at, second = train_with_forced_stop(overrides, run.output_dir, python=args.python_exe)
+    metrics = run.output_dir / "metrics.jsonl"
+    records = read_metrics(metrics) if metrics.exists() else []
+    attention = overrides[-1].split("=", 1)[1]
+    why = "flash_attn imports" if attention != "sdpa" else "no flash_attn: the SDPA fallback"
+    checks.add("attention", bool(records), f"{attention} ({why}), {len(records)} steps trained with it")
+    checks.add("rollout", *rollout_check(records))
+    checks.add("weight sync", *weight_sync_check(records))
+    if checks.add("checkpoint + resume", *checkpoint_resume_check(run.output_dir, STEPS, stopped_at, (first, second))):
+        out = run.output_dir / "gpu_smoke" / "eval"
+        hf_dir = run.output_dir / "hf_checkpoints" / f"global_step_{STEPS}"
+        codes = {bench: subprocess.call(command, cwd=PROJECT_ROOT)
+                 for bench, command in eval_commands(hf_dir, out, args.python_exe).items()}
+        checks.add("evaluation", *evaluation_check(out, codes))
+    return records
+
+
 def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, sampler, out: Path, args) -> None:
     from dara.preflight.calibration import DYNAMIC_SAMPLING_DRAWS, write_calibration
 
     shape = run_shape(run, run.cluster)
-    measured = measure(records, shape.responses)
+    try:
+        measured = measure(records, shape.responses)
+    except ZeroDivisionError:
+        print("[gpu_smoke] the steps logged no generation / update / log-prob timing: no throughput, no calibration")
+        return
     print("\n".join(memory_lines(overrides, memory_gib, sampler, records) + throughput_lines(measured)), flush=True)
     clusters = [args.calibrate_for] if args.calibrate_for else matching_clusters(gpu_name, memory_gib)
     if not clusters:

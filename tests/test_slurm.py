@@ -134,7 +134,7 @@ def test_pre_timeout_signal_checkpoints_at_the_next_step_and_the_job_requeues_it
     assert 1 < stopped < steps and steps_of(run_dir) == list(range(1, stopped + 1))
     assert "time limit near (SIGUSR1)" in log
     assert f"progress: checkpoint global_step_{stopped} is new (this job: {stopped} step(s)" in log
-    assert f"job {job_id} requeued" in log
+    assert f"job {job_id} requeues itself (scontrol requeue)" in log
     assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(stopped)
     assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
     log = assert_completed(slurm, job_id, run_dir, JOB_TIMEOUT_S)
