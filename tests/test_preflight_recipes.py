@@ -10,6 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
 from dara.preflight import preflight
 from dara.preflight.budget import step_minutes
 from recipes import RECIPES, load
@@ -57,7 +58,8 @@ def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
             assert [s.title for s in report.sections] == ["configuration", "allocation", "memory", "checkpoints",
                                                          "time limit"]
             (time_section,) = [s for s in report.sections if s.title == "time limit"]
-            assert "min/step ESTIMATE" in time_section.lines[0], report.text()  # the step time was found
+            if cfg.trainer.device == "cuda":  # the step time was found for every GPU run
+                assert "min/step ESTIMATE" in time_section.lines[0], report.text()
             if not report.ok:
                 failures.append(report.text())
     assert sum(len(r) for r in groups.values()) == sum(len(load(n).runs(load(n).DEFAULT_SEEDS)) for n in RECIPES)
