@@ -2,15 +2,20 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# CPU machines keep the CPU torch build. `make install GPU=1` installs verl 0.9.1's own FSDP + vLLM stack from the
-# lock constraints/gpu.txt (torch 2.11.0 CUDA 13, vllm 0.24.0, transformers 5.9.0), then flash-attn 2.8.3 built
-# against that torch (--no-build-isolation; a prebuilt wheel is fetched when one matches, else it compiles ~1 h).
+# CPU machines keep the CPU torch build. `make install GPU=1` installs verl 0.9.1's FSDP + vLLM stack on a GPU node
+# through scripts/install_gpu.sh: the CUDA line from the node's driver (>= 580: CUDA 13.0, lock
+# constraints/gpu-cu130.txt; 525-579: CUDA 12.9 builds of torch and vLLM from their own indexes, lock
+# constraints/gpu-cu129.txt; CUDA=12.9|13.0 chooses), flash-attn from a prebuilt wheel when one matches (else
+# runs use run.attention=sdpa until `make flash-attn` builds it), then bfcl-eval whatever happened to flash-attn.
+# WHEELS=DIR installs from downloaded wheels (the install names them when the node cannot reach the indexes).
 GPU    ?=
-comma  := ,
+CUDA   ?=
+WHEELS ?=
+FLASH_ATTN_WHEEL ?=
 STAMP  := $(VENV)/.installed$(if $(GPU),-gpu)
-TORCH  := $(if $(GPU),torch torchvision torchaudio,torch==2.13.0)
-EXTRAS := $(if $(GPU),dev$(comma)gpu,dev)
-CONSTRAINTS := $(if $(GPU),-c constraints/gpu.txt,-c constraints/cpu.txt)
+GPU_INSTALL := PYTHON=$(PYTHON) VENV=$(VENV) CUDA=$(CUDA) WHEELS=$(WHEELS) FLASH_ATTN_WHEEL=$(FLASH_ATTN_WHEEL) \
+	bash scripts/install_gpu.sh
+
 # The TRL environment (docs/trl.md "Two environments"): verl 0.9.1's FSDP workers import trl's value-head model
 # whenever trl is importable, and TRL removed it in 1.13, so TRL 1.16 (dara.trl) lives in its own venv: CPU torch,
 # TRL and what dara.trl, data_prep.smoke and their tests import; the project itself without its verl dependency.
@@ -23,24 +28,33 @@ TRL_TESTS ?= tests/trl
 SMOKE_TRL_ARGS ?=
 FAST := not slow and not slurm and not multinode
 
-.PHONY: install install-trl smoke smoke-trl test test-fast test-trl lint bench
+.PHONY: install install-trl flash-attn smoke smoke-trl test test-fast test-trl lint bench
 
 install: $(STAMP) $(TRL_STAMP)
 
 install-trl: $(TRL_STAMP)
 
-$(STAMP): pyproject.toml $(if $(GPU),constraints/gpu.txt,constraints/cpu.txt)
+ifeq ($(GPU),)
+$(STAMP): pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q $(CONSTRAINTS) $(TORCH)
-	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[$(EXTRAS)]"
-	$(if $(GPU),$(PY) -m pip install -q ninja psutil packaging einops)
-	$(if $(GPU),$(PY) -m pip install -q --no-build-isolation $(CONSTRAINTS) flash-attn)
+	$(PY) -m pip install -q -c constraints/cpu.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[dev]"
 	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	# trl must not be importable next to verl 0.9.1 (dara.config_checks refuses to start): drop one an older install left
 	$(PY) -m pip uninstall -q -y trl
 	touch $(STAMP)
+else
+$(STAMP): pyproject.toml constraints/gpu-cu129.txt constraints/gpu-cu130.txt scripts/install_gpu.sh
+	$(GPU_INSTALL) install
+	touch $(STAMP)
+endif
+
+# FlashAttention 2.8.3 built from source against the installed CUDA torch (needs nvcc of torch's CUDA major
+# version, CUDA_HOME; 40-90 min at MAX_JOBS=32, ~9 GB RAM per job; MAX_JOBS=4 by default)
+flash-attn:
+	$(GPU_INSTALL) flash-attn
 
 $(TRL_STAMP): pyproject.toml constraints/cpu.txt
 	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)

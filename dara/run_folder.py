@@ -34,6 +34,7 @@ CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker
 HF_KEPT = "hf_checkpoints"  # the evaluated steps' HF weights (dara.verl.checkpoints)
 WANDB_DIR = "wandb"
 RUN_LOCK = "run.lock"  # held (flock) by the job using the folder; its text names the holder (dara.run_lock)
+STOP_REQUEST = "stop_request"  # asks the trainer to checkpoint and stop at its next step (dara.verl.stop_request)
 
 # Keys (or whole sub-trees, by prefix) that do not change the experiment.
 NON_EXPERIMENT_KEYS: tuple[str, ...] = (
@@ -50,6 +51,10 @@ NON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "trainer.max_critic_ckpt_to_keep", "run.skip_if_finished",
     # cluster plumbing: the job's allocation and Ray decide these
     "ray_kwargs", "trainer.nnodes", "trainer.n_gpus_per_node",
+    # how the cluster computes the same thing: the attention kernel (SDPA until flash-attn is built, then
+    # FlashAttention 2 on resume) and the cluster file's time and memory estimates
+    "run.attention", "run.hardware", "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.model.override_config.attn_implementation",
 )
 
 # Keys that follow the run's seed (conf/train.yaml); variants of one method are compared without them.
@@ -92,9 +97,32 @@ def _under(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
+# Where a path value starts, written in place of these folders so that a configuration does not depend on
+# where the checkout or the output root lies (runs of one sweep compared from another machine or checkout).
+OUTPUT_ROOT_MARK, PROJECT_MARK = "<output_root>", "<project>"
+
+
+def _portable(value: Any, roots: list[tuple[str, str]]) -> Any:
+    if isinstance(value, str):
+        for root, mark in roots:
+            if value == root or value.startswith(root + os.sep):
+                return mark + value[len(root):]
+        return value
+    if isinstance(value, list):
+        return [_portable(item, roots) for item in value]
+    return value
+
+
 def experiment_config(cfg: Any) -> dict[str, Any]:
-    """The run's experiment configuration: its flattened resolved config without NON_EXPERIMENT_KEYS."""
-    return {k: v for k, v in sorted(flatten(cfg).items()) if not _under(k, NON_EXPERIMENT_KEYS)}
+    """The run's experiment configuration: its flattened resolved config without NON_EXPERIMENT_KEYS, path
+    values under the output root or the project written relative to them (`<output_root>/...`)."""
+    from dara import PROJECT_ROOT
+
+    flat = flatten(cfg)
+    roots = [(os.path.abspath(str(flat["run.output_root"])), OUTPUT_ROOT_MARK)] if flat.get("run.output_root") else []
+    roots.append((str(PROJECT_ROOT), PROJECT_MARK))  # the longer (more specific) root first when nested
+    roots.sort(key=lambda pair: -len(pair[0]))
+    return {k: _portable(v, roots) for k, v in sorted(flat.items()) if not _under(k, NON_EXPERIMENT_KEYS)}
 
 
 def without_seed(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-# recipe name -> module (each defines DESCRIPTION, DEFAULT_SEEDS and runs(seeds) -> list[Run])
+# recipe name -> module (each defines DESCRIPTION, DEFAULT_SEEDS and runs(seeds) -> list[Run]; a module may also
+# define run_locally(runs, args), describe_plan(runs) and submit(runs, options, dry_run) for its own procedure)
 RECIPES = {
     "toolrl_main": "recipes.toolrl_main",
     "group_size": "recipes.group_size",
@@ -18,6 +19,7 @@ RECIPES = {
     "fixed_weight": "recipes.fixed_weight",
     "extra_baselines": "recipes.extra_baselines",
     "smoke": "recipes.smoke",
+    "gpu_smoke": "recipes.gpu_smoke",
 }
 
 

@@ -5,6 +5,7 @@
     python -m recipes toolrl_main --launcher slurm --partition gpu --time 24:00:00
     python -m recipes group_size --seeds 0 --launcher local --set trainer.total_training_steps=10
     python -m recipes math_main --preflight [--skip-env]     # would every run start and finish? starts nothing
+    python -m recipes gpu_smoke                              # the first GPU run: checks and calibrates
 """
 
 from __future__ import annotations
@@ -40,14 +41,20 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--preflight", action="store_true",
                      help="run python -m dara.preflight for every run (with --time); start nothing")
     top.add_argument("--skip-env", action="store_true",
-                     help="preflight (also the Slurm launcher's) without the environment check")
+                     help="preflight (also the Slurm launcher's) without the checks of this machine (environment, disk)")
+    top.add_argument("--calibration", default=None, metavar="FILE",
+                     help="minutes per step measured by `python -m recipes gpu_smoke` (preflight and Slurm jobs)")
     slurm = top.add_argument_group("slurm launcher")
     slurm.add_argument("--partition", default=None)
     slurm.add_argument("--account", default=None)
-    slurm.add_argument("--time", default=None, help="sbatch --time (the job requeues itself shortly before it)")
+    slurm.add_argument("--time", default=None,
+                       help="sbatch --time of every job (default: the cluster file's job_time_limit_minutes); the "
+                            "preflight checks each run against it")
     slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
                        help="a further sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)")
     slurm.add_argument("--python", default=None, help="interpreter on the nodes (default: the checkout's .venv)")
+    top.add_argument("--calibrate-for", default=None, metavar="CLUSTER",
+                     help="gpu_smoke: the cluster file whose GPU this node has (default: matched by name and memory)")
     return top
 
 
@@ -72,27 +79,47 @@ def main(argv: list[str] | None = None) -> int:
             runs = [run for run in runs if args.only in run.name]
         print(f"[recipes] {args.recipe}: {summary_line(runs)}", flush=True)
         if args.preflight:
-            results = preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time)
+            results = preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time,
+                                     calibration=args.calibration)
             failed = sum(len(group) for group, report in results if not report.ok)
             print(f"[recipes] preflight: {len(runs) - failed} of {len(runs)} runs pass, {failed} fail", flush=True)
             return 1 if failed else 0
+        args.python_exe = args.python or sys.executable
         if args.dry_run:
             print(describe(runs))
+            if hasattr(module, "describe_plan"):
+                print(module.describe_plan(runs))
             if args.launcher == "slurm":
-                launch_slurm(runs, slurm_options(args), dry_run=True)
+                submit(module, runs, args, dry_run=True)
             return 0
         if args.launcher == "local":
+            if hasattr(module, "run_locally"):
+                return module.run_locally(runs, args)
             return 1 if launch_local(runs) else 0
-        launch_slurm(runs, slurm_options(args), skip_env=args.skip_env)
+        submit(module, runs, args)
         return 0
     except (KeyError, RecipeError) as error:
         print(f"[recipes] error: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
 
 
+def submit(module, runs, args, dry_run: bool = False) -> None:
+    """The recipe's own Slurm submission (gpu_smoke), else one job array per seed group (train.sbatch)."""
+    if not hasattr(module, "submit"):
+        launch_slurm(runs, slurm_options(args), dry_run=dry_run, skip_env=args.skip_env)
+        return
+    if not dry_run:
+        failed = [g for g, report in preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time) if not report.ok]
+        if failed:
+            raise RecipeError(f"preflight failed for {args.recipe}: nothing submitted")
+    extra = [*(("--calibrate-for", args.calibrate_for) if args.calibrate_for else ()),
+             *(item for setting in args.extra if not setting.startswith("run.recipe=") for item in ("--set", setting))]
+    module.submit(runs, slurm_options(args), dry_run=dry_run, extra_args=("--output-root", str(runs[0].root), *extra))
+
+
 def slurm_options(args) -> SlurmOptions:
     return SlurmOptions(partition=args.partition, account=args.account, time=args.time,
-                        extra_args=tuple(args.sbatch_args), python=args.python)
+                        extra_args=tuple(args.sbatch_args), python=args.python, calibration=args.calibration)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ Hydra's composition. A run whose metrics.jsonl already holds its last step is fi
 Launchers:
 - local: one run after another in this machine's shell (`python -m dara.train ... run.skip_if_finished=true`).
 - slurm: one `sbatch` job array per group of runs that differ only in the seed (array index = seed), through
-  scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`. It first runs
-  `dara.preflight` on every group (allocation, memory, checkpoints, time limit, environment) and submits
-  nothing when one fails. A run whose job (array name, index = seed) is pending or running in `squeue` is
-  skipped, and the dry run says so: launching twice never queues a run twice.
+  scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`. Every job has an
+  explicit `--time` (the launcher's, else the cluster file's `run.hardware.job_time_limit_minutes`) and the
+  pre-timeout signal `--signal=B:USR1@<run.hardware.signal_lead_minutes x 60>`. It first runs `dara.preflight`
+  on every group against that time (allocation, memory, checkpoints, time limit, environment, disk) and
+  submits nothing when one fails. A run whose job (array name, index = seed) is pending or running in `squeue`
+  is skipped, and the dry run says so: launching twice never queues a run twice.
 """
 
 from __future__ import annotations
@@ -228,22 +230,27 @@ def launch_local(runs: Sequence[Run], python: str = sys.executable) -> int:
 
 # ----------------------------------------------------------------------------- preflight
 def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: str | None = None,
-                   verbose: bool = True) -> list[tuple[list[Run], object]]:
+                   calibration: str | None = None, verbose: bool = True) -> list[tuple[list[Run], object]]:
     """`dara.preflight` of every run, composed in this process (one Hydra context), once per seed group: the
-    seed changes no value the preflight reads. Returns (group, report) pairs."""
+    seed changes no value the preflight reads. Each group is checked against the time its jobs get
+    (`job_time`). Returns (group, report) pairs."""
     from hydra import compose, initialize_config_dir
 
     import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
-    from dara.preflight import parse_time_limit, preflight
+    from dara.preflight import CalibrationError, load_calibration, parse_time_limit, preflight
 
-    minutes = parse_time_limit(time_limit)
+    try:
+        measured = load_calibration(calibration) if calibration else None
+    except CalibrationError as error:
+        raise RecipeError(str(error)) from None
     results = []
     groups = seed_groups(runs)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
         for index, group in enumerate(groups, 1):
             cfg = compose(config_name="train", overrides=group[0].overrides())
             OmegaConf.resolve(cfg)
-            report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env)
+            minutes = parse_time_limit(job_time(group[0], time_limit))
+            report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env, calibration=measured)
             results.append((group, report))
             if verbose:
                 label = group[0].name_for("{" + ",".join(str(r.seed) for r in group) + "}")
@@ -259,9 +266,29 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
 class SlurmOptions:
     partition: str | None = None
     account: str | None = None
-    time: str | None = None
+    time: str | None = None  # sbatch --time; None: the cluster file's job_time_limit_minutes
     extra_args: tuple[str, ...] = ()
     python: str | None = None
+    calibration: str | None = None  # a gpu_smoke calibration file: the preflight's and the job's step minutes
+
+
+def job_time(run: Run, time: str | None = None) -> str:
+    """The --time a job of `run` gets: the launcher's, else its cluster file's job_time_limit_minutes."""
+    from dara.preflight.budget import format_time_limit, parse_time_limit
+
+    if time:
+        if parse_time_limit(time) is None:
+            raise RecipeError(f"--time {time!r} sets no limit: a job needs one (its steps are checked against it)")
+        return time
+    minutes = group_value("cluster", run.cluster, "run.hardware.job_time_limit_minutes")
+    if minutes is None:
+        raise RecipeError(f"cluster {run.cluster} has no run.hardware.job_time_limit_minutes: pass --time")
+    return format_time_limit(float(minutes))
+
+
+def signal_lead_seconds(run: Run) -> int:
+    """sbatch --signal=B:USR1@<this>: the cluster file's run.hardware.signal_lead_minutes (default 5)."""
+    return int(60 * float(group_value("cluster", run.cluster, "run.hardware.signal_lead_minutes", 5)))
 
 
 def seed_groups(runs: Sequence[Run]) -> list[list[Run]]:
@@ -341,14 +368,16 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
                f"--chdir={PROJECT_ROOT}", f"--output={array_log_path(first)}"]
     if device == "cuda":
         command += [f"--gpus-per-node={gpus}", "--exclusive"]
-    for flag, value in (("--partition", options.partition), ("--account", options.account),
-                        ("--time", options.time)):
+    command += [f"--time={job_time(first, options.time)}", f"--signal=B:USR1@{signal_lead_seconds(first)}"]
+    for flag, value in (("--partition", options.partition), ("--account", options.account)):
         if value:
             command.append(f"{flag}={value}")
     command += list(options.extra_args)
     command.append(str(SBATCH_SCRIPT))
     if options.python:
         command += ["--python", options.python]
+    if options.calibration:
+        command += ["--calibration", str(Path(options.calibration).absolute())]
     return command + ["--seed-from-array", *first.group_overrides()]
 
 
@@ -382,7 +411,8 @@ def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *,
     pending, queued = _not_queued(pending, squeue) if pending else (pending, 0)
     if not dry_run and pending:
         failed = [group[0].name_for("x").removesuffix("-sx") for group, report in
-                  preflight_runs(pending, skip_env=skip_env, time_limit=options.time) if not report.ok]
+                  preflight_runs(pending, skip_env=skip_env, time_limit=options.time,
+                                 calibration=options.calibration) if not report.ok]
         if failed:
             raise RecipeError(f"preflight failed for {len(failed)} job array(s), nothing submitted: {', '.join(failed)}")
     for group in seed_groups(pending):

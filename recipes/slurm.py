@@ -1,15 +1,18 @@
 """Helpers that scripts/slurm/train.sbatch calls on the job's first node.
 
-    python -m recipes.slurm job-env [hydra overrides...]     # shell assignments: run folder, Ray resources
+    python -m recipes.slurm job-env [--time-limit T] [--calibration FILE] [hydra overrides...]
     python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
 
-`job-env` composes the run's config exactly as `python -m dara.train` will (same conf/, same overrides), fails
-in one line when another job holds the run folder (so a duplicate job exits before it starts Ray; dara.train
-takes the lock itself and checks the folder's configuration), and prints what the batch script needs before
-training starts: the run folder, and the Ray resources per node
-that the config asks for (`ray_kwargs.ray_init.num_cpus / num_gpus / object_store_memory`: a CPU run asks
-for logical CPUs and one logical GPU; a GPU cluster leaves them null and the allocation decides). The batch
-script starts Ray with them and hands the trainer the cluster's address instead.
+`job-env` is the job's first step. It composes the run's config exactly as `python -m dara.train` will (same
+conf/, same overrides), fails in one line when another job holds the run folder (so a duplicate job exits
+before it starts Ray; dara.train takes the lock itself and checks the folder's configuration), checks this node
+(`dara.preflight.node_checks`: torch's build against the driver, vllm and flash_attn for the chosen attention,
+free disk at the checkpoint folder, progress within the job's actual time limit `--time-limit`) and exits 3
+naming each problem (the job then fails in seconds and is not requeued), else prints what the batch script
+needs: the run folder, its checkpoint folder and save frequency, and the Ray resources per node that the config
+asks for (`ray_kwargs.ray_init.num_cpus / num_gpus / object_store_memory`: a CPU run asks for logical CPUs and
+one logical GPU; a GPU cluster leaves them null and the allocation decides). The batch script starts Ray with
+them and hands the trainer the cluster's address.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ def job_env(cfg) -> dict[str, str]:
     return {
         "RUN_NAME": str(cfg.run.name),
         "RUN_DIR": os.path.abspath(str(cfg.run.output_dir)),
+        "CHECKPOINT_DIR": os.path.abspath(str(cfg.trainer.default_local_dir)),
+        "SAVE_FREQ": str(int(cfg.trainer.save_freq)),
+        "TOTAL_STEPS": text(cfg.trainer.total_training_steps),
+        "SIGNAL_LEAD_MINUTES": str(OmegaConf.select(cfg, "run.hardware.signal_lead_minutes", default=5)),
         "TRAINER_DEVICE": str(cfg.trainer.device),
         "CONFIG_GPUS_PER_NODE": text(cfg.trainer.n_gpus_per_node),
         "CONFIG_RAY_NUM_CPUS": text(ray_init.get("num_cpus")),
@@ -65,6 +72,25 @@ def check_run_folder(cfg) -> None:
         check_run_folder_free(os.path.abspath(str(cfg.run.output_dir)))
     except RunFolderError as error:
         raise SystemExit(f"[dara-slurm] {error}") from None
+
+
+def check_node(cfg, time_limit: str | None, calibration: str | None) -> bool:
+    """The node checks of the job's first step, printed to stderr (the job's log); False on a problem."""
+    from dara.preflight import CalibrationError, load_calibration, node_checks, parse_time_limit
+
+    try:
+        measured = load_calibration(calibration) if calibration else None
+    except CalibrationError as error:
+        print(f"[dara-slurm] {error}", file=sys.stderr, flush=True)
+        return False
+    report = node_checks(cfg, time_limit_minutes=parse_time_limit(time_limit), calibration=measured)
+    for section in report.sections:
+        for line in section.lines:
+            print(f"[dara-slurm] node check, {section.title}: {line}", file=sys.stderr)
+    for problem in report.problems:
+        print(f"[dara-slurm] this node cannot run the job: {problem}", file=sys.stderr)
+    sys.stderr.flush()
+    return report.ok
 
 
 def parse_expected(pairs: list[str]) -> dict[str, str]:
@@ -107,7 +133,9 @@ def wait_for_nodes(address: str, expected: dict[str, str], timeout: float, node_
 def main(argv: list[str] | None = None) -> int:
     top = argparse.ArgumentParser(prog="python -m recipes.slurm")
     commands = top.add_subparsers(dest="command", required=True)
-    env = commands.add_parser("job-env", help="print the run's shell variables")
+    env = commands.add_parser("job-env", help="check this node, then print the run's shell variables")
+    env.add_argument("--time-limit", default=None, help="the job's time limit (squeue %%l); default: the cluster's")
+    env.add_argument("--calibration", default=None, help="a gpu_smoke calibration file (step minutes)")
     env.add_argument("overrides", nargs="*")
     wait = commands.add_parser("wait-nodes", help="wait until every node of the allocation joined Ray")
     wait.add_argument("--address", required=True, help="the Ray head's HOST:PORT")
@@ -118,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "job-env":
         cfg = compose_run(args.overrides)
         check_run_folder(cfg)
+        if not check_node(cfg, args.time_limit, args.calibration):
+            return 3
         for key, value in job_env(cfg).items():
             print(f"{key}={shlex.quote(value)}")
     else:

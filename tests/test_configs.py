@@ -233,6 +233,7 @@ def test_submitit_launcher_configs_compose(cluster, gpus):
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (1, gpus, 1)
     assert launcher.max_num_timeout > 0 and launcher.additional_parameters.requeue is True
     assert cfg.trainer.n_gpus_per_node == gpus
+    assert launcher.timeout_min == cfg.run.hardware.job_time_limit_minutes == 1440  # the cluster file's --time
 
 
 # ----------------------------------------------------------------------------- math dynamic sampling

@@ -5,8 +5,10 @@ by tests/test_multinode.py."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import ray
+import torch
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.base import RayWorkerGroup
 from verl.trainer.main_ppo import TaskRunnerV1
@@ -15,6 +17,7 @@ from dara.verl.placement import (
     RAY_NODES_FILE,
     PlacementRecorderMixin,
     _merge,
+    count_work,
     record_placement,
     worker_groups,
 )
@@ -42,25 +45,53 @@ def test_worker_groups_lists_a_shared_group_once():
     assert worker_groups(trainer) == {"actor_rollout": trainer.actor_rollout_wg}
 
 
-def _row(rank, node, cpu):
-    return {"rank": rank, "node_id": node, "ip": f"10.0.0.{rank}", "cpu_seconds": cpu}
+def _row(rank, node, updates):
+    return {"rank": rank, "node_id": node, "ip": f"10.0.0.{rank}",
+            "work": {"actor": {"forward_passes": 2 * updates, "optimizer_steps": updates}}}
 
 
-def test_merge_keeps_start_cpu_time_and_counts_distinct_nodes():
+def test_merge_keeps_the_stage_times_and_counts_distinct_nodes():
     nodes = [{"node_id": "a", "alive": True}, {"node_id": "b", "alive": True}]
-    start = _merge({}, nodes, {"actor_rollout": [_row(1, "b", 2.0), _row(0, "a", 3.0)]}, "start")
-    assert [row["cpu_seconds"] for row in start["worker_groups"]["actor_rollout"]] == [{"start": 2.0},
-                                                                                      {"start": 3.0}]
+    start = _merge({}, nodes, {"actor_rollout": [_row(0, "a", 0), _row(1, "b", 0)]}, "start")
     assert start["distinct_worker_nodes"] == 2 and set(start["recorded"]) == {"start"}
-    end = _merge(json.loads(json.dumps(start)), nodes, {"actor_rollout": [_row(0, "a", 9.0), _row(1, "b", 8.0)]},
+    end = _merge(json.loads(json.dumps(start)), nodes, {"actor_rollout": [_row(0, "a", 3), _row(1, "b", 3)]},
                  "end")
-    by_rank = {row["rank"]: row["cpu_seconds"] for row in end["worker_groups"]["actor_rollout"]}
-    assert by_rank == {0: {"start": 3.0, "end": 9.0}, 1: {"start": 2.0, "end": 8.0}}
-    assert set(end["recorded"]) == {"start", "end"}
+    assert [row["work"]["actor"]["optimizer_steps"] for row in end["worker_groups"]["actor_rollout"]] == [3, 3]
+    assert end["recorded"]["start"] == start["recorded"]["start"] and set(end["recorded"]) == {"start", "end"}
     # a fresh "start" (a requeued job) forgets the previous allocation's record
-    again = _merge(end, nodes, {"actor_rollout": [_row(0, "a", 1.0)]}, "start")
-    assert again["worker_groups"]["actor_rollout"][0]["cpu_seconds"] == {"start": 1.0}
-    assert again["distinct_worker_nodes"] == 1
+    again = _merge(end, nodes, {"actor_rollout": [_row(0, "a", 0)]}, "start")
+    assert set(again["recorded"]) == {"start"} and again["distinct_worker_nodes"] == 1
+
+
+class _Engine:
+    """The two attributes count_work reads from a verl engine: the module it runs and its optimizer."""
+
+    def __init__(self, optimizer: bool = True):
+        self.module = torch.nn.Linear(3, 1)
+        self.optimizer = torch.optim.SGD(self.module.parameters(), lr=0.1) if optimizer else None
+
+
+def test_count_work_counts_what_the_worker_ran_after_the_first_call():
+    worker = SimpleNamespace(actor=SimpleNamespace(engine=_Engine()), ref=SimpleNamespace(engine=_Engine(False)),
+                             rollout=None)
+    worker.actor.engine.module(torch.ones(1, 3))  # before the first call: not counted
+    assert count_work(worker) == {"actor": {"forward_passes": 0, "optimizer_steps": 0},
+                                  "ref": {"forward_passes": 0, "optimizer_steps": 0}}
+    for _ in range(3):  # three updates, each a forward, a backward and a step; one reference forward
+        worker.actor.engine.module(torch.ones(2, 3)).sum().backward()
+        worker.actor.engine.optimizer.step()
+    with torch.no_grad():
+        worker.ref.engine.module(torch.ones(2, 3))
+    assert count_work(worker) == {"actor": {"forward_passes": 3, "optimizer_steps": 3},
+                                  "ref": {"forward_passes": 1, "optimizer_steps": 0}}
+    critic = SimpleNamespace(engine=_Engine())  # a standalone TrainingWorker
+    critic.engine.optimizer.step()
+    assert count_work(critic) == {"engine": {"forward_passes": 0, "optimizer_steps": 0}}
+    # verl's colocated Ray actor (WorkerDict) holds the role workers in `worker_dict`
+    colocated = SimpleNamespace(worker_dict={"actor_rollout": SimpleNamespace(actor=SimpleNamespace(engine=_Engine()))})
+    assert count_work(colocated) == {"actor": {"forward_passes": 0, "optimizer_steps": 0}}
+    colocated.worker_dict["actor_rollout"].actor.engine.optimizer.step()
+    assert count_work(colocated)["actor"]["optimizer_steps"] == 1
 
 
 def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path, monkeypatch):

@@ -7,15 +7,16 @@ Each composition is the real one (Hydra over verl's trainer config and conf/), c
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
+from dataclasses import replace
 
 import pytest
 
 from dara.config_checks import ConfigError, check_config
 from dara.preflight import compose, preflight
 from dara.preflight.allocation import with_allocation
-from dara.preflight.environment import check_environment
+from dara.preflight.environment import Environment, check_environment
+from dara.preflight.facts import model_facts
 from dara.preflight.memory import GIB, plan
 from dara.preflight.report import Section
 
@@ -62,73 +63,154 @@ def test_7b_math_run_on_2_a100_40gb_is_rejected_for_memory():
     assert any(p.startswith("training phase") for p in problems)
 
 
-def test_gpu_run_without_flash_attn_is_rejected_with_the_fixing_command():
-    cfg = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct")
+# a node of the CUDA 12.9 line (driver 575), everything installed
+CU129 = Environment(torch="2.11.0+cu129", torch_cuda="12.9", vllm="0.24.0+cu129", flash_attn=None, driver="575.51.03")
+
+
+def environment_problems(cfg, env: Environment) -> list[str]:
     section = Section("environment")
-    real = importlib.util.find_spec
-    check_environment(cfg, section, find_spec=lambda name: None if name == "flash_attn" else real(name),
-                      driver=lambda: "590.10")
-    assert any("flash_attn is not importable" in p and "--no-build-isolation" in p and "flash-attn==2.8.3" in p
-               for p in section.problems)
-    old = Section("environment")
-    check_environment(cfg, old, find_spec=lambda name: object(), driver=lambda: "535.104")
-    assert old.problems == [next(p for p in old.problems if "driver 535.104 < 580" in p)]
-    if real("flash_attn") is None:  # this machine (no GPU stack): the full preflight says the same
-        report = preflight(cfg)
-        assert any("flash_attn" in p for p in problems_of(report, "environment"))
-        assert preflight(cfg, skip_env=True).ok
+    check_environment(cfg, section, probe=lambda: env)
+    return section.problems
 
 
-def test_job_that_cannot_reach_its_next_checkpoint_is_rejected():
+def test_environment_names_each_broken_install_with_its_fix():
+    cfg = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct")
+    assert environment_problems(cfg, CU129) == []
+    (flash,) = environment_problems(cfg, replace(CU129, flash_attn="not installed"))
+    assert flash == ("flash_attn not installed and run.attention=flash_attention_2; fix: make flash-attn (builds it "
+                     "against this torch), or run with run.attention=sdpa")
+    sdpa = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa")
+    assert environment_problems(sdpa, replace(CU129, flash_attn="not installed")) == []
+    (cpu,) = environment_problems(cfg, replace(CU129, torch="2.13.0+cpu", torch_cuda=None))
+    assert "torch 2.13.0+cpu is a CPU build" in cpu and "fix: make install GPU=1 on a GPU node" in cpu
+    # the default PyPI stack (CUDA 13) on a driver-575 node
+    cu130 = replace(CU129, torch="2.11.0", torch_cuda="13.0", vllm="0.24.0")
+    (driver,) = environment_problems(cfg, cu130)
+    assert driver == ("torch 2.11.0 is a CUDA 13.0 build, newer than NVIDIA driver 575.51.03 runs (CUDA 13 needs "
+                      ">= 580); fix: make install GPU=1 CUDA=12.9 (or a driver >= 580)")
+    assert environment_problems(cfg, replace(cu130, driver="580.65.06")) == []
+    (mixed,) = environment_problems(cfg, replace(CU129, vllm="0.24.0"))
+    assert "vllm 0.24.0 (CUDA 13.0) and torch 2.11.0+cu129 (CUDA 12.9) are different CUDA builds" in mixed
+    assert "make install GPU=1 CUDA=12.9" in mixed
+    (missing,) = environment_problems(cfg, replace(CU129, vllm=None))
+    assert missing == "vllm is not installed (rollout.name=vllm); fix: make install GPU=1"
+
+
+def test_this_cpu_build_is_named_for_a_gpu_cluster():
+    """The real environment check (torch imported) on this machine's CPU build of torch."""
+    cfg = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct")
+    report = preflight(cfg)
+    assert any("is a CPU build and this is a GPU run" in p for p in problems_of(report, "environment"))
+    assert preflight(cfg, skip_env=True).ok
+    assert [s.title for s in report.sections][-2:] == ["environment", "disk"]
+
+
+def test_sdpa_plans_padded_micro_batches_and_says_so():
+    flash = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct")
+    sdpa = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa")
+    assert flash.actor_rollout_ref.model.use_remove_padding is True
+    assert sdpa.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert sdpa.actor_rollout_ref.model.use_remove_padding is False
+    facts = model_facts(flash)
+    assert plan(sdpa, facts).micro_batch_tokens == 2 * plan(flash, facts).micro_batch_tokens == 2 * 16384
+    text = preflight(sdpa, skip_env=True).text()
+    assert "attention: sdpa" in text and "planned at 2.0 x 16384 = 32768 tokens" in text
+    # the padded logits no longer fit a 40 GB card: the preflight says which token budget would
+    (problem,) = problems_of(preflight(sdpa, skip_env=True), "memory")
+    assert problem.startswith("training phase (vLLM asleep) needs") and "actor.ppo_max_token_len_per_gpu <= " in problem
+    fits = int(problem.split("actor.ppo_max_token_len_per_gpu <= ")[1].split()[0])
+    smaller = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa",
+                       f"run.hardware.small.max_token_len_per_gpu={fits}")
+    assert not problems_of(preflight(smaller, skip_env=True), "memory")  # the budget it names does fit
+    sequence_parallel = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa",
+                                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    assert any("needs model.use_remove_padding" in p for p in problems_of(preflight(sequence_parallel, skip_env=True),
+                                                                          "memory"))
+
+
+def test_job_that_cannot_write_a_checkpoint_in_its_time_is_rejected():
     cfg = composed(*MATH, "model=deepseek-r1-distill-qwen-7b")
     steps_per_job = (240 - cfg.run.hardware.job_startup_minutes) // cfg.run.hardware.step_minutes_estimate[cfg.run.model]
     assert steps_per_job < cfg.trainer.save_freq
     (problem,) = problems_of(preflight(cfg, time_limit_minutes=240, skip_env=True), "time limit")
-    assert "requeue from the same checkpoint forever" in problem
+    # 45-min steps outlast the 5-min signal lead: the save at the signal cannot be relied on either
+    assert problem == ("a job runs about 4 steps but saves every 10, and a 45-min step + save outlasts the 5-min "
+                       "warning: a job could end without a new checkpoint and is then not requeued "
+                       "(trainer.save_freq <= 4, or --time >= 7:50:00)")
+    assert preflight(cfg, time_limit_minutes=7 * 60 + 50, skip_env=True).ok
+    # a job too short for its start-up and one step
+    (short,) = problems_of(preflight(cfg, time_limit_minutes=60, skip_env=True), "time limit")
+    assert "cannot finish one 45-min step" in short and "--time to >= 1:50:00" in short
 
 
 # Hand calculations per paper model on its paper cluster (GiB per GPU), written out here independently of
-# dara/preflight/memory.py: P parameters, W GPUs, T tokens per micro-batch, V vocabulary, h hidden, L layers.
-# training = 16 P / W (fp32 params, grads, Adam) [+ 2 P / W bf16 reference when resident] + 4 x the largest FSDP
-# unit + T h 2 (L + 16) + 10 T V + 2 GiB; rollout = resident FSDP state + utilisation x card + 2 GiB;
-# KV per token = 2 L kv_heads head_dim 2 B / TP.
+# dara/preflight/memory.py from verl 0.9.1's facts: fp32 actor AND reference (model_dtype fp32), a 2 GiB weight-sync
+# bucket, a sleeping vLLM keeping 1 GiB. P parameters, W GPUs, T tokens per micro-batch, V vocabulary, h hidden,
+# L layers, I MLP width, q / kv the query / key-value widths (heads x head_dim), E = V h the embedding (the
+# largest FSDP unit of every model here).
+# training = (4 params + 4 grads + 8 Adam [+ 4 resident reference]) P / W + 4 E + T h 2 L
+#            + T (6 h + 2 (q + 2 kv) + 6 I) 2 + 10 T V + 1 (vLLM asleep) + 0.5 (context) + 1.5 (overhead) GiB;
+# rollout = (4 unless params offloaded + 8 unless Adam offloaded + 4 resident reference) P / W + util x card + 2 GiB;
+# weight sync = (4 + 8 unless Adam offloaded + 4 resident reference) P / W + 2 P / TP + 2 GiB bucket + 2 E + 2 GiB;
+# KV per token = 2 L kv 2 B / TP.
 G = 2**30
+
+
+def width(h, q, kv, intermediate):
+    return 6 * h + 2 * (q + 2 * kv) + 6 * intermediate
+
+
+def hand(P, W, T, V, h, L, q, kv, intermediate, resident, util, card):
+    """(training, rollout, weight sync) bytes; `resident` = B/param of FSDP state kept while vLLM is awake."""
+    E = V * h
+    training = (16 + (4 if resident["ref"] else 0)) * P / W + 4 * E + T * h * 2 * L \
+        + T * width(h, q, kv, intermediate) * 2 + 10 * T * V + 3 * G
+    rollout = ((0 if resident["params_offloaded"] else 4) + (0 if resident["adam_offloaded"] else 8)
+               + (4 if resident["ref"] else 0)) * P / W + util * card * G + 2 * G
+    sync = (4 + (0 if resident["adam_offloaded"] else 8) + (4 if resident["ref"] else 0)) * P / W + 2 * P \
+        + 2 * G + 2 * E + 2 * G
+    return training, rollout, sync
+
+
+NONE_OFF = {"params_offloaded": False, "adam_offloaded": False, "ref": True}
 HAND = {
-    # qwen2.5-1.5b, 4 x A100-40GB, T 16384: ref resident (KL in reward), nothing offloaded
-    "qwen2.5-1.5b-instruct": (TOOLRL, (16 + 2) * 1.5437e9 / 4 + 4 * 151936 * 1536 + 16384 * 1536 * 2 * 44
-                              + 10 * 16384 * 151936 + 2 * G,
-                              (4 + 8 + 2) * 1.5437e9 / 4 + 0.5 * 39.4 * G + 2 * G, 2 * 28 * 2 * 128 * 2),
-    # qwen2.5-3b, medium: optimizer and reference offloaded, T 12288
-    "qwen2.5-3b-instruct": (TOOLRL, 16 * 3.0859e9 / 4 + 4 * 151936 * 2048 + 12288 * 2048 * 2 * 52
-                            + 10 * 12288 * 151936 + 2 * G,
-                            4 * 3.0859e9 / 4 + 0.4 * 39.4 * G + 2 * G, 2 * 36 * 2 * 128 * 2),
+    # qwen2.5-1.5b, 4 x A100-40GB, T 16384: reference resident (KL in the reward), nothing offloaded
+    "qwen2.5-1.5b-instruct": (TOOLRL, hand(1.5437e9, 4, 16384, 151936, 1536, 28, 1536, 256, 8960, NONE_OFF, 0.5, 39.4),
+                              2 * 28 * 2 * 128 * 2),
+    # qwen2.5-3b, medium: Adam and reference offloaded, T 12288
+    "qwen2.5-3b-instruct": (TOOLRL, hand(3.0859e9, 4, 12288, 151936, 2048, 36, 2048, 256, 11008,
+                                         {"params_offloaded": False, "adam_offloaded": True, "ref": False}, 0.4, 39.4),
+                            2 * 36 * 2 * 128 * 2),
     # R1-distill 1.5B, 8 x H100, T 32768, KL loss with a resident reference
-    "deepseek-r1-distill-qwen-1.5b": (MATH, (16 + 2) * 1.7771e9 / 8 + 4 * 151936 * 1536 + 32768 * 1536 * 2 * 44
-                                      + 10 * 32768 * 151936 + 2 * G,
-                                      (4 + 8 + 2) * 1.7771e9 / 8 + 0.6 * 79.2 * G + 2 * G, 2 * 28 * 2 * 128 * 2),
-    # R1-distill 7B, large: optimizer and reference offloaded, T 16384
-    "deepseek-r1-distill-qwen-7b": (MATH, 16 * 7.6156e9 / 8 + 4 * 152064 * 3584 + 16384 * 3584 * 2 * 44
-                                    + 10 * 16384 * 152064 + 2 * G,
-                                    4 * 7.6156e9 / 8 + 0.55 * 79.2 * G + 2 * G, 2 * 28 * 4 * 128 * 2),
+    "deepseek-r1-distill-qwen-1.5b": (MATH, hand(1.7771e9, 8, 32768, 151936, 1536, 28, 1536, 256, 8960, NONE_OFF,
+                                                 0.6, 79.2), 2 * 28 * 2 * 128 * 2),
+    # R1-distill 7B, large: Adam and reference offloaded, T 16384
+    "deepseek-r1-distill-qwen-7b": (MATH, hand(7.6156e9, 8, 16384, 152064, 3584, 28, 3584, 512, 18944,
+                                               {"params_offloaded": False, "adam_offloaded": True, "ref": False},
+                                               0.55, 79.2), 2 * 28 * 4 * 128 * 2),
     # Qwen3-4B, medium on H100: reference offloaded, T 24576; 144 KiB of KV per token
-    "qwen3-4b-instruct-2507": (MATH, 16 * 4.0225e9 / 8 + 4 * 151936 * 2560 + 24576 * 2560 * 2 * 52
-                               + 10 * 24576 * 151936 + 2 * G,
-                               (4 + 8) * 4.0225e9 / 8 + 0.6 * 79.2 * G + 2 * G, 144 * 1024),
+    "qwen3-4b-instruct-2507": (MATH, hand(4.0225e9, 8, 24576, 151936, 2560, 36, 4096, 1024, 9728,
+                                          {"params_offloaded": False, "adam_offloaded": False, "ref": False}, 0.6, 79.2),
+                               144 * 1024),
 }
 
 
 @pytest.mark.parametrize("model", list(HAND))
 def test_memory_plan_matches_a_hand_calculation(model):
-    axes, training, rollout, kv_per_token = HAND[model]
+    axes, (training, rollout, sync), kv_per_token = HAND[model]
     cfg = composed(*axes, f"model={model}")
-    result = plan(cfg, __import__("dara.preflight.facts", fromlist=["x"]).model_facts(cfg))
+    result = plan(cfg, model_facts(cfg))
     assert result.total(result.training) == pytest.approx(training, rel=0.05)
     assert result.total(result.rollout) == pytest.approx(rollout, rel=0.05)
+    assert result.total(result.weight_sync) == pytest.approx(sync, rel=0.05)
     assert result.kv_per_token == kv_per_token
     assert result.total(result.training) < result.card_gib * GIB  # and the paper's setting fits
     report = preflight(cfg, skip_env=True)
     text = report.text()
     assert "logits peak" in text and f"x {cfg.run.model_facts.vocab_size} x 10 B" in text  # arithmetic shown
+    for key in ("actor.fsdp_config.model_dtype fp32", "update_weights_bucket_megabytes", "rollout.free_cache_engine",
+                "rollout.gpu_memory_utilization", "model.enable_gradient_checkpointing"):
+        assert key in text  # each line names the verl key it comes from
     assert report.ok, text
 
 
@@ -142,7 +224,10 @@ def test_checkpoint_policy_caps_checkpoints_and_keeps_the_evaluated_steps(tmp_pa
     assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents
     assert cfg.trainer.checkpoint_callback_class == "dara.verl.checkpoints.KeepEvaluatedSteps"
     text = preflight(cfg, skip_env=True).text()
-    assert "per save: 14 B x 7.616e9 = 106.6 GB" in text and "newest 2 kept" in text
+    # fp32 model 4 + Adam 8 + fp32 HF export 4 (verl 0.9.1's export is the fp32 module's state dict)
+    assert "per save: 16 B x 7.616e9 = 121.8 GB" in text and "newest 2 kept" in text
+    # the newest 2 saves + the HF weights of steps 50, 60, 100 (keep_hf_steps), + one save in flight
+    assert "= 335.1 GB (without the cap: 2437.0 GB); with one save in flight 456.9 GB" in text
 
     policy = OmegaConf.create({"run": {"checkpoint": {"keep_hf_steps": [50, 100], "kept_dir": str(tmp_path / "kept")}}})
     callback = KeepEvaluatedSteps(config=policy)
@@ -195,3 +280,55 @@ def test_cli_prints_the_report_and_exits_nonzero_on_a_problem(capsys):
     out = capsys.readouterr().out
     assert code == 1 and "== allocation: FAIL" in out and "data-parallel size 24" in out
     assert "== memory: ok" in out and "vLLM KV cache" in out
+
+
+def test_disk_check_counts_the_retained_plan_one_save_in_flight_and_what_is_there(tmp_path):
+    from collections import namedtuple
+
+    from dara.preflight.budget import check_disk
+
+    usage = namedtuple("usage", "total used free")
+    cfg = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", f"run.output_root={tmp_path}")
+    facts = model_facts(cfg)
+    # 1.5B: 16 B x 1.544e9 = 24.7 GB a save; newest 2 + HF weights of steps 50, 60, 100 (3 x 6.2) + one in flight
+    section = Section("disk")
+    check_disk(cfg, facts, section, usage=lambda path: usage(0, 0, 100e9))
+    assert section.problems == [] and "the run needs 92.6 GB" in section.lines[0]
+    short = Section("disk")
+    check_disk(cfg, facts, short, usage=lambda path: usage(0, 0, 50e9))
+    (problem,) = short.problems
+    assert problem.startswith("only 50.0 GB free at ") and "the run needs 92.6 GB more" in problem
+    # a resumed run: what its checkpoint folder already holds counts against the need
+    folder = tmp_path / cfg.run.name / "checkpoints" / "global_step_10"
+    folder.mkdir(parents=True)
+    with open(folder / "model.pt", "wb") as handle:  # a sparse file: its size, not its blocks, is counted
+        handle.truncate(int(45e9))
+    resumed = Section("disk")
+    check_disk(cfg, facts, resumed, usage=lambda path: usage(0, 0, 50e9))
+    assert resumed.problems == [] and "45.0 GB already there = 47.6 GB more" in resumed.lines[0]
+
+
+def test_calibration_file_replaces_the_estimate_in_the_time_check(tmp_path, capsys):
+    from dara.preflight import load_calibration
+    from dara.preflight.__main__ import main
+    from dara.preflight.calibration import CalibrationError, write_calibration
+
+    cfg = composed(*MATH, "model=deepseek-r1-distill-qwen-7b")
+    path = write_calibration(tmp_path / "h100.json", gpu="NVIDIA H100 80GB HBM3", measured_at="2026-12-01",
+                             step_minutes={"h100_x8": {"deepseek-r1-distill-qwen-7b": 150.0}}, measured={},
+                             derivation="test")
+    calibration = load_calibration(path)
+    # 24 h passes at the estimate (45 min/step: 31 steps a job) and fails at the calibrated 150 (9 steps a job)
+    assert preflight(cfg, skip_env=True).ok
+    report = preflight(cfg, skip_env=True, calibration=calibration)
+    (problem,) = problems_of(report, "time limit")
+    assert problem.startswith("a job runs about 9 steps but saves every 10, and a 150-min step + save outlasts")
+    assert "150 min/step CALIBRATED (gpu_smoke on NVIDIA H100 80GB HBM3, 2026-12-01" in report.text()
+    assert main(["task=deepscaler", "model=deepseek-r1-distill-qwen-7b", "cluster=h100_x8", "--skip-env",
+                 "--calibration", str(path)]) == 1
+    assert "CALIBRATED" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(CalibrationError, match="not a gpu_smoke calibration file"):
+        load_calibration(tmp_path / "bad.json")
+    assert main(["task=smoke", "--skip-env", "--calibration", str(tmp_path / "none.json")]) == 2
+    assert capsys.readouterr().err.startswith("[preflight] calibration file ")

@@ -31,6 +31,7 @@ def test_tiny_facts_match_the_generated_models_config_json(tmp_path):
 
 # intermediate_size, q/k/v bias (Qwen2) or q/k norms (Qwen3), from each model's config.json on the hub
 SHAPES = {
+    "qwen2.5-0.5b-instruct": (4864, True, False),
     "qwen2.5-1.5b-instruct": (8960, True, False),
     "qwen2.5-3b-instruct": (11008, True, False),
     "deepseek-r1-distill-qwen-1.5b": (8960, True, False),
@@ -43,7 +44,8 @@ SHAPES = {
 def test_paper_models_parameter_counts_follow_from_their_shape(model):
     intermediate, bias, qk_norm = SHAPES[model]
     facts = facts_of(model)
-    assert parameters_of_qwen(facts, intermediate, qkv_bias=bias, qk_norm=qk_norm) == facts.num_parameters
+    assert facts.intermediate_size == intermediate
+    assert parameters_of_qwen(facts, qkv_bias=bias, qk_norm=qk_norm) == facts.num_parameters
     assert facts.num_attention_heads * facts.head_dim in (facts.hidden_size, 4096)  # Qwen3-4B: 32 x 128 > 2560
 
 

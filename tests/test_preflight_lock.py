@@ -1,32 +1,39 @@
-"""constraints/gpu.txt is consistent with the project's own dependencies and verl 0.9.1's pins, read from the
-installed verl's metadata and pyproject.toml with `packaging` (no CUDA wheel is downloaded), and the Makefile's
-GPU install uses it in the order flash-attn needs."""
+"""The GPU locks (constraints/gpu-cu130.txt, gpu-cu129.txt) are consistent with the project's own dependencies and
+verl 0.9.1's pins, read from the installed verl's metadata and pyproject.toml with `packaging` (no CUDA wheel is
+downloaded), and `make install GPU=1` (scripts/install_gpu.sh, run with DRY_RUN=1: commands printed, nothing
+installed) picks the line from the driver, installs in the order the stack needs, goes on without flash-attn,
+and names the wheels to download on a node that cannot reach the indexes. The CPU install is unchanged."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from dara.preflight.environment import FLASH_ATTN_INSTALL
+from dara.preflight.environment import FLASH_ATTN_BUILD, MIN_DRIVER
 from recipes.runner import PROJECT_ROOT
 
 # verl's extras that make up its FSDP + vLLM stack (flash-attn comes through [fsdp]'s flash-attn extra)
 VERL_EXTRAS = ("verl-core", "vllm", "flash-attn-cu130torch211")
+LINES = {"cu130": "", "cu129": "+cu129"}  # each line's local version label of the CUDA builds
+CUDA_BUILDS = {"torch", "torchvision", "torchaudio", "vllm"}
 
 
-def lock() -> dict[str, str]:
+def lock(line: str) -> dict[str, str]:
     pins = {}
-    for line in (PROJECT_ROOT / "constraints" / "gpu.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if not line:
+    for text in (PROJECT_ROOT / "constraints" / f"gpu-{line}.txt").read_text().splitlines():
+        text = text.split("#")[0].strip()
+        if not text:
             continue
-        req = Requirement(line)
+        req = Requirement(text)
         (spec,) = req.specifier
-        assert spec.operator == "==" and not req.marker, f"not a pin: {line}"
+        assert spec.operator == "==" and not req.marker, f"not a pin: {text}"
         name = canonicalize_name(req.name)
         assert name not in pins, f"{name} pinned twice"
         pins[name] = spec.version
@@ -47,18 +54,23 @@ def project_requirements() -> list[Requirement]:
     return [Requirement(t) for t in project["dependencies"] + project["optional-dependencies"]["gpu"]]
 
 
-def test_lock_holds_verls_own_pins_of_its_vllm_and_flash_attn_extras():
-    pins = lock()
+@pytest.mark.parametrize("line", list(LINES))
+def test_lock_holds_verls_own_pins_in_one_cuda_build(line):
+    pins = lock(line)
     assert importlib.metadata.version("verl") == pins["verl"] == "0.9.1"
     exact = {canonicalize_name(r.name): next(iter(r.specifier)).version for r in verl_requirements()
              if r.marker is not None and len(r.specifier) == 1 and next(iter(r.specifier)).operator == "=="}
     assert {"torch", "vllm", "transformers", "flash-attn"} <= set(exact)
     for name, version in exact.items():
-        assert pins.get(name) == version, f"verl pins {name}=={version}, the lock {pins.get(name)}"
+        assert Version(pins[name]).public == version, f"verl pins {name}=={version}, the {line} lock {pins[name]}"
+    # torch and vLLM of one line are the same CUDA build (vLLM documents binary incompatibility across builds)
+    assert {name: Version(pins[name]).local for name in CUDA_BUILDS} == dict.fromkeys(CUDA_BUILDS, LINES[line][1:] or None)
+    assert not any(name.startswith("cupy") for name in pins)  # verl's [fsdp] cupy pin is CUDA 13 only
 
 
-def test_every_locked_version_satisfies_the_project_and_verl():
-    pins = lock()
+@pytest.mark.parametrize("line", list(LINES))
+def test_every_locked_version_satisfies_the_project_and_verl(line):
+    pins = lock(line)
     checked = 0
     for req in project_requirements() + verl_requirements():
         version = pins.get(canonicalize_name(req.name))
@@ -68,17 +80,91 @@ def test_every_locked_version_satisfies_the_project_and_verl():
     assert checked >= 8  # verl, transformers (project and verl), vllm, torch, ...
 
 
-def test_makefile_gpu_install_uses_the_lock_torch_first_then_flash_attn_without_build_isolation():
-    out = subprocess.run(["make", "-n", "-B", "install", "GPU=1"], cwd=PROJECT_ROOT, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
-    pip = [line for line in out if "pip install" in line]
-    torch = next(i for i, line in enumerate(pip) if " torch " in f"{line} ")
-    project = next(i for i, line in enumerate(pip) if '-e ".[dev,gpu]"' in line)
-    flash = next(i for i, line in enumerate(pip) if "flash-attn" in line)
-    assert torch < project < flash
-    assert all("-c constraints/gpu.txt" in pip[i] for i in (torch, project, flash))
-    assert "--no-build-isolation" in pip[flash]
-    assert f"flash-attn=={lock()['flash-attn']}" in FLASH_ATTN_INSTALL
+def dry_install(tmp_path, driver: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    """scripts/install_gpu.sh with DRY_RUN=1; `driver` is what an nvidia-smi on PATH reports."""
+    path = os.environ["PATH"]
+    if driver is not None:
+        smi = tmp_path / "bin" / "nvidia-smi"
+        smi.parent.mkdir(exist_ok=True)
+        smi.write_text(f"#!/bin/sh\necho {driver}\n")
+        smi.chmod(0o755)
+        path = f"{smi.parent}:{path}"
+    else:
+        path = ":".join(p for p in path.split(":") if not os.path.exists(os.path.join(p, "nvidia-smi")))
+    return subprocess.run(["bash", "scripts/install_gpu.sh", "install"], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PATH": path, "DRY_RUN": "1", **env})
+
+
+def pip_lines(result) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.startswith("+ ") and " pip install " in line]
+
+
+def test_driver_picks_the_cuda_line(tmp_path):
+    old = dry_install(tmp_path, driver="575.51.03")
+    assert old.returncode == 0, old.stdout + old.stderr
+    assert "NVIDIA driver 575.51.03 -> CUDA line 12.9" in old.stdout
+    torch, vllm, project = pip_lines(old)[1:4]
+    for line in (torch, vllm, project):
+        assert "-c constraints/gpu-cu129.txt" in line
+        assert "--extra-index-url https://download.pytorch.org/whl/cu129" in line
+        assert "--extra-index-url https://wheels.vllm.ai/0.24.0/cu129" in line
+    assert torch.endswith(" torch torchvision torchaudio") and vllm.endswith(" vllm")
+    assert project.endswith(" -e .[dev,gpu]")
+    new = dry_install(tmp_path, driver="580.65.06")
+    assert "NVIDIA driver 580.65.06 -> CUDA line 13.0" in new.stdout
+    assert all("-c constraints/gpu-cu130.txt" in line and "download.pytorch.org" not in line
+               for line in pip_lines(new)[1:4])
+    assert MIN_DRIVER == {13: 580, 12: 525}  # the environment check's thresholds are the install's
+    # CUDA= overrides the detection
+    assert "-c constraints/gpu-cu130.txt" in pip_lines(dry_install(tmp_path, driver="575.51.03", CUDA="13.0"))[1]
+    none = dry_install(tmp_path)
+    assert none.returncode == 1 and "no NVIDIA driver visible (nvidia-smi)" in none.stdout
+    assert "CUDA=12.9 or CUDA=13.0" in none.stdout
+    ancient = dry_install(tmp_path, driver="470.82.01")
+    assert ancient.returncode == 1 and "older than 525" in ancient.stdout
+
+
+def test_flash_attn_is_optional_and_bfcl_eval_still_installs(tmp_path):
+    result = dry_install(tmp_path, CUDA="12.9")
+    assert result.returncode == 0
+    assert "no flash-attn: runs use torch's SDPA attention with run.attention=sdpa" in result.stdout
+    assert "until `make flash-attn` builds it" in result.stdout and FLASH_ATTN_BUILD == "make flash-attn"
+    assert pip_lines(result)[-1].endswith("--no-deps bfcl-eval==2026.3.23")
+    assert "flash-attn 2.8.3: not installed (optional)" in result.stdout
+    # the CUDA 13.0 line tries a prebuilt wheel (verl's wheelhouse) only: never a source build here
+    (flash,) = [line for line in pip_lines(dry_install(tmp_path, CUDA="13.0")) if "flash-attn" in line]
+    assert "--only-binary flash-attn" in flash and "--no-build-isolation" in flash
+    assert "verl-wheelhouse" in flash and "flash-attn==2.8.3" in flash
+    given = dry_install(tmp_path, CUDA="12.9", FLASH_ATTN_WHEEL="/wheels/flash_attn-2.8.3+cu128torch2.11.whl")
+    (flash,) = [line for line in pip_lines(given) if "flash-attn" in line or "flash_attn" in line]
+    assert flash.endswith("/wheels/flash_attn-2.8.3+cu128torch2.11.whl")
+
+
+def test_an_unreachable_index_names_the_wheels_to_download(tmp_path):
+    closed = "http://127.0.0.1:9"
+    result = dry_install(tmp_path, CUDA="12.9", PROBE="1", PYPI_INDEX=f"{closed}/pypi",
+                         TORCH_INDEX_CU129=f"{closed}/torch", VLLM_INDEX_CU129=f"{closed}/vllm")
+    assert result.returncode == 1
+    (line,) = [line for line in result.stdout.splitlines() if "ERROR" in line]
+    assert f"cannot reach {closed}/pypi/pip/ {closed}/torch/torch/ {closed}/vllm/vllm/" in line
+    assert "torch==2.11.0+cu129 torchvision==0.26.0+cu129 torchaudio==2.11.0+cu129 vllm==0.24.0+cu129" in line
+    assert line.endswith("make install GPU=1 CUDA=12.9 WHEELS=wheels")
+    offline = dry_install(tmp_path, CUDA="12.9", PROBE="1", WHEELS="/wheels", PYPI_INDEX=f"{closed}/pypi")
+    assert offline.returncode == 0 and all("--find-links /wheels" in line for line in pip_lines(offline)[1:4])
+
+
+def test_makefile_runs_the_gpu_script_and_keeps_the_cpu_install():
+    gpu = subprocess.run(["make", "-n", "-B", "install", "GPU=1", "CUDA=12.9"], cwd=PROJECT_ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert "CUDA=12.9" in gpu and "bash scripts/install_gpu.sh install" in gpu and ".installed-gpu" in gpu
+    build = subprocess.run(["make", "-n", "flash-attn"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                           check=True).stdout
+    assert "bash scripts/install_gpu.sh flash-attn" in build
     cpu = subprocess.run(["make", "-n", "-B", "install"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    assert "torch==2.13.0" in cpu and "gpu.txt" not in cpu and "flash-attn" not in cpu
+                         check=True).stdout.splitlines()
+    pip = [line for line in cpu if "pip install" in line]
+    assert pip == [".venv/bin/python -m pip install -q --upgrade pip setuptools wheel",
+                   ".venv/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0",
+                   '.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev]"',
+                   ".venv/bin/python -m pip install -q --no-deps bfcl-eval==2026.3.23"]
+    assert not any("gpu" in line or "flash" in line for line in cpu)

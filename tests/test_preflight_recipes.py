@@ -10,9 +10,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
 from dara.preflight import preflight
+from dara.preflight.budget import step_minutes
 from recipes import RECIPES, load
-from recipes.runner import CONF_DIR
+from recipes.runner import CONF_DIR, _load_with_defaults, group_file
 
 # the config the preflight reads: anything else cannot change its answer
 PREFLIGHT_KEYS = ("trainer", "data", "actor_rollout_ref", "run.hardware", "run.model_facts", "run.checkpoint",
@@ -55,6 +57,9 @@ def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
             report = preflight(cfg, skip_env=True)
             assert [s.title for s in report.sections] == ["configuration", "allocation", "memory", "checkpoints",
                                                          "time limit"]
+            (time_section,) = [s for s in report.sections if s.title == "time limit"]
+            if cfg.trainer.device == "cuda":  # the step time was found for every GPU run
+                assert "min/step ESTIMATE" in time_section.lines[0], report.text()
             if not report.ok:
                 failures.append(report.text())
     assert sum(len(r) for r in groups.values()) == sum(len(load(n).runs(load(n).DEFAULT_SEEDS)) for n in RECIPES)
@@ -82,3 +87,15 @@ def test_recipes_preflight_flag_checks_every_run(capsys, tmp_path):
     assert main(["smoke", "--preflight", "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "preflight [1/1] smoke-tiny-dara_asym-s{0}: ok" in out and "1 of 1 runs pass" in out
+
+
+def test_time_check_finds_a_step_estimate_for_every_model_of_every_recipe():
+    """budget.py's lookup (by key: model names hold dots) for every (cluster, model) pair the recipes run."""
+    pairs = {(run.cluster, run.model) for name in RECIPES for run in load(name).runs(load(name).DEFAULT_SEEDS)}
+    gpu_pairs = [(c, m) for c, m in sorted(pairs) if c != "cpu"]
+    assert len(gpu_pairs) >= 6 and all("." in model or "-" in model for _, model in gpu_pairs)
+    for cluster, model in gpu_pairs:
+        hardware = _load_with_defaults(group_file("cluster", cluster)).run.hardware
+        cfg = OmegaConf.create({"run": {"model": model, "cluster": cluster, "hardware": hardware}})
+        found = step_minutes(cfg)
+        assert found is not None and found[0] > 0 and found[1] == f"ESTIMATE (cluster file {cluster})", (cluster, model)

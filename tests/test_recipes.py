@@ -178,3 +178,27 @@ def test_every_run_carries_its_recipe_as_the_wandb_group(capsys, tmp_path):
     cfg = compose_run(run.overrides())
     assert cfg.run.recipe == "three_rewards"
     assert wandb_env(cfg, {})["WANDB_RUN_GROUP"] == "three_rewards"
+
+
+def test_every_job_gets_an_explicit_time_and_the_pre_timeout_signal(tmp_path):
+    """--time: the launcher's, else the cluster file's job_time_limit_minutes; the signal lead from the cluster."""
+    from recipes.runner import job_time
+
+    group = seed_groups(with_options(load("toolrl_main").runs((0, 1)), output_root=str(tmp_path)))[0]
+    default = sbatch_command(group)
+    assert "--time=1-00:00:00" in default and "--signal=B:USR1@300" in default  # a100_40g_x4: 1440 min, 5 min
+    assert "--time=1-00:00:00" not in sbatch_command(group, SlurmOptions(time="12:00:00"))
+    smoke = sbatch_command(load("smoke").runs((0,)))
+    assert "--time=1:00:00" in smoke  # the CPU cluster file's 60 minutes
+    calibrated = sbatch_command(group, SlurmOptions(calibration="calib.json"))
+    script = calibrated.index(str(SBATCH_SCRIPT))
+    assert calibrated[script + 1:script + 3] == ["--calibration", str(PROJECT_ROOT / "calib.json")]
+    assert job_time(group[0], "2-00:00:00") == "2-00:00:00"
+    with pytest.raises(RecipeError, match="sets no limit"):
+        job_time(group[0], "UNLIMITED")
+
+
+def test_dry_run_shows_the_time_each_job_gets(capsys, tmp_path):
+    assert main(["smoke", "--dry-run", "--launcher", "slurm", "--output-root", str(tmp_path)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[recipes] sbatch")]
+    assert "--time=1:00:00" in line and "--signal=B:USR1@300" in line

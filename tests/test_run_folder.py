@@ -124,3 +124,18 @@ def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
     run_dir = _folder_with_run(tmp_path, OmegaConf.create({}))
     (run_dir / RUN_INFO).write_text(json.dumps({"config": old_record}))
     check_same_experiment(run_dir, composed("run.name=mine"), "mine", 0)
+
+
+def test_paths_under_the_output_root_or_the_project_do_not_tie_a_configuration_to_a_machine(tmp_path):
+    from dara import PROJECT_ROOT
+
+    def at(root):
+        return _config(**{"run.output_root": str(root), "data.train_files": str(root / "assets" / "train.parquet"),
+                          "reward.path": str(PROJECT_ROOT / "rewards" / "verl_entry.py"),
+                          "actor_rollout_ref.model.path": "/models/qwen"})
+
+    here, there = experiment_config(at(tmp_path / "a")), experiment_config(at(tmp_path / "b"))
+    assert here == there
+    assert here["data.train_files"] == "<output_root>/assets/train.parquet"
+    assert here["reward.path"] == "<project>/rewards/verl_entry.py"
+    assert here["actor_rollout_ref.model.path"] == "/models/qwen"  # outside both: kept as it is

@@ -29,8 +29,11 @@ from recipes.runner import PROJECT_ROOT
 from recipes.slurm import parse_expected, wait_for_nodes
 from tests.slurm_cluster import LocalSlurm
 from tests.slurm_jobs import (
+    DONE,
+    RUNNING,
     assert_completed,
     cluster_for_jobs,
+    job_log,
     release_and_assert_resumed,
     requeue_after_two_steps,
     steps_of,
@@ -103,6 +106,71 @@ def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, ou
     assert not ray_processes_left(slurm)
 
 
+def wait_for_log(run_dir: Path, text: str, job_id: str, slurm: LocalSlurm, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in job_log(run_dir):
+        assert slurm.job_state(job_id) in RUNNING, job_log(run_dir)[-4000:]
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{job_log(run_dir)[-4000:]}"
+        time.sleep(0.5)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_pre_timeout_signal_checkpoints_at_the_next_step_and_the_job_requeues_itself(slurm, output_root):
+    """SIGUSR1 (what --signal=B:USR1@300 sends before the time limit) after step 1: the trainer saves at the next
+    step boundary (the smoke task has no save_freq: the checkpoint is the stop's), the job requeues itself, and
+    the rerun resumes from that checkpoint with every step once."""
+    steps = 4
+    job_id = submit_recipe(slurm, output_root, "--seeds", "3", "--steps", str(steps))
+    run_dir = output_root / "smoke-tiny-dara_asym-s3"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not ((run_dir / "metrics.jsonl").exists() and steps_of(run_dir)):
+        assert slurm.job_state(job_id) in RUNNING and time.monotonic() < deadline, job_log(run_dir)[-4000:]
+        time.sleep(0.5)
+    assert slurm.command(["scancel", "--batch", "--signal=USR1", job_id]).returncode == 0
+    slurm.wait_state(job_id, {"PENDING"}, JOB_TIMEOUT_S)  # requeued by the job itself
+    log = job_log(run_dir)
+    stopped = steps_of(run_dir)[-1]
+    assert 1 < stopped < steps and steps_of(run_dir) == list(range(1, stopped + 1))
+    assert "time limit near (SIGUSR1)" in log
+    assert f"progress: checkpoint global_step_{stopped} is new (this job: {stopped} step(s)" in log
+    assert f"job {job_id} requeues itself (scontrol requeue)" in log
+    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(stopped)
+    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
+    log = assert_completed(slurm, job_id, run_dir, JOB_TIMEOUT_S)
+    assert slurm.job_field(job_id, "Restarts") == "1" and steps_of(run_dir) == list(range(1, steps + 1))
+    assert not ray_processes_left(slurm)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_whose_step_outlasts_its_time_is_not_requeued_and_says_why(slurm, output_root):
+    """A one-minute job whose first step cannot finish in it (the CPU rollout server waits 10 minutes before it
+    generates): after the signal, no step boundary comes before the limit, so no checkpoint; Slurm ends the job
+    at its limit and it is not requeued, its log saying why. A manual sbatch with --time, as documented."""
+    run_dir = output_root / "smoke-tiny-dara_asym-s4"
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    command = ["sbatch", "--parsable", "--time=1", f"--output={run_dir}/logs/slurm-%j.out", "scripts/slurm/train.sbatch",
+               "--python", sys.executable, f"run.output_root={output_root}", "run.seed=4",
+               "actor_rollout_ref.rollout.engine_kwargs.hf.batch_wait_s=600"]
+    result = slurm.command(command, cwd=PROJECT_ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip().split(";")[0]
+    wait_for_log(run_dir, "training: python -m dara.train", job_id, slurm, JOB_TIMEOUT_S)
+    assert slurm.command(["scancel", "--batch", "--signal=USR1", job_id]).returncode == 0
+    state = slurm.wait_state(job_id, DONE, JOB_TIMEOUT_S)
+    log = job_log(run_dir)
+    assert state == "TIMEOUT", log[-4000:]
+    assert slurm.job_field(job_id, "Restarts") == "0" and "requeued" not in log.replace("not requeued", "")
+    (line,) = [line for line in log.splitlines() if "not requeued" in line]
+    assert line.startswith("[dara-slurm] not requeued: no checkpoint since this job started (latest: step 0) and "
+                           "no step finished in ") and "of 1:00: start-up and one step take longer" in line
+    assert "time limit 1:00" in log and "time limit near (SIGUSR1)" in log
+    assert not (run_dir / "metrics.jsonl").exists() or not steps_of(run_dir)
+    assert not (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").exists()
+    assert (line + "\n") in (run_dir / "logs" / f"job-{job_id}.log").read_text()
+
+
 RAY_NODE = PROJECT_ROOT / "scripts" / "slurm" / "ray_node.sh"
 
 
@@ -114,13 +182,12 @@ def _closed_port() -> int:
 
 def test_worker_node_gives_up_clearly_when_the_head_never_answers(tmp_path):
     temp = tmp_path / "ray_dara_test_n2"
-    started = time.monotonic()
     result = subprocess.run(["bash", str(RAY_NODE), "--temp", str(temp), "--wait-for", f"127.0.0.1:{_closed_port()}",
                              "--wait-timeout", "3", "--", "sleep", "600"],
                             capture_output=True, text=True, timeout=60, env={**os.environ, "SLURMD_NODENAME": "n2"})
     assert result.returncode == 3, result.stdout + result.stderr
     assert "n2: the Ray head 127.0.0.1:" in result.stdout and "did not answer within 3s" in result.stdout
-    assert time.monotonic() - started < 30 and not temp.exists()
+    assert not temp.exists()
 
 
 def test_wait_nodes_names_the_nodes_that_never_joined(tmp_path):
@@ -152,12 +219,10 @@ def test_ray_node_stops_its_ray_and_deletes_its_temp_folder_on_sigterm(tmp_path,
         with pytest.raises(SystemExit, match=r"did not join within 5s: n2 \(10\.231\.255\.12\)"):
             wait_for_nodes(f"{own_ip}:{port}", {own_ip: "n1", "10.231.255.12": "n2"}, 5, own_ip)
     finally:
-        stopping = time.monotonic()
         node.send_signal(signal.SIGTERM)
         output = node.communicate(timeout=60)[0]
-    stop_s = time.monotonic() - stopping
+    # every Ray process stopped and the folder deleted by ray_node.sh itself (its SIGKILL comes 4 s after its
+    # SIGTERM by the clock, inside Slurm's KillWait)
     assert f"{temp} removed" in output and not temp.exists(), output[-3000:]
-    # all done before Slurm's SIGKILL, KillWait after its SIGTERM (10 s in the test clusters, 30 s by default)
-    assert stop_s < 10, f"ray_node.sh took {stop_s:.1f}s to stop its Ray:\n{output[-3000:]}"
     left = subprocess.run(["pgrep", "-f", f"{temp}/session_"], capture_output=True, text=True).stdout.split()
     assert not left

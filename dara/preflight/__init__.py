@@ -1,14 +1,18 @@
-"""`python -m dara.preflight <dara.train overrides> [--nodes N] [--gpus-per-node G] [--time T] [--skip-env]`.
+"""`python -m dara.preflight <overrides> [--nodes N] [--gpus-per-node G] [--time T] [--calibration F] [--skip-env]`.
 
 Answers, on a login node or a laptop without a GPU, "would this run start and finish here?". It composes the
 run exactly as `python -m dara.train` does (same conf/, same overrides), then checks, each in its own section:
 - allocation: verl 0.9.1's own start-up validation for nodes x GPUs, then what verl asserts only later
   (mini-batch x n by the data-parallel size, SP, rollout TP, heads), token budgets and max_model_len
   (`dara.preflight.allocation`);
-- memory: the per-GPU plan of both phases with its arithmetic, and vLLM's KV cache (`dara.preflight.memory`);
-- checkpoints: disk per save and per run; steps per job against save_freq (`dara.preflight.budget`);
-- environment, unless skipped: flash_attn, vllm, the NVIDIA driver, with the fixing command
-  (`dara.preflight.environment`).
+- memory: the per-GPU plan of the rollout, weight-sync and training phases with its arithmetic, and vLLM's KV
+  cache (`dara.preflight.memory`);
+- checkpoints: disk per save and per run (`dara.preflight.budget`);
+- time limit: whether a job makes progress (a checkpoint) within the time requested (`--time`, else the cluster
+  file's `job_time_limit_minutes`), from the cluster file's step estimate or a gpu_smoke calibration file;
+- unless `--skip-env` (the checks of this machine): environment (torch's build against the driver, vllm,
+  flash_attn for the chosen attention, each with its fixing command: `dara.preflight.environment`) and disk
+  (free space at the checkpoint folder against the retained plan + one save in flight).
 `python -m recipes NAME --preflight` runs it for every run of a recipe; the Slurm launcher refuses a failing run.
 """
 
@@ -17,13 +21,21 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from dara.preflight.allocation import check_allocation, divisibility_problems, with_allocation
-from dara.preflight.budget import check_checkpoints, check_time, parse_time_limit
+from dara.preflight.budget import (
+    check_checkpoints,
+    check_disk,
+    check_time,
+    format_time_limit,
+    parse_time_limit,
+)
+from dara.preflight.calibration import Calibration, CalibrationError, load_calibration
 from dara.preflight.environment import check_environment
 from dara.preflight.facts import ModelFacts, model_facts
 from dara.preflight.memory import check_memory
 from dara.preflight.report import Report
 
-__all__ = ["ModelFacts", "Report", "compose", "divisibility_problems", "model_facts", "parse_time_limit", "preflight"]
+__all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "divisibility_problems",
+           "format_time_limit", "load_calibration", "model_facts", "node_checks", "parse_time_limit", "preflight"]
 
 
 def compose(overrides, conf_dir=None) -> DictConfig:
@@ -40,7 +52,8 @@ def compose(overrides, conf_dir=None) -> DictConfig:
 
 
 def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int | None = None,
-              time_limit_minutes: float | None = None, skip_env: bool = False) -> Report:
+              time_limit_minutes: float | None = None, skip_env: bool = False,
+              calibration: Calibration | None = None) -> Report:
     """Every check of the composed run `cfg` on nodes x gpus_per_node (default: the cluster config's)."""
     from dara.config_checks import ConfigError, check_config
 
@@ -63,7 +76,20 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
     check_allocation(cfg, facts, report.section("allocation"))
     check_memory(cfg, facts, report.section("memory"))
     check_checkpoints(cfg, facts, report.section("checkpoints"))
-    check_time(cfg, report.section("time limit"), time_limit_minutes)
+    check_time(cfg, report.section("time limit"), time_limit_minutes, calibration)
     if not skip_env:
         check_environment(cfg, report.section("environment"))
+        check_disk(cfg, facts, report.section("disk"))
+    return report
+
+
+def node_checks(cfg: DictConfig, *, time_limit_minutes: float | None = None,
+                calibration: Calibration | None = None) -> Report:
+    """What the first step of a job checks on its compute node: the environment, free disk at the checkpoint
+    folder, and progress within the job's actual time limit (the allocation is the job's own)."""
+    report = Report(str(cfg.run.name), "this node")
+    facts = model_facts(cfg)
+    check_environment(cfg, report.section("environment"))
+    check_disk(cfg, facts, report.section("disk"))
+    check_time(cfg, report.section("time limit"), time_limit_minutes, calibration)
     return report

@@ -1,4 +1,5 @@
-"""`python -m dara.preflight <dara.train overrides> [--nodes N] [--gpus-per-node G] [--time T] [--skip-env]`."""
+"""`python -m dara.preflight <dara.train overrides> [--nodes N] [--gpus-per-node G] [--time T] [--calibration FILE]
+[--skip-env]`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from dara.config_checks import composition_error_line
-from dara.preflight import compose, parse_time_limit, preflight
+from dara.preflight import CalibrationError, compose, load_calibration, parse_time_limit, preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,15 +20,24 @@ def main(argv: list[str] | None = None) -> int:
     top.add_argument("--nodes", type=int, default=None, help="nodes (default: the cluster config's trainer.nnodes)")
     top.add_argument("--gpus-per-node", type=int, default=None, help="default: trainer.n_gpus_per_node")
     top.add_argument("--time", default=None, help="the job's time limit in Slurm's --time form (default: the cluster's)")
-    top.add_argument("--skip-env", action="store_true", help="skip the environment check (flash_attn, vllm, driver)")
+    top.add_argument("--calibration", default=None, metavar="FILE",
+                     help="minutes per step measured by python -m recipes gpu_smoke (instead of the cluster's estimates)")
+    top.add_argument("--skip-env", action="store_true",
+                     help="skip the checks of this machine (torch/vllm/flash_attn/driver, free disk)")
     args = top.parse_args(argv)
+    try:
+        calibration = load_calibration(args.calibration) if args.calibration else None
+    except CalibrationError as error:
+        print(f"[preflight] {error}", file=sys.stderr)
+        return 2
     try:
         cfg = compose(args.overrides)
     except (HydraException, OmegaConfBaseException) as error:  # they name the bad override
         print(f"[preflight] cannot compose the run: {composition_error_line(error)}", file=sys.stderr)
         return 2
     report = preflight(cfg, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                       time_limit_minutes=parse_time_limit(args.time), skip_env=args.skip_env)
+                       time_limit_minutes=parse_time_limit(args.time), skip_env=args.skip_env,
+                       calibration=calibration)
     print(report.text(), flush=True)
     return 0 if report.ok else 1
 

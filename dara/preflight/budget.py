@@ -1,11 +1,27 @@
-"""Checkpoint disk per save and per run, and whether a job reaches its next save within its time limit.
+"""Checkpoint disk per save and per run, free space at the checkpoint folder, and whether a job makes progress
+within its time limit.
 
-Bytes per parameter of one verl FSDP checkpoint: sharded fp32 model 4 + fp32 Adam (2 states) 8, plus bf16 HF
-weights 2 with `hf_model` in `actor.checkpoint.save_contents`. The minutes per step are the cluster file's
-`run.hardware.step_minutes_estimate.<model>`: an estimate, printed as one.
+Bytes per parameter of one verl 0.9.1 FSDP checkpoint: sharded model 4 (fp32: `model_dtype`) + Adam 8 (two fp32
+states), plus the HF export 4 with `hf_model` in `actor.checkpoint.save_contents`: `utils/checkpoint/
+fsdp_checkpoint_manager.py` saves the FSDP full state dict of the fp32 module with `save_pretrained`, so the
+export is fp32 too (the bf16 skeleton it builds is replaced by that state dict). Retention keeps the newest
+`trainer.max_actor_ckpt_to_keep` saves plus the HF weights of `run.checkpoint.keep_hf_steps`; while a save is
+written the previous ones are still there, so the disk must hold the retained plan plus one save in flight.
+
+The minutes per step are the cluster file's `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE, printed as
+one), or a `python -m recipes gpu_smoke` calibration file's figure for the cluster and model (`--calibration`).
+A job makes progress when it writes a checkpoint before its time limit: at a `save_freq` step, or at the first
+step boundary after the pre-timeout signal (`run.hardware.signal_lead_minutes` before the limit: the trainer
+saves there, dara.verl.stop_request), which finishes in time only when a step plus a save fit in the lead.
 """
 
 from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -13,7 +29,44 @@ from dara.preflight.facts import ModelFacts
 from dara.preflight.report import Section
 
 GB = 1e9
-CONTENT_BYTES = {"model": 4, "optimizer": 8, "hf_model": 2}
+CONTENT_BYTES = {"model": 4, "optimizer": 8, "hf_model": 4}
+SAVE_GB_PER_S = 1.0  # ESTIMATE: a shared file system's write rate for one save (the signal save must fit)
+DEFAULT_SIGNAL_LEAD_MINUTES = 5  # scripts/slurm/train.sbatch's #SBATCH --signal=B:USR1@300
+
+
+@dataclass(frozen=True)
+class DiskPlan:
+    per_param: int
+    per_save: float  # bytes of one save
+    hf: float  # bytes of one HF export
+    saves: int
+    keep: int | None
+    kept_steps: tuple[int, ...]
+
+    @property
+    def retained(self) -> float:
+        """What stays on disk at the end: the newest `keep` saves and the kept steps' HF weights."""
+        kept = min(self.saves, self.keep) if self.keep else self.saves
+        return kept * self.per_save + len(self.kept_steps) * self.hf
+
+    @property
+    def peak(self) -> float:
+        """The retained plan plus one save in flight (written before rotation deletes the oldest)."""
+        return self.retained + (self.per_save if self.saves else 0)
+
+
+def disk_plan(cfg: DictConfig, facts: ModelFacts) -> DiskPlan | None:
+    steps, freq = int(cfg.trainer.total_training_steps), int(cfg.trainer.save_freq)
+    if freq <= 0:
+        return None
+    contents = list(OmegaConf.select(cfg, "actor_rollout_ref.actor.checkpoint.save_contents", default=[]) or [])
+    per_param = sum(CONTENT_BYTES.get(c, 0) for c in contents)
+    keep = OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=None)
+    kept_steps = tuple(int(s) for s in (OmegaConf.select(cfg, "run.checkpoint.keep_hf_steps", default=[]) or [])
+                       if int(s) % freq == 0 and int(s) <= steps)
+    hf = CONTENT_BYTES["hf_model"] * facts.num_parameters if "hf_model" in contents else 0
+    return DiskPlan(per_param, per_param * facts.num_parameters, hf, steps // freq, int(keep) if keep else None,
+                    kept_steps)
 
 
 def check_checkpoints(cfg: DictConfig, facts: ModelFacts | None, section: Section) -> None:
@@ -22,54 +75,132 @@ def check_checkpoints(cfg: DictConfig, facts: ModelFacts | None, section: Sectio
         section.line(f"trainer.save_freq={freq}: no checkpoints")
         return
     contents = list(OmegaConf.select(cfg, "actor_rollout_ref.actor.checkpoint.save_contents", default=[]) or [])
-    per_param = sum(CONTENT_BYTES.get(c, 0) for c in contents)
-    saves = steps // freq
-    keep = OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=None)
-    kept_steps = [s for s in (OmegaConf.select(cfg, "run.checkpoint.keep_hf_steps", default=[]) or [])
-                  if int(s) % freq == 0 and int(s) <= steps]
-    section.line(f"save every {freq} steps of {steps}: {saves} saves; contents {contents} = {per_param} B/param")
     if facts is None:
+        section.line(f"save every {freq} steps of {steps}; contents {contents}")
         section.note("no run.model_facts: disk not estimated")
         return
-    per_save = per_param * facts.num_parameters
-    section.line(f"per save: {per_param} B x {facts.num_parameters / 1e9:.3f}e9 = {per_save / GB:.1f} GB")
-    hf = 2 * facts.num_parameters if "hf_model" in contents else 0
-    if keep:
-        kept = min(saves, int(keep)) * per_save + len(kept_steps) * hf
-        section.line(f"whole run: newest {keep} kept x {per_save / GB:.1f} GB + HF weights of steps {kept_steps} "
-                     f"x {hf / GB:.1f} GB = {kept / GB:.1f} GB (without the cap: {saves * per_save / GB:.1f} GB)")
+    plan = disk_plan(cfg, facts)
+    section.line(f"save every {freq} steps of {steps}: {plan.saves} saves; contents {contents} = {plan.per_param} "
+                 "B/param (model 4 fp32 + optimizer 8 + fp32 HF export 4)")
+    section.line(f"per save: {plan.per_param} B x {facts.num_parameters / 1e9:.3f}e9 = {plan.per_save / GB:.1f} GB")
+    if plan.keep:
+        section.line(f"whole run: newest {plan.keep} kept x {plan.per_save / GB:.1f} GB + HF weights of steps "
+                     f"{list(plan.kept_steps)} x {plan.hf / GB:.1f} GB = {plan.retained / GB:.1f} GB (without the cap: "
+                     f"{plan.saves * plan.per_save / GB:.1f} GB); with one save in flight {plan.peak / GB:.1f} GB")
     else:
-        section.line(f"whole run: every save kept: {saves} x {per_save / GB:.1f} GB = {saves * per_save / GB:.1f} GB")
+        section.line(f"whole run: every save kept: {plan.saves} x {plan.per_save / GB:.1f} GB = "
+                     f"{plan.retained / GB:.1f} GB")
         section.note("trainer.max_actor_ckpt_to_keep is unset: nothing caps the checkpoints")
 
 
-def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | None = None) -> None:
+def _existing_folder(path: Path) -> Path:
+    """The path itself or its nearest existing parent (the file system the folder will be on)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def bytes_under(*folders: str | os.PathLike) -> int:
+    """Bytes of the files under the folders (what a resumed run already has on disk)."""
+    total = 0
+    for folder in folders:
+        for root, _dirs, files in os.walk(folder):
+            total += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
+    return total
+
+
+def check_disk(cfg: DictConfig, facts: ModelFacts | None, section: Section, *, usage=shutil.disk_usage) -> None:
+    """Free space at the checkpoint folder against the retained plan + one save in flight, less what is there."""
+    plan = disk_plan(cfg, facts) if facts is not None else None
+    folder = Path(str(cfg.trainer.default_local_dir))
+    if plan is None:
+        section.line(f"{folder}: no checkpoints planned (trainer.save_freq={cfg.trainer.save_freq}) or no model facts")
+        return
+    kept_dir = OmegaConf.select(cfg, "run.checkpoint.kept_dir", default=None)
+    there = bytes_under(*(p for p in (folder, kept_dir) if p and os.path.isdir(p)))
+    needed = max(0.0, plan.peak - there)
+    mount = _existing_folder(folder)
+    free = usage(mount).free
+    section.line(f"free at {mount}: {free / GB:.1f} GB; the run needs {plan.peak / GB:.1f} GB (retained "
+                 f"{plan.retained / GB:.1f} + one save in flight {plan.per_save / GB:.1f}) - {there / GB:.1f} GB "
+                 f"already there = {needed / GB:.1f} GB more")
+    if free < needed:
+        section.fail(f"only {free / GB:.1f} GB free at {mount} for {folder}, the run needs {needed / GB:.1f} GB more; "
+                     "free space, move run.output_root, or keep fewer checkpoints (run.checkpoint.keep_last, "
+                     "keep_hf_steps)")
+
+
+def step_minutes(cfg: DictConfig, calibration=None) -> tuple[float, str] | None:
+    """(minutes per step, where the figure comes from) for the run's model on its cluster, or None."""
+    model, cluster = str(cfg.run.model), str(OmegaConf.select(cfg, "run.cluster", default=""))
+    if calibration is not None:
+        measured = calibration.step_minutes(cluster, model)
+        if measured is not None:
+            return measured, f"CALIBRATED ({calibration.describe()})"
+    estimates = OmegaConf.select(cfg, "run.hardware.step_minutes_estimate", default=None) or {}
+    if model in estimates:  # keys hold dots (qwen2.5-...): looked up as keys, not as a dotted path
+        return float(estimates[model]), f"ESTIMATE (cluster file {cluster})"
+    return None
+
+
+def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | None = None, calibration=None) -> None:
     hardware = OmegaConf.select(cfg, "run.hardware", default=None)
     if hardware is None or cfg.trainer.device != "cuda":
         section.line(f"trainer.device={cfg.trainer.device}: no step-time estimate")
         return
-    estimate = OmegaConf.select(hardware, f"step_minutes_estimate.{cfg.run.model}", default=None)
-    if estimate is None:
-        section.note(f"no step_minutes_estimate for {cfg.run.model} in cluster {cfg.run.cluster}: not checked")
+    found = step_minutes(cfg, calibration)
+    if found is None:
+        section.fail(f"no step_minutes_estimate for {cfg.run.model} in cluster {cfg.run.cluster} (add it to the "
+                     "cluster file, or pass a gpu_smoke --calibration file)")
         return
-    limit = float(time_limit_minutes if time_limit_minutes is not None else hardware.job_time_limit_minutes)
+    step, source = found
+    requested = time_limit_minutes is not None
+    limit = float(time_limit_minutes if requested else hardware.job_time_limit_minutes)
     startup = float(hardware.job_startup_minutes)
-    per_job = int((limit - startup) // float(estimate))
+    lead = float(hardware.get("signal_lead_minutes", DEFAULT_SIGNAL_LEAD_MINUTES))
     steps, freq = int(cfg.trainer.total_training_steps), int(cfg.trainer.save_freq)
-    section.line(f"ESTIMATE {estimate} min/step ({cfg.run.model} on {cfg.run.cluster}); job limit {limit:.0f} min - "
-                 f"start-up {startup:.0f} min -> {per_job} steps per job; save_freq {freq}; "
-                 f"{steps} steps = about {steps * float(estimate) / 60:.1f} h")
-    if freq > 0 and per_job < freq:
-        section.fail(f"a job runs about {per_job} steps but saves every {freq}: it would requeue from the same "
-                     f"checkpoint forever (lower trainer.save_freq to <= {max(per_job, 1)} or raise the time limit)")
-    elif freq <= 0 and per_job < steps:
-        section.fail(f"no checkpoints (save_freq {freq}) and {steps} steps need more than one job ({per_job} steps)")
+    per_job = int((limit - startup) // step)
+    section.line(f"{step:g} min/step {source}; job limit {format_time_limit(limit)} "
+                 f"({'--time' if requested else 'the cluster file job_time_limit_minutes'}) - start-up {startup:g} min "
+                 f"-> {per_job} steps per job; save_freq {freq}; {steps} steps = about {steps * step / 60:.1f} h")
+    facts_bytes = _save_bytes(cfg)
+    save = facts_bytes / GB / SAVE_GB_PER_S / 60
+    signal_save = step + save < lead
+    section.line(f"pre-timeout signal {lead:g} min before the limit: the trainer saves at the next step boundary; "
+                 f"a step + a save ({save:.1f} min at {SAVE_GB_PER_S:g} GB/s, estimate) "
+                 f"{'fit' if signal_save else 'do not fit'} in it")
+    regular = freq > 0 and per_job >= freq
+    if per_job < 1:
+        section.fail(f"a job of {format_time_limit(limit)} spends {startup:g} min starting and cannot finish one "
+                     f"{step:g}-min step: it would end without a checkpoint and is not requeued (raise --time to >= "
+                     f"{format_time_limit(startup + 2 * step)})")
+    elif not regular and not signal_save:
+        needed = startup + (freq if freq > 0 else steps) * step
+        section.fail(f"a job runs about {per_job} steps but saves every {freq if freq > 0 else 'never'}, and a "
+                     f"{step:g}-min step + save outlasts the {lead:g}-min warning: a job could end without a new "
+                     f"checkpoint and is then not requeued (trainer.save_freq <= {per_job}, or --time >= "
+                     f"{format_time_limit(needed)})")
+    elif not regular:
+        section.note(f"jobs run about {per_job} steps, fewer than save_freq {freq}: each job's progress is the "
+                     "checkpoint saved at the pre-timeout signal")
+
+
+def _save_bytes(cfg: DictConfig) -> float:
+    from dara.preflight.facts import model_facts
+
+    facts = model_facts(cfg)
+    if facts is None or int(cfg.trainer.save_freq) <= 0:
+        return 0.0
+    return disk_plan(cfg, facts).per_save
 
 
 def parse_time_limit(text: str | None) -> float | None:
-    """Slurm's --time forms: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S; returns minutes."""
-    if not text:
+    """Slurm's --time forms: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S; returns minutes (None: not given or
+    UNLIMITED)."""
+    if not text or str(text).upper() in ("UNLIMITED", "INFINITE", "NOT_SET"):
         return None
+    text = str(text)
     days = 0
     if "-" in text:
         head, text = text.split("-", 1)
@@ -81,3 +212,11 @@ def parse_time_limit(text: str | None) -> float | None:
         parts = [int(x) for x in text.split(":")]
         hours, minutes, seconds = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
     return days * 1440 + hours * 60 + minutes + seconds / 60
+
+
+def format_time_limit(minutes: float) -> str:
+    """Minutes in Slurm's --time form D-HH:MM:SS (or H:MM:SS under a day), rounded up to the minute."""
+    total = int(math.ceil(minutes))
+    days, rest = divmod(total, 1440)
+    hours, mins = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours}:{mins:02d}:00"

@@ -1,20 +1,51 @@
-"""Is the Python environment the run will use able to run it? Each missing piece names the command that fixes it."""
+"""Can the Python environment the run will use run it on this node? Each problem names the command that fixes it.
+
+It imports torch and reads its build (`torch.version.cuda`: None for a CPU build), the installed vLLM (its
+local version label names its CUDA build: `+cu129`; vLLM 0.24.0's PyPI wheel, without a label, is the CUDA 13.0
+build), whether flash_attn imports, and the NVIDIA driver (nvidia-smi). For a GPU run (`trainer.device=cuda`) it
+names: a CPU build of torch, a torch CUDA build newer than the driver runs (CUDA 13 needs driver >= 580, CUDA 12
+>= 525 through minor-version compatibility), vLLM and torch built for different CUDA versions, vLLM missing for
+`rollout.name=vllm`, flash_attn missing (or not importable) for `run.attention=flash_attention_2`.
+
+It runs in the preflight (on the login node, before anything is submitted) and in the first step of every Slurm
+job on its compute node (`python -m recipes.slurm job-env`): a job on a broken node fails in seconds, naming the
+problem, and is not requeued. `python -m dara.preflight.environment` prints the same for this node.
+"""
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib.metadata
 import importlib.util
 import shutil
 import subprocess
+import sys
+from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
 from dara.preflight.report import Section
 
 GPU_INSTALL = "make install GPU=1"
-FLASH_ATTN_INSTALL = ".venv/bin/python -m pip install --no-build-isolation -c constraints/gpu.txt flash-attn==2.8.3"
-# torch 2.11's default PyPI build is CUDA 13.0: NVIDIA driver 580 or newer
-MIN_DRIVER = 580
+FLASH_ATTN_BUILD = "make flash-attn"
+SDPA_FALLBACK = "run.attention=sdpa"
+# the oldest driver each CUDA major version runs on (CUDA 12.x through minor-version compatibility)
+MIN_DRIVER = {13: 580, 12: 525}
+# driver -> the newest CUDA it supports (NVIDIA's CUDA toolkit release notes, table 3)
+DRIVER_CUDA = ((580, "13.0"), (575, "12.9"), (570, "12.8"), (560, "12.6"), (555, "12.5"), (550, "12.4"),
+               (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"))
+
+
+@dataclass(frozen=True)
+class Environment:
+    torch: str | None  # torch.__version__, None when torch is missing
+    torch_cuda: str | None  # torch.version.cuda: None for a CPU build
+    vllm: str | None  # installed vLLM version (with its local label)
+    flash_attn: str | None  # None when it imports; else why not
+    driver: str | None  # NVIDIA driver version, None where no GPU is visible
+    transformers: str | None = None
+    verl: str | None = None
 
 
 def _version(package: str) -> str | None:
@@ -37,24 +68,112 @@ def driver_version() -> str | None:
     return lines[0] if out.returncode == 0 and lines else None
 
 
-def check_environment(cfg: DictConfig, section: Section, *, find_spec=importlib.util.find_spec,
-                      driver=driver_version) -> None:
-    section.line(f"torch {_version('torch')}, transformers {_version('transformers')}, verl {_version('verl')}")
+def _flash_attn_problem() -> str | None:
+    if importlib.util.find_spec("flash_attn") is None:
+        return "not installed"
+    try:
+        import flash_attn  # noqa: F401
+    except Exception as error:  # noqa: BLE001 -- an ABI mismatch raises ImportError or OSError: name it
+        return f"does not import ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
+    return None
+
+
+@functools.cache
+def probe_environment() -> Environment:
+    """This process's environment (cached: the launcher checks many runs)."""
+    try:
+        import torch
+
+        torch_version, torch_cuda = torch.__version__, torch.version.cuda
+    except ImportError:
+        torch_version = torch_cuda = None
+    return Environment(torch_version, torch_cuda, _version("vllm"), _flash_attn_problem(), driver_version(),
+                       _version("transformers"), _version("verl"))
+
+
+def driver_cuda(driver: str) -> str | None:
+    """The newest CUDA version the driver supports, or None for a driver older than CUDA 12."""
+    major = int(driver.split(".")[0])
+    return next((cuda for minimum, cuda in DRIVER_CUDA if major >= minimum), None)
+
+
+def vllm_cuda(version: str) -> str:
+    """The CUDA version a vLLM build targets: its local label (+cu129 -> 12.9), else the PyPI wheel's 13.0."""
+    label = version.partition("+")[2]
+    if label.startswith("cu") and label[2:].isdigit():
+        digits = label[2:]
+        return f"{digits[:-1]}.{digits[-1]}"
+    return "13.0"
+
+
+def cuda_line(cuda: str | None) -> str:
+    """The install line (`make install GPU=1 CUDA=...`) for a CUDA version."""
+    return "CUDA=13.0" if cuda and int(cuda.split(".")[0]) >= 13 else "CUDA=12.9"
+
+
+def describe(env: Environment) -> str:
+    build = "missing" if env.torch is None else (f"CUDA {env.torch_cuda} build" if env.torch_cuda else "CPU build")
+    driver = (f"NVIDIA driver {env.driver} (CUDA <= {driver_cuda(env.driver)})" if env.driver else
+              "no GPU visible (nvidia-smi)")
+    return (f"torch {env.torch} ({build}), vllm {env.vllm or 'missing'}, flash_attn "
+            f"{'ok' if env.flash_attn is None else env.flash_attn}, transformers {env.transformers}, verl {env.verl}; "
+            f"{driver}")
+
+
+def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash_attention_2") -> list[str]:
+    """What stops a GPU run in this environment, each with its fix."""
+    found = []
+    if env.torch is None:
+        return [f"torch is not installed; fix: {GPU_INSTALL}"]
+    if env.torch_cuda is None:
+        found.append(f"torch {env.torch} is a CPU build and this is a GPU run (trainer.device=cuda); fix: "
+                     f"{GPU_INSTALL} on a GPU node (it picks the CUDA line from the driver; CUDA=12.9|13.0 to choose)")
+    elif env.driver is not None:
+        major = int(env.torch_cuda.split(".")[0])
+        if int(env.driver.split(".")[0]) < MIN_DRIVER.get(major, 0):
+            found.append(f"torch {env.torch} is a CUDA {env.torch_cuda} build, newer than NVIDIA driver {env.driver} "
+                         f"runs (CUDA {major} needs >= {MIN_DRIVER[major]}); fix: {GPU_INSTALL} "
+                         f"{cuda_line(driver_cuda(env.driver))} (or a driver >= {MIN_DRIVER[major]})")
+    if rollout == "vllm" and env.vllm is None:
+        found.append(f"vllm is not installed (rollout.name=vllm); fix: {GPU_INSTALL}")
+    elif rollout == "vllm" and env.torch_cuda and vllm_cuda(env.vllm).split(".")[0] != env.torch_cuda.split(".")[0]:
+        found.append(f"vllm {env.vllm} (CUDA {vllm_cuda(env.vllm)}) and torch {env.torch} (CUDA {env.torch_cuda}) are "
+                     f"different CUDA builds; fix: {GPU_INSTALL} {cuda_line(env.torch_cuda)}")
+    if attention == "flash_attention_2" and env.flash_attn is not None:
+        found.append(f"flash_attn {env.flash_attn} and run.attention=flash_attention_2; fix: {FLASH_ATTN_BUILD} "
+                     f"(builds it against this torch), or run with {SDPA_FALLBACK}")
+    return found
+
+
+def check_environment(cfg: DictConfig, section: Section, *, probe=probe_environment) -> None:
+    from dara.preflight.memory import attention_of
+
+    env = probe()
+    section.line(describe(env))
     if cfg.trainer.device != "cuda":
         section.line(f"trainer.device={cfg.trainer.device}: no GPU packages needed")
         return
-    attn = str(cfg.actor_rollout_ref.model.get("override_config", {}).get("attn_implementation", "flash_attention_2"))
-    if attn == "flash_attention_2" and find_spec("flash_attn") is None:
-        section.fail(f"flash_attn is not importable (verl's FSDP actor uses attn_implementation=flash_attention_2); "
-                     f"fix: {FLASH_ATTN_INSTALL} (or {GPU_INSTALL})")
-    if cfg.actor_rollout_ref.rollout.name == "vllm" and find_spec("vllm") is None:
-        section.fail(f"vllm is not importable (rollout.name=vllm); fix: {GPU_INSTALL}")
-    version = driver()
-    if version is None:
-        section.note("no GPU visible here (nvidia-smi): driver not checked; a node needs driver >= "
-                     f"{MIN_DRIVER} for torch's CUDA 13 build")
-    else:
-        section.line(f"NVIDIA driver {version}")
-        if int(version.split(".")[0]) < MIN_DRIVER:
-            section.fail(f"NVIDIA driver {version} < {MIN_DRIVER}, which the CUDA 13 build of torch 2.11 needs; fix: "
-                         "update the node's driver, or install a torch build for the node's CUDA")
+    attention, _ = attention_of(cfg)
+    for problem in problems(env, rollout=str(cfg.actor_rollout_ref.rollout.name), attention=attention):
+        section.fail(problem)
+    if env.driver is None:
+        section.note("no GPU visible here: the driver is checked on the compute node, in the job's first step")
+
+
+def main(argv: list[str] | None = None) -> int:
+    top = argparse.ArgumentParser(prog="python -m dara.preflight.environment",
+                                  description="Can this node's environment run a GPU run? (imports torch)")
+    top.add_argument("--attention", choices=("flash_attention_2", "sdpa"), default="flash_attention_2")
+    args = top.parse_args(argv)
+    env = probe_environment()
+    print(f"[environment] {describe(env)}")
+    found = problems(env, attention=args.attention)
+    for problem in found:
+        print(f"[environment] PROBLEM: {problem}")
+    print(f"[environment] {'ready for GPU runs' if not found else f'{len(found)} problem(s)'} "
+          f"(run.attention={args.attention})")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,6 +20,7 @@ class ModelFacts:
     num_key_value_heads: int
     head_dim: int
     hidden_size: int
+    intermediate_size: int  # the MLP's width (gate / up projections), for the recompute term of the memory plan
     vocab_size: int
     max_position_embeddings: int
     tie_word_embeddings: bool
@@ -63,8 +64,9 @@ def facts_from_config_json(config: Mapping, num_parameters: int) -> ModelFacts:
     return facts_from_mapping(values, "config.json")
 
 
-def parameters_of_qwen(facts: ModelFacts, intermediate_size: int, *, qkv_bias: bool, qk_norm: bool) -> int:
+def parameters_of_qwen(facts: ModelFacts, *, qkv_bias: bool, qk_norm: bool) -> int:
     """Parameter count of a Qwen2/Qwen3 decoder from its shape (checks the facts' num_parameters)."""
+    intermediate_size = facts.intermediate_size
     h, q = facts.hidden_size, facts.num_attention_heads * facts.head_dim
     kv = facts.num_key_value_heads * facts.head_dim
     attention = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if qkv_bias else 0) + (2 * facts.head_dim if qk_norm else 0)

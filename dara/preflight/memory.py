@@ -1,14 +1,27 @@
-"""Per-GPU memory plan of a hybrid-engine run (FSDP actor/reference and vLLM sharing each GPU).
+"""Per-GPU memory plan of a hybrid-engine run (FSDP actor/reference and vLLM sharing each GPU), in verl 0.9.1's terms.
 
-Two phases, each must fit one card (`run.hardware.gpu_memory_gib`):
-- rollout: what FSDP keeps on the GPU (by offload choice) + vLLM's share (gpu_memory_utilization x card: vLLM
-  refuses to start unless that much is free) + runtime overhead. Inside vLLM's share: its bf16 weights (/ TP), a
-  workspace, and the KV cache, which must hold at least one request of max_model_len tokens.
-- training (vLLM asleep, its cache and weights released): fp32 params + fp32 grads + fp32 Adam (2 states) sharded
-  over the GPUs (verl's optimizer offload moves Adam back for the step), the bf16 reference unless offloaded, the
-  FSDP all-gather of the largest unit (current + prefetch), checkpointed activations, one recomputed layer and
-  the logits of a dynamic micro-batch of `ppo_max_token_len_per_gpu` tokens.
+Three phases, each must fit one card (`run.hardware.gpu_memory_gib`); every line names the verl config key it
+comes from (keys under `actor_rollout_ref.`), and the facts below were read in verl 0.9.1's source:
+- rollout (vLLM awake): what FSDP keeps on the GPU by offload choice (params and reference in their
+  `*.fsdp_config.model_dtype`, fp32 in verl's generated config: `workers/engine/fsdp/transformer_impl.py`
+  `_build_module` loads the module in that dtype, the reference too) + vLLM's share (`rollout.
+  gpu_memory_utilization` x card: vLLM refuses to start unless that much is free; its own CUDA context, weights,
+  workspace and KV cache live in it) + the trainer's CUDA context and runtime overhead.
+- weight sync (`workers/engine_workers.py` `update_weights`, `free_cache_engine`): vLLM's weights are resumed
+  before its KV cache; the actor's params are on the GPU (loaded even with param offload, offloaded after), and
+  `rollout/vllm_rollout/bucketed_weight_transfer.py` allocates a CUDA buffer of `rollout.checkpoint_engine.
+  update_weights_bucket_megabytes` (2048 by default) through which each full (gathered) tensor is sent.
+- training (vLLM asleep, `free_cache_engine`: sleep level 2 frees its weights and KV cache, `vllm_async_server.py`
+  `_resolve_sleep_level`; its worker process keeps a CUDA context and CUDA graphs unless `rollout.enforce_eager`):
+  fp32 params + grads + Adam (2 states) sharded over the GPUs (verl's optimizer offload moves Adam back for the
+  step), the reference unless offloaded, the FSDP all-gather of the largest unit (current + prefetch, bf16
+  compute), checkpointed activations, one recomputed decoder layer (its hidden, attention and MLP tensors at the
+  model's real `intermediate_size`) and the logits of a dynamic micro-batch of `actor.ppo_max_token_len_per_gpu`
+  tokens. Under SDPA (`run.attention=sdpa`, `model.use_remove_padding=false`) verl pads each micro-batch to its
+  longest sequence (`prepare_model_inputs`, `to_padded_tensor`): the token terms are planned at
+  SDPA_PADDING_FACTOR x the budget.
 The constants below are estimates (not measured here); each term is printed with its arithmetic.
+`python -m recipes gpu_smoke` measures the phases on a real GPU next to this plan.
 """
 
 from __future__ import annotations
@@ -21,10 +34,14 @@ from dara.preflight.facts import ModelFacts
 from dara.preflight.report import Section
 
 GIB = 1024**3
-RUNTIME_OVERHEAD_GIB = 2.0  # CUDA contexts of the trainer and vLLM processes, NCCL buffers, fragmentation
+CUDA_CONTEXT_GIB = 0.5  # one process's CUDA context (the trainer rank's; vLLM's worker keeps its own)
+RUNTIME_OVERHEAD_GIB = 1.5  # NCCL buffers, allocator fragmentation
 VLLM_WORKSPACE_GIB = 2.0  # vLLM's activation peak and CUDA graphs, taken from its share before the KV cache
+VLLM_ASLEEP_GIB = 1.0  # a sleeping vLLM worker: its CUDA context + CUDA graph pools (0.5 with enforce_eager)
 LOGITS_BYTES = 10  # per token x vocabulary entry: bf16 logits 2 + fp32 log-softmax 4 + fp32 gradient 4
-RECOMPUTE_WIDTH = 16  # one recomputed decoder layer's live tensors, in units of hidden_size x 2 bytes per token
+SDPA_PADDING_FACTOR = 2.0  # padded / real tokens of a dynamic micro-batch without remove-padding
+ACTIVATION_BYTES = 2  # bf16 compute (FSDP mixed precision param_dtype)
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -34,22 +51,29 @@ class Term:
     formula: str
 
     def line(self) -> str:
-        return f"{self.name:38s} {self.formula:44s} = {self.bytes / GIB:7.2f} GiB"
+        return f"{self.name:64s} {self.formula:42s} = {self.bytes / GIB:7.2f} GiB"
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
     card_gib: float
     rollout: tuple[Term, ...]
+    weight_sync: tuple[Term, ...]
     training: tuple[Term, ...]
     kv_space: float
     kv_request: float
     kv_per_token: int
     max_model_len: int
+    attention: str
+    micro_batch_tokens: int  # the token count the training terms are planned at (padded under SDPA)
 
     @staticmethod
     def total(terms) -> float:
         return sum(t.bytes for t in terms)
+
+    def phases(self) -> tuple[tuple[str, tuple[Term, ...]], ...]:
+        return (("rollout phase (vLLM awake)", self.rollout), ("weight sync (vLLM weights resumed)", self.weight_sync),
+                ("training phase (vLLM asleep)", self.training))
 
 
 def _units(facts: ModelFacts) -> tuple[float, float]:
@@ -58,55 +82,130 @@ def _units(facts: ModelFacts) -> tuple[float, float]:
     return (facts.num_parameters - embeddings) / facts.num_hidden_layers, facts.embedding_parameters()
 
 
+def dtype_bytes(name) -> int:
+    if str(name) not in DTYPE_BYTES:
+        raise ValueError(f"unknown model dtype {name!r}; known: {sorted(DTYPE_BYTES)}")
+    return DTYPE_BYTES[str(name)]
+
+
+def layer_width(facts: ModelFacts) -> int:
+    """Live bf16 values per token while one decoder layer is recomputed and back-propagated: hidden-sized
+    tensors (input, both norms, attention output, residual, their gradients: 6 h), q / k / v and the attention
+    output with gradients (2 (q + 2 kv)), and the MLP's gate, up, activation and product with gradients (6 I)."""
+    q = facts.num_attention_heads * facts.head_dim
+    kv = facts.num_key_value_heads * facts.head_dim
+    return 6 * facts.hidden_size + 2 * (q + 2 * kv) + 6 * facts.intermediate_size
+
+
+def attention_of(cfg: DictConfig) -> tuple[str, bool]:
+    """(attn_implementation, use_remove_padding) of the actor, as verl reads them."""
+    model = cfg.actor_rollout_ref.model
+    attention = str((model.get("override_config", None) or {}).get("attn_implementation", "flash_attention_2"))
+    return attention, bool(model.get("use_remove_padding", False))
+
+
+def micro_batch_tokens(cfg: DictConfig) -> tuple[int, int]:
+    """(real tokens, planned tokens) of one training micro-batch: the dynamic budget (or micro-batch x sequence),
+    padded under SDPA."""
+    arr, data = cfg.actor_rollout_ref, cfg.data
+    tokens = int(arr.actor.ppo_max_token_len_per_gpu) if arr.actor.use_dynamic_bsz else (
+        int(arr.actor.ppo_micro_batch_size_per_gpu) * (int(data.max_prompt_length) + int(data.max_response_length)))
+    _, remove_padding = attention_of(cfg)
+    return tokens, tokens if remove_padding else int(tokens * SDPA_PADDING_FACTOR)
+
+
+def _state_terms(cfg: DictConfig, facts: ModelFacts, world: int, *, with_grads: bool, params_always: bool):
+    """The FSDP state on one GPU: actor params (+ grads), Adam, the reference, by offload choice."""
+    arr = cfg.actor_rollout_ref
+    actor, ref = arr.actor.fsdp_config, arr.ref.fsdp_config
+    p, ps = facts.num_parameters, f"{facts.num_parameters / 1e9:.3f}e9"
+    use_ref = bool(arr.actor.use_kl_loss) or bool(cfg.algorithm.use_kl_in_reward)
+    actor_bytes = dtype_bytes(actor.get("model_dtype", "fp32"))
+    terms = []
+    if params_always or not actor.param_offload:
+        terms.append(Term(f"actor params (actor.fsdp_config.model_dtype {actor.get('model_dtype', 'fp32')})",
+                          actor_bytes * p / world, f"{actor_bytes} B x {ps} / {world}"))
+    if with_grads:
+        terms.append(Term("actor grads (in the params' dtype)", actor_bytes * p / world,
+                          f"{actor_bytes} B x {ps} / {world}"))
+    if with_grads or not actor.optimizer_offload:
+        terms.append(Term("actor Adam, 2 fp32 states (actor.optim)", 8 * p / world, f"8 B x {ps} / {world}"))
+    if use_ref and not ref.param_offload:
+        ref_bytes = dtype_bytes(ref.get("model_dtype", "fp32"))
+        terms.append(Term(f"reference params (ref.fsdp_config.model_dtype {ref.get('model_dtype', 'fp32')})",
+                          ref_bytes * p / world, f"{ref_bytes} B x {ps} / {world}"))
+    return terms
+
+
+def _runtime_terms() -> list[Term]:
+    return [Term("trainer CUDA context (estimate)", CUDA_CONTEXT_GIB * GIB, f"{CUDA_CONTEXT_GIB} GiB"),
+            Term("NCCL buffers, fragmentation (estimate)", RUNTIME_OVERHEAD_GIB * GIB, f"{RUNTIME_OVERHEAD_GIB} GiB")]
+
+
 def plan(cfg: DictConfig, facts: ModelFacts) -> MemoryPlan:
     hardware = cfg.run.hardware
     card = float(hardware.gpu_memory_gib) * GIB
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-    arr = cfg.actor_rollout_ref
-    fsdp, ref_fsdp, rollout = arr.actor.fsdp_config, arr.ref.fsdp_config, arr.rollout
-    p = facts.num_parameters
-    ps = f"{p / 1e9:.3f}e9"
-    use_ref = bool(arr.actor.use_kl_loss) or bool(cfg.algorithm.use_kl_in_reward)
-    overhead = Term("runtime overhead (estimate)", RUNTIME_OVERHEAD_GIB * GIB, f"{RUNTIME_OVERHEAD_GIB} GiB")
+    rollout = cfg.actor_rollout_ref.rollout
+    p, ps = facts.num_parameters, f"{facts.num_parameters / 1e9:.3f}e9"
 
-    resident = []
-    if not fsdp.param_offload:
-        resident.append(Term("actor params fp32 (sharded)", 4 * p / world, f"4 B x {ps} / {world}"))
-    if not fsdp.optimizer_offload:
-        resident.append(Term("actor Adam states fp32 (sharded)", 8 * p / world, f"8 B x {ps} / {world}"))
-    if use_ref and not ref_fsdp.param_offload:
-        resident.append(Term("reference params bf16 (sharded)", 2 * p / world, f"2 B x {ps} / {world}"))
     util = float(rollout.gpu_memory_utilization)
-    share = Term("vLLM share (gpu_memory_utilization)", util * card, f"{util} x {hardware.gpu_memory_gib} GiB")
-    rollout_terms = (*resident, share, overhead)
+    share = Term("vLLM share (rollout.gpu_memory_utilization)", util * card, f"{util} x {hardware.gpu_memory_gib} GiB")
+    rollout_terms = (*_state_terms(cfg, facts, world, with_grads=False, params_always=False), share,
+                     *_runtime_terms())
 
     tp = int(rollout.tensor_model_parallel_size)
-    weights = 2 * p / tp
-    kv_space = share.bytes - weights - VLLM_WORKSPACE_GIB * GIB
+    vllm_bytes = dtype_bytes(rollout.get("dtype", "bfloat16"))
+    weights = Term(f"vLLM weights (rollout.dtype {rollout.get('dtype', 'bfloat16')}) / TP",
+                   vllm_bytes * p / tp, f"{vllm_bytes} B x {ps} / {tp}")
+    bucket_mb = int(rollout.get("checkpoint_engine", {}).get("update_weights_bucket_megabytes", 2048))
+    layer, embedding = _units(facts)
+    sync_terms = (*_state_terms(cfg, facts, world, with_grads=False, params_always=True), weights,
+                  Term("weight-sync bucket (update_weights_bucket_megabytes)", bucket_mb * 2**20,
+                       f"{bucket_mb} MiB"),
+                  Term("largest gathered tensor (embedding, bf16)", 2 * embedding, f"2 B x {embedding / 1e6:.1f}e6"),
+                  *_runtime_terms())
+
+    kv_space = share.bytes - weights.bytes - VLLM_WORKSPACE_GIB * GIB
     kv_per_token = facts.kv_bytes_per_token(tp)
     max_model_len = int(rollout.max_model_len or facts.max_position_embeddings)
 
-    tokens = int(arr.actor.ppo_max_token_len_per_gpu) if arr.actor.use_dynamic_bsz else (
-        int(arr.actor.ppo_micro_batch_size_per_gpu) * (int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)))
-    layer, embedding = _units(facts)
-    h, L = facts.hidden_size, facts.num_hidden_layers
-    training = [
-        Term("actor params fp32 (sharded)", 4 * p / world, f"4 B x {ps} / {world}"),
-        Term("actor grads fp32 (sharded)", 4 * p / world, f"4 B x {ps} / {world}"),
-        Term("actor Adam states fp32 (sharded)", 8 * p / world, f"8 B x {ps} / {world}"),
-    ]
-    if use_ref and not ref_fsdp.param_offload:
-        training.append(Term("reference params bf16 (sharded)", 2 * p / world, f"2 B x {ps} / {world}"))
+    real, tokens = micro_batch_tokens(cfg)
+    attention, _ = attention_of(cfg)
+    h, L, width = facts.hidden_size, facts.num_hidden_layers, layer_width(facts)
     unit = max(layer, embedding)
+    asleep = (VLLM_ASLEEP_GIB / 2 if rollout.get("enforce_eager", False) else VLLM_ASLEEP_GIB) * GIB
+    training = [*_state_terms(cfg, facts, world, with_grads=True, params_always=True),
+                Term("FSDP all-gather, 2 units bf16 (fsdp_config)", 2 * 2 * unit, f"2 x 2 B x {unit / 1e6:.1f}e6")]
+    if cfg.actor_rollout_ref.model.get("enable_gradient_checkpointing", False):
+        training += [
+            Term("checkpointed activations (model.enable_gradient_checkpointing)", tokens * h * ACTIVATION_BYTES * L,
+                 f"{tokens} tok x {h} x 2 B x {L} layers"),
+            Term("one recomputed layer (h, heads, MLP width; estimate)", tokens * width * ACTIVATION_BYTES,
+                 f"{tokens} tok x {width} x 2 B"),
+        ]
+    else:
+        training.append(Term("activations of every layer (no checkpointing; estimate)",
+                             tokens * width * ACTIVATION_BYTES * L, f"{tokens} tok x {width} x 2 B x {L} layers"))
     training += [
-        Term("FSDP all-gather (2 units bf16)", 2 * 2 * unit, f"2 x 2 B x {unit / 1e6:.1f}e6"),
-        Term("checkpointed activations", tokens * h * 2 * L, f"{tokens} tok x {h} x 2 B x {L} layers"),
-        Term("one recomputed layer (estimate)", tokens * h * 2 * RECOMPUTE_WIDTH, f"{tokens} tok x {h} x 2 B x {RECOMPUTE_WIDTH}"),
-        Term("logits peak", tokens * facts.vocab_size * LOGITS_BYTES, f"{tokens} tok x {facts.vocab_size} x {LOGITS_BYTES} B"),
-        overhead,
+        Term("logits peak (actor.ppo_max_token_len_per_gpu)", tokens * facts.vocab_size * LOGITS_BYTES,
+             f"{tokens} tok x {facts.vocab_size} x {LOGITS_BYTES} B"),
+        Term("vLLM asleep: context + graphs (rollout.free_cache_engine; estimate)", asleep,
+             f"{asleep / GIB} GiB"),
+        *_runtime_terms(),
     ]
-    return MemoryPlan(float(hardware.gpu_memory_gib), rollout_terms, tuple(training), kv_space,
-                      max_model_len * kv_per_token, kv_per_token, max_model_len)
+    return MemoryPlan(float(hardware.gpu_memory_gib), rollout_terms, sync_terms, tuple(training), kv_space,
+                      max_model_len * kv_per_token, kv_per_token, max_model_len, attention, tokens)
+
+
+def token_budget_that_fits(result: MemoryPlan, cfg: DictConfig) -> int:
+    """The largest actor.ppo_max_token_len_per_gpu whose training phase fits the card (the token terms scale
+    linearly with the budget)."""
+    real, planned = micro_batch_tokens(cfg)
+    per_token = sum(t.bytes for t in result.training if " tok " in t.formula) / planned
+    fixed = result.total(result.training) - per_token * planned
+    scale = planned / real
+    return max(0, int((result.card_gib * GIB - fixed) / (per_token * scale)))
 
 
 def check_memory(cfg: DictConfig, facts: ModelFacts | None, section: Section) -> MemoryPlan | None:
@@ -117,20 +216,34 @@ def check_memory(cfg: DictConfig, facts: ModelFacts | None, section: Section) ->
         section.fail("the model file has no run.model_facts: no memory plan (add them from the model's config.json)")
         return None
     result = plan(cfg, facts)
+    real, planned = micro_batch_tokens(cfg)
     card = result.card_gib * GIB
     gpu = cfg.run.hardware.gpu
-    for phase, terms in (("rollout phase (vLLM awake)", result.rollout), ("training phase (vLLM asleep)", result.training)):
+    padding = ("remove padding: micro-batches of real tokens" if planned == real else
+               f"no remove padding: micro-batches padded to their longest sequence, planned at {SDPA_PADDING_FACTOR}"
+               f" x {real} = {planned} tokens (estimate)")
+    section.line(f"attention: {result.attention} (run.attention -> model.override_config.attn_implementation; "
+                 f"{padding})")
+    sp = int(cfg.actor_rollout_ref.actor.get("ulysses_sequence_parallel_size", 1) or 1)
+    if planned != real and sp > 1:  # verl's FSDP engine asserts it at start-up
+        section.fail(f"Ulysses sequence parallelism (actor.ulysses_sequence_parallel_size={sp}) needs "
+                     "model.use_remove_padding, which needs flash_attention_2: run.attention=flash_attention_2")
+    for phase, terms in result.phases():
         total = MemoryPlan.total(terms)
         section.line(f"{phase}, per GPU:")
         section.lines += [f"  {t.line()}" for t in terms]
-        section.line(f"  {'total':38s} {'':44s} = {total / GIB:7.2f} GiB of {result.card_gib} GiB ({gpu})")
+        section.line(f"  {'total':64s} {'':42s} = {total / GIB:7.2f} GiB of {result.card_gib} GiB ({gpu})")
         if total > card:
+            hint = ("more GPUs, offloading or a smaller token budget" if not phase.startswith("training") else
+                    f"more GPUs, offloading, or actor.ppo_max_token_len_per_gpu <= {token_budget_that_fits(result, cfg)}"
+                    f" (the cluster's run.hardware.<scale>.max_token_len_per_gpu)")
             section.fail(f"{phase} needs {total / GIB:.1f} GiB per GPU, more than the {result.card_gib} GiB of a {gpu} "
-                         "(more GPUs, offloading or a smaller token budget)")
+                         f"({hint})")
     tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
-    section.line(f"vLLM KV cache: share {result.rollout[-2].bytes / GIB:.2f} - weights 2 B x "
-                 f"{cfg.run.model_facts.num_parameters / 1e9:.3f}e9 / TP {tp} - workspace {VLLM_WORKSPACE_GIB} GiB "
-                 f"= {result.kv_space / GIB:.2f} GiB")
+    weights = next(t for t in result.weight_sync if t.name.startswith("vLLM weights"))
+    share = next(t for t in result.rollout if t.name.startswith("vLLM share"))
+    section.line(f"vLLM KV cache: share {share.bytes / GIB:.2f} - weights {weights.formula} "
+                 f"- workspace {VLLM_WORKSPACE_GIB} GiB = {result.kv_space / GIB:.2f} GiB (TP {tp})")
     section.line(f"  one request of max_model_len {result.max_model_len}: {result.max_model_len} x "
                  f"{result.kv_per_token / 1024:.0f} KiB/token = {result.kv_request / GIB:.2f} GiB"
                  + (f"; {int(result.kv_space // result.kv_request)} such requests fit" if result.kv_space > 0 else ""))

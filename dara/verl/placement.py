@@ -5,12 +5,15 @@
     {"nodes": [{"node_id", "ip", "hostname", "alive", "is_head", "resources": {"CPU", "GPU", ...}}, ...],
      "worker_groups": {"actor_rollout": [{"rank", "world_size", "node_id", "ip", "pid", "master_addr",
                                           "process_group": {"backend", "world_size"} | null,
-                                          "cpu_seconds": {"start": s, "end": s}}, ...], ...},
+                                          "work": {"actor": {"forward_passes": n, "optimizer_steps": n},
+                                                   "ref": {...}}}, ...], ...},
      "distinct_worker_nodes": n, "recorded": {"start": unix time, "end": unix time}}
 
-"start" is taken once verl's workers are up (before the first step), "end" after `fit` returns; `cpu_seconds`
-is each worker process's CPU time then, so start -> end is the training work that rank did on its node. A job
-requeued onto a fresh allocation rewrites the file with its own nodes.
+"start" is taken once verl's workers are up (before the first step), "end" after `fit` returns. `work` is what
+the rank itself ran since "start": at "start" each rank installs, in its own process, a forward pre-hook on every
+training engine's module and a step post-hook on its optimizer, so at "end" the counts are the forward passes
+and optimizer updates that rank ran on its node during `fit` (zero at "start"). A job requeued onto a fresh
+allocation rewrites the file with its own nodes and counts.
 
 `PlacementRecorderMixin` goes before verl's TaskRunner (dara/verl/task_runner.py); only this module knows the
 file. Recording never fails a run: an error is written into the file and logged.
@@ -18,6 +21,7 @@ file. Recording never fails a run: an error is written into the file and logged.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -32,6 +36,46 @@ from dara.run_folder import RAY_NODES as RAY_NODES_FILE
 logger = logging.getLogger(__name__)
 
 _GROUP_ATTRIBUTES = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "reward_wg")
+_WORK_ATTRIBUTE = "_dara_work_counts"  # set on the worker instance by the first count_work call
+
+
+def _engines(worker) -> dict[str, object]:
+    """The training engines inside a verl worker actor, by role. verl colocates a group's workers in one Ray
+    actor (`single_controller/ray/base.py`: a `WorkerDict` keeps them in `worker_dict`, a fused worker in
+    `fused_worker_dict`); its ActorRolloutRefWorker keeps the actor and reference as `TrainingWorker`s (`.actor`,
+    `.ref`), each holding its engine in `.engine`; a standalone TrainingWorker (the critic) holds its own."""
+    members = {**(getattr(worker, "worker_dict", None) or {}), **(getattr(worker, "fused_worker_dict", None) or {})}
+    engines = {}
+    for member in list(members.values()) or [worker]:
+        found = {role: getattr(getattr(member, role, None), "engine", None) for role in ("actor", "ref")}
+        found = {role: engine for role, engine in found.items() if engine is not None}
+        if not found and getattr(member, "engine", None) is not None:
+            found["engine"] = member.engine
+        engines.update(found)
+    return engines
+
+
+def _bump(counts: dict, key: str, *_hook_args) -> None:
+    counts[key] += 1
+
+
+def count_work(worker) -> dict[str, dict[str, int]]:
+    """{role: {"forward_passes", "optimizer_steps"}} this worker's engines ran since the first call.
+
+    The first call installs the counting hooks in the calling process (a forward pre-hook on the engine's
+    module, a step post-hook on its optimizer), so the rank itself records its work."""
+    counters = getattr(worker, _WORK_ATTRIBUTE, None)
+    if counters is None:
+        counters = {}
+        for role, engine in _engines(worker).items():
+            counts = counters[role] = {"forward_passes": 0, "optimizer_steps": 0}
+            module, optimizer = getattr(engine, "module", None), getattr(engine, "optimizer", None)
+            if module is not None:
+                module.register_forward_pre_hook(functools.partial(_bump, counts, "forward_passes"))
+            if optimizer is not None:
+                optimizer.register_step_post_hook(functools.partial(_bump, counts, "optimizer_steps"))
+        setattr(worker, _WORK_ATTRIBUTE, counters)
+    return {role: dict(counts) for role, counts in counters.items()}
 
 
 def _worker_location(worker) -> dict:
@@ -44,7 +88,7 @@ def _worker_location(worker) -> dict:
     return {"rank": int(os.environ.get("RANK", -1)), "world_size": int(os.environ.get("WORLD_SIZE", 0)),
             "node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(), "master_addr": os.environ.get("MASTER_ADDR"), "process_group": process_group,
-            "cpu_seconds": round(time.process_time(), 3)}
+            "work": count_work(worker)}
 
 
 def worker_groups(trainer) -> dict[str, object]:
@@ -80,17 +124,9 @@ def locate_workers(trainer, timeout_s: float = 60.0) -> dict[str, list[dict]]:
 
 
 def _merge(previous: dict, nodes: list[dict], workers: dict[str, list[dict]], stage: str) -> dict:
-    """The file's content after this stage: nodes as now, each worker's cpu_seconds at start and end."""
-    before = previous.get("worker_groups", {}) if stage == "end" else {}
-    groups = {}
-    for role, rows in workers.items():
-        earlier = {row["rank"]: row for row in before.get(role, [])}
-        merged = []
-        for row in rows:
-            cpu = dict(earlier.get(row["rank"], {}).get("cpu_seconds", {})) if stage == "end" else {}
-            cpu[stage] = row["cpu_seconds"]
-            merged.append({**row, "cpu_seconds": cpu})
-        groups[role] = merged
+    """The file's content after this stage: nodes and workers as now (each rank's work counted since "start"),
+    the times of this job's stages."""
+    groups = {role: list(rows) for role, rows in workers.items()}
     recorded = dict(previous.get("recorded", {})) if stage == "end" else {}
     recorded[stage] = time.time()
     distinct = len({row["node_id"] for rows in workers.values() for row in rows})

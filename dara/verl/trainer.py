@@ -34,6 +34,7 @@ from dara.verl.estimators import ChannelContext, library_name
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
+from dara.verl.stop_request import StopAtStepBoundaryMixin
 from dara.verl.wandb_steps import WandbStepMixin
 
 logger = logging.getLogger(__name__)
@@ -225,21 +226,21 @@ class _WithAlgorithm:
 
 
 @register_trainer("dara_sync")
-class DaraTrainerSync(ChannelTrainerMixin, PPOTrainerSync):
+class DaraTrainerSync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerSync):
     """verl's synchronous trainer with the project's advantage step."""
 
     VERL_MODE = "sync"
 
 
 @register_trainer("dara_colocate_async")
-class DaraTrainerColocateAsync(ChannelTrainerMixin, PPOTrainerColocateAsync):
+class DaraTrainerColocateAsync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with the project's advantage step."""
 
     VERL_MODE = "colocate_async"
 
 
 @register_trainer("dara_separate_async")
-class DaraTrainerSeparateAsync(ChannelTrainerMixin, PPOTrainerSeparateAsync):
+class DaraTrainerSeparateAsync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerSeparateAsync):
     """verl's separate-pool asynchronous trainer with the project's advantage step."""
 
     VERL_MODE = "separate_async"

@@ -1,0 +1,131 @@
+"""`python -m recipes gpu_smoke` where no GPU is: its preflight and dry run, and its parts on CPU. The checklist;
+the calibration computed from measured throughput, written and read back by the preflight; the cluster files
+matched to a GPU; and the smoke's stop-and-resume step (`train_with_forced_stop`) on the CPU runtime, with the
+checks that read the steps it logged (checkpoint + resume, rollout, weight sync) and the throughput they yield.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from dara.preflight import load_calibration
+from dara.preflight.budget import step_minutes
+from dara.preflight.calibration import RunShape, Throughput, scaled_step_minutes, write_calibration
+from dara.run_log import read_metrics
+from recipes import load
+from recipes.__main__ import main
+from recipes.gpu_smoke import (
+    CHECKS,
+    Checklist,
+    Measured,
+    calibrate,
+    checkpoint_resume_check,
+    matching_clusters,
+    measure,
+    paper_runs,
+    rollout_check,
+    run_shape,
+    runs,
+    train_with_forced_stop,
+    weight_sync_check,
+)
+
+
+def test_checklist_says_ok_or_fail_for_each_part():
+    checks = Checklist()
+    checks.add("install", True, "torch 2.11.0+cu129 (CUDA 12.9 build)")
+    checks.add("rollout", False, "no steps")
+    lines = checks.text().splitlines()
+    assert [line.split()[1] for line in lines] == ["install", "attention", "rollout", "weight", "checkpoint",
+                                                   "evaluation"]
+    assert lines[0].startswith("[gpu_smoke] install ....") and " ok    torch 2.11.0+cu129" in lines[0]
+    assert "FAIL  no steps" in lines[2] and "FAIL  not reached" in lines[1]
+    assert not checks.ok
+    for name in CHECKS:
+        checks.add(name, True, "fine")
+    assert checks.ok and json.loads(json.dumps(checks.as_json()))["rollout"] == {"ok": True, "detail": "fine"}
+
+
+def test_clusters_are_matched_to_the_gpu_by_name_and_memory():
+    assert matching_clusters("NVIDIA H100 80GB HBM3", 79.6) == ["h100_x8"]
+    assert matching_clusters("NVIDIA A100-SXM4-40GB", 39.4) == ["a100_40g_x4"]
+    assert matching_clusters("NVIDIA A100-SXM4-80GB", 79.2) == ["a100_80g_x8"]
+    assert matching_clusters("NVIDIA H200", 139.8) == []
+
+
+MEASURED = Measured(rollout_tokens_per_s=4000.0, update_tokens_per_s=20000.0, logprob_tokens_per_s=60000.0,
+                    other_seconds_per_response=0.05, mean_prompt=1024.0, mean_response=256.0)
+
+
+def test_calibration_is_written_and_the_preflight_reads_it(tmp_path):
+    smoke = runs()[0]
+    table = calibrate(MEASURED, smoke, ["a100_40g_x4", "h100_x8"])
+    models = {run.model for run in paper_runs()}
+    assert set(table) == {"a100_40g_x4", "h100_x8"} and all(set(m) == models for m in table.values())
+    # one figure by hand: qwen2.5-1.5b on 4 A100s, tool calling (measured fills: prompt 1024/2048, response 256/1024)
+    shape = run_shape(next(r for r in paper_runs() if r.model == "qwen2.5-1.5b-instruct" and r.task == "toolrl"
+                           and not r.variant), "a100_40g_x4")
+    assert (shape.responses, shape.gpus, shape.max_prompt, shape.max_response) == (2048, 4, 2048, 1024)
+    assert shape.uses_reference and shape.measured_task and not shape.dynamic_sampling
+    scale = 494032768 / 1543714304
+    by_hand = (2048 * 256 / (4000 * scale * 4) + 2048 * 1280 / (20000 * scale * 4)
+               + 2 * 2048 * 1280 / (60000 * scale * 4) + 2048 * 0.05) / 60
+    assert table["a100_40g_x4"]["qwen2.5-1.5b-instruct"] >= round(by_hand, 2) - 0.01
+    assert scaled_step_minutes(Throughput(494032768, 4000, 20000, 60000, 0.05, 0.5, 0.25), shape) == \
+        pytest.approx(by_hand)
+    # math: dynamic sampling doubles the generation; every sequence at its budget (no measured fill)
+    math_shape = RunShape(7615616512, 8, 8192, 1024, 8000, 1, True, True, False)
+    assert math_shape.dynamic_sampling and table["h100_x8"]["deepseek-r1-distill-qwen-7b"] > table["h100_x8"][
+        "deepseek-r1-distill-qwen-1.5b"]
+
+    path = write_calibration(tmp_path / "calibration.json", gpu="NVIDIA H100 80GB HBM3", measured_at="test",
+                             step_minutes=table, measured={}, derivation="test")
+    calibration = load_calibration(path)
+    assert calibration.step_minutes("h100_x8", "qwen3-4b-instruct-2507") == table["h100_x8"]["qwen3-4b-instruct-2507"]
+    # the preflight's lookup (the whole preflight with a calibration: tests/test_preflight.py)
+    cfg = OmegaConf.create({"run": {"model": "qwen3-4b-instruct-2507", "cluster": "h100_x8",
+                                    "hardware": {"step_minutes_estimate": {"qwen3-4b-instruct-2507": 25}}}})
+    minutes, source = step_minutes(cfg, calibration)
+    assert minutes == table["h100_x8"]["qwen3-4b-instruct-2507"] and source.startswith("CALIBRATED (gpu_smoke on NVIDIA H100")
+    assert step_minutes(cfg) == (25.0, "ESTIMATE (cluster file h100_x8)")
+
+
+@pytest.mark.slow  # composes the smoke's config (Hydra over verl's trainer config), twice
+def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
+    assert main(["gpu_smoke", "--preflight", "--skip-env", "--output-root", str(tmp_path)]) == 0
+    assert "1 of 1 runs pass" in capsys.readouterr().out
+    assert main(["gpu_smoke", "--dry-run", "--launcher", "slurm", "--output-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "stop request once step 2 is logged: checkpoint at step 3" in out
+    assert "results.evaluation bfcl all" in out and "--limit 20" in out and "--backend vllm" in out
+    (sbatch,) = [line for line in out.splitlines() if line.startswith("[recipes] sbatch")]
+    assert "--gpus-per-node=1" in sbatch and "--time=1:00:00" in sbatch and "scripts/slurm/gpu_smoke.sbatch" in sbatch
+    assert load("gpu_smoke").runs()[0].cluster == "one_gpu"
+
+
+@pytest.mark.slow  # two dara.train runs on the CPU runtime (~3-8 min on 2 loaded cores)
+def test_the_smokes_stop_and_resume_step_on_the_cpu_runtime(tmp_path):
+    steps, run_dir = 4, tmp_path / "smoke-tiny-dara_asym-s0"
+    # the CPU smoke task, saving at its last step as the GPU smoke does (save_freq 4: steps 2 and 3 are no saves)
+    overrides = [f"run.output_root={tmp_path}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}"]
+    first, stopped_at, second = train_with_forced_stop(overrides, run_dir, stop_after=1, timeout_s=1800)
+    ok, detail = checkpoint_resume_check(run_dir, steps, stopped_at, (first, second))
+    assert ok, detail
+    # the stop's checkpoint is verl's own save at the step after the request
+    assert stopped_at in (2, 3) and "stopped at step" in detail
+    assert f"stop requested (gpu_smoke: forced stop after step 1): step {stopped_at} checkpointed" in \
+        (run_dir / "logs" / "main.log").read_text()
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert rollout_check(records)[0]
+    synced, sync_detail = weight_sync_check(records)
+    assert "update_weights every step: True" in sync_detail
+    measured = measure(records, responses=8 * 4)
+    assert measured.rollout_tokens_per_s > 0 and measured.update_tokens_per_s > 0 and measured.mean_response > 0
+    placement = json.loads((run_dir / "ray_nodes.json").read_text())
+    (rank,) = placement["worker_groups"]["actor_rollout"]
+    # one update per step (the smoke's mini-batch is its batch), counted by the rank: the resume trained the rest
+    assert rank["work"]["actor"]["optimizer_steps"] == steps - stopped_at
+    assert rank["work"]["actor"]["forward_passes"] >= steps - stopped_at
