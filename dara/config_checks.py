@@ -5,15 +5,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
 from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
+from rewards.spec import RewardSpec, RewardSpecError, load_reward_spec
 
 SCHEMA_NAME = "dara_algo_schema"  # conf/train.yaml's defaults list names it
 
@@ -23,10 +22,15 @@ class ConfigError(ValueError):
 
 
 def register_schema() -> None:
-    """`algorithm.dara` is a `DaraAlgoConfig`: Hydra shows its defaults and rejects unknown keys or types."""
+    """`algorithm.dara` is a `DaraAlgoConfig`: Hydra shows its defaults and rejects unknown keys or types.
+
+    Its `reward_ranges` takes any channel name (`algorithm.dara.reward_ranges.correctness=[-3,3]`, no `+`):
+    the channels are the reward's, known only once its module is read."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name=SCHEMA_NAME, node={"algorithm": {"dara": DaraAlgoConfig}})
+    node = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
+    OmegaConf.set_struct(node.algorithm.dara.reward_ranges, False)
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=node)
 
 
 def composition_error_line(error: BaseException) -> str:
@@ -74,44 +78,54 @@ def _check_required(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
 
 
-def declared_channels(cfg: DictConfig) -> list[str] | None:
-    """The channels the task's reward spec declares: `reward_channels(data_source, reward_kwargs)` of the
-    reward file (`reward.custom_reward_function.path`) for `run.data_source`; None when either is missing."""
-    source = OmegaConf.select(cfg, "run.data_source", default=None)
+def reward_spec(cfg: DictConfig) -> RewardSpec | None:
+    """The run's reward module with its declared channels and ranges (`rewards.spec`): the file
+    `reward.custom_reward_function.path` for `run.data_source`; None when no reward module is named (verl's
+    built-in scorers declare no channels). A module that cannot be used is a ConfigError naming it."""
     path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
-    if source is None or not path or not Path(path).is_file():
+    if not path:
         return None
-    spec = importlib.util.spec_from_file_location("dara_reward_spec", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    declare = getattr(module, "reward_channels", None)
-    if declare is None:
-        return None
+    name = OmegaConf.select(cfg, "reward.custom_reward_function.name", default=None) or "compute_score"
+    source = OmegaConf.select(cfg, "run.data_source", default=None)
     kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
-    kwargs = OmegaConf.to_container(kwargs) if kwargs is not None else {}
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
     try:
-        return list(declare(str(source), kwargs))
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"reward spec ({path}, run.data_source={source}): {error}") from None
+        return load_reward_spec(path, name, None if source is None else str(source), kwargs)
+    except RewardSpecError as error:
+        raise ConfigError(str(error)) from None
+
+
+def declared_channels(cfg: DictConfig) -> list[str] | None:
+    """The channels the run's reward module declares, in order; None when no module is named."""
+    spec = reward_spec(cfg)
+    return None if spec is None else spec.names
 
 
 def _check_channels(cfg: DictConfig) -> None:
-    """algorithm.reward_channels defaults to the reward's channels; a channel the reward lacks fails here."""
-    declared = declared_channels(cfg)
-    channels = list(cfg.algorithm.get("reward_channels", None) or [])
-    if not channels and declared:
-        with open_dict(cfg):
-            cfg.algorithm.reward_channels = declared
-        channels = declared
+    """algorithm.reward_channels defaults to the reward's channels (a channel it lacks fails here), and
+    algorithm.dara.reward_ranges to their declared ranges, by name (a range given there overrides one)."""
+    spec = reward_spec(cfg)
+    declared = None if spec is None else spec.names
+    channels = list(cfg.algorithm.get("reward_channels", None) or []) or list(declared or [])
     if declared is not None:
         for channel in channels:
             if channel not in declared:
                 raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
-                                  f"returns: the reward's channels are {declared} (run.data_source="
-                                  f"{cfg.run.data_source})")
+                                  f"returns: the reward's channels are {declared} ({spec.path})")
     if library_estimator(str(cfg.algorithm.adv_estimator)) is not None and (
             not channels or len(set(channels)) != len(channels)):
         raise ConfigError(f"algorithm.reward_channels must name distinct reward channels, got {channels}")
+    given = OmegaConf.select(cfg, "algorithm.dara.reward_ranges", default=None)
+    given = OmegaConf.to_container(given, resolve=True) if given is not None else {}
+    unknown = sorted(set(given) - set(channels))
+    if unknown:
+        raise ConfigError(f"algorithm.dara.reward_ranges names {unknown}, not among the run's reward channels "
+                          f"{channels}")
+    ranges = {c: list(spec.channels[c]) for c in channels} if spec is not None else {}
+    with open_dict(cfg):
+        cfg.algorithm.reward_channels = channels
+        if "dara" in cfg.algorithm:
+            cfg.algorithm.dara.reward_ranges = {**ranges, **given}
 
 
 def _check_estimator(cfg: DictConfig) -> None:
@@ -142,9 +156,16 @@ def _check_allocation(cfg: DictConfig) -> None:
         raise ConfigError("allocation: " + "; ".join(problems))
 
 
+def _check_assets(cfg: DictConfig) -> None:
+    """`run.assets` names a registered or loadable builder (dara.assets)."""
+    from dara.assets import check_assets  # dara.assets raises this module's ConfigError
+
+    check_assets(cfg)
+
+
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_allocation, _check_channels,
-                                                      _check_estimator]
+                                                      _check_estimator, _check_assets]
 
 
 def check_config(cfg: DictConfig) -> None:

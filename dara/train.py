@@ -28,6 +28,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from dara.assets import prepare_assets
 from dara.config_checks import ConfigError, check_config, check_inputs, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
@@ -59,22 +60,6 @@ def _apply_runtime_env(cfg: DictConfig) -> None:
     modules = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
     for module in filter(None, (m.strip() for m in modules.split(","))):
         __import__(module)
-
-
-def _prepare_assets(cfg: DictConfig) -> None:
-    if cfg.run.assets == "smoke":
-        from data_prep import smoke
-
-        print(f"[dara] preparing offline smoke assets in {cfg.run.assets_dir}", flush=True)
-        smoke.build(cfg.run.assets_dir, seed=0)
-    elif cfg.run.assets == "smoke_math":  # the tiny model, then synthetic problems through data_prep deepscaler
-        from data_prep import deepscaler, smoke
-
-        print(f"[dara] preparing offline math smoke assets in {cfg.run.assets_dir}", flush=True)
-        model_dir = smoke.build(Path(cfg.run.output_root) / "assets" / "smoke", seed=0)["model_dir"]
-        deepscaler.build_smoke(cfg.run.assets_dir, model_dir)
-    elif cfg.run.assets is not None:
-        raise ConfigError(f"run.assets={cfg.run.assets!r} is not known (expected 'smoke', 'smoke_math' or null)")
 
 
 def _finished(cfg: DictConfig) -> bool:
@@ -173,7 +158,7 @@ def train(cfg: DictConfig) -> None:
         return
     wandb = apply_wandb_env(cfg)
     _apply_runtime_env(cfg)
-    _prepare_assets(cfg)
+    prepare_assets(cfg)
     check_inputs(cfg)
     _write_run_info(cfg)
     verbose = bool(cfg.run.get("verbose", False))

@@ -239,6 +239,7 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
     from dara.verl.trainer import DaraTrainerSync
 
     cfg = composed(tuple(math_filter_overrides()))
+    check_config(cfg)  # as dara.train does: the reward's channels fill algorithm.reward_channels
     stock = PPOTrainerSync(OmegaConf.merge(cfg, {"trainer": {"v1": {"trainer_mode": "sync"}}})).replay_buffer
     ours = DaraTrainerSync(cfg.copy()).replay_buffer
     assert type(stock) is ReplayBuffer and stock.filter_groups_metric == "reward"

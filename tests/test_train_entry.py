@@ -30,10 +30,12 @@ def test_default_composes_to_smoke_dara_asym():
     assert cfg.run.task == "smoke" and cfg.run.model == "tiny"
     assert cfg.algorithm.adv_estimator == "dara_asym"
     assert cfg.trainer.v1.trainer_mode == "dara_sync"
-    assert list(cfg.algorithm.reward_channels) == ["format", "correctness"]
+    assert cfg.algorithm.reward_channels is None  # the task restates no channels: the reward declares them
     assert cfg.run.name == "smoke-tiny-dara_asym-s0"
     assert cfg.reward.custom_reward_function.path == f"{dara.PROJECT_ROOT}/rewards/verl_entry.py"
     check_config(cfg)
+    assert list(cfg.algorithm.reward_channels) == ["format", "correctness"]
+    assert cfg.algorithm.dara.reward_ranges == {"format": [0.0, 1.0], "correctness": [-3.0, 3.0]}
 
 
 @pytest.mark.parametrize("estimator", sorted({*ESTIMATOR_NAMES, "gd2po_hard_after"} - {"static"}))
@@ -48,7 +50,7 @@ def test_every_estimator_config_composes(estimator):
     [
         (["estimator=static"], "fixed channel weights"),
         (["algorithm.dara.weights=[1,2,3]"], "3 entries for 2"),
-        (["estimator=saw", "algorithm.dara.reward_ranges=null"], "reward_ranges"),
+        (["estimator=saw", "algorithm.dara.reward_ranges.lenght=[0,1]"], r"reward_ranges names \['lenght'\]"),
         (["algorithm.reward_channels=[format,format]"], "distinct"),
         (["algorithm.dara.batch_norm=sequence"], "batch_norm"),
         (["estimator=grpo", "algorithm.dara.batch_norm=token"], "'grpo' does not take batch_norm='token'"),
@@ -67,12 +69,23 @@ def test_invalid_combinations_fail_before_ray(overrides, message):
         check_config(composed(*overrides))
 
 
-def test_reward_channels_default_to_the_reward_specs():
-    for task, channels in (("smoke", ["format", "correctness"]), ("deepscaler", ["correctness", "length"]),
-                           ("toolrl_three_rewards", ["format", "correctness", "length"])):
-        cfg = composed(f"task={task}", "algorithm.reward_channels=null")
+def test_reward_channels_and_ranges_come_from_the_reward_by_name():
+    for task, ranges in (("smoke", {"format": [0, 1], "correctness": [-3, 3]}),
+                         ("deepscaler", {"correctness": [0, 1], "length": [0, 1]}),
+                         ("toolrl_three_rewards", {"format": [0, 1], "correctness": [-3, 3], "length": [0, 1]})):
+        cfg = composed(f"task={task}", "estimator=saw")
         check_config(cfg)
-        assert list(cfg.algorithm.reward_channels) == channels
+        assert list(cfg.algorithm.reward_channels) == list(ranges)
+        assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == ranges
+    # one channel overridden by name (no "+": the node takes any channel), the others still the reward's
+    cfg = composed("task=toolrl_three_rewards", "algorithm.dara.reward_ranges.correctness=[-4,4]")
+    check_config(cfg)
+    assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == {"format": [0, 1], "correctness": [-4, 4],
+                                                                         "length": [0, 1]}
+    # a subset of the channels takes only theirs
+    cfg = composed("task=toolrl_three_rewards", "algorithm.reward_channels=[length,format]")
+    check_config(cfg)
+    assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == {"length": [0, 1], "format": [0, 1]}
 
 
 def test_algorithm_dara_shows_every_default_and_rejects_unknown_keys():

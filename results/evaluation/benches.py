@@ -1,0 +1,139 @@
+"""The evaluation benches (`python -m results.evaluation <bench> ...`), one object each, registered by task.
+
+A task names its benches in the registry (`tasks.registry.TaskSpec.evaluations`: "math" for the math task,
+"toolrl" and "bfcl" for tool calling); `results.evaluation.cli` looks the bench up by name and calls the same
+five steps on any of them: load the cases, make the generation producer, score a record (in a hard-time-limit
+pool where the bench asks for one), and aggregate the scores into summary.json and summary.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from results.evaluation import bfcl_eval, math_eval, toolrl_eval
+from tasks.registry import evaluations, load_ref
+
+
+class Bench:
+    """One evaluation family. `defaults`: EXPERIMENTS.md's sampling; `needs_data`: cases come from --data;
+    `has_prompts`: the `prompts` stage applies (cases are built, not read from rows)."""
+
+    name: str
+    defaults: dict
+    needs_data = True
+    has_prompts = False
+    module = None  # the bench's module: make_producer(backend, sampling)
+
+    def complete_args(self, args) -> None:
+        """Fill the bench's own defaults into the parsed command line."""
+
+    def load_cases(self, args) -> list[dict]:
+        raise NotImplementedError
+
+    def prompts(self, cases: list[dict]) -> list[dict]:
+        """The `prompts` stage's records: each case's first-turn chat as the model receives it."""
+        raise NotImplementedError
+
+    def producer(self, backend, sampling):
+        return self.module.make_producer(backend, sampling)
+
+    def score_pool(self, args):
+        """A `rewards.pool.HardTimeoutPool` for scoring, or None (the caller closes it)."""
+        return None
+
+    def score(self, record: dict, case: dict, args, pool) -> dict:
+        raise NotImplementedError
+
+    def aggregate(self, scored: list[dict], args) -> tuple[dict, str]:
+        """(summary, markdown table) of the scored records."""
+        raise NotImplementedError
+
+
+class MathBench(Bench):
+    name = "math"
+    defaults = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768}
+    module = math_eval
+
+    def load_cases(self, args):
+        return math_eval.load_math_cases(args.data, limit=args.limit)
+
+    def score_pool(self, args):
+        from rewards.pool import HardTimeoutPool
+
+        return HardTimeoutPool(args.score_workers, args.score_timeout, preload=["rewards.math"])
+
+    def score(self, record, case, args, pool):
+        return math_eval.score_record(record, length_limit=args.length_limit, pool=pool)
+
+    def aggregate(self, scored, args):
+        meta = Path(args.out) / "generations.jsonl.meta.json"  # the sample count the generations were made with
+        samples = json.loads(meta.read_text())["sampling"]["n"] if meta.exists() else args.samples
+        math_eval.check_complete(scored, samples)
+        table = math_eval.summarise_math(scored, n_boot=args.boot, seed=args.seed)
+        summary = {"benchmarks": table.to_dict("records"),
+                   "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored)),
+                   "olympiad_bench_copy": math_eval.olympiad_copy(table),
+                   "grading": "Acc = strict (verl's Hendrycks grader) or numeric-equivalence fallback; "
+                              "acc_strict = Hendrycks only; Exceed/Joint on generated ids with EOS"}
+        return summary, math_eval.render_math_table(table)
+
+
+class ToolRLBench(Bench):
+    """ToolRL held-out rows: greedy, verl's validation default."""
+
+    name = "toolrl"
+    defaults = {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 1024}
+    module = toolrl_eval
+
+    def load_cases(self, args):
+        return toolrl_eval.load_toolrl_cases(args.data, limit=args.limit)
+
+    def score(self, record, case, args, pool):
+        return toolrl_eval.score_record(record)
+
+    def aggregate(self, scored, args):
+        summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
+        text = "| metric | mean | 95% CI |\n|---|---|---|\n" + "".join(
+            f"| {m} | {summary[m]:.3f} | [{summary[m + '_lo']:.3f}, {summary[m + '_hi']:.3f}] |\n"
+            for m in toolrl_eval.METRICS)
+        return summary, text
+
+
+class BFCLBench(Bench):
+    name = "bfcl"
+    defaults = {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192}
+    needs_data = False
+    has_prompts = True
+    module = bfcl_eval
+
+    def complete_args(self, args) -> None:
+        if not args.categories:
+            args.categories = list(bfcl_eval.bfcl.CATEGORIES)
+
+    def load_cases(self, args):
+        return bfcl_eval.load_bfcl_cases(args.categories, limit=args.limit)
+
+    def prompts(self, cases):
+        return bfcl_eval.first_turn_prompts(cases)
+
+    def score(self, record, case, args, pool):
+        return bfcl_eval.score_record(record, case)
+
+    def aggregate(self, scored, args):
+        summary = bfcl_eval.summarise_bfcl(scored)
+        lines = ["| category | cases | accuracy | format |", "|---|---|---|---|"]
+        lines += [f"| {c} | {v['cases']} | {v['accuracy']:.2f} | {v['format']:.2f} |"
+                  for c, v in summary["categories"].items()]
+        for key in ("average_accuracy", "average_format"):
+            if key in summary:
+                lines.append(f"| **{key}** | | {summary[key]:.2f} | |")
+        return summary, "\n".join(lines) + "\n"
+
+
+MATH, TOOLRL, BFCL = MathBench(), ToolRLBench(), BFCLBench()
+
+
+def benches() -> dict[str, Bench]:
+    """Every registered task's benches by name."""
+    return {name: load_ref(ref) for name, ref in evaluations().items()}
