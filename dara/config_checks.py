@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
 from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
-from rewards.spec import RewardSpec, RewardSpecError, load_reward_spec
+from rewards.spec import POOL_OPTIONS, PROBE_ROWS, RewardSpec, RewardSpecError, load_reward_spec, probe
 
 SCHEMA_NAME = "dara_algo_schema"  # conf/train.yaml's defaults list names it
 
@@ -90,9 +91,13 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
     kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
     kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
     try:
-        return load_reward_spec(path, name, None if source is None else str(source), kwargs)
+        spec = load_reward_spec(path, name, None if source is None else str(source), kwargs)
     except RewardSpecError as error:
         raise ConfigError(str(error)) from None
+    if str(path) != spec.path and not str(path).startswith("pkg://"):  # Ray workers start in other folders
+        with open_dict(cfg):
+            cfg.reward.custom_reward_function.path = spec.path
+    return spec
 
 
 def declared_channels(cfg: DictConfig) -> list[str] | None:
@@ -171,6 +176,48 @@ CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_all
 def check_config(cfg: DictConfig) -> None:
     for check in CONFIG_CHECKS:
         check(cfg)
+
+
+def is_project_reward(spec: RewardSpec) -> bool:
+    """The project's own reward entry (rewards.verl_entry), which the test suite covers."""
+    import rewards.verl_entry
+
+    return Path(spec.path) == Path(rewards.verl_entry.__file__).resolve()
+
+
+def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict | None]]:
+    """(data_source, ground_truth, extra_info) of the first `count` rows of the first training file."""
+    import pandas as pd
+
+    files = OmegaConf.select(cfg, "data.train_files")
+    first = files if isinstance(files, str) else list(files)[0]
+    frame = pd.read_parquet(first).head(count)
+    missing = {"data_source", "reward_model"} - set(frame.columns)
+    if missing:
+        raise ConfigError(f"data.train_files: {first} lacks the verl column(s) {sorted(missing)}")
+    rows = []
+    for row in frame.to_dict("records"):
+        truth = row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict) else None
+        rows.append((str(row["data_source"]), truth, row.get("extra_info")))
+    return rows
+
+
+def check_reward(cfg: DictConfig) -> None:
+    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): a
+    broken declaration, or a function that fails on every item, is one line here, not a stuck run."""
+    spec = reward_spec(cfg)
+    if spec is None or is_project_reward(spec):
+        return
+    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
+    from rewards.verl_entry import RewardOptions
+
+    timeout = float(kwargs.get("timeout_s", RewardOptions.timeout_s))
+    try:
+        probe(spec, {k: v for k, v in kwargs.items() if k not in POOL_OPTIONS}, training_rows(cfg, PROBE_ROWS),
+              timeout)
+    except RewardSpecError as error:
+        raise ConfigError(str(error)) from None
 
 
 def check_inputs(cfg: DictConfig) -> None:

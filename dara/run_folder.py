@@ -20,6 +20,7 @@ RUN_INFO = "run_info.json"
 METRICS_FILE = "metrics.jsonl"  # one flat JSON object per step (dara.run_log)
 VERL_CONFIG = "verl_config.yaml"  # the whole resolved config as verl received it
 MAIN_LOG = "logs/main.log"  # what verl, Ray and the workers printed (the quiet console)
+REWARD_ERRORS = "logs/reward_errors.log"  # one line per failed reward item (dara.verl.reward_manager)
 RAY_NODES = "ray_nodes.json"  # where each verl worker ran (dara.verl.placement)
 VERL_TRACKING = "verl_tracking.jsonl"  # verl's own `file` logger
 CHECKPOINTS = "checkpoints"  # verl's trainer.default_local_dir

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dara.assets import prepare_assets
-from dara.config_checks import ConfigError, check_config, check_inputs, composition_error_line
+from dara.config_checks import ConfigError, check_config, check_inputs, check_reward, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
 from dara.run_folder import MAIN_LOG, METRICS_FILE, RUN_INFO, VERL_CONFIG, experiment_config
@@ -160,6 +160,7 @@ def train(cfg: DictConfig) -> None:
     _apply_runtime_env(cfg)
     prepare_assets(cfg)
     check_inputs(cfg)
+    check_reward(cfg)
     _write_run_info(cfg)
     verbose = bool(cfg.run.get("verbose", False))
     print("\n".join(_header(cfg, wandb, verbose)), flush=True)

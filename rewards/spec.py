@@ -14,6 +14,7 @@ holds every scored item to it.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import re
@@ -30,12 +31,19 @@ SCORE_KEY = "score"
 # keys the project's reward manager adds per item (they are counts, not channels)
 RESERVED = frozenset({SCORE_KEY, "reward_timeout", "reward_error"})
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# reward_kwargs that are the reward manager's own (its pool's size and time limit, `RewardOptions` fields):
+# they never reach a reward module of your own
+POOL_OPTIONS = ("timeout_s", "num_processes")
 
 Ranges = dict[str, tuple[float, float]]
 
 
 class RewardSpecError(ValueError):
     """A reward module that cannot be used: it names the module and what is wrong."""
+
+
+class RewardContractError(ValueError):
+    """compute_score broke its declaration: not a dict, or a channel missing or not declared."""
 
 
 @dataclass(frozen=True)
@@ -125,18 +133,18 @@ def _check_signature(scorer: Any, where: str, function: str) -> None:
 
 
 def check_result(result: Any, channels: Ranges) -> dict[str, float]:
-    """The item's {"score", <channels>} as floats; anything else (not a dict, a key missing or undeclared,
-    a value not finite or outside its declared range) raises ValueError naming it."""
+    """The item's {"score", <channels>} as floats. Not a dict, or a key missing or undeclared, raises
+    RewardContractError; a value that is not a finite number inside its declared range, ValueError."""
     if not isinstance(result, Mapping):
-        raise ValueError(f"compute_score returned {type(result).__name__} {result!r}, not a dict with "
+        raise RewardContractError(f"compute_score returned {type(result).__name__} {result!r}, not a dict with "
                          f"'score' and the channels {list(channels)}")
     undeclared = sorted(set(result) - set(channels) - {SCORE_KEY})
     if undeclared:
-        raise ValueError(f"compute_score returned key(s) {undeclared} that {DECLARATION} does not declare "
+        raise RewardContractError(f"compute_score returned key(s) {undeclared} that {DECLARATION} does not declare "
                          f"(declared: {list(channels)})")
     missing = [key for key in (SCORE_KEY, *channels) if key not in result]
     if missing:
-        raise ValueError(f"compute_score returned no {missing} (returned {sorted(result)})")
+        raise RewardContractError(f"compute_score returned no {missing} (returned {sorted(result)})")
     out = {}
     for key in (SCORE_KEY, *channels):
         try:
@@ -159,4 +167,51 @@ def score_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data
     scorer = getattr(load_module_file(path), function)
     result = scorer(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth,
                     extra_info=extra_info, **dict(kwargs))
+    if inspect.iscoroutine(result):  # an async compute_score (verl accepts those too)
+        result = asyncio.run(result)
     return check_result(result, channels)
+
+
+# ----------------------------------------------------------------------------- the probe before Ray starts
+PROBE_ROWS = 4
+
+
+def probe_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data_source: str, solution_str: str,
+               ground_truth: Any, extra_info: Mapping | None) -> tuple[str, str]:
+    """("ok", ""), ("contract", message) or ("error", "Type: message") of one probe item (in a pool worker)."""
+    try:
+        score_item(path, function, kwargs, channels, data_source, solution_str, ground_truth, extra_info)
+    except RewardContractError as error:
+        return "contract", str(error)
+    except Exception as error:  # the user's function raised: counted, reported if every item does
+        return "error", f"{type(error).__name__}: {error}"
+    return "ok", ""
+
+
+def probe(spec: RewardSpec, kwargs: Mapping, rows: list[tuple[str, Any, Mapping | None]], timeout_s: float) -> int:
+    """Score each row twice (the ground truth as the response, and an empty response) in a one-worker pool
+    with the run's time limit. A broken declaration on any item, or a failure on every item, raises
+    RewardSpecError naming the module; returns the number of items that scored."""
+    from rewards.pool import OK, TIMEOUT, HardTimeoutPool
+
+    items = [(source, response, truth, extra) for source, truth, extra in rows
+             for response in (truth if isinstance(truth, str) else str(truth), "")]
+    with HardTimeoutPool(1, timeout_s, preload=("rewards.spec",)) as pool:
+        futures = [pool.submit(probe_item, spec.path, spec.function, dict(kwargs), spec.channels, source,
+                               response, truth, {**dict(extra or {}), "response_tokens": len(response.split())})
+                   for source, response, truth, extra in items]
+        outcomes = [future.result() for future in futures]
+    failures = []
+    for (source, response, _, _), outcome in zip(items, outcomes, strict=True):
+        kind, message = outcome.value if outcome.status == OK else ("error", outcome.status if
+                                                                      outcome.status == TIMEOUT else outcome.error)
+        if kind == "contract":
+            raise RewardSpecError(f"reward module {spec.path}: {message} (probe item: data_source {source!r}, "
+                                  f"{'the ground truth' if response else 'an empty response'} as the response)")
+        if kind == "error":
+            failures.append("over the time limit" if message == TIMEOUT else message.strip().splitlines()[-1])
+    if items and len(failures) == len(items):
+        raise RewardSpecError(f"reward module {spec.path} failed on every probe item ({len(items)}: the first "
+                              f"{len(rows)} training rows, with their ground truth and with an empty response as "
+                              f"the response): {failures[0]}")
+    return len(items) - len(failures)
