@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dara.assets import prepare_assets
+from dara.config import with_verl_searchpath
 from dara.config_checks import ConfigError, check_config, check_inputs, check_reward, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
@@ -240,6 +241,7 @@ def main() -> None:
     global _users_hydra_full_error
     if VERBOSE_FLAG in sys.argv[1:]:
         sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
+    sys.argv = [sys.argv[0], *with_verl_searchpath(sys.argv[1:])]  # a task folder of your own keeps verl's
     _users_hydra_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:

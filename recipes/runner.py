@@ -28,6 +28,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import dara
+from dara.config import search_dirs
 from dara.io import run_finished
 
 PROJECT_ROOT = dara.PROJECT_ROOT
@@ -112,7 +113,7 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- config facts without composing
-def _load_with_defaults(path: Path):
+def _load_with_defaults(path: Path, dirs: Sequence[Path] = ()):
     """A group file merged over the files its own defaults list names (same group), as Hydra would."""
     node = OmegaConf.load(path)
     defaults = node.pop("defaults", None) or []
@@ -122,21 +123,25 @@ def _load_with_defaults(path: Path):
             merged = OmegaConf.merge(merged, node)
             node = None
         else:
-            merged = OmegaConf.merge(merged, _load_with_defaults(path.parent / f"{entry}.yaml"))
+            merged = OmegaConf.merge(merged, _load_with_defaults(group_file(path.parent.name, entry, dirs), dirs))
     return merged if node is None else OmegaConf.merge(merged, node)
 
 
-def group_file(group: str, choice: str) -> Path:
-    path = CONF_DIR / group / f"{choice}.yaml"
-    if not path.exists():
-        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
-        raise RecipeError(f"{group}={choice} does not exist; choices: {choices}")
-    return path
+def group_file(group: str, choice: str, dirs: Sequence[Path] = ()) -> Path:
+    """conf/<group>/<choice>.yaml, else the same file in a folder of your own (`hydra.searchpath`, `dirs`)."""
+    folders = [CONF_DIR, *dirs]
+    for folder in folders:
+        path = Path(folder) / group / f"{choice}.yaml"
+        if path.exists():
+            return path
+    choices = sorted({p.stem for folder in folders for p in (Path(folder) / group).glob("*.yaml")
+                      if not p.stem.startswith("_")})
+    raise RecipeError(f"{group}={choice} does not exist; choices: {choices}")
 
 
-def group_value(group: str, choice: str, key: str, default=None):
+def group_value(group: str, choice: str, key: str, default=None, dirs: Sequence[Path] = ()):
     """A plain value a group file sets (e.g. trainer.nnodes of a cluster), read without composing."""
-    value = OmegaConf.select(_load_with_defaults(group_file(group, choice)), key, default=default)
+    value = OmegaConf.select(_load_with_defaults(group_file(group, choice, dirs), dirs), key, default=default)
     return default if value is None else value
 
 
@@ -154,7 +159,7 @@ def expected_steps(run: Run) -> int:
     explicit = _override_value(run.overrides(), "trainer.total_training_steps")
     if explicit is not None:
         return int(explicit)
-    return int(group_value("task", run.task, "trainer.total_training_steps"))
+    return int(group_value("task", run.task, "trainer.total_training_steps", dirs=search_dirs(run.overrides())))
 
 
 def is_finished(run: Run) -> bool:
@@ -228,26 +233,22 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
                    verbose: bool = True) -> list[tuple[list[Run], object]]:
     """`dara.preflight` of every run, composed in this process (one Hydra context), once per seed group: the
     seed changes no value the preflight reads. Returns (group, report) pairs."""
-    from hydra import compose, initialize_config_dir
-
-    import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
+    from dara.config import compose
     from dara.preflight import parse_time_limit, preflight
 
     minutes = parse_time_limit(time_limit)
     results = []
     groups = seed_groups(runs)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        for index, group in enumerate(groups, 1):
-            cfg = compose(config_name="train", overrides=group[0].overrides())
-            OmegaConf.resolve(cfg)
-            report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env)
-            results.append((group, report))
-            if verbose:
-                label = group[0].name_for("{" + ",".join(str(r.seed) for r in group) + "}")
-                if report.ok:
-                    print(f"[recipes] preflight [{index}/{len(groups)}] {label}: ok", flush=True)
-                else:
-                    print(f"[recipes] preflight [{index}/{len(groups)}] {label}: FAILED\n{report.text()}", flush=True)
+    for index, group in enumerate(groups, 1):
+        cfg = compose(group[0].overrides())
+        report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env)
+        results.append((group, report))
+        if verbose:
+            label = group[0].name_for("{" + ",".join(str(r.seed) for r in group) + "}")
+            if report.ok:
+                print(f"[recipes] preflight [{index}/{len(groups)}] {label}: ok", flush=True)
+            else:
+                print(f"[recipes] preflight [{index}/{len(groups)}] {label}: FAILED\n{report.text()}", flush=True)
     return results
 
 
