@@ -22,25 +22,3 @@ if OmegaConf is not None and not OmegaConf.has_resolver("dara.root"):
 if OmegaConf is not None and not OmegaConf.has_resolver("dara.sum"):
     OmegaConf.register_new_resolver("dara.sum", lambda *values: sum(int(v) for v in values))
 
-
-def searchpath_file(name: str) -> str:
-    """`${dara.searchpath:NAME}`: the absolute path of NAME in the first `hydra.searchpath` folder (file://)
-    that holds it, so a task config in your own folder names the files beside it (its reward, its data builder).
-    Needs Hydra's config of the run (python -m dara.train, dara.config.compose)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        entries = list(HydraConfig.get().searchpath)
-    except ValueError:
-        raise ValueError(f"${{dara.searchpath:{name}}} needs Hydra's run config (compose with dara.config.compose)"
-                         ) from None
-    for entry in entries:
-        if str(entry).startswith("file://"):
-            candidate = Path(str(entry)[len("file://"):]).expanduser() / name
-            if candidate.exists():
-                return str(candidate.resolve())
-    raise ValueError(f"${{dara.searchpath:{name}}}: no {name} in the folders of hydra.searchpath {entries}")
-
-
-if OmegaConf is not None and not OmegaConf.has_resolver("dara.searchpath"):
-    OmegaConf.register_new_resolver("dara.searchpath", searchpath_file)

@@ -1,6 +1,7 @@
 """Checks that reject an invalid experiment before Ray starts, each with a message naming the problem.
 
 `check_config` runs a list of checks (`CONFIG_CHECKS`); a new check is one function appended there.
+`ConfigError` and the schemas live in `dara.config`.
 """
 
 from __future__ import annotations
@@ -12,26 +13,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
+from dara.config import ConfigError, library_estimator
+from dara.estimators import DaraAlgoConfig
 from rewards.spec import POOL_OPTIONS, PROBE_ROWS, RewardSpec, RewardSpecError, load_reward_spec, probe
-
-SCHEMA_NAME = "dara_algo_schema"  # conf/train.yaml's defaults list names it
-
-
-class ConfigError(ValueError):
-    """An experiment configuration that cannot run."""
-
-
-def register_schema() -> None:
-    """`algorithm.dara` is a `DaraAlgoConfig`: Hydra shows its defaults and rejects unknown keys or types.
-
-    Its `reward_ranges` takes any channel name (`algorithm.dara.reward_ranges.correctness=[-3,3]`, no `+`):
-    the channels are the reward's, known only once its module is read."""
-    from hydra.core.config_store import ConfigStore
-
-    node = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
-    OmegaConf.set_struct(node.algorithm.dara.reward_ranges, False)
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=node)
 
 
 def composition_error_line(error: BaseException) -> str:
@@ -61,14 +45,6 @@ def composition_error_line(error: BaseException) -> str:
         head = f"{override}: {head}"
     cause = clauses(error.__cause__) if error.__cause__ is not None else []
     return "; ".join([head + (f": {'; '.join(cause)}" if cause else ""), *hints])
-
-
-def library_estimator(name: str) -> str | None:
-    if name in ESTIMATOR_NAMES:
-        return name
-    if name.startswith("dara_") and name[5:] in ESTIMATOR_NAMES:
-        return name[5:]
-    return None
 
 
 def _check_required(cfg: DictConfig) -> None:
@@ -231,5 +207,3 @@ def check_inputs(cfg: DictConfig) -> None:
     if model.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(model)):
         raise ConfigError(f"actor_rollout_ref.model.path: {model} is not a folder")
 
-
-register_schema()

@@ -30,7 +30,7 @@ WANDB_DIR = "wandb"
 # Keys (or whole sub-trees, by prefix) that do not change the experiment.
 NON_EXPERIMENT_KEYS: tuple[str, ...] = (
     # where things go, and names derived from the folder
-    "run.output_root", "run.output_dir", "run.name", "run.assets_dir", "run.checkpoint",
+    "run.output_root", "run.output_dir", "run.name", "run.variant", "run.assets_dir", "run.checkpoint",
     "trainer.default_local_dir", "trainer.experiment_name", "trainer.project_name",
     "trainer.rollout_data_dir", "trainer.validation_data_dir",
     # logging and the console

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dara.assets import prepare_assets
-from dara.config import with_verl_searchpath
+from dara.config import CONF_DIR, validate_with_verl, with_verl_searchpath
 from dara.config_checks import ConfigError, check_config, check_inputs, check_reward, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
@@ -37,7 +37,6 @@ from dara.run_folder import MAIN_LOG, METRICS_FILE, RUN_INFO, VERL_CONFIG, exper
 from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 VERBOSE_FLAG = "--verbose"
 
 
@@ -187,8 +186,6 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     progress line per step is passed to `write` while it runs."""
     import ray
     from verl.trainer.main_ppo import run_ppo
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
     from dara.verl.task_runner import DaraTaskRunner
@@ -198,10 +195,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
         use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
-    try:  # verl's own checks (batch sizes, parallelism) assert: their message, not a traceback
-        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except (AssertionError, ValueError) as error:
-        raise ConfigError(f"verl rejects the config: {error}") from None
+    validate_with_verl(cfg)  # verl's own checks (batch sizes, parallelism): one line, not a traceback
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)
     with _ray_session(cfg):

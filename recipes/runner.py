@@ -1,9 +1,9 @@
 """The shared runner of the paper recipes: runs as data, dry-run listing, local and Slurm launchers.
 
 A recipe (one module per paper table or figure) returns a list of `Run`s. A `Run` is the Hydra override list
-of one `python -m dara.train` job; its name and folder follow conf/train.yaml's rule
-`run.name = ${run.task}-${run.model}-${run.method}[-<variant>]-s${run.seed}` and
-`run.output_dir = ${run.output_root}/${run.name}`, so they are known without composing the config (composing
+of one `python -m dara.train` job; its name and folder follow the config's rule (`dara.config.run_name`:
+`<task>-<model>-<method>[-<variant>]-s<seed>`, and `run.output_dir = ${run.output_root}/${run.name}`), so they
+are known without composing the config (composing
 verl's trainer config takes seconds per run); tests/test_recipes.py checks every recipe's names against
 Hydra's composition. A run whose metrics.jsonl already holds its last step is finished and is skipped.
 
@@ -28,11 +28,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import dara
-from dara.config import search_dirs
+from dara.config import CONF_DIR, run_name, search_dirs
 from dara.io import run_finished
 
 PROJECT_ROOT = dara.PROJECT_ROOT
-CONF_DIR = PROJECT_ROOT / "conf"
 SBATCH_SCRIPT = PROJECT_ROOT / "scripts" / "slurm" / "train.sbatch"
 DEFAULT_OUTPUT_ROOT = "outputs"
 # Substituted for the seed when a log path must be written once for a whole job array (Slurm's %a).
@@ -75,8 +74,7 @@ class Run:
         return method_label(self.estimator, self.static_form)
 
     def name_for(self, seed: int | str) -> str:
-        variant = f"-{self.variant}" if self.variant else ""
-        return f"{self.task}-{self.model}-{self.method}{variant}-s{seed}"
+        return run_name(self.task, self.model, self.method, seed, self.variant)
 
     @property
     def name(self) -> str:
@@ -98,7 +96,7 @@ class Run:
         if self.estimator == "static":
             overrides.append(f"algorithm.dara.form={self.static_form}")
         if self.variant:
-            overrides.append("run.name=${run.task}-${run.model}-${run.method}-" + self.variant + "-s${run.seed}")
+            overrides.append(f"run.variant={self.variant}")
         if self.output_root != DEFAULT_OUTPUT_ROOT:
             overrides.append(f"run.output_root={self.output_root}")
         if self.total_steps is not None:

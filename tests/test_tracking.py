@@ -9,10 +9,9 @@ import sys
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 import dara
+from dara.config import compose
 from dara.tracking import (
     apply_wandb_env,
     read_offline_history,
@@ -21,15 +20,11 @@ from dara.tracking import (
     wandb_run_files,
     wandb_run_id,
 )
-from dara.train import CONF_DIR
 from results.loaders import load_runs
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
+    return compose(overrides)
 
 
 def test_mode_is_offline_unless_a_key_is_present_or_online_is_asked():

@@ -8,21 +8,19 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import dara
+from dara.config import CONF_DIR, compose
 from dara.config_checks import ConfigError, check_config, composition_error_line
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages, diagnose
 from dara.run_log import RunLog, read_metrics
-from dara.train import CONF_DIR
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="train", overrides=list(overrides))
+    return compose(overrides, resolve=False)
 
 
 def test_default_composes_to_smoke_dara_asym():
@@ -108,6 +106,8 @@ def test_algorithm_dara_shows_every_default_and_rejects_unknown_keys():
      "Error merging override algorithm.dara.w_max=big: Value 'big' of type 'str' could not be converted to Float"),
     ("estimator=nope", "In 'train': Could not find 'estimator/nope'; Available options in 'estimator': "
      + ", ".join(sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.yaml")))),
+    ("run.sed=1", "Could not override 'run.sed': Key 'sed' not in 'RunConfig'; To append to your config use +run.sed=1"),
+    ("run.seed=x", "Error merging override run.seed=x: Value 'x' of type 'str' could not be converted to Integer"),
     ("run.seed=[", None),  # a parse error: the message names the override text
 ])
 def test_composition_errors_become_one_line_naming_the_override(override, line):
@@ -147,13 +147,15 @@ def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args,
 @pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_cfg_job_prints_without_running(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "dara.train", "estimator=gdpo", f"run.output_root={tmp_path}", "--cfg", "job",
-         "--resolve"],
+        [sys.executable, "-m", "dara.train", "task=deepscaler", "estimator=gd2po_snr", f"run.output_root={tmp_path}",
+         "--cfg", "job", "--resolve"],
         capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     printed = OmegaConf.create(out.stdout)
-    assert printed.algorithm.adv_estimator == "gdpo"
+    assert printed.algorithm.adv_estimator == "gd2po_snr"
+    assert printed.algorithm.dara.batch_norm == "response"  # the math task's, as for gd2po_hard
+    assert printed.run.name == "deepscaler-tiny-gd2po_snr-s0" and printed.run.checkpoint.keep_last == 2
     assert not any(tmp_path.iterdir())  # nothing was started or written
 
 

@@ -27,10 +27,11 @@ from verl.trainer.ppo.v1 import (
     register_trainer,
 )
 
+from dara.config import library_estimator
 from dara.io import atomic_write_text
 from dara.run_folder import REWARD_ERRORS
 from dara.run_log import RunLog, reward_means
-from dara.verl.estimators import ChannelContext, library_name
+from dara.verl.estimators import ChannelContext
 from dara.verl.prefilter import with_prefilter_metrics
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class ChannelTrainerMixin:
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's own advantage step, with the batch's channel scores in its algorithm config."""
-        if library_name(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
+        if library_estimator(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
             return super()._compute_advantage(batch, metrics)
         context = self._channel_context(batch, metrics)
         config = self.config
@@ -156,7 +157,7 @@ class ChannelTrainerMixin:
         extra_fields = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                             select_fields=["extra_fields"])["extra_fields"])
         counts = reward_flag_counts(extra_fields)
-        check_reward_failures(counts, len(extra_fields), self.global_steps,
+        check_reward_failures(counts, len(extra_fields), getattr(self, "global_steps", None),
                               OmegaConf.select(self.config, "run.output_dir", default=None))
         metrics.update(counts)
         real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
