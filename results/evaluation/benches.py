@@ -49,6 +49,10 @@ class Bench:
         """(summary, markdown table) of the scored records."""
         raise NotImplementedError
 
+    def flatten(self, summary: dict) -> dict:
+        """A summary.json as flat score columns, named like the authors' per-run files (results.collect)."""
+        raise NotImplementedError
+
 
 class MathBench(Bench):
     name = "math"
@@ -78,6 +82,13 @@ class MathBench(Bench):
                               "acc_strict = Hendrycks only; Exceed/Joint on generated ids with EOS"}
         return summary, math_eval.render_math_table(table)
 
+    def flatten(self, summary):
+        row = {}
+        for bench_row in summary["benchmarks"]:
+            for metric in ("acc", "exceed", "joint"):
+                row[f"{bench_row['benchmark']}_{metric}"] = 100 * bench_row[metric]
+        return row
+
 
 class ToolRLBench(Bench):
     """ToolRL held-out rows: greedy, verl's validation default."""
@@ -98,6 +109,9 @@ class ToolRLBench(Bench):
             f"| {m} | {summary[m]:.3f} | [{summary[m + '_lo']:.3f}, {summary[m + '_hi']:.3f}] |\n"
             for m in toolrl_eval.METRICS)
         return summary, text
+
+    def flatten(self, summary):
+        return {metric: summary[metric] for metric in ("format", "correctness", "exact")}
 
 
 class BFCLBench(Bench):
@@ -129,6 +143,17 @@ class BFCLBench(Bench):
             if key in summary:
                 lines.append(f"| **{key}** | | {summary[key]:.2f} | |")
         return summary, "\n".join(lines) + "\n"
+
+    def flatten(self, summary):
+        row = {}
+        for kind in ("accuracy", "format"):
+            groups = summary.get(f"groups_{kind}")
+            if groups:
+                for group, value in groups.items():
+                    row[f"{group}_{kind}"] = value
+            for category, values in summary.get("categories", {}).items():
+                row[f"{category}_{kind}"] = values[kind]
+        return row
 
 
 MATH, TOOLRL, BFCL = MathBench(), ToolRLBench(), BFCLBench()
