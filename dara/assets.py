@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from dara.config_checks import ConfigError
+from dara.config import ConfigError
 from tasks.registry import asset_builders, load_ref
 
 KEYS = ("model_assets", "assets")  # run.<key>, built in this order

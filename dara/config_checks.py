@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
+from dara.assets import check_assets
 from dara.config import ConfigError, library_estimator
 from dara.estimators import DaraAlgoConfig
 from rewards.spec import POOL_OPTIONS, PROBE_ROWS, RewardSpec, RewardSpecError, load_reward_spec, probe
@@ -76,12 +77,6 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
     return spec
 
 
-def declared_channels(cfg: DictConfig) -> list[str] | None:
-    """The channels the run's reward module declares, in order; None when no module is named."""
-    spec = reward_spec(cfg)
-    return None if spec is None else spec.names
-
-
 def _check_channels(cfg: DictConfig) -> None:
     """algorithm.reward_channels defaults to the reward's channels (a channel it lacks fails here), and
     algorithm.dara.reward_ranges to their declared ranges, by name (a range given there overrides one)."""
@@ -137,16 +132,9 @@ def _check_allocation(cfg: DictConfig) -> None:
         raise ConfigError("allocation: " + "; ".join(problems))
 
 
-def _check_assets(cfg: DictConfig) -> None:
-    """`run.assets` names a registered or loadable builder (dara.assets)."""
-    from dara.assets import check_assets  # dara.assets raises this module's ConfigError
-
-    check_assets(cfg)
-
-
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_allocation, _check_channels,
-                                                      _check_estimator, _check_assets]
+                                                      _check_estimator, check_assets]
 
 
 def check_config(cfg: DictConfig) -> None:
