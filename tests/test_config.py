@@ -14,6 +14,14 @@ TASKS = sorted(path.stem for path in (CONF_DIR / "task").glob("*.yaml"))
 ESTIMATOR_FILES = sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.yaml"))
 
 
+def test_gd2po_takes_the_math_tasks_response_level_like_every_method_without_its_own():
+    for estimator in ("gd2po_snr", "gd2po_hard", "dara_asym"):
+        dara = compose(["task=deepscaler", f"estimator={estimator}"], resolve=False).algorithm.dara
+        assert dara.batch_norm == "response"
+        assert DaraAlgoConfig.from_mapping(dara).resolved_batch_norm(estimator) == "response"
+
+
+@pytest.mark.slow  # 60 compositions (~5 s per task)
 @pytest.mark.parametrize("task", TASKS)
 def test_every_estimator_on_every_task_normalises_as_its_definition_says(task):
     """A method that defines one normalisation (grpo, dvao: none) applies it; every other method takes the task's
