@@ -1,11 +1,11 @@
 """Checks that reject an invalid experiment before Ray starts, each with a message naming the problem.
 
 `check_config` runs a list of checks (`CONFIG_CHECKS`); a new check is one function appended there.
+`ConfigError` and the schemas live in `dara.config`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -13,20 +13,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
-
-SCHEMA_NAME = "dara_algo_schema"  # conf/train.yaml's defaults list names it
-
-
-class ConfigError(ValueError):
-    """An experiment configuration that cannot run."""
-
-
-def register_schema() -> None:
-    """`algorithm.dara` is a `DaraAlgoConfig`: Hydra shows its defaults and rejects unknown keys or types."""
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name=SCHEMA_NAME, node={"algorithm": {"dara": DaraAlgoConfig}})
+from dara.assets import check_assets
+from dara.config import ConfigError, library_estimator
+from dara.estimators import DaraAlgoConfig
+from rewards.spec import POOL_OPTIONS, PROBE_ROWS, RewardSpec, RewardSpecError, load_reward_spec, probe
 
 
 def composition_error_line(error: BaseException) -> str:
@@ -58,14 +48,6 @@ def composition_error_line(error: BaseException) -> str:
     return "; ".join([head + (f": {'; '.join(cause)}" if cause else ""), *hints])
 
 
-def library_estimator(name: str) -> str | None:
-    if name in ESTIMATOR_NAMES:
-        return name
-    if name.startswith("dara_") and name[5:] in ESTIMATOR_NAMES:
-        return name[5:]
-    return None
-
-
 def _check_required(cfg: DictConfig) -> None:
     for key in ("run.task", "run.model", "run.name"):
         try:
@@ -74,44 +56,52 @@ def _check_required(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
 
 
-def declared_channels(cfg: DictConfig) -> list[str] | None:
-    """The channels the task's reward spec declares: `reward_channels(data_source, reward_kwargs)` of the
-    reward file (`reward.custom_reward_function.path`) for `run.data_source`; None when either is missing."""
-    source = OmegaConf.select(cfg, "run.data_source", default=None)
+def reward_spec(cfg: DictConfig) -> RewardSpec | None:
+    """The run's reward module with its declared channels and ranges (`rewards.spec`): the file
+    `reward.custom_reward_function.path` for `run.data_source`; None when no reward module is named (verl's
+    built-in scorers declare no channels). A module that cannot be used is a ConfigError naming it."""
     path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
-    if source is None or not path or not Path(path).is_file():
+    if not path:
         return None
-    spec = importlib.util.spec_from_file_location("dara_reward_spec", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    declare = getattr(module, "reward_channels", None)
-    if declare is None:
-        return None
+    name = OmegaConf.select(cfg, "reward.custom_reward_function.name", default=None) or "compute_score"
+    source = OmegaConf.select(cfg, "run.data_source", default=None)
     kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
-    kwargs = OmegaConf.to_container(kwargs) if kwargs is not None else {}
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
     try:
-        return list(declare(str(source), kwargs))
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"reward spec ({path}, run.data_source={source}): {error}") from None
+        spec = load_reward_spec(path, name, None if source is None else str(source), kwargs)
+    except RewardSpecError as error:
+        raise ConfigError(str(error)) from None
+    if str(path) != spec.path and not str(path).startswith("pkg://"):  # Ray workers start in other folders
+        with open_dict(cfg):
+            cfg.reward.custom_reward_function.path = spec.path
+    return spec
 
 
 def _check_channels(cfg: DictConfig) -> None:
-    """algorithm.reward_channels defaults to the reward's channels; a channel the reward lacks fails here."""
-    declared = declared_channels(cfg)
-    channels = list(cfg.algorithm.get("reward_channels", None) or [])
-    if not channels and declared:
-        with open_dict(cfg):
-            cfg.algorithm.reward_channels = declared
-        channels = declared
+    """algorithm.reward_channels defaults to the reward's channels (a channel it lacks fails here), and
+    algorithm.dara.reward_ranges to their declared ranges, by name (a range given there overrides one)."""
+    spec = reward_spec(cfg)
+    declared = None if spec is None else spec.names
+    channels = list(cfg.algorithm.get("reward_channels", None) or []) or list(declared or [])
     if declared is not None:
         for channel in channels:
             if channel not in declared:
                 raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
-                                  f"returns: the reward's channels are {declared} (run.data_source="
-                                  f"{cfg.run.data_source})")
+                                  f"returns: the reward's channels are {declared} ({spec.path})")
     if library_estimator(str(cfg.algorithm.adv_estimator)) is not None and (
             not channels or len(set(channels)) != len(channels)):
         raise ConfigError(f"algorithm.reward_channels must name distinct reward channels, got {channels}")
+    given = OmegaConf.select(cfg, "algorithm.dara.reward_ranges", default=None)
+    given = OmegaConf.to_container(given, resolve=True) if given is not None else {}
+    unknown = sorted(set(given) - set(channels))
+    if unknown:
+        raise ConfigError(f"algorithm.dara.reward_ranges names {unknown}, not among the run's reward channels "
+                          f"{channels}")
+    ranges = {c: list(spec.channels[c]) for c in channels} if spec is not None else {}
+    with open_dict(cfg):
+        cfg.algorithm.reward_channels = channels
+        if "dara" in cfg.algorithm:
+            cfg.algorithm.dara.reward_ranges = {**ranges, **given}
 
 
 def _check_estimator(cfg: DictConfig) -> None:
@@ -185,12 +175,54 @@ def _check_trl(cfg: DictConfig) -> None:
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_allocation, _check_channels,
-                                                      _check_estimator, _check_trl]
+                                                      _check_estimator, check_assets, _check_trl]
 
 
 def check_config(cfg: DictConfig) -> None:
     for check in CONFIG_CHECKS:
         check(cfg)
+
+
+def is_project_reward(spec: RewardSpec) -> bool:
+    """The project's own reward entry (rewards.verl_entry), which the test suite covers."""
+    import rewards.verl_entry
+
+    return Path(spec.path) == Path(rewards.verl_entry.__file__).resolve()
+
+
+def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict | None]]:
+    """(data_source, ground_truth, extra_info) of the first `count` rows of the first training file."""
+    import pandas as pd
+
+    files = OmegaConf.select(cfg, "data.train_files")
+    first = files if isinstance(files, str) else list(files)[0]
+    frame = pd.read_parquet(first).head(count)
+    missing = {"data_source", "reward_model"} - set(frame.columns)
+    if missing:
+        raise ConfigError(f"data.train_files: {first} lacks the verl column(s) {sorted(missing)}")
+    rows = []
+    for row in frame.to_dict("records"):
+        truth = row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict) else None
+        rows.append((str(row["data_source"]), truth, row.get("extra_info")))
+    return rows
+
+
+def check_reward(cfg: DictConfig) -> None:
+    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): a
+    broken declaration, or a function that fails on every item, is one line here, not a stuck run."""
+    spec = reward_spec(cfg)
+    if spec is None or is_project_reward(spec):
+        return
+    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
+    from rewards.verl_entry import RewardOptions
+
+    timeout = float(kwargs.get("timeout_s", RewardOptions.timeout_s))
+    try:
+        probe(spec, {k: v for k, v in kwargs.items() if k not in POOL_OPTIONS}, training_rows(cfg, PROBE_ROWS),
+              timeout)
+    except RewardSpecError as error:
+        raise ConfigError(str(error)) from None
 
 
 def check_inputs(cfg: DictConfig) -> None:
@@ -204,5 +236,3 @@ def check_inputs(cfg: DictConfig) -> None:
     if model.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(model)):
         raise ConfigError(f"actor_rollout_ref.model.path: {model} is not a folder")
 
-
-register_schema()

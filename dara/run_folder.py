@@ -27,6 +27,7 @@ RUN_INFO = "run_info.json"
 METRICS_FILE = "metrics.jsonl"  # one flat JSON object per step (dara.run_log)
 VERL_CONFIG = "verl_config.yaml"  # the whole resolved config as verl received it
 MAIN_LOG = "logs/main.log"  # what verl, Ray and the workers printed (the quiet console)
+REWARD_ERRORS = "logs/reward_errors.log"  # one line per failed reward item (dara.verl.reward_manager)
 RAY_NODES = "ray_nodes.json"  # where each verl worker ran (dara.verl.placement)
 VERL_TRACKING = "verl_tracking.jsonl"  # verl's own `file` logger
 CHECKPOINTS = "checkpoints"  # verl's trainer.default_local_dir
@@ -39,7 +40,7 @@ STOP_REQUEST = "stop_request"  # asks the trainer to checkpoint and stop at its 
 # Keys (or whole sub-trees, by prefix) that do not change the experiment.
 NON_EXPERIMENT_KEYS: tuple[str, ...] = (
     # where things go, and names derived from the folder
-    "run.output_root", "run.output_dir", "run.name", "run.assets_dir", "run.checkpoint",
+    "run.output_root", "run.output_dir", "run.name", "run.variant", "run.assets_dir", "run.checkpoint",
     "trainer.default_local_dir", "trainer.experiment_name", "trainer.project_name",
     "trainer.rollout_data_dir", "trainer.validation_data_dir",
     # logging and the console

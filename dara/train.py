@@ -30,7 +30,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from dara.config_checks import ConfigError, check_config, check_inputs, composition_error_line
+from dara.assets import prepare_assets
+from dara.config import CONF_DIR, validate_with_verl, with_verl_searchpath
+from dara.config_checks import ConfigError, check_config, check_inputs, check_reward, composition_error_line
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
 from dara.run_folder import (
@@ -48,7 +50,6 @@ from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
 from dara.verl.retention import apply_retention
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 VERBOSE_FLAG = "--verbose"
 
 
@@ -64,22 +65,6 @@ def _apply_runtime_env(cfg: DictConfig) -> None:
     modules = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
     for module in filter(None, (m.strip() for m in modules.split(","))):
         __import__(module)
-
-
-def _prepare_assets(cfg: DictConfig) -> None:
-    if cfg.run.assets == "smoke":
-        from data_prep import smoke
-
-        print(f"[dara] preparing offline smoke assets in {cfg.run.assets_dir}", flush=True)
-        smoke.build(cfg.run.assets_dir, seed=0)
-    elif cfg.run.assets == "smoke_math":  # the tiny model, then synthetic problems through data_prep deepscaler
-        from data_prep import deepscaler, smoke
-
-        print(f"[dara] preparing offline math smoke assets in {cfg.run.assets_dir}", flush=True)
-        model_dir = smoke.build(Path(cfg.run.output_root) / "assets" / "smoke", seed=0)["model_dir"]
-        deepscaler.build_smoke(cfg.run.assets_dir, model_dir)
-    elif cfg.run.assets is not None:
-        raise ConfigError(f"run.assets={cfg.run.assets!r} is not known (expected 'smoke', 'smoke_math' or null)")
 
 
 def _finished(cfg: DictConfig) -> bool:
@@ -198,8 +183,9 @@ def train(cfg: DictConfig) -> None:
 def _train_claimed(cfg: DictConfig) -> None:
     wandb = apply_wandb_env(cfg)
     _apply_runtime_env(cfg)
-    _prepare_assets(cfg)
+    prepare_assets(cfg)
     check_inputs(cfg)
+    check_reward(cfg)
     _write_run_info(cfg)
     verbose = bool(cfg.run.get("verbose", False))
     print("\n".join(_header(cfg, wandb, verbose)), flush=True)
@@ -225,8 +211,6 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     progress line per step is passed to `write` while it runs."""
     import ray
     from verl.trainer.main_ppo import run_ppo
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
     from dara.verl.task_runner import DaraTaskRunner
@@ -236,10 +220,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
         use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
-    try:  # verl's own checks (batch sizes, parallelism) assert: their message, not a traceback
-        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except (AssertionError, ValueError) as error:
-        raise ConfigError(f"verl rejects the config: {error}") from None
+    validate_with_verl(cfg)  # verl's own checks (batch sizes, parallelism): one line, not a traceback
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)
     with _ray_session(cfg):
@@ -280,6 +261,7 @@ def main() -> None:
     global _users_hydra_full_error
     if VERBOSE_FLAG in sys.argv[1:]:
         sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
+    sys.argv = [sys.argv[0], *with_verl_searchpath(sys.argv[1:])]  # a task folder of your own keeps verl's
     _users_hydra_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:

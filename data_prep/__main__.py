@@ -1,7 +1,9 @@
-"""Command line: ``python -m data_prep <dataset> --out DIR [--source PATH_OR_HUB_ID] [--tokenizer NAME_OR_PATH]``.
+"""Command line: ``python -m data_prep <dataset> --out DIR [options]``.
 
-Datasets: toolrl, deepscaler, math_eval, bfcl, smoke. Each writes verl parquet files and data_card.json into
-``--out`` (atomically: the folder appears complete or not at all). See docs/data.md for the expected counts.
+Datasets: those the registered tasks name (`tasks.registry.datasets()`: toolrl, bfcl, smoke, deepscaler,
+math_eval). Each data_prep module gives its one-line `DESCRIPTION`, its options (`add_arguments`) and
+`main(args)`; each writes verl parquet files and data_card.json into ``--out`` (atomically: the folder appears
+complete or not at all). See docs/data.md for the expected counts.
 """
 
 from __future__ import annotations
@@ -12,56 +14,23 @@ import json
 import sys
 
 from data_prep.common import DataPrepError
-
-# dataset name -> (module, one-line help)
-DATASETS = {
-    "toolrl": (
-        "data_prep.toolrl",
-        "ToolRL rlla JSON -> train/test parquet (seed 31415, last 2 percent held out)",
-    ),
-    "deepscaler": (
-        "data_prep.deepscaler",
-        "DeepScaleR-Preview -> train parquet (prompt template, length filter)",
-    ),
-    "math_eval": ("data_prep.math_eval", "AIME24, AMC, MATH-500, Minerva, OlympiadBench -> one test parquet"),
-    "bfcl": ("data_prep.bfcl", "BFCL v4 categories of the paper's Average -> test parquet"),
-    "smoke": (
-        "data_prep.smoke",
-        "tiny offline Qwen2 model, tokenizer and tool-calling set for the CPU smoke run",
-    ),
-}
+from tasks.registry import datasets
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m data_prep", description=__doc__.splitlines()[0])
     commands = top.add_subparsers(dest="dataset", required=True)
-    for name, (_, help_text) in DATASETS.items():
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+    for name, module_path in datasets().items():
+        module = importlib.import_module(module_path)
+        sub = commands.add_parser(name, help=module.DESCRIPTION, description=module.DESCRIPTION)
         sub.add_argument("--out", required=True, help="output folder (replaced atomically)")
-        if name == "smoke":
-            sub.add_argument("--seed", type=int, default=0)
-            sub.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
-        else:
-            sub.add_argument(
-                "--source", default=None, help="local file/folder or hub dataset id (default: hub)"
-            )
-        if name in ("deepscaler",):
-            sub.add_argument(
-                "--tokenizer", default=None, help="tokenizer name or path for the prompt length filter"
-            )
-        if name in ("deepscaler",):
-            sub.add_argument("--max-prompt-tokens", type=int, default=1024)
-            sub.add_argument("--val-rows", type=int, default=200, help="seeded held-out validation rows")
-        if name == "bfcl":
-            sub.add_argument(
-                "--categories", default=None, help="comma-separated BFCL categories (default: paper's)"
-            )
+        module.add_arguments(sub)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    module = importlib.import_module(DATASETS[args.dataset][0])
+    module = importlib.import_module(datasets()[args.dataset])
     try:
         result = module.main(args)
     except DataPrepError as err:

@@ -302,6 +302,15 @@ def build(out_dir: str | os.PathLike, source: str | None = None, categories: lis
     return card
 
 
+# `python -m data_prep bfcl`: its one-line help and its options besides --out
+DESCRIPTION = "BFCL v4 categories of the paper's Average -> test parquet"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--source", default=None, help="local file/folder or hub dataset id (default: hub)")
+    parser.add_argument("--categories", default=None, help="comma-separated BFCL categories (default: paper's)")
+
+
 def main(args) -> dict:
     categories = args.categories.split(",") if args.categories else None
     card = build(args.out, args.source, categories)

@@ -205,7 +205,19 @@ def build_smoke(out_dir: str | os.PathLike, tokenizer_dir: str, *, count: int = 
     with tempfile.TemporaryDirectory(dir=out_dir.parent) as scratch:
         source = Path(scratch) / "smoke_math.json"
         source.write_text(json.dumps(smoke_records(count, seed)))
-        return build(out_dir, str(source), tokenizer_dir, max_prompt_tokens, val_rows=8, data_source="smoke_math")
+        return build(out_dir, str(source), tokenizer_dir, max_prompt_tokens, val_rows=8,
+                     data_source=task.SMOKE_DATA_SOURCE)
+
+
+# `python -m data_prep deepscaler`: its one-line help and its options besides --out
+DESCRIPTION = "DeepScaleR-Preview -> train parquet (prompt template, length filter)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--source", default=None, help="local file/folder or hub dataset id (default: hub)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer name or path for the prompt length filter")
+    parser.add_argument("--max-prompt-tokens", type=int, default=1024)
+    parser.add_argument("--val-rows", type=int, default=200, help="seeded held-out validation rows")
 
 
 def main(args) -> dict:

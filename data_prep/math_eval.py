@@ -154,6 +154,14 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
     return card
 
 
+# `python -m data_prep math_eval`: its one-line help and its options besides --out
+DESCRIPTION = "AIME24, AMC, MATH-500, Minerva, OlympiadBench -> one test parquet"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--source", default=None, help="local file/folder or hub dataset id (default: hub)")
+
+
 def main(args) -> dict:
     card = build(args.out, args.source)
     return {"out": str(Path(args.out).absolute()), "rows_per_benchmark": card["rows_per_benchmark"]}

@@ -35,7 +35,7 @@ from data_prep.common import (
 )
 from tasks import toolrl as protocol
 
-DATA_SOURCE = "rlla"
+DATA_SOURCE = protocol.DATA_SOURCE
 N_TRAIN = 256
 N_TEST = 32
 VOCAB_SIZE = 1024
@@ -602,6 +602,15 @@ def _versions() -> dict:
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
     }
+
+
+# `python -m data_prep smoke`: its one-line help and its options besides --out
+DESCRIPTION = "tiny offline Qwen2 model, tokenizer and tool-calling set for the CPU smoke run"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
 
 
 def main(args) -> dict:

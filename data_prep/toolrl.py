@@ -37,7 +37,7 @@ from data_prep.common import (
 )
 from tasks import toolrl as protocol
 
-DATA_SOURCE = "rlla"
+DATA_SOURCE = protocol.DATA_SOURCE
 SPLIT_SEED = 31415
 HELD_OUT_FRACTION = 0.02
 FIELDS = ("instruction", "input", "output")
@@ -169,6 +169,14 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
         flush=True,
     )
     return card
+
+
+# `python -m data_prep toolrl`: its one-line help and its options besides --out
+DESCRIPTION = "ToolRL rlla JSON -> train/test parquet (seed 31415, last 2 percent held out)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--source", default=None, help="local file/folder or hub dataset id (default: hub)")
 
 
 def main(args) -> dict:

@@ -2,6 +2,7 @@
 
     python -m recipes list
     python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds 0 1 2]
+    python -m recipes path/to/my_recipe.py --dry-run        # a recipe of your own (a file or package.module)
 """
 
 from __future__ import annotations
@@ -23,8 +24,32 @@ RECIPES = {
 }
 
 
+RECIPE_ATTRIBUTES = ("DESCRIPTION", "DEFAULT_SEEDS", "runs")
+
+
 def load(name: str):
-    """The recipe module of `name`; an unknown name is an error listing the recipes."""
-    if name not in RECIPES:
-        raise KeyError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
-    return importlib.import_module(RECIPES[name])
+    """The recipe module of `name`: one of the project's, or one of your own given by file (`.py`) or import path
+    (package.module). An unknown name, or a module lacking a recipe's attributes, is an error naming it."""
+    if name in RECIPES:
+        return importlib.import_module(RECIPES[name])
+    if not (name.endswith(".py") or "/" in name or "." in name):
+        raise KeyError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)} (or a file / package.module "
+                       "of your own)")
+    from tasks.registry import load_ref
+
+    try:
+        module = load_ref(name)
+    except ValueError as error:
+        raise KeyError(f"recipe {name!r}: {error}") from None
+    missing = [attribute for attribute in RECIPE_ATTRIBUTES if not hasattr(module, attribute)]
+    if missing:
+        raise KeyError(f"recipe {name!r} defines no {', '.join(missing)} (a recipe module defines "
+                       f"{', '.join(RECIPE_ATTRIBUTES)})")
+    return module
+
+
+def label(name: str, module) -> str:
+    """The recipe's name in run.recipe (the wandb group): the project's name, else the module's NAME or stem."""
+    if name in RECIPES:
+        return name
+    return str(getattr(module, "NAME", None) or module.__name__.rsplit(".", 1)[-1])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recipes import RECIPES, load
+from recipes import RECIPES, label, load
 from recipes.runner import (
     RecipeError,
     SlurmOptions,
@@ -28,7 +28,8 @@ from recipes.runner import (
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m recipes", description=__doc__.splitlines()[0])
-    top.add_argument("recipe", help=f"'list' or one of: {', '.join(RECIPES)}")
+    top.add_argument("recipe", help=f"'list', one of: {', '.join(RECIPES)}, or a recipe of your own (FILE.py or "
+                                    "package.module)")
     top.add_argument("--dry-run", action="store_true", help="list the runs (and the sbatch commands); start nothing")
     top.add_argument("--launcher", choices=("local", "slurm"), default="local")
     top.add_argument("--seeds", type=int, nargs="+", default=None, help="replace the recipe's seeds")
@@ -74,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         seeds = tuple(args.seeds) if args.seeds is not None else module.DEFAULT_SEEDS
         # run.recipe is the wandb group: every run of one table or figure lands in one group
         runs = with_options(module.runs(seeds), output_root=args.output_root, cluster=args.cluster,
-                            extra=[f"run.recipe={args.recipe}", *args.extra], total_steps=args.steps)
+                            extra=[f"run.recipe={label(args.recipe, module)}", *args.extra], total_steps=args.steps)
         if args.only:
             runs = [run for run in runs if args.only in run.name]
-        print(f"[recipes] {args.recipe}: {summary_line(runs)}", flush=True)
+        print(f"[recipes] {label(args.recipe, module)}: {summary_line(runs)}", flush=True)
         if args.preflight:
             results = preflight_runs(runs, skip_env=args.skip_env, time_limit=args.time,
                                      calibration=args.calibration)

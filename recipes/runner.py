@@ -1,9 +1,9 @@
 """The shared runner of the paper recipes: runs as data, dry-run listing, local and Slurm launchers.
 
 A recipe (one module per paper table or figure) returns a list of `Run`s. A `Run` is the Hydra override list
-of one `python -m dara.train` job; its name and folder follow conf/train.yaml's rule
-`run.name = ${run.task}-${run.model}-${run.method}[-<variant>]-s${run.seed}` and
-`run.output_dir = ${run.output_root}/${run.name}`, so they are known without composing the config (composing
+of one `python -m dara.train` job; its name and folder follow the config's rule (`dara.config.run_name`:
+`<task>-<model>-<method>[-<variant>]-s<seed>`, and `run.output_dir = ${run.output_root}/${run.name}`), so they
+are known without composing the config (composing
 verl's trainer config takes seconds per run); tests/test_recipes.py checks every recipe's names against
 Hydra's composition. A run whose metrics.jsonl already holds its last step is finished and is skipped.
 
@@ -33,10 +33,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import dara
+from dara.config import CONF_DIR, run_name, search_dirs
 from dara.io import run_finished
 
 PROJECT_ROOT = dara.PROJECT_ROOT
-CONF_DIR = PROJECT_ROOT / "conf"
 SBATCH_SCRIPT = PROJECT_ROOT / "scripts" / "slurm" / "train.sbatch"
 DEFAULT_OUTPUT_ROOT = "outputs"
 # Substituted for the seed when a log path must be written once for a whole job array (Slurm's %a).
@@ -79,8 +79,7 @@ class Run:
         return method_label(self.estimator, self.static_form)
 
     def name_for(self, seed: int | str) -> str:
-        variant = f"-{self.variant}" if self.variant else ""
-        return f"{self.task}-{self.model}-{self.method}{variant}-s{seed}"
+        return run_name(self.task, self.model, self.method, seed, self.variant)
 
     @property
     def name(self) -> str:
@@ -102,7 +101,7 @@ class Run:
         if self.estimator == "static":
             overrides.append(f"algorithm.dara.form={self.static_form}")
         if self.variant:
-            overrides.append("run.name=${run.task}-${run.model}-${run.method}-" + self.variant + "-s${run.seed}")
+            overrides.append(f"run.variant={self.variant}")
         if self.output_root != DEFAULT_OUTPUT_ROOT:
             overrides.append(f"run.output_root={self.output_root}")
         if self.total_steps is not None:
@@ -117,7 +116,7 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- config facts without composing
-def _load_with_defaults(path: Path):
+def _load_with_defaults(path: Path, dirs: Sequence[Path] = ()):
     """A group file merged over the files its own defaults list names (same group), as Hydra would."""
     node = OmegaConf.load(path)
     defaults = node.pop("defaults", None) or []
@@ -127,21 +126,25 @@ def _load_with_defaults(path: Path):
             merged = OmegaConf.merge(merged, node)
             node = None
         else:
-            merged = OmegaConf.merge(merged, _load_with_defaults(path.parent / f"{entry}.yaml"))
+            merged = OmegaConf.merge(merged, _load_with_defaults(group_file(path.parent.name, entry, dirs), dirs))
     return merged if node is None else OmegaConf.merge(merged, node)
 
 
-def group_file(group: str, choice: str) -> Path:
-    path = CONF_DIR / group / f"{choice}.yaml"
-    if not path.exists():
-        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
-        raise RecipeError(f"{group}={choice} does not exist; choices: {choices}")
-    return path
+def group_file(group: str, choice: str, dirs: Sequence[Path] = ()) -> Path:
+    """conf/<group>/<choice>.yaml, else the same file in a folder of your own (`hydra.searchpath`, `dirs`)."""
+    folders = [CONF_DIR, *dirs]
+    for folder in folders:
+        path = Path(folder) / group / f"{choice}.yaml"
+        if path.exists():
+            return path
+    choices = sorted({p.stem for folder in folders for p in (Path(folder) / group).glob("*.yaml")
+                      if not p.stem.startswith("_")})
+    raise RecipeError(f"{group}={choice} does not exist; choices: {choices}")
 
 
-def group_value(group: str, choice: str, key: str, default=None):
+def group_value(group: str, choice: str, key: str, default=None, dirs: Sequence[Path] = ()):
     """A plain value a group file sets (e.g. trainer.nnodes of a cluster), read without composing."""
-    value = OmegaConf.select(_load_with_defaults(group_file(group, choice)), key, default=default)
+    value = OmegaConf.select(_load_with_defaults(group_file(group, choice, dirs), dirs), key, default=default)
     return default if value is None else value
 
 
@@ -159,7 +162,7 @@ def expected_steps(run: Run) -> int:
     explicit = _override_value(run.overrides(), "trainer.total_training_steps")
     if explicit is not None:
         return int(explicit)
-    return int(group_value("task", run.task, "trainer.total_training_steps"))
+    return int(group_value("task", run.task, "trainer.total_training_steps", dirs=search_dirs(run.overrides())))
 
 
 def is_finished(run: Run) -> bool:
@@ -234,9 +237,7 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
     """`dara.preflight` of every run, composed in this process (one Hydra context), once per seed group: the
     seed changes no value the preflight reads. Each group is checked against the time its jobs get
     (`job_time`). Returns (group, report) pairs."""
-    from hydra import compose, initialize_config_dir
-
-    import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
+    from dara.config import compose
     from dara.preflight import CalibrationError, load_calibration, parse_time_limit, preflight
 
     try:
@@ -245,19 +246,17 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
         raise RecipeError(str(error)) from None
     results = []
     groups = seed_groups(runs)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        for index, group in enumerate(groups, 1):
-            cfg = compose(config_name="train", overrides=group[0].overrides())
-            OmegaConf.resolve(cfg)
-            minutes = parse_time_limit(job_time(group[0], time_limit))
-            report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env, calibration=measured)
-            results.append((group, report))
-            if verbose:
-                label = group[0].name_for("{" + ",".join(str(r.seed) for r in group) + "}")
-                if report.ok:
-                    print(f"[recipes] preflight [{index}/{len(groups)}] {label}: ok", flush=True)
-                else:
-                    print(f"[recipes] preflight [{index}/{len(groups)}] {label}: FAILED\n{report.text()}", flush=True)
+    for index, group in enumerate(groups, 1):
+        cfg = compose(group[0].overrides())
+        minutes = parse_time_limit(job_time(group[0], time_limit))
+        report = preflight(cfg, time_limit_minutes=minutes, skip_env=skip_env, calibration=measured)
+        results.append((group, report))
+        if verbose:
+            label = group[0].name_for("{" + ",".join(str(r.seed) for r in group) + "}")
+            if report.ok:
+                print(f"[recipes] preflight [{index}/{len(groups)}] {label}: ok", flush=True)
+            else:
+                print(f"[recipes] preflight [{index}/{len(groups)}] {label}: FAILED\n{report.text()}", flush=True)
     return results
 
 

@@ -25,20 +25,12 @@ import time
 
 from omegaconf import OmegaConf
 
-from recipes.runner import CONF_DIR
+from dara.config import compose
 
 
 def compose_run(overrides: list[str]):
     """The composed, resolved training config of `python -m dara.train <overrides>` (starts nothing)."""
-    from hydra import compose, initialize_config_dir
-
-    import dara  # noqa: F401  (registers ${dara.root:})
-    import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
+    return compose(overrides)
 
 
 def job_env(cfg) -> dict[str, str]:

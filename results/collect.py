@@ -23,28 +23,13 @@ SUMMARY_FILE = "summary.json"
 
 
 def flatten_summary(summary: dict) -> dict:
-    """One evaluation summary -> flat score columns (see the module docstring)."""
-    bench = summary.get("bench")
-    row: dict = {}
-    if bench == "bfcl":
-        for kind in summary.get("kinds", ("accuracy", "format")):
-            groups = summary.get(f"groups_{kind}")
-            if groups:
-                for group, value in groups.items():
-                    row[f"{group}_{kind}"] = value
-            for category, values in summary.get("categories", {}).items():
-                row[f"{category}_{kind}"] = values[kind]
-        row["over_window_cases"] = summary.get("over_window_cases", 0)
-    elif bench == "math":
-        for bench_row in summary["benchmarks"]:
-            for metric in ("acc", "exceed", "joint"):
-                row[f"{bench_row['benchmark']}_{metric}"] = 100 * bench_row[metric]
-    elif bench == "toolrl":
-        for metric in ("format", "correctness", "exact"):
-            row[metric] = summary[metric]
-    else:
-        raise RunLogError(f"unknown evaluation summary (bench={bench!r})")
-    return row
+    """One evaluation summary -> flat score columns (see the module docstring), by its bench."""
+    from results.evaluation.benches import benches  # the benches' scorers import sympy: only when collecting
+
+    bench = benches().get(summary.get("bench"))
+    if bench is None:
+        raise RunLogError(f"unknown evaluation summary (bench={summary.get('bench')!r})")
+    return bench.flatten(summary)
 
 
 def collect(folders: Sequence[str | Path]) -> pd.DataFrame:

@@ -1,7 +1,9 @@
 """verl entry: `compute_score` for verl's reward loop, and the per-sample scorer the parallel manager runs.
 
 `compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns
-{"score": sum of the channels, <channel>: value, ...} with the same keys for every sample of a task:
+{"score": sum of the channels, <channel>: value, ...} with the same keys for every sample of a task. The task
+of a row is the registered one for its data_source (`tasks.registry`), whose scorer
+(`rewards.task_rewards`) declares the channels and their ranges:
 
 - "rlla" (ToolRL): format, correctness (+ length when toolrl_length_channel), with the original ToolRL
   scorer's semantics (verl.utils.reward_score.rlla; rewards.toolrl);
@@ -13,7 +15,7 @@ the same keys from its config): see `RewardOptions`. Unknown options are an erro
 Math scoring runs under a hard per-item time limit: `compute_score` sends the item to a process pool
 (rewards.pool) and waits, so the limit holds in any thread of any process; an item over the limit scores
 the task's fallback (correctness 0) and counts in `timeout_count()`. ToolRL scoring is pure string and
-JSON work and runs in-process.
+JSON work and runs in-process (`TaskReward.in_process`).
 """
 
 # No `from __future__ import annotations`: verl loads this file by path as a module missing from
@@ -28,14 +30,12 @@ from typing import Any
 import numpy as np
 
 from rewards import math as math_reward
-from rewards import toolrl
 from rewards.pool import OK, TIMEOUT, HardTimeoutPool, Outcome, available_cpus
 from tasks import math as math_task
+from tasks.registry import load_ref, task_for_source
 
 logger = logging.getLogger(__name__)
 
-TOOLRL_SOURCES = frozenset({"rlla"})
-MATH_SOURCES = math_task.MATH_SOURCES
 SCORE_KEY = "score"
 # Per-sample flags the dara_parallel manager adds to reward_extra_info (they are not channels).
 TIMEOUT_KEY = "reward_timeout"
@@ -94,36 +94,29 @@ class RewardOptions:
 
 
 def task_of(data_source: str) -> str:
-    """ "toolrl" or "math" for a data_source; any other source is an error naming it."""
-    if data_source in TOOLRL_SOURCES:
-        return "toolrl"
-    if data_source in MATH_SOURCES:
-        return "math"
-    raise ValueError(
-        f"unknown data_source {data_source!r}: rewards are defined for {sorted(TOOLRL_SOURCES | MATH_SOURCES)}"
-    )
+    """The registered task's name for a data_source ("toolrl", "math"); any other source is an error naming it."""
+    return task_for_source(data_source).name
+
+
+def task_reward(data_source: str):
+    """The registered scorer (`rewards.task_rewards.TaskReward`) of a data_source's task."""
+    return load_ref(task_for_source(data_source).reward)
+
+
+def channel_ranges(data_source: str, options: RewardOptions | None = None) -> dict[str, tuple[float, float]]:
+    """The reward channels of a data_source with their [low, high] ranges, in order."""
+    return task_reward(data_source).channels(options or RewardOptions())
 
 
 def channel_names(data_source: str, options: RewardOptions | None = None) -> tuple[str, ...]:
     """The reward channels of a data_source, in order (the keys of compute_score minus "score")."""
-    options = options or RewardOptions()
-    if task_of(data_source) == "toolrl":
-        return toolrl.channel_names(options.toolrl_length_channel)
-    return math_reward.channel_names()
+    return tuple(channel_ranges(data_source, options))
 
 
-def reward_channels(data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> list[str]:
-    """The task's reward spec: the channels `compute_score` returns for `data_source` under the config's
-    `reward_kwargs` (read by `dara.config_checks` before anything starts)."""
-    return list(channel_names(data_source, RewardOptions.from_kwargs(reward_kwargs)))
-
-
-def _ground_truth_text(ground_truth: Any) -> str:
-    if isinstance(ground_truth, Mapping):  # a whole reward_model entry
-        ground_truth = ground_truth["ground_truth"]
-    if not isinstance(ground_truth, str):
-        raise TypeError(f"a ToolRL ground truth must be a string, got {type(ground_truth).__name__}")
-    return ground_truth
+def reward_channels(data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> dict[str, tuple[float, float]]:
+    """The reward's declaration (`rewards.spec`): the channels `compute_score` returns for `data_source` under
+    the config's `reward_kwargs`, each with its range (read by the config checks before anything starts)."""
+    return channel_ranges(data_source, RewardOptions.from_kwargs(reward_kwargs))
 
 
 def response_tokens_of(extra_info: Mapping[str, Any] | None) -> int:
@@ -155,24 +148,10 @@ def score_sample(
     """The channels of one sample plus "score", computed in this process with no time limit.
 
     This is what pool workers run; it raises only on bad data or options, never on model output."""
-    task = task_of(data_source)
+    reward = task_reward(data_source)
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
-    if task == "toolrl":
-        channels = toolrl.score(
-            solution_str, _ground_truth_text(ground_truth), length_channel=options.toolrl_length_channel
-        )
-    else:
-        scorer = math_reward.score_conditioned if options.math_length_conditioned else math_reward.score
-        channels = scorer(
-            solution_str,
-            ground_truth,
-            response_tokens,
-            options.max_response_tokens,
-            grader=options.math_grader,
-            max_answer_digits=options.max_answer_digits,
-        )
-    return with_total(channels)
+    return with_total(reward.score(solution_str, ground_truth, response_tokens, options))
 
 
 def fallback_sample(
@@ -180,13 +159,7 @@ def fallback_sample(
 ) -> dict[str, float]:
     """What a sample scores when its scoring timed out or failed: the lowest value of each channel,
     except the math length channel, which the token count decides without any verification."""
-    if task_of(data_source) == "toolrl":
-        return with_total(toolrl.fallback_score(length_channel=options.toolrl_length_channel))
-    return with_total(
-        math_reward.fallback_score(
-            response_tokens, options.max_response_tokens, conditioned=options.math_length_conditioned
-        )
-    )
+    return with_total(task_reward(data_source).fallback(response_tokens, options))
 
 
 def resolve_outcome(
@@ -257,7 +230,7 @@ def compute_score(
         # module: its functions cannot be pickled for the pool by name, and it would own a second pool.
         return canonical.compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
     options = RewardOptions.from_kwargs(kwargs)
-    if task_of(data_source) == "toolrl":
+    if task_reward(data_source).in_process:
         return score_sample(data_source, solution_str, ground_truth, None, options)
     response_tokens = response_tokens_of(extra_info)
     math_reward.length_reward(response_tokens)  # a bad count is a clear error here, not a worker failure

@@ -13,6 +13,8 @@ rewards (the correctness and length channels) and the evaluation import these na
 
 from __future__ import annotations
 
+from tasks.registry import TaskSpec, register_task
+
 DATA_SOURCE = "deepscaler"
 # The authors' prompt sentence (their training overlay and evaluation script); an earlier specification
 # gave DeepScaleR's own " Let's think step by step and output the final answer within \boxed{}.".
@@ -37,7 +39,8 @@ DEFAULT_GRADER = "hendrycks"
 BENCHMARK_ROWS = {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 674}
 OLYMPIAD_LOCAL_ROWS = 675
 BENCHMARKS = tuple(BENCHMARK_ROWS)
-MATH_SOURCES = frozenset({DATA_SOURCE, "smoke_math", *BENCHMARKS})
+SMOKE_DATA_SOURCE = "smoke_math"  # the CPU smoke run's synthetic problems
+MATH_SOURCES = frozenset({DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS})
 
 
 def prompt_text(problem: str) -> str:
@@ -56,3 +59,14 @@ def check_grader(grader: str) -> str:
     if grader not in GRADERS:
         raise ValueError(f"unknown math grader {grader!r}; expected one of {GRADERS}")
     return grader
+
+
+SPEC = register_task(TaskSpec(
+    name="math",
+    data_sources=(DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS),
+    reward="rewards.task_rewards:MATH",
+    datasets={"deepscaler": "data_prep.deepscaler", "math_eval": "data_prep.math_eval"},
+    assets={"smoke_math": "data_prep.run_assets:smoke_math"},
+    evaluations={"math": "results.evaluation.benches:MATH"},
+    description="math reasoning with a length constraint, DeepScaleR setup (five benchmarks)",
+))

@@ -25,6 +25,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from tasks.registry import TaskSpec, register_task
+
+# the data_source of ToolRL rows (the name verl's own ToolRL scorer is registered under)
+DATA_SOURCE = "rlla"
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
@@ -357,3 +362,16 @@ def decode_execute(text: str) -> list[str]:
         arguments = ", ".join(f"{key}={value!r}" for key, value in parameters.items())
         calls.append(f"{name}({arguments})")
     return calls
+
+
+# ------------------------------------------------------------------------------------------ the task
+SPEC = register_task(TaskSpec(
+    name="toolrl",
+    data_sources=(DATA_SOURCE,),
+    reward="rewards.task_rewards:TOOLRL",
+    datasets={"toolrl": "data_prep.toolrl", "bfcl": "data_prep.bfcl", "smoke": "data_prep.smoke"},
+    # the tiny offline model is trained on this task's synthetic rows (conf/model/tiny.yaml builds it)
+    assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model"},
+    evaluations={"toolrl": "results.evaluation.benches:TOOLRL", "bfcl": "results.evaluation.benches:BFCL"},
+    description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)",
+))

@@ -12,13 +12,15 @@ import json
 import os
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from omegaconf import OmegaConf
 
+from dara.config import CONF_DIR, compose
 from dara.config_checks import check_config
 from dara.estimators import ESTIMATORS
 from recipes import RECIPES, load
-from recipes.runner import CONF_DIR, PROJECT_ROOT, seed_groups
+from recipes.runner import PROJECT_ROOT, seed_groups
 
 # EXPERIMENTS.md "Tool calling (ToolRL setup)", in verl's keys. ppo_mini_batch_size counts prompts in verl
 # (x rollout.n responses): 512 responses = 128 prompts x G=4.
@@ -118,10 +120,7 @@ PAPER_RUNS = {
 
 @functools.cache
 def composed(overrides: tuple[str, ...]):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
+    return compose(overrides)
 
 
 def value(cfg, key):
@@ -225,9 +224,9 @@ def test_cluster_tables_set_rollout_and_fsdp_per_model_and_gpu(cluster, model, t
 @pytest.mark.parametrize("cluster, gpus", [("a100_40g_x4", 4), ("a100_80g_x8", 8), ("h100_x8", 8)])
 def test_submitit_launcher_configs_compose(cluster, gpus):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        cfg = compose(config_name="train", return_hydra_config=True,
-                      overrides=[f"hydra/launcher=slurm_{cluster}", f"cluster={cluster}", "task=toolrl",
-                                 "model=qwen2.5-1.5b-instruct"])
+        cfg = hydra_compose(config_name="train", return_hydra_config=True,
+                            overrides=[f"hydra/launcher=slurm_{cluster}", f"cluster={cluster}", "task=toolrl",
+                                       "model=qwen2.5-1.5b-instruct"])
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (1, gpus, 1)
@@ -274,6 +273,7 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
     from dara.verl.trainer import DaraTrainerSync
 
     cfg = composed(tuple(math_filter_overrides()))
+    check_config(cfg)  # as dara.train does: the reward's channels fill algorithm.reward_channels
     stock = PPOTrainerSync(OmegaConf.merge(cfg, {"trainer": {"v1": {"trainer_mode": "sync"}}})).replay_buffer
     ours = DaraTrainerSync(cfg.copy()).replay_buffer
     assert type(stock) is ReplayBuffer and stock.filter_groups_metric == "reward"

@@ -2,7 +2,9 @@
 
 Markers (an HTML comment on the line right before the fence, invisible when rendered):
 
-    <!-- runnable -->          every command of the block runs for real here (a few seconds each) and must exit 0
+    <!-- runnable -->          every command of the block runs for real here, in order (a few seconds each), and
+                               must exit 0; a `python -m dara.train` run must log dara/density/<c> at every step
+                               for each of its reward channels
     <!-- runnable: slow -->    the same, in the slow lane (pytest -m slow): ~5 s or more (a dara.train process)
     (no marker)                parse-only: the command names a real module / script / make target / file, and
 
@@ -21,10 +23,12 @@ with `../shared` pointing at the shared data.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -45,6 +49,7 @@ class Command:
     text: str  # the command without its comment, continuation lines joined
     comment: str
     mode: str  # "run", "slow" or "parse"
+    block: int = 0  # the line of the block's fence: a block's commands run in order, as one test
 
     @property
     def expected_status(self) -> int:
@@ -65,6 +70,7 @@ def extract(path: Path) -> list[Command]:
             continue
         marker = MARKER.match(lines[index - 1].strip()) if index else None
         mode = "parse" if marker is None else ("slow" if marker.group(1) == "slow" else "run")
+        fence = index + 1
         index += 1
         pending, start = "", None
         while index < len(lines) and lines[index].strip() != "```":
@@ -77,7 +83,7 @@ def extract(path: Path) -> list[Command]:
                 pending += line.rstrip()[:-1] + " "
                 continue
             text, comment = split_comment(pending + line)
-            commands.append(Command(doc, start, text, comment, mode))
+            commands.append(Command(doc, start, text, comment, mode, fence))
             pending, start = "", None
         index += 1
     return commands
@@ -135,21 +141,48 @@ def sandbox(tmp_path_factory) -> Path:
 
 def run_for_real(command: Command, sandbox: Path) -> None:
     argv = argv_of(command)
+    started = time.time()
     result = subprocess.run(argv, cwd=sandbox, capture_output=True, text=True, timeout=600)
     assert result.returncode == command.expected_status, (
         f"{command}: `{command.text}` exited {result.returncode} (expected {command.expected_status})\n"
         f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}")
+    if argv[1:3] == ["-m", "dara.train"] and "--cfg" not in argv and command.expected_status == 0:
+        check_training_logs(command, sandbox, started)
 
 
-@pytest.mark.parametrize("command", [c for c in ALL if c.mode == "run"], ids=str)
-def test_runnable_command_runs(command, sandbox):
-    run_for_real(command, sandbox)
+def check_training_logs(command: Command, sandbox: Path, started: float) -> None:
+    """The run folders the command wrote hold, at every step, dara/density/<c> for each reward channel."""
+    from dara.run_log import read_metrics
+
+    written = [path.parent for path in sandbox.glob("outputs/*/metrics.jsonl") if path.stat().st_mtime >= started]
+    assert written, f"{command}: no run folder under outputs/ logged a step"
+    for folder in written:
+        channels = json.loads((folder / "run_info.json").read_text())["reward_channels"]
+        for record in read_metrics(folder / "metrics.jsonl"):
+            missing = [c for c in channels if f"dara/density/{c}" not in record]
+            assert not missing, f"{command}: {folder.name} step {record['step']} lacks dara/density/ of {missing}"
+
+
+def blocks(mode: str) -> list[list[Command]]:
+    """The commands of each block of `mode`, in order (a block's commands may build on each other)."""
+    grouped: dict[tuple[str, int], list[Command]] = {}
+    for command in ALL:
+        if command.mode == mode:
+            grouped.setdefault((command.doc, command.block), []).append(command)
+    return list(grouped.values())
+
+
+@pytest.mark.parametrize("block", blocks("run"), ids=lambda block: str(block[0]))
+def test_runnable_command_runs(block, sandbox):
+    for command in block:
+        run_for_real(command, sandbox)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [c for c in ALL if c.mode == "slow"], ids=str)
-def test_slow_runnable_command_runs(command, sandbox):
-    run_for_real(command, sandbox)
+@pytest.mark.parametrize("block", blocks("slow"), ids=lambda block: str(block[0]))
+def test_slow_runnable_command_runs(block, sandbox):
+    for command in block:
+        run_for_real(command, sandbox)
 
 
 # ----------------------------------------------------------------------------- parse-only checks

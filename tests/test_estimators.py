@@ -20,7 +20,7 @@ def options_for(name, k):
     if name == "static":
         opts["weights"] = [1.0, 5.0, 2.0][:k]
     if name in ("saw", "sa_mrpo"):
-        opts["reward_ranges"] = RANGES[:k]
+        opts["reward_ranges"] = {f"c{c}": RANGES[c] for c in range(k)}  # compute_advantages' default names
     return opts
 
 
@@ -68,6 +68,8 @@ def test_matches_loop_reference(name, batch, batch_norm, query_weight):
     adv, metrics = compute_advantages(name, torch.tensor(scores), index, mask_from(lengths),
                                       batch_norm=batch_norm, **opts)
     effective = batch_norm or (defined[0] if defined else "token")
+    if "reward_ranges" in opts:  # the plain loop takes the ranges in channel order
+        opts["reward_ranges"] = [opts["reward_ranges"][f"c{c}"] for c in range(k)]
     expected = ref.reference(name, scores, index, lengths, batch_norm=effective, **opts)
     for j, length in enumerate(lengths):
         row = adv[j, :length].tolist()
@@ -216,7 +218,13 @@ def test_zero_density_channel_gets_unit_weight():
         (lambda: compute_advantages("static", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "fixed channel weights"),
         (lambda: compute_advantages("saw", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "reward_ranges"),
         (lambda: compute_advantages("sa_mrpo", torch.full((2, 1), 2.0), [0, 0], torch.ones(2, 1),
-                                    reward_ranges=[[0, 1]]), "outside its reward_range"),
+                                    reward_ranges={"c0": [0, 1]}), "outside its reward_range"),
+        (lambda: compute_advantages("saw", torch.zeros(2, 2), [0, 0], torch.ones(2, 1),
+                                    reward_ranges={"c0": [0, 1]}), "missing ['c1']"),
+        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1),
+                                    reward_ranges={"format": [0, 1]}), "not among the reward channels"),
+        (lambda: compute_advantages("saw", torch.zeros(2, 1), [0, 0], torch.ones(2, 1),
+                                    reward_ranges=[[0, 1]]), "maps channel names"),
         (lambda: compute_advantages("gdpo", torch.zeros(2, 1, 1), [0, 0], torch.ones(2, 1)), "[N, K]"),
         (lambda: compute_advantages("gdpo", torch.zeros(2, 1), ["a", None], torch.ones(2, 1)), "missing group id"),
     ],
@@ -289,7 +297,8 @@ def test_dara_algo_config_validates_itself_naming_the_problem():
     from dara.estimators.normalization import BATCH_NORM_MODES
 
     for bad, message in (({"wmax": 2}, "unknown option.*wmax"), ({"w_max": 0.5}, "w_max"), ({"form": "x"}, "form"),
-                         ({"query_weight": "x"}, "query_weight"), ({"reward_ranges": [[1, 0]]}, "min < max"),
+                         ({"query_weight": "x"}, "query_weight"), ({"reward_ranges": {"a": [1, 0]}}, "min < max"),
+                         ({"reward_ranges": {"a": [0]}}, r"\[min, max\]"),
                          ({"batch_norm": "sequence"}, "batch_norm"), ({"tau": 2}, "tau")):
         with pytest.raises(ValueError, match=message):
             DaraAlgoConfig.from_mapping(bad)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from dara.config import CONF_DIR
 from dara.preflight.facts import FACT_KEYS, facts_from_config_json, facts_from_mapping, parameters_of_qwen
-from recipes.runner import CONF_DIR
 
 
 def facts_of(model: str):

@@ -7,14 +7,13 @@ only in estimator and seed, and the test checks that no estimator file sets a ke
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import dara.config_checks  # noqa: F401  (registers the algorithm schema conf/train.yaml names)
+from dara.config import CONF_DIR, compose
 from dara.preflight import preflight
 from dara.preflight.budget import step_minutes
 from recipes import RECIPES, load
-from recipes.runner import CONF_DIR, _load_with_defaults, group_file
+from recipes.runner import _load_with_defaults, group_file
 
 # the config the preflight reads: anything else cannot change its answer
 PREFLIGHT_KEYS = ("trainer", "data", "actor_rollout_ref", "run.hardware", "run.model_facts", "run.checkpoint",
@@ -50,18 +49,16 @@ def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
         for run in module.runs(module.DEFAULT_SEEDS):
             groups.setdefault(preflight_key(run), []).append(run)
     failures = []
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        for runs in groups.values():
-            cfg = compose(config_name="train", overrides=runs[0].overrides())
-            OmegaConf.resolve(cfg)
-            report = preflight(cfg, skip_env=True)
-            assert [s.title for s in report.sections] == ["configuration", "allocation", "memory", "checkpoints",
-                                                         "time limit"]
-            (time_section,) = [s for s in report.sections if s.title == "time limit"]
-            if cfg.trainer.device == "cuda":  # the step time was found for every GPU run
-                assert "min/step ESTIMATE" in time_section.lines[0], report.text()
-            if not report.ok:
-                failures.append(report.text())
+    for runs in groups.values():
+        cfg = compose(runs[0].overrides())
+        report = preflight(cfg, skip_env=True)
+        assert [s.title for s in report.sections] == ["configuration", "allocation", "memory", "checkpoints",
+                                                     "time limit"]
+        (time_section,) = [s for s in report.sections if s.title == "time limit"]
+        if cfg.trainer.device == "cuda":  # the step time was found for every GPU run
+            assert "min/step ESTIMATE" in time_section.lines[0], report.text()
+        if not report.ok:
+            failures.append(report.text())
     assert sum(len(r) for r in groups.values()) == sum(len(load(n).runs(load(n).DEFAULT_SEEDS)) for n in RECIPES)
     assert not failures, "\n\n".join(failures)
 

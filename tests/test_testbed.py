@@ -203,7 +203,7 @@ def test_a_custom_advantage_function_receives_the_batch_and_drives_training():
 def test_estimator_options_cover_the_estimators_that_need_them():
     config = TaskConfig(length_channel=True)
     assert estimator_options("static", config)["weights"] == [1.0, 3.0, 3.0]
-    assert estimator_options("saw", config)["reward_ranges"] == [[0.0, 1.0]] * 3
+    assert estimator_options("saw", config)["reward_ranges"] == {name: [0.0, 1.0] for name in config.channel_names}
     assert estimator_options("gdpo", config) == {}
 
 

@@ -4,17 +4,12 @@ tokens, the rollout seed fixed at 0 while the data order follows the run seed.""
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from recipes.runner import CONF_DIR
+from dara.config import compose
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
+    return compose(overrides)
 
 
 @pytest.mark.parametrize("task", ["toolrl", "toolrl_three_rewards"])

@@ -10,10 +10,9 @@ import sys
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 import dara
+from dara.config import compose
 from dara.tracking import (
     STEP_METRIC,
     apply_wandb_env,
@@ -26,15 +25,11 @@ from dara.tracking import (
     wandb_run_files,
     wandb_run_id,
 )
-from dara.train import CONF_DIR
 from results.loaders import load_runs
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
+    return compose(overrides)
 
 
 def answers(url, timeout):

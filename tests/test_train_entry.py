@@ -8,21 +8,19 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import dara
+from dara.config import CONF_DIR, compose
 from dara.config_checks import ConfigError, check_config, composition_error_line
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages, diagnose
 from dara.run_log import RunLog, read_metrics
-from dara.train import CONF_DIR
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="train", overrides=list(overrides))
+    return compose(overrides, resolve=False)
 
 
 def test_default_composes_to_smoke_dara_asym():
@@ -30,10 +28,12 @@ def test_default_composes_to_smoke_dara_asym():
     assert cfg.run.task == "smoke" and cfg.run.model == "tiny"
     assert cfg.algorithm.adv_estimator == "dara_asym"
     assert cfg.trainer.v1.trainer_mode == "dara_sync"
-    assert list(cfg.algorithm.reward_channels) == ["format", "correctness"]
+    assert cfg.algorithm.reward_channels is None  # the task restates no channels: the reward declares them
     assert cfg.run.name == "smoke-tiny-dara_asym-s0"
     assert cfg.reward.custom_reward_function.path == f"{dara.PROJECT_ROOT}/rewards/verl_entry.py"
     check_config(cfg)
+    assert list(cfg.algorithm.reward_channels) == ["format", "correctness"]
+    assert cfg.algorithm.dara.reward_ranges == {"format": [0.0, 1.0], "correctness": [-3.0, 3.0]}
 
 
 @pytest.mark.parametrize("estimator", sorted({*ESTIMATOR_NAMES, "gd2po_hard_after"} - {"static"}))
@@ -48,7 +48,7 @@ def test_every_estimator_config_composes(estimator):
     [
         (["estimator=static"], "fixed channel weights"),
         (["algorithm.dara.weights=[1,2,3]"], "3 entries for 2"),
-        (["estimator=saw", "algorithm.dara.reward_ranges=null"], "reward_ranges"),
+        (["estimator=saw", "algorithm.dara.reward_ranges.lenght=[0,1]"], r"reward_ranges names \['lenght'\]"),
         (["algorithm.reward_channels=[format,format]"], "distinct"),
         (["algorithm.dara.batch_norm=sequence"], "batch_norm"),
         (["estimator=grpo", "algorithm.dara.batch_norm=token"], "'grpo' does not take batch_norm='token'"),
@@ -67,12 +67,23 @@ def test_invalid_combinations_fail_before_ray(overrides, message):
         check_config(composed(*overrides))
 
 
-def test_reward_channels_default_to_the_reward_specs():
-    for task, channels in (("smoke", ["format", "correctness"]), ("deepscaler", ["correctness", "length"]),
-                           ("toolrl_three_rewards", ["format", "correctness", "length"])):
-        cfg = composed(f"task={task}", "algorithm.reward_channels=null")
+def test_reward_channels_and_ranges_come_from_the_reward_by_name():
+    for task, ranges in (("smoke", {"format": [0, 1], "correctness": [-3, 3]}),
+                         ("deepscaler", {"correctness": [0, 1], "length": [0, 1]}),
+                         ("toolrl_three_rewards", {"format": [0, 1], "correctness": [-3, 3], "length": [0, 1]})):
+        cfg = composed(f"task={task}", "estimator=saw")
         check_config(cfg)
-        assert list(cfg.algorithm.reward_channels) == channels
+        assert list(cfg.algorithm.reward_channels) == list(ranges)
+        assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == ranges
+    # one channel overridden by name (no "+": the node takes any channel), the others still the reward's
+    cfg = composed("task=toolrl_three_rewards", "algorithm.dara.reward_ranges.correctness=[-4,4]")
+    check_config(cfg)
+    assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == {"format": [0, 1], "correctness": [-4, 4],
+                                                                         "length": [0, 1]}
+    # a subset of the channels takes only theirs
+    cfg = composed("task=toolrl_three_rewards", "algorithm.reward_channels=[length,format]")
+    check_config(cfg)
+    assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == {"length": [0, 1], "format": [0, 1]}
 
 
 def test_algorithm_dara_shows_every_default_and_rejects_unknown_keys():
@@ -95,6 +106,8 @@ def test_algorithm_dara_shows_every_default_and_rejects_unknown_keys():
      "Error merging override algorithm.dara.w_max=big: Value 'big' of type 'str' could not be converted to Float"),
     ("estimator=nope", "In 'train': Could not find 'estimator/nope'; Available options in 'estimator': "
      + ", ".join(sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.yaml")))),
+    ("run.sed=1", "Could not override 'run.sed': Key 'sed' not in 'RunConfig'; To append to your config use +run.sed=1"),
+    ("run.seed=x", "Error merging override run.seed=x: Value 'x' of type 'str' could not be converted to Integer"),
     ("run.seed=[", None),  # a parse error: the message names the override text
 ])
 def test_composition_errors_become_one_line_naming_the_override(override, line):
@@ -134,13 +147,15 @@ def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args,
 @pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_cfg_job_prints_without_running(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "dara.train", "estimator=gdpo", f"run.output_root={tmp_path}", "--cfg", "job",
-         "--resolve"],
+        [sys.executable, "-m", "dara.train", "task=deepscaler", "estimator=gd2po_snr", f"run.output_root={tmp_path}",
+         "--cfg", "job", "--resolve"],
         capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     printed = OmegaConf.create(out.stdout)
-    assert printed.algorithm.adv_estimator == "gdpo"
+    assert printed.algorithm.adv_estimator == "gd2po_snr"
+    assert printed.algorithm.dara.batch_norm == "response"  # the math task's, as for gd2po_hard
+    assert printed.run.name == "deepscaler-tiny-gd2po_snr-s0" and printed.run.checkpoint.keep_last == 2
     assert not any(tmp_path.iterdir())  # nothing was started or written
 
 

@@ -87,7 +87,7 @@ def trainer_config(estimator: str, norm_by_std: bool = True):
             "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
             "reward_channels": CHANNELS,
             "dara": {"weights": [1.0, 5.0] if estimator == "static" else None,
-                     "reward_ranges": [[-3.0, 3.0], [0.0, 1.0]]},
+                     "reward_ranges": {"correctness": [-3.0, 3.0], "format": [0.0, 1.0]}},
         },
         "actor_rollout_ref": {"rollout": {"n": GROUP_SIZE}},
     })

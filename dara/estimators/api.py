@@ -33,10 +33,11 @@ def compute_advantages(
         response_mask: [N, T] 0/1 mask of valid response tokens.
         **options: channel_names (K strings, default c0..) and the fields of `DaraAlgoConfig`, which holds
             each default: weights (K floats), w_max, batch_norm ("token" | "response" | "none"; grpo and
-            dvao define "none", gd2po "token" or "response": another value is rejected), reward_ranges (K [min, max]
-            pairs; saw, sa_mrpo), tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static),
-            query_weight ("before_whiten" | "after_whiten"; gd2po), eps (added to the std of the group
-            z-score and of response-level batch normalisation; 1e-6).
+            dvao define "none", gd2po "token" or "response": another value is rejected), reward_ranges
+            ({channel name: [min, max]}; every channel for saw, sa_mrpo; scores outside a range are rejected),
+            tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static), query_weight ("before_whiten" |
+            "after_whiten"; gd2po), eps (added to the std of the group z-score and of response-level batch
+            normalisation; 1e-6).
 
     Returns:
         advantages: float32 [N, T] on the mask's device, zero outside the mask.
@@ -130,23 +131,22 @@ def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> di
     return opts
 
 
-def _check_ranges(ranges, scores: torch.Tensor, names: list[str]) -> torch.Tensor | None:
-    if ranges is None:
-        return None
-    table = torch.as_tensor(ranges, dtype=torch.float64, device=scores.device)
-    if table.shape != (scores.shape[1], 2):
-        raise ValueError(f"reward_ranges must be {scores.shape[1]} [min, max] pairs, got shape {tuple(table.shape)}")
+def _check_ranges(ranges: dict, scores: torch.Tensor, names: list[str]) -> torch.Tensor | None:
+    """Scores within each named channel's range; the [K, 2] range table in channel order when every channel
+    has one (saw, sa_mrpo read it), else None. (DaraAlgoConfig already checked the names and the bounds.)"""
     for k, name in enumerate(names):
-        low, high = table[k].tolist()
-        if not low < high:
-            raise ValueError(f"reward_ranges for channel {name!r} must have min < max, got [{low}, {high}]")
+        if name not in ranges:
+            continue
+        low, high = ranges[name]
         column = scores[:, k]
         if (column < low).any() or (column > high).any():
             raise ValueError(
                 f"channel {name!r} has scores in [{column.min().item()}, {column.max().item()}], "
                 f"outside its reward_range [{low}, {high}]"
             )
-    return table
+    if not ranges or any(name not in ranges for name in names):
+        return None
+    return torch.tensor([ranges[name] for name in names], dtype=torch.float64, device=scores.device)
 
 
 def diagnose(scores, index, channel_names: Sequence[str] | None = None) -> dict[str, float]:

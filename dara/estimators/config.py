@@ -3,7 +3,9 @@
 Its field names are `compute_advantages`' keyword names; in a training config it is the node
 `algorithm.dara` (registered as the node's schema by `dara.config_checks`, so `--cfg job` shows every
 default and an unknown key or a wrong type fails at composition). The channel names are not a field:
-they are `algorithm.reward_channels`, which the reward spec of the task declares.
+they are `algorithm.reward_channels`, which the reward spec of the task declares. `reward_ranges` maps a
+channel's name to its [min, max]: in training every channel's range comes from the reward's declaration,
+and `algorithm.dara.reward_ranges.<channel>=[min,max]` overrides one.
 
 An instance validates itself (`__post_init__`); `check_for(estimator, channels)` adds what depends on
 the estimator and the number of channels.
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
-from typing import List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
+from dataclasses import asdict, dataclass, field, fields
+from typing import Dict, List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
 
 from .groups import GROUP_EPS
 from .methods import ESTIMATORS
@@ -24,17 +26,18 @@ from .weights import DEFAULT_W_MAX
 FORMS = ("sym", "asym")
 QUERY_WEIGHT_ORDERS = ("before_whiten", "after_whiten")
 DEFAULT_BATCH_NORM = "token"  # for the estimators that take any mode
+ESTIMATORS_NEEDING_RANGES = ("saw", "sa_mrpo")  # they shift or scale by each channel's range
 
 
 @dataclass
 class DaraAlgoConfig:
     """Estimator options (see `compute_advantages`). None means "not used" (weights: 1 each; batch_norm:
-    the estimator's own, `token` where it takes any)."""
+    the estimator's own, `token` where it takes any); reward_ranges holds the channels that have a range."""
 
     weights: Optional[List[float]] = None  # noqa: UP006, UP045 - OmegaConf schema types
     w_max: float = DEFAULT_W_MAX
     batch_norm: Optional[str] = None  # noqa: UP045
-    reward_ranges: Optional[List[List[float]]] = None  # noqa: UP006, UP045
+    reward_ranges: Dict[str, List[float]] = field(default_factory=dict)  # noqa: UP006
     tau: float = 0.8
     gamma: float = 0.5
     form: str = "sym"
@@ -56,11 +59,7 @@ class DaraAlgoConfig:
             raise ValueError(f"w_max must be >= 1 (it caps an up-weighting), got {self.w_max}")
         if self.batch_norm is not None and self.batch_norm not in BATCH_NORM_MODES:
             raise ValueError(f"batch_norm must be one of {BATCH_NORM_MODES} or null, got {self.batch_norm!r}")
-        if self.reward_ranges is not None:
-            self.reward_ranges = [[float(v) for v in pair] for pair in self.reward_ranges]
-            for pair in self.reward_ranges:
-                if len(pair) != 2 or not pair[0] < pair[1]:
-                    raise ValueError(f"reward_ranges must be [min, max] pairs with min < max, got {pair}")
+        self.reward_ranges = ranges_by_name(self.reward_ranges)
         if not 0 <= self.tau <= 1:
             raise ValueError(f"tau must be in [0, 1] (a |rho| threshold), got {self.tau}")
         if not self.gamma >= 0:
@@ -87,9 +86,13 @@ class DaraAlgoConfig:
             raise ValueError(f"weights has {len(self.weights)} entries for {k} reward channels {list(channels)}")
         if estimator == "static" and self.weights is None:
             raise ValueError("estimator 'static' needs fixed channel weights (weights=[...], e.g. [1, 5])")
-        if estimator in ("saw", "sa_mrpo") and (self.reward_ranges is None or len(self.reward_ranges) != k):
-            raise ValueError(f"estimator {estimator!r} needs reward_ranges: one [min, max] per channel "
-                             f"{list(channels)}, got {self.reward_ranges}")
+        unknown = [name for name in self.reward_ranges if name not in channels]
+        if unknown:
+            raise ValueError(f"reward_ranges names {unknown}, not among the reward channels {list(channels)}")
+        missing = [name for name in channels if name not in self.reward_ranges]
+        if estimator in ESTIMATORS_NEEDING_RANGES and missing:
+            raise ValueError(f"estimator {estimator!r} needs reward_ranges: a [min, max] for every channel, "
+                             f"missing {missing}")
         self.resolved_batch_norm(estimator)
 
     def resolved_batch_norm(self, estimator: str) -> str:
@@ -106,4 +109,24 @@ class DaraAlgoConfig:
 
     def options(self) -> dict:
         """`compute_advantages` keyword arguments (channel_names excepted); unset options are left out."""
-        return {key: value for key, value in asdict(self).items() if value is not None}
+        return {key: value for key, value in asdict(self).items() if value is not None and value != {}}
+
+
+def ranges_by_name(ranges: Mapping | None) -> dict[str, list[float]]:
+    """{channel: [min, max]} with float bounds, min < max; a list (the old positional form) or a bad pair is
+    an error naming it."""
+    if ranges is None:
+        return {}
+    if not isinstance(ranges, Mapping):
+        raise ValueError(f"reward_ranges maps channel names to [min, max] (e.g. {{'format': [0, 1]}}), "
+                         f"got {type(ranges).__name__} {ranges!r}")
+    out = {}
+    for name, pair in ranges.items():
+        try:
+            low, high = (float(v) for v in pair)
+        except (TypeError, ValueError):
+            raise ValueError(f"reward_ranges[{name!r}] must be [min, max], got {pair!r}") from None
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"reward_ranges[{name!r}] must be finite [min, max] with min < max, got {[low, high]}")
+        out[str(name)] = [low, high]
+    return out

@@ -182,7 +182,8 @@ def gd2po_snr(batch: ChannelBatch) -> Aggregate:
 def saw(batch: ChannelBatch) -> Aggregate:
     ranges = batch.options["reward_ranges"]
     if ranges is None:
-        raise ValueError("estimator 'saw' needs reward_ranges=[[min, max], ...] (it shifts by each lower bound)")
+        raise ValueError("estimator 'saw' needs reward_ranges={channel: [min, max], ...} for every channel "
+                         "(it shifts by each lower bound)")
     weights = saw_weights(batch.scores, ranges[:, 0]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)
 
@@ -191,6 +192,6 @@ def saw(batch: ChannelBatch) -> Aggregate:
 def sa_mrpo(batch: ChannelBatch) -> Aggregate:
     ranges = batch.options["reward_ranges"]
     if ranges is None:
-        raise ValueError("estimator 'sa_mrpo' needs reward_ranges=[[min, max], ...] for each channel")
+        raise ValueError("estimator 'sa_mrpo' needs reward_ranges={channel: [min, max], ...} for every channel")
     weights = saturation_weights(batch.scores, ranges, batch.options["gamma"]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)

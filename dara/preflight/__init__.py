@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from dara.config import compose
 from dara.preflight.allocation import check_allocation, divisibility_problems, with_allocation
 from dara.preflight.budget import (
     check_checkpoints,
@@ -36,19 +37,6 @@ from dara.preflight.report import Report
 
 __all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "divisibility_problems",
            "format_time_limit", "load_calibration", "model_facts", "node_checks", "parse_time_limit", "preflight"]
-
-
-def compose(overrides, conf_dir=None) -> DictConfig:
-    """The resolved config `python -m dara.train <overrides>` would run (nothing started)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from dara.train import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name="train"):
-        cfg = hydra_compose(config_name="train", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
 
 
 def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int | None = None,

@@ -9,12 +9,9 @@ conditions are checked here, before anything starts.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import warnings
-
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dara.config import verl_validation_error
 from dara.preflight.facts import ModelFacts
 from dara.preflight.report import Section
 
@@ -30,17 +27,7 @@ def with_allocation(cfg: DictConfig, nodes: int, gpus_per_node: int) -> DictConf
 
 def verl_validation(cfg: DictConfig) -> str | None:
     """verl's own start-up checks (what `verl.trainer.main_ppo` runs before Ray); the error text, or None."""
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-            omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-    except (AssertionError, ValueError, TypeError, KeyError) as error:
-        return f"{type(error).__name__}: {error}"
-    return None
+    return verl_validation_error(cfg)
 
 
 def divisibility_problems(cfg: DictConfig, facts: ModelFacts | None) -> list[str]:

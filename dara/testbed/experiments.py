@@ -14,7 +14,10 @@ from dataclasses import dataclass, replace
 
 from dara.testbed.task import TaskConfig
 from dara.testbed.train import AdvantageFn, RunConfig, estimator_options, train_run
-from results.thresholds import first_sustained_step
+from tasks.registry import load_ref
+
+# The results layer's threshold rule, named by import path: dara sits below results and never imports it.
+SUSTAINED_STEP = "results.thresholds:first_sustained_step"
 
 ALL_ESTIMATORS = (
     "grpo",
@@ -148,6 +151,7 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
     sparse = study.task.sparse_channel
     compliance = [r[f"reward/{sparse}/mean"] for r in records]
     out: dict[str, float] = {}
+    first_sustained_step = load_ref(SUSTAINED_STEP)
     for threshold in THRESHOLDS:
         # the results package's sustained rule with no hold: first full trailing window reaching x
         steps = range(1, len(compliance) + 1)

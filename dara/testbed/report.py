@@ -14,9 +14,13 @@ from pathlib import Path
 import pandas as pd
 
 from dara.io import METRICS_FILE, atomic_path, atomic_write_json, atomic_write_jsonl
+from dara.run_folder import RUN_INFO
 from dara.testbed.experiments import ALL_ESTIMATORS, THRESHOLDS, RunResult, Study
 from dara.testbed.stats import mean_ci
-from results.loaders import RUN_INFO_FILE
+from tasks.registry import load_ref
+
+# The results layer's curve plot, named by import path: dara sits below results and never imports it.
+PLOT_CURVES = "results.plots:plot_curves"
 
 SUMMARY_COLUMNS = ("estimator", "group_size", "metric", "mean", "ci_low", "ci_high", "study", "n_seeds")
 STEP_KEYS = (
@@ -54,7 +58,7 @@ def write_run_logs(root: Path, results: list[RunResult]) -> None:
         folder = run_folder(root, res)
         info = {"run_name": folder.name, "method": res.config.estimator, "seed": res.config.seed,
                 "group_size": res.config.group_size, "study": res.study, "task": "testbed"}
-        atomic_write_json(folder / RUN_INFO_FILE, info)
+        atomic_write_json(folder / RUN_INFO, info)
         finite = [{k: v for k, v in rec.items() if not isinstance(v, float) or math.isfinite(v)} for rec in res.records]
         atomic_write_jsonl(folder / METRICS_FILE, [{**rec, "step": int(rec["step"])} for rec in finite])
 
@@ -174,8 +178,7 @@ def plot_curves(path: Path, study: Study, results: list[RunResult], group_size: 
 
     Panels: every channel's training mean, then the sparse channel's density and weight.
     """
-    from results.plots import plot_curves as plot_run_curves
-
+    plot_run_curves = load_ref(PLOT_CURVES)
     sparse = study.task.sparse_channel
     metrics = [f"reward/{c}/mean" for c in study.task.channel_names] + [f"density/{sparse}", f"weight/{sparse}"]
     runs = [r for r in results if r.config.group_size == group_size]

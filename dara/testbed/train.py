@@ -66,7 +66,7 @@ def estimator_options(estimator: str, task: TaskConfig, static_sparse_weight: fl
     if estimator == "static":
         return {"weights": [1.0 if name == "correctness" else static_sparse_weight for name in names]}
     if estimator in ("saw", "sa_mrpo"):
-        return {"reward_ranges": [list(REWARD_RANGE) for _ in names]}
+        return {"reward_ranges": {name: list(REWARD_RANGE) for name in names}}
     return {}
 
 

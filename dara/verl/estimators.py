@@ -10,7 +10,8 @@ channels from it and write their diagnostics back into it.
 
 Every library estimator is registered as ``dara_<name>``; names verl does not already use
 (``dara_asym``, ``dvao``, ...) are also registered bare. ``grpo`` and ``gdpo`` are verl's own names, so
-`verl_estimator_name` maps them to ``dara_grpo`` / ``dara_gdpo`` for the project's trainer.
+`verl_estimator_name` maps them to ``dara_grpo`` / ``dara_gdpo`` for the project's trainer, and
+`dara.config.library_estimator` maps a config value back.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
+from dara.config import LIBRARY_PREFIX as PREFIX
+from dara.config import library_estimator
 from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig, compute_advantages, diagnose
-
-PREFIX = "dara_"
 
 
 class ChannelContext:
@@ -44,7 +45,7 @@ class ChannelContext:
         self.real = torch.ones(len(channel_scores), dtype=torch.bool) if real is None else real
         self.options = DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
         self.metrics: dict[str, float] = {}  # filled by the estimator
-        name = library_name(str(algorithm.get("adv_estimator")))
+        name = library_estimator(str(algorithm.get("adv_estimator")))
         self.adv_estimator = verl_estimator_name(name) if name else algorithm.get("adv_estimator")
 
     def __getattr__(self, key: str):  # only called for names the context itself does not have
@@ -66,15 +67,6 @@ class ChannelContext:
 def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
     """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
     return {"channel_names": list(channel_names), **DaraAlgoConfig.from_mapping(algorithm.get("dara", None)).options()}
-
-
-def library_name(verl_name: str) -> str | None:
-    """The library estimator behind a verl adv_estimator value, or None for verl's own estimators."""
-    if verl_name in ESTIMATOR_NAMES:
-        return verl_name
-    if verl_name.startswith(PREFIX) and verl_name[len(PREFIX):] in ESTIMATOR_NAMES:
-        return verl_name[len(PREFIX):]
-    return None
 
 
 def verl_estimator_name(name: str) -> str:

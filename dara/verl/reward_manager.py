@@ -1,10 +1,20 @@
 """The "dara_parallel" reward manager for verl 0.9.1's reward loop.
 
 Importing this module registers `DaraParallelRewardManager` under the name "dara_parallel"
-(verl.experimental.reward_loop.reward_manager.register). It scores with rewards.verl_entry in a process
-pool with a hard per-item time limit (rewards.pool), passes each response's valid token count to the
-math reward, and never raises on model output: an item over the limit or one whose scoring fails gets
-its task's fallback score and is flagged in reward_extra_info ("reward_timeout", "reward_error").
+(verl.experimental.reward_loop.reward_manager.register). It scores in a process pool with a hard per-item
+time limit (rewards.pool) and never raises on model output: an item over the limit or one whose scoring fails
+gets a fallback score and is flagged in reward_extra_info ("reward_timeout", "reward_error"); a failed item's
+error is also one line of `<run folder>/logs/reward_errors.log`.
+
+What it scores with (`reward.custom_reward_function.path` / `.name`):
+- the project's `rewards/verl_entry.py` (or no path): the registered tasks (`tasks.registry`) by data_source,
+  with each response's valid token count for the math length reward; options `RewardOptions`;
+- any other module, a reward of your own (`rewards.spec`): its `compute_score(data_source, solution_str,
+  ground_truth, extra_info)` runs in the pool, loaded there by path, with `custom_reward_function.reward_kwargs`
+  as keyword arguments (the pool's own `timeout_s` / `num_processes` excepted) and `extra_info` holding the
+  row's extra_info plus "response_tokens"; each result must hold "score" and exactly the channels its
+  `REWARD_CHANNELS` declares, inside their ranges (else the item counts as an error and scores each channel's
+  low).
 
 What verl hands a manager (reward_loop.RewardLoopWorker and agent_loop._compute_score): a DataProto
 slice per sample with batch["responses"] (right-padded ids), batch["attention_mask"] (prompt + response),
@@ -14,19 +24,19 @@ verl writes the score on the last valid response token (assemble_rm_scores) and 
 non_tensor_batch. Samples arrive concurrently (asyncio tasks), so the pool scores them in parallel.
 
 Config: reward.reward_manager.{source: register, name: dara_parallel}; options in reward.reward_kwargs
-(or reward.custom_reward_function.reward_kwargs when custom_reward_function.path names
-rewards/verl_entry.py, by file path or as pkg://rewards.verl_entry); keys are
-rewards.verl_entry.RewardOptions. In a process that has not imported
-this module (e.g. a fresh Ray reward worker), use source: importlib, module.path:
-pkg://dara.verl.reward_manager, name: DaraParallelRewardManager instead; it loads the same class.
+or reward.custom_reward_function.reward_kwargs. In a process that has not imported this module (e.g. a
+fresh Ray reward worker), use source: importlib, module.path: pkg://dara.verl.reward_manager, name:
+DaraParallelRewardManager instead; it loads the same class.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.util
 import inspect
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,13 +49,17 @@ from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from verl.utils.reward_score import default_compute_score
 
+from dara.run_folder import REWARD_ERRORS
+from rewards import spec as reward_spec
 from rewards import verl_entry
-from rewards.pool import Outcome
+from rewards.pool import OK, TIMEOUT, Outcome
+from rewards.spec import POOL_OPTIONS
 from rewards.verl_entry import ERROR_KEY, SCORE_KEY, TIMEOUT_KEY, RewardOptions
 
 logger = logging.getLogger(__name__)
 
 MANAGER_NAME = "dara_parallel"
+MAX_LOGGED_ERRORS = 20  # per manager: the errors of a reward that always fails are all alike
 
 
 def _as_dict(node: Any) -> dict[str, Any]:
@@ -56,9 +70,9 @@ def _as_dict(node: Any) -> dict[str, Any]:
     return dict(node)
 
 
-def options_from_config(config: DictConfig, compute_score: Any = None) -> RewardOptions:
-    """RewardOptions from reward.reward_kwargs and reward.custom_reward_function.reward_kwargs (the
-    latter as verl bound it into `compute_score`); a key set to different values in both is an error."""
+def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, Any]:
+    """reward.reward_kwargs and reward.custom_reward_function.reward_kwargs (the latter as verl bound it
+    into `compute_score`), merged; a key set to different values in both is an error."""
     reward = config.get("reward") or {}
     manager_kwargs = _as_dict(reward.get("reward_kwargs"))
     function_kwargs = _as_dict((reward.get("custom_reward_function") or {}).get("reward_kwargs"))
@@ -71,40 +85,33 @@ def options_from_config(config: DictConfig, compute_score: Any = None) -> Reward
         raise ValueError(
             f"reward option(s) {clashes} differ between reward.reward_kwargs and custom_reward_function.reward_kwargs"
         )
-    return RewardOptions.from_kwargs({**manager_kwargs, **function_kwargs})
+    return {**manager_kwargs, **function_kwargs}
 
 
-def _is_verl_entry_compute_score(function: Any) -> bool:
-    """rewards.verl_entry.compute_score, imported by name or loaded by verl from the file's path (then its
-    module is a copy named custom_module_<hash>)."""
-    if function is verl_entry.compute_score:
-        return True
-    try:
-        source = Path(inspect.getsourcefile(function)).resolve()
-    except TypeError:  # a builtin or a callable object
-        return False
-    return (
-        source == Path(verl_entry.__file__).resolve()
-        and getattr(function, "__name__", None) == "compute_score"
-    )
+def options_from_config(config: DictConfig, compute_score: Any = None) -> RewardOptions:
+    """The project reward's RewardOptions from both reward_kwargs nodes (`reward_kwargs`)."""
+    return RewardOptions.from_kwargs(reward_kwargs(config, compute_score))
 
 
-def _check_compute_score(compute_score: Any) -> None:
-    """The manager always scores with rewards.verl_entry; a different custom reward function would be
-    silently ignored, so it is an error."""
-    if compute_score is None or compute_score is default_compute_score:
-        return
-    raw = (
-        compute_score.args[0]
-        if isinstance(compute_score, functools.partial) and compute_score.args
-        else compute_score
-    )
-    if _is_verl_entry_compute_score(raw):
-        return
-    raise ValueError(
-        f"the {MANAGER_NAME!r} reward manager scores with rewards.verl_entry; got custom reward function {raw!r}. "
-        "Unset reward.custom_reward_function.path or point it at rewards/verl_entry.py."
-    )
+def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str, str] | None:
+    """(file, function) of a reward of your own, or None for the project's rewards.verl_entry (or no reward
+    function at all). The file is `reward.custom_reward_function.path` (a pkg://module path too), else the
+    source file of the function verl bound."""
+    function = (config.get("reward") or {}).get("custom_reward_function") or {}
+    path, name = function.get("path"), function.get("name") or "compute_score"
+    if path and str(path).startswith("pkg://"):
+        found = importlib.util.find_spec(str(path)[len("pkg://"):])
+        path = found.origin if found is not None else path
+    if not path and compute_score is not None and compute_score is not default_compute_score:
+        raw = compute_score.args[0] if isinstance(compute_score, functools.partial) else compute_score
+        try:
+            path, name = inspect.getsourcefile(raw), raw.__name__
+        except TypeError:  # a builtin or a callable object: nothing to load in a pool worker
+            raise ValueError(f"the {MANAGER_NAME!r} reward manager loads reward functions by file; got {raw!r}: "
+                             "name its module in reward.custom_reward_function.path") from None
+    if not path or Path(path).resolve() == Path(verl_entry.__file__).resolve():
+        return None
+    return str(path), str(name)
 
 
 def valid_response_lengths(data: DataProto) -> torch.Tensor:
@@ -120,31 +127,95 @@ def _ground_truth(non_tensor_row: Mapping[str, Any]) -> Any:
     return reward_model["ground_truth"]
 
 
+class ProjectScorer:
+    """The project's rewards (rewards.verl_entry): the registered task of each row's data_source."""
+
+    def __init__(self, kwargs: Mapping[str, Any]):
+        self.options = RewardOptions.from_kwargs(kwargs)
+
+    def channels(self, data_source: str) -> tuple[str, ...]:
+        return verl_entry.channel_names(data_source, self.options)
+
+    def submit(self, pool, data_source: str, text: str, ground_truth: Any, response_tokens: int, extra_info):
+        verl_entry.task_of(data_source)  # an unknown data_source is a clear error here, not in a worker
+        return pool.submit(verl_entry.score_sample, data_source, text, ground_truth, response_tokens, self.options)
+
+    def fallback(self, data_source: str, response_tokens: int) -> dict[str, float]:
+        return verl_entry.fallback_sample(data_source, response_tokens, self.options)
+
+
+class ModuleScorer:
+    """A reward module of your own: its declaration read here, its items scored and checked in the pool."""
+
+    def __init__(self, path: str, function: str, kwargs: Mapping[str, Any], data_source: str | None = None):
+        self.user_kwargs = {key: value for key, value in kwargs.items() if key not in POOL_OPTIONS}
+        self.options = RewardOptions(**{key: kwargs[key] for key in POOL_OPTIONS if key in kwargs})
+        self.options.validate()
+        self.spec = reward_spec.load_reward_spec(path, function, data_source, self.user_kwargs)
+
+    def channels(self, data_source: str) -> tuple[str, ...]:
+        return tuple(self.spec.names)
+
+    def submit(self, pool, data_source: str, text: str, ground_truth: Any, response_tokens: int, extra_info):
+        extra = {**dict(extra_info or {}), "response_tokens": response_tokens}
+        return pool.submit(reward_spec.score_item, self.spec.path, self.spec.function, self.user_kwargs,
+                           self.spec.channels, data_source, text, ground_truth, extra)
+
+    def fallback(self, data_source: str, response_tokens: int) -> dict[str, float]:
+        return self.spec.fallback()
+
+
 @register(MANAGER_NAME)
 class DaraParallelRewardManager(RewardManagerBase):
-    """Rule rewards (ToolRL, math) scored in a hard-time-limited process pool."""
+    """Rule rewards (the registered tasks', or a module of your own) scored in a hard-time-limited pool."""
 
     def __init__(
         self, config, tokenizer, compute_score=None, reward_router_address=None, reward_model_tokenizer=None
     ):
         super().__init__(config, tokenizer, compute_score)
-        _check_compute_score(compute_score)
-        self.options = options_from_config(config, compute_score)
+        kwargs = reward_kwargs(config, compute_score)
+        module = reward_module_of(config, compute_score)
+        if module is None:
+            self.scorer = ProjectScorer(kwargs)
+        else:
+            self.scorer = ModuleScorer(*module, kwargs, OmegaConf.select(config, "run.data_source", default=None))
+        self.options = self.scorer.options
         self.pool = verl_entry.shared_pool(self.options)
+        run_dir = OmegaConf.select(config, "run.output_dir", default=None)
+        self.error_log = Path(run_dir) / REWARD_ERRORS if run_dir else None
+        self._logged_errors = 0
+        self._log_lock = threading.Lock()
 
     # ------------------------------------------------------------------ per sample (verl's reward loop)
-    def _submit(self, data_source: str, text: str, ground_truth: Any, response_tokens: int):
-        verl_entry.task_of(data_source)  # an unknown data_source is a clear error here, not in a worker
-        return self.pool.submit(
-            verl_entry.score_sample, data_source, text, ground_truth, response_tokens, self.options
-        )
+    def _submit(self, data_source: str, text: str, ground_truth: Any, response_tokens: int, extra_info=None):
+        return self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info)
 
     def _result(self, outcome: Outcome, data_source: str, response_tokens: int) -> dict[str, Any]:
-        channels, timed_out, failed = verl_entry.resolve_outcome(
-            outcome, data_source, response_tokens, self.options
-        )
+        timed_out, failed = outcome.status == TIMEOUT, outcome.status not in (OK, TIMEOUT)
+        if outcome.status == OK:
+            channels = outcome.value
+        else:
+            channels = self.scorer.fallback(data_source, response_tokens)
+            if timed_out:
+                logger.warning("reward for a %s sample took over the time limit; scored as its fallback", data_source)
+            else:
+                logger.error("reward for a %s sample failed; scored as its fallback:\n%s", data_source, outcome.error)
+                self._log_error(data_source, outcome.error)
         extra = {**channels, TIMEOUT_KEY: float(timed_out), ERROR_KEY: float(failed)}
         return {"reward_score": channels[SCORE_KEY], "reward_extra_info": extra}
+
+    def _log_error(self, data_source: str, error: str) -> None:
+        """The error's last line into the run folder's reward error log (the trainer quotes the first)."""
+        if self.error_log is None:
+            return
+        with self._log_lock:
+            if self._logged_errors >= MAX_LOGGED_ERRORS:
+                return
+            self._logged_errors += 1
+            lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+            self.error_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.error_log, "a") as handle:
+                handle.write(f"{data_source}: {lines[-1] if lines else 'unknown error'}\n")
 
     async def run_single(self, data: DataProto) -> dict:
         item = data[-1:][
@@ -154,11 +225,12 @@ class DaraParallelRewardManager(RewardManagerBase):
         valid_ids = item.batch["responses"][:response_tokens]
         data_source = item.non_tensor_batch["data_source"]
         ground_truth = _ground_truth(item.non_tensor_batch)
+        extra_info = item.non_tensor_batch.get("extra_info", None)
         loop = asyncio.get_running_loop()
         text = await loop.run_in_executor(
             None, lambda: self.tokenizer.decode(valid_ids, skip_special_tokens=True)
         )
-        future = self._submit(data_source, text, ground_truth, response_tokens)
+        future = self._submit(data_source, text, ground_truth, response_tokens, extra_info)
         outcome = await asyncio.wrap_future(future)
         return self._result(outcome, data_source, response_tokens)
 
@@ -172,16 +244,18 @@ class DaraParallelRewardManager(RewardManagerBase):
             [responses[row, : int(lengths[row])] for row in range(len(data))], skip_special_tokens=True
         )
         sources = data.non_tensor_batch["data_source"]
-        channel_sets = {verl_entry.channel_names(source, self.options) for source in set(sources)}
+        channel_sets = {self.scorer.channels(source) for source in set(sources)}
         if len(channel_sets) > 1:
             raise ValueError(f"one batch mixes tasks with different reward channels {sorted(channel_sets)}")
         reward_models = data.non_tensor_batch["reward_model"]
+        extra_infos = data.non_tensor_batch.get("extra_info", [None] * len(data))
         futures = [
             self._submit(
                 sources[row],
                 texts[row],
                 _ground_truth({"reward_model": reward_models[row]}),
                 int(lengths[row]),
+                extra_infos[row],
             )
             for row in range(len(data))
         ]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 import transfer_queue as tq
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1 import (
     PPOTrainerColocateAsync,
     PPOTrainerSeparateAsync,
@@ -27,10 +27,11 @@ from verl.trainer.ppo.v1 import (
     register_trainer,
 )
 
+from dara.config import library_estimator
 from dara.io import atomic_write_text
-from dara.run_folder import CHECKPOINT_TRACKER  # verl's resume marker in default_local_dir
+from dara.run_folder import CHECKPOINT_TRACKER, REWARD_ERRORS  # the resume marker in default_local_dir
 from dara.run_log import RunLog, reward_means
-from dara.verl.estimators import ChannelContext, library_name
+from dara.verl.estimators import ChannelContext
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
@@ -95,6 +96,18 @@ def reward_flag_counts(extra_fields) -> dict[str, float]:
                 seen = True
                 counts[key] += float(info[flag])
     return counts if seen else {}
+
+
+def check_reward_failures(counts: dict, items: int, step: int, run_dir: str | None) -> None:
+    """A step whose every item failed to score stops the run (no training on fallback scores), with the first
+    error the reward manager logged in the run folder."""
+    errors = counts.get(REWARD_FLAGS["reward_error"], 0.0)
+    if not items or errors < items:
+        return
+    log = Path(run_dir) / REWARD_ERRORS if run_dir else None
+    first = log.read_text().splitlines()[0] if log is not None and log.exists() and log.stat().st_size else None
+    raise ValueError(f"the reward function failed on every item of step {step} ({int(errors)} of {items})"
+                     + (f"; first error: {first}" if first else "") + (f" (all: {log})" if log else ""))
 
 
 class ChannelTrainerMixin(WandbStepMixin):
@@ -163,7 +176,7 @@ class ChannelTrainerMixin(WandbStepMixin):
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's own advantage step, with the batch's channel scores in its algorithm config."""
-        if library_name(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
+        if library_estimator(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
             return super()._compute_advantage(batch, metrics)
         context = self._channel_context(batch, metrics)
         config = self.config
@@ -182,7 +195,10 @@ class ChannelTrainerMixin(WandbStepMixin):
         channels = self._reward_channels()
         extra_fields = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                             select_fields=["extra_fields"])["extra_fields"])
-        metrics.update(reward_flag_counts(extra_fields))
+        counts = reward_flag_counts(extra_fields)
+        check_reward_failures(counts, len(extra_fields), getattr(self, "global_steps", None),
+                              OmegaConf.select(self.config, "run.output_dir", default=None))
+        metrics.update(counts)
         real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
         return ChannelContext(self.config.algorithm, channel_scores_from_extra_fields(extra_fields, channels),
                               channels, real)

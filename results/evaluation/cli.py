@@ -1,5 +1,7 @@
 """``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} ...``
 
+The benches are the registered tasks' (`results.evaluation.benches`, named in `tasks.registry`).
+
 ``python -m results.evaluation bfcl prompts --out DIR [--categories ...] [--limit N]`` writes
 ``DIR/prompts.jsonl`` (``{"id", "category", "messages"}``): each case's first-turn chat exactly as the model
 receives it (ToolRL's BFCL handler), to inspect what is evaluated; it needs no model.
@@ -19,25 +21,19 @@ import sys
 from pathlib import Path
 
 from dara.io import atomic_write_json, atomic_write_jsonl
-from results.evaluation import bfcl_eval, math_eval, toolrl_eval
+from results.evaluation import bfcl_eval, math_eval
 from results.evaluation.backends import SamplingConfig, make_backend
+from results.evaluation.benches import Bench, benches
 from results.evaluation.runner import run_cases
 from results.evaluation.store import CaseStore
 
-# EXPERIMENTS.md sampling per benchmark family; ToolRL held-out: greedy, verl's validation default.
-DEFAULTS = {
-    "math": {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768},
-    "toolrl": {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 1024},
-    "bfcl": {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192},
-}
+
+def bench_of(args) -> Bench:
+    return benches()[args.bench]
 
 
 def load_cases(args) -> list[dict]:
-    if args.bench == "math":
-        return math_eval.load_math_cases(args.data, limit=args.limit)
-    if args.bench == "toolrl":
-        return toolrl_eval.load_toolrl_cases(args.data, limit=args.limit)
-    return bfcl_eval.load_bfcl_cases(args.categories, limit=args.limit)
+    return bench_of(args).load_cases(args)
 
 
 def sampling_of(args) -> SamplingConfig:
@@ -47,8 +43,7 @@ def sampling_of(args) -> SamplingConfig:
 
 
 def generate(args, cases: list[dict]) -> int:
-    if args.bench == "bfcl" and args.context_window is None:  # BFCL: new tokens clamped to the window
-        args.context_window = bfcl_eval.model_window(args.model)
+    bench_of(args).complete_generation_args(args)
     sampling = sampling_of(args)
     settings = {"bench": args.bench, "model": str(Path(args.model).resolve()), "sampling": sampling.as_dict(),
                 "data": sorted(map(str, args.data or [])), "categories": list(args.categories or [])}
@@ -60,25 +55,18 @@ def generate(args, cases: list[dict]) -> int:
     options = {"device": args.device} if args.backend == "hf" else {"tensor_parallel_size": args.tp,
                                                                     "max_model_len": args.context_window}
     backend = make_backend(args.backend, args.model, **options)
-    module = {"math": math_eval, "toolrl": toolrl_eval, "bfcl": bfcl_eval}[args.bench]
-    summary = run_cases(cases, store, module.make_producer(backend, sampling), batch_size=args.batch_size,
+    summary = run_cases(cases, store, bench_of(args).producer(backend, sampling), batch_size=args.batch_size,
                         retries=args.retries, backoff_s=args.backoff, label=f"{args.bench} generate")
     return 1 if summary.missing else 0
 
 
 def score(args, cases: list[dict]) -> int:
     generations = CaseStore(Path(args.out) / "generations.jsonl")
-    settings = {"bench": args.bench, "length_limit": args.length_limit}
-    if args.bench == "bfcl":
-        settings["length_max_words"] = args.length_max_words
+    settings = {"bench": args.bench, "length_limit": args.length_limit, **bench_of(args).score_settings(args)}
     scores = CaseStore(Path(args.out) / "scores.jsonl", settings)
     by_id = {c["case_id"]: c for c in cases}
     todo = [r for r in generations.records.values() if r["case_id"] not in scores]
-    pool = None
-    if args.bench == "math" and todo:
-        from rewards.pool import HardTimeoutPool
-
-        pool = HardTimeoutPool(args.score_workers, args.score_timeout, preload=["rewards.math"])
+    pool = bench_of(args).score_pool(args) if todo else None
     try:
         _score_all(args, todo, by_id, scores, pool)
     finally:
@@ -89,14 +77,9 @@ def score(args, cases: list[dict]) -> int:
 
 
 def _score_all(args, todo, by_id, scores, pool) -> None:
+    bench = bench_of(args)
     for i, record in enumerate(todo, start=1):
-        if args.bench == "math":
-            scored = math_eval.score_record(record, length_limit=args.length_limit, pool=pool)
-        elif args.bench == "toolrl":
-            scored = toolrl_eval.score_record(record)
-        else:
-            scored = bfcl_eval.score_record(record, by_id[record["case_id"]], length_max_words=args.length_max_words)
-        scores.append(scored)
+        scores.append(bench.score(record, by_id.get(record["case_id"]), args, pool))
         if i % 50 == 0 or i == len(todo):
             print(f"[{args.bench} score] {i}/{len(todo)}", file=sys.stderr, flush=True)
 
@@ -105,24 +88,7 @@ def aggregate(args, cases: list[dict]) -> int:
     out = Path(args.out)
     scored = [r for r in CaseStore(out / "scores.jsonl").records.values() if r["case_id"] in {c["case_id"] for c in cases}]
     missing = len(cases) - len(scored)
-    if args.bench == "math":
-        meta = out / "generations.jsonl.meta.json"  # the sample count the generations were made with
-        samples = json.loads(meta.read_text())["sampling"]["n"] if meta.exists() else args.samples
-        math_eval.check_complete(scored, samples)
-        table = math_eval.summarise_math(scored, n_boot=args.boot, seed=args.seed)
-        summary = {"benchmarks": table.to_dict("records"),
-                   "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored)),
-                   "olympiad_bench_copy": math_eval.olympiad_copy(table),
-                   "grading": math_eval.GRADING}
-        text = math_eval.render_math_table(table)
-    elif args.bench == "toolrl":
-        summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
-        text = "| metric | mean | 95% CI |\n|---|---|---|\n" + "".join(
-            f"| {m} | {summary[m]:.3f} | [{summary[m + '_lo']:.3f}, {summary[m + '_hi']:.3f}] |\n"
-            for m in toolrl_eval.METRICS)
-    else:
-        summary = bfcl_eval.summarise_bfcl(scored)
-        text = bfcl_eval.render_bfcl_table(summary)
+    summary, text = bench_of(args).aggregate(scored, args)
     summary["missing_cases"] = missing
     summary["bench"] = args.bench
     summary["run"] = run_identity(args)
@@ -151,14 +117,14 @@ def run_identity(args) -> dict:
 
 def write_prompts(args, cases: list[dict]) -> int:
     path = Path(args.out) / "prompts.jsonl"
-    atomic_write_jsonl(path, bfcl_eval.first_turn_prompts(cases))
-    print(f"[bfcl prompts] {len(cases)} cases -> {path}", file=sys.stderr)
+    atomic_write_jsonl(path, bench_of(args).prompts(cases))
+    print(f"[{args.bench} prompts] {len(cases)} cases -> {path}", file=sys.stderr)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results.evaluation", description=__doc__)
-    parser.add_argument("bench", choices=("math", "toolrl", "bfcl"))
+    parser.add_argument("bench", choices=tuple(benches()))
     parser.add_argument("stage", choices=("generate", "score", "aggregate", "all", "prompts"))
     parser.add_argument("--out", required=True, help="output folder of this evaluation")
     parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
@@ -195,16 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    for key, value in DEFAULTS[args.bench].items():
+    bench = bench_of(args)
+    for key, value in bench.defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.batch_size is None:
         args.batch_size = 8 if args.backend == "hf" else 512
-    if args.bench == "bfcl" and not args.categories:
-        args.categories = list(bfcl_eval.bfcl.CATEGORIES)
-    if args.stage == "prompts" and args.bench != "bfcl":
-        raise SystemExit("the prompts stage is for bfcl (ToolRL and math prompts are the data rows themselves)")
-    if args.bench != "bfcl" and not args.data:
+    bench.complete_args(args)
+    if args.stage == "prompts" and not bench.has_prompts:
+        raise SystemExit(f"the prompts stage is for {', '.join(n for n, b in benches().items() if b.has_prompts)} "
+                         "(the other benches' prompts are the data rows themselves)")
+    if bench.needs_data and not args.data:
         raise SystemExit(f"{args.bench} needs --data")
     for path in args.data or []:  # a missing input is one line, not a pyarrow traceback
         if not os.path.exists(path):

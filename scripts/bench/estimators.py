@@ -22,8 +22,8 @@ import torch
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages
 
 PAPER_SHAPES = {"tool-calling": (2048, 1024, 4), "math": (8192, 8000, 16)}  # N, T, G
-OPTIONS = {"static": {"weights": [1.0, 5.0]}, "saw": {"reward_ranges": [[-3, 3], [0, 1]]},
-           "sa_mrpo": {"reward_ranges": [[-3, 3], [0, 1]]}}
+RANGES = {"correctness": [-3, 3], "format": [0, 1]}
+OPTIONS = {"static": {"weights": [1.0, 5.0]}, "saw": {"reward_ranges": RANGES}, "sa_mrpo": {"reward_ranges": RANGES}}
 
 
 def make_batch(n: int, t: int, group_size: int, device: str, seed: int = 0):

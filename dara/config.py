@@ -1,0 +1,279 @@
+"""The training configuration in one place: where it lives, its schemas, how it is composed and checked by verl.
+
+    from dara.config import compose
+    cfg = compose(["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b"])   # what dara.train would run
+
+- `CONF_DIR`: the project's conf/ (conf/train.yaml over verl 0.9.1's own `ppo_trainer`).
+- `RunConfig`: the typed schema of the project's `run.*` node (one dataclass per sub-node), registered with
+  `DaraAlgoConfig` (`algorithm.dara`) in Hydra's ConfigStore, so `--cfg job` shows every default and a
+  mistyped key or a wrong type fails at composition. A new `run.*` key is a field here (a new sub-node, a
+  dataclass of its own).
+- `compose(overrides)`: the config `python -m dara.train <overrides>` runs, composed by Hydra exactly as the app
+  does (same search path and schemas, Hydra's run config set so `${hydra:...}` and `${dara.searchpath:...}`
+  resolve), then resolved. A task config of your own is found through Hydra's search path,
+  `hydra.searchpath=[file://DIR]` with DIR/task/<name>.yaml (`with_verl_searchpath` keeps verl's folder in it).
+- `run_name(...)`: the run-name rule (`${dara.run_name:...}` in the schema; the recipes' runs use it too).
+- `library_estimator(adv_estimator)`: the library estimator behind an `algorithm.adv_estimator` value.
+- `verl_validation_error(cfg)` / `validate_with_verl(cfg)`: verl's own start-up checks, as text or ConfigError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
+
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+
+import dara
+from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
+
+CONF_DIR = dara.PROJECT_ROOT / "conf"
+CONFIG_NAME = "train"
+JOB_NAME = "train"
+ALGO_SCHEMA = "dara_algo_schema"  # conf/train.yaml's defaults list names both schemas
+RUN_SCHEMA = "dara_run_schema"
+# conf/train.yaml's hydra.searchpath: verl's own trainer config (ppo_trainer and its groups)
+VERL_SEARCHPATH = "pkg://verl.trainer.config"
+SEARCHPATH_KEY = "hydra.searchpath"
+LIBRARY_PREFIX = "dara_"  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
+
+
+class ConfigError(ValueError):
+    """An experiment configuration that cannot run."""
+
+
+# ----------------------------------------------------------------------------- the run.* schema
+@dataclass
+class CheckpointConfig:
+    """Checkpoint policy (docs/experiments.md): verl keeps the newest `keep_last` checkpoints (about 14 bytes
+    per parameter each with the HF export); the HF weights of `keep_hf_steps` (the evaluated steps) are kept in
+    `kept_dir` by dara.verl.checkpoints.KeepEvaluatedSteps. The task's trainer.save_freq must let a job reach its
+    next save within the time limit (python -m dara.preflight checks it)."""
+
+    keep_last: int = 2
+    keep_hf_steps: List[int] = field(default_factory=lambda: [50, 60, 100])  # noqa: UP006
+    kept_dir: str = "${run.output_dir}/hf_checkpoints"
+
+
+@dataclass
+class ScaleConfig:
+    """One row of a GPU cluster's per-scale table (`run.hardware.<run.model_scale>`, conf/cluster/*.yaml)."""
+
+    rollout_tp: int = 1
+    gpu_memory_utilization: float = 0.6
+    max_token_len_per_gpu: int = 16384
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ref_param_offload: bool = False
+
+
+@dataclass
+class HardwareConfig:
+    """A GPU cluster's facts for the preflight (conf/cluster/*.yaml); a CPU run has none."""
+
+    gpu: Optional[str] = None  # noqa: UP045
+    gpu_memory_gib: Optional[float] = None  # noqa: UP045 - one card, as torch.cuda reports it
+    job_time_limit_minutes: Optional[float] = None  # noqa: UP045 - one Slurm job's limit
+    job_startup_minutes: Optional[float] = None  # noqa: UP045 - Ray, model load, vLLM start before step 1
+    step_minutes_estimate: Dict[str, float] = field(default_factory=dict)  # noqa: UP006 - model -> minutes
+    # sbatch's pre-timeout signal comes this long before the job's limit (--signal=B:USR1@<x 60>): the trainer
+    # then checkpoints at its next step boundary and the job requeues itself (dara.verl.stop_request)
+    signal_lead_minutes: Optional[float] = None  # noqa: UP045
+    small: Optional[ScaleConfig] = None  # noqa: UP045
+    medium: Optional[ScaleConfig] = None  # noqa: UP045
+    large: Optional[ScaleConfig] = None  # noqa: UP045
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """Dynamic sampling (keep only groups whose summed reward varies; docs/experiments.md "Math dynamic
+    sampling"): mode null = none; "rounds" = the authors' (dara.verl.rounds: whole rounds of `round_prompts`
+    dataloader prompts, at most `max_rounds` per step, 0 = no cap, then the step fails in one line); "replay" =
+    verl 0.9.1's own replay-buffer filter (algorithm.filter_groups, whose `enable` conf/train.yaml derives from
+    the mode). The criterion is algorithm.filter_groups.metric in both modes."""
+
+    mode: Optional[str] = None  # noqa: UP045
+    round_prompts: Optional[int] = None  # noqa: UP045
+    max_rounds: Optional[int] = None  # noqa: UP045
+
+
+@dataclass
+class RunConfig:
+    """The project's own keys (`run.*`; verl ignores them). Task and model files set the first block."""
+
+    # task / model set these; method follows the estimator (conf/estimator/*.yaml may name it)
+    task: str = MISSING
+    model: str = MISSING
+    method: str = "${algorithm.adv_estimator}"
+    seed: int = 0
+    # deterministic (`run_name`): a rerun of the same settings finds (and resumes) the same folder; a variant
+    # (a recipe's "g8") tells apart runs whose task, model, method and seed coincide
+    variant: str = ""
+    name: str = "${dara.run_name:${run.task},${run.model},${run.method},${run.seed},${run.variant}}"
+    output_root: str = "outputs"
+    output_dir: str = "${run.output_root}/${run.name}"
+    # the data_source of the task's rows; the project's reward declares its channels for it
+    data_source: Optional[str] = None  # noqa: UP045
+    data_dir: Optional[str] = None  # noqa: UP045 - where the task's prepared data lives (python -m data_prep)
+    # offline assets built before starting: a builder a task registers (tasks.registry: "smoke", "smoke_math",
+    # "tiny_model") or one of your own (FILE.py:FUNCTION); model_assets: the model's (model=tiny: "tiny_model")
+    assets: Optional[str] = None  # noqa: UP045
+    model_assets: Optional[str] = None  # noqa: UP045
+    assets_dir: str = "${run.output_root}/assets/${run.task}"
+    # a run whose metrics.jsonl already holds its last step is skipped (recipes rerun safely)
+    skip_if_finished: bool = False
+    # the paper table / figure the run belongs to (its wandb group); a recipe sets it, else the task's name
+    recipe: Optional[str] = None  # noqa: UP045
+    # wandb (a trainer.logger backend): auto = online when the environment holds WANDB_API_KEY, else offline
+    # (files in <run folder>/wandb/, `wandb sync` uploads them later); offline | online | disabled
+    wandb_mode: str = "auto"
+    # false: verl's and Ray's output goes to <run folder>/logs/main.log; `--verbose` sets it true
+    verbose: bool = False
+    # vLLM's context per request: the task's prompt + response budget (unset, vLLM takes the model's maximum,
+    # e.g. 262,144 tokens for Qwen3-4B-2507, and may not fit one request's KV cache)
+    max_model_len: int = "${dara.sum:${data.max_prompt_length},${data.max_response_length}}"  # type: ignore[assignment]
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # modules the trainer's Ray actor imports before training (dara.verl.task_runner)
+    import_modules: Optional[List[str]] = None  # noqa: UP006, UP045
+    # the model file's size class (small | medium | large: the cluster's per-scale row) and config.json facts
+    model_scale: Optional[str] = None  # noqa: UP045
+    model_facts: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045 - dara.preflight.facts.ModelFacts
+    # the cluster file's name and facts
+    cluster: Optional[str] = None  # noqa: UP045
+    hardware: Optional[HardwareConfig] = None  # noqa: UP045
+    # the actor's and reference's attention (the cluster file's): flash_attention_2 (verl's default, padding
+    # removed) or sdpa (padded micro-batches; until `make flash-attn` has built flash-attn)
+    attention: str = "flash_attention_2"
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    # every optimizer update should be clipped (tool calling reproduces the authors' always-clipped updates,
+    # conf/task/toolrl.yaml): a step with an unclipped update is counted and warned about (dara.verl.grad_clip)
+    expect_clipped_updates: bool = False
+
+
+def register_schemas() -> None:
+    """`algorithm.dara` is a `DaraAlgoConfig` and `run` a `RunConfig` (idempotent).
+
+    `algorithm.dara.reward_ranges` takes any channel name (`algorithm.dara.reward_ranges.correctness=[-3,3]`,
+    no `+`): the channels are the reward's, known only once its module is read."""
+    from hydra.core.config_store import ConfigStore
+
+    algo = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
+    OmegaConf.set_struct(algo.algorithm.dara.reward_ranges, False)
+    store = ConfigStore.instance()
+    store.store(name=ALGO_SCHEMA, node=algo)
+    store.store(name=RUN_SCHEMA, node={"run": RunConfig})
+
+
+# ----------------------------------------------------------------------------- names
+def run_name(task: str, model: str, method: str, seed: int | str, variant: str = "") -> str:
+    """The run folder's name: `<task>-<model>-<method>[-<variant>]-s<seed>`."""
+    return f"{task}-{model}-{method}{f'-{variant}' if variant else ''}-s{seed}"
+
+
+def library_estimator(adv_estimator: str) -> str | None:
+    """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where
+    verl owns the bare one), or None for one of verl's own estimators."""
+    if adv_estimator in ESTIMATOR_NAMES:
+        return adv_estimator
+    if adv_estimator.startswith(LIBRARY_PREFIX) and adv_estimator[len(LIBRARY_PREFIX):] in ESTIMATOR_NAMES:
+        return adv_estimator[len(LIBRARY_PREFIX):]
+    return None
+
+
+def searchpath_file(name: str) -> str:
+    """`${dara.searchpath:NAME}`: the absolute path of NAME in the first `hydra.searchpath` folder (file://)
+    that holds it, so a task config in your own folder names the files beside it (its reward, its data builder)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        entries = list(HydraConfig.get().searchpath)
+    except ValueError:
+        raise ValueError(f"${{dara.searchpath:{name}}} needs Hydra's run config (compose with dara.config.compose)"
+                         ) from None
+    for entry in entries:
+        if str(entry).startswith("file://"):
+            candidate = Path(str(entry)[len("file://"):]).expanduser() / name
+            if candidate.exists():
+                return str(candidate.resolve())
+    raise ValueError(f"${{dara.searchpath:{name}}}: no {name} in the folders of hydra.searchpath {entries}")
+
+
+for _name, _resolver in (("dara.run_name", run_name), ("dara.searchpath", searchpath_file)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _resolver)
+
+
+# ----------------------------------------------------------------------------- composition
+def with_verl_searchpath(overrides: Sequence[str]) -> list[str]:
+    """The overrides with verl's config folder kept in a `hydra.searchpath=[...]` one: Hydra replaces a list
+    on the command line, and `hydra.searchpath=[file://DIR]` (a task of your own) would drop verl's."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.lstrip("+") == SEARCHPATH_KEY and VERL_SEARCHPATH not in value:
+            inner = value.strip()
+            inner = inner[1:-1].strip() if inner.startswith("[") and inner.endswith("]") else inner
+            item = f"{key}=[{VERL_SEARCHPATH}{',' + inner if inner else ''}]"
+        out.append(item)
+    return out
+
+
+def search_dirs(overrides: Sequence[str]) -> list[Path]:
+    """The folders (file://) a `hydra.searchpath=[...]` override adds, in order, relative ones from this folder."""
+    dirs: list[Path] = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.lstrip("+") == SEARCHPATH_KEY:
+            entries = value.strip().strip("[]").split(",")
+            dirs = [Path(e.strip()[len("file://"):]).expanduser() for e in entries if e.strip().startswith("file://")]
+    return dirs
+
+
+def compose(overrides: Sequence[str] = (), *, resolve: bool = True, conf_dir: str | Path | None = None) -> DictConfig:
+    """The config `python -m dara.train <overrides>` would run (nothing started); Hydra's errors propagate."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name=JOB_NAME):
+        cfg = hydra_compose(config_name=CONFIG_NAME, overrides=with_verl_searchpath(overrides),
+                            return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # as Hydra's app runner does: ${hydra:...} and the search path
+    with open_dict(cfg):
+        del cfg["hydra"]
+    if resolve:
+        OmegaConf.resolve(cfg)
+    return cfg
+
+
+# ----------------------------------------------------------------------------- verl's own checks
+def verl_validation_error(cfg: DictConfig) -> str | None:
+    """verl's own start-up checks (what `verl.trainer.main_ppo` runs before Ray: `validate_config`, the rollout
+    config dataclass); the error text, or None. verl's prints and warnings are swallowed."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+            omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    except (AssertionError, ValueError, TypeError, KeyError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def validate_with_verl(cfg: DictConfig) -> None:
+    """verl's own checks (batch sizes, parallelism), their message as one ConfigError instead of a traceback."""
+    error = verl_validation_error(cfg)
+    if error is not None:
+        raise ConfigError(f"verl rejects the config: {error}")
+
+
+register_schemas()

@@ -1,0 +1,34 @@
+"""Offline assets a training run builds before it starts (`run.model_assets`, `run.assets`; registered by
+task in `tasks`).
+
+Each builder is `fn(assets_dir, output_root)`: it writes the run's data (`run.assets_dir`) or, for
+`tiny_model`, the tiny model under `<output_root>/assets/smoke` (where conf/model/tiny.yaml looks), and reuses
+a complete earlier build where it can. `dara.assets` calls the ones a run names; a builder of your own is
+`run.assets=FILE.py:FUNCTION`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def tiny_model(assets_dir: str | Path | None, output_root: str | Path) -> str:
+    """The tiny offline model (and the smoke tool-calling set beside it, which trained it); returns the model
+    folder. It is the model's asset (conf/model/tiny.yaml), so any task runs with model=tiny."""
+    from data_prep import smoke
+
+    return smoke.build(Path(output_root) / "assets" / "smoke", seed=0)["model_dir"]
+
+
+def smoke(assets_dir: str | Path, output_root: str | Path) -> None:
+    """The CPU smoke run: tiny model + synthetic ToolRL-format tool calls (train 256 / test 32 rows)."""
+    from data_prep import smoke as smoke_data
+
+    smoke_data.build(assets_dir, seed=0)
+
+
+def smoke_math(assets_dir: str | Path, output_root: str | Path) -> None:
+    """The CPU math smoke run: the tiny model, then synthetic problems through `data_prep deepscaler`."""
+    from data_prep import deepscaler
+
+    deepscaler.build_smoke(assets_dir, tiny_model(None, output_root))

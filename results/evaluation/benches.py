@@ -1,0 +1,172 @@
+"""The evaluation benches (`python -m results.evaluation <bench> ...`), one object each, registered by task.
+
+A task names its benches in the registry (`tasks.registry.TaskSpec.evaluations`: "math" for the math task,
+"toolrl" and "bfcl" for tool calling); `results.evaluation.cli` looks the bench up by name and calls the same
+five steps on any of them: load the cases, make the generation producer, score a record (in a hard-time-limit
+pool where the bench asks for one), and aggregate the scores into summary.json and summary.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from results.evaluation import bfcl_eval, math_eval, toolrl_eval
+from tasks.registry import evaluations, load_ref
+
+
+class Bench:
+    """One evaluation family. `defaults`: EXPERIMENTS.md's sampling; `needs_data`: cases come from --data;
+    `has_prompts`: the `prompts` stage applies (cases are built, not read from rows)."""
+
+    name: str
+    defaults: dict
+    needs_data = True
+    has_prompts = False
+    module = None  # the bench's module: make_producer(backend, sampling)
+
+    def complete_args(self, args) -> None:
+        """Fill the bench's own defaults into the parsed command line."""
+
+    def complete_generation_args(self, args) -> None:
+        """Fill what generation needs from the model (BFCL: its context window) into the command line."""
+
+    def load_cases(self, args) -> list[dict]:
+        raise NotImplementedError
+
+    def prompts(self, cases: list[dict]) -> list[dict]:
+        """The `prompts` stage's records: each case's first-turn chat as the model receives it."""
+        raise NotImplementedError
+
+    def producer(self, backend, sampling):
+        return self.module.make_producer(backend, sampling)
+
+    def score_pool(self, args):
+        """A `rewards.pool.HardTimeoutPool` for scoring, or None (the caller closes it)."""
+        return None
+
+    def score_settings(self, args) -> dict:
+        """Scoring settings of the bench's own, recorded with its scores (a rerun with others refuses to resume)."""
+        return {}
+
+    def score(self, record: dict, case: dict, args, pool) -> dict:
+        raise NotImplementedError
+
+    def aggregate(self, scored: list[dict], args) -> tuple[dict, str]:
+        """(summary, markdown table) of the scored records."""
+        raise NotImplementedError
+
+    def flatten(self, summary: dict) -> dict:
+        """A summary.json as flat score columns, named like the authors' per-run files (results.collect)."""
+        raise NotImplementedError
+
+
+class MathBench(Bench):
+    name = "math"
+    defaults = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768}
+    module = math_eval
+
+    def load_cases(self, args):
+        return math_eval.load_math_cases(args.data, limit=args.limit)
+
+    def score_pool(self, args):
+        from rewards.pool import HardTimeoutPool
+
+        return HardTimeoutPool(args.score_workers, args.score_timeout, preload=["rewards.math"])
+
+    def score(self, record, case, args, pool):
+        return math_eval.score_record(record, length_limit=args.length_limit, pool=pool)
+
+    def aggregate(self, scored, args):
+        meta = Path(args.out) / "generations.jsonl.meta.json"  # the sample count the generations were made with
+        samples = json.loads(meta.read_text())["sampling"]["n"] if meta.exists() else args.samples
+        math_eval.check_complete(scored, samples)
+        table = math_eval.summarise_math(scored, n_boot=args.boot, seed=args.seed)
+        summary = {"benchmarks": table.to_dict("records"),
+                   "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored)),
+                   "olympiad_bench_copy": math_eval.olympiad_copy(table),
+                   "grading": math_eval.GRADING}
+        return summary, math_eval.render_math_table(table)
+
+    def flatten(self, summary):
+        row = {}
+        for bench_row in summary["benchmarks"]:
+            for metric in ("acc", "exceed", "joint"):
+                row[f"{bench_row['benchmark']}_{metric}"] = 100 * bench_row[metric]
+        return row
+
+
+class ToolRLBench(Bench):
+    """ToolRL held-out rows: greedy, verl's validation default."""
+
+    name = "toolrl"
+    defaults = {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 1024}
+    module = toolrl_eval
+
+    def load_cases(self, args):
+        return toolrl_eval.load_toolrl_cases(args.data, limit=args.limit)
+
+    def score(self, record, case, args, pool):
+        return toolrl_eval.score_record(record)
+
+    def aggregate(self, scored, args):
+        summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
+        text = "| metric | mean | 95% CI |\n|---|---|---|\n" + "".join(
+            f"| {m} | {summary[m]:.3f} | [{summary[m + '_lo']:.3f}, {summary[m + '_hi']:.3f}] |\n"
+            for m in toolrl_eval.METRICS)
+        return summary, text
+
+    def flatten(self, summary):
+        return {metric: summary[metric] for metric in ("format", "correctness", "exact")}
+
+
+class BFCLBench(Bench):
+    name = "bfcl"
+    defaults = {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192}
+    needs_data = False
+    has_prompts = True
+    module = bfcl_eval
+
+    def complete_args(self, args) -> None:
+        if not args.categories:
+            args.categories = list(bfcl_eval.bfcl.CATEGORIES)
+
+    def complete_generation_args(self, args) -> None:
+        if args.context_window is None:  # new tokens clamped per request to the model's window
+            args.context_window = bfcl_eval.model_window(args.model)
+
+    def load_cases(self, args):
+        return bfcl_eval.load_bfcl_cases(args.categories, limit=args.limit)
+
+    def prompts(self, cases):
+        return bfcl_eval.first_turn_prompts(cases)
+
+    def score_settings(self, args) -> dict:
+        return {"length_max_words": args.length_max_words}
+
+    def score(self, record, case, args, pool):
+        return bfcl_eval.score_record(record, case, length_max_words=args.length_max_words)
+
+    def aggregate(self, scored, args):
+        summary = bfcl_eval.summarise_bfcl(scored)
+        return summary, bfcl_eval.render_bfcl_table(summary)
+
+    def flatten(self, summary):
+        row = {}
+        for kind in summary.get("kinds", ("accuracy", "format")):
+            groups = summary.get(f"groups_{kind}")
+            if groups:
+                for group, value in groups.items():
+                    row[f"{group}_{kind}"] = value
+            for category, values in summary.get("categories", {}).items():
+                row[f"{category}_{kind}"] = values[kind]
+        row["over_window_cases"] = summary.get("over_window_cases", 0)
+        return row
+
+
+MATH, TOOLRL, BFCL = MathBench(), ToolRLBench(), BFCLBench()
+
+
+def benches() -> dict[str, Bench]:
+    """Every registered task's benches by name."""
+    return {name: load_ref(ref) for name, ref in evaluations().items()}

@@ -1,0 +1,217 @@
+"""A reward module's declaration (its channels and their ranges, by name) and the check of what it returns.
+
+Any module given as `reward.custom_reward_function.path` / `.name` is a reward the verl way: it defines
+`compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)` returning a dict with
+"score" and one key per channel, and declares its channels once:
+
+    REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": (0.0, 1.0)}
+
+A module whose channels depend on the data_source or the options (the project's `rewards.verl_entry`)
+defines `reward_channels(data_source, reward_kwargs) -> {name: (low, high)}` instead. The declaration is the
+run's channels (`algorithm.reward_channels`) and ranges (`algorithm.dara.reward_ranges`); `check_result`
+holds every scored item to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.registry import load_module_file
+
+DECLARATION = "REWARD_CHANNELS"
+DECLARE_FUNCTION = "reward_channels"
+SCORE_KEY = "score"
+# keys the project's reward manager adds per item (they are counts, not channels)
+RESERVED = frozenset({SCORE_KEY, "reward_timeout", "reward_error"})
+CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# reward_kwargs that are the reward manager's own (its pool's size and time limit, `RewardOptions` fields):
+# they never reach a reward module of your own
+POOL_OPTIONS = ("timeout_s", "num_processes")
+
+Ranges = dict[str, tuple[float, float]]
+
+
+class RewardSpecError(ValueError):
+    """A reward module that cannot be used: it names the module and what is wrong."""
+
+
+class RewardContractError(ValueError):
+    """compute_score broke its declaration: not a dict, or a channel missing or not declared."""
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """A reward module as a run uses it: where it is, its function, its channels (in order) with ranges."""
+
+    path: str
+    function: str
+    channels: Ranges
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.channels)
+
+    def fallback(self) -> dict[str, float]:
+        """What an item scores when its scoring failed or timed out: each channel's low, "score" their sum."""
+        lows = {name: float(low) for name, (low, _) in self.channels.items()}
+        return {SCORE_KEY: float(sum(lows.values())), **lows}
+
+
+def check_declaration(declared: Any, where: str) -> Ranges:
+    """{name: (low, high)} with identifier names (not "score" or the manager's flags) and finite low < high."""
+    if not isinstance(declared, Mapping) or not declared:
+        raise RewardSpecError(f"{where}: {DECLARATION} must be a non-empty dict {{'name': (low, high), ...}}, "
+                              f"got {declared!r}")
+    ranges: Ranges = {}
+    for name, bounds in declared.items():
+        if not isinstance(name, str) or not CHANNEL_NAME.match(name) or name in RESERVED:
+            raise RewardSpecError(f"{where}: channel name {name!r} must be an identifier other than "
+                                  f"{sorted(RESERVED)}")
+        try:
+            low, high = (float(value) for value in bounds)
+        except (TypeError, ValueError):
+            raise RewardSpecError(f"{where}: channel {name!r} needs a range (low, high), got {bounds!r}") from None
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise RewardSpecError(f"{where}: channel {name!r} range must be finite with low < high, got {bounds!r}")
+        ranges[name] = (low, high)
+    return ranges
+
+
+def declared_channels(module: Any, data_source: str | None, reward_kwargs: Mapping | None, where: str) -> Ranges:
+    """The module's declaration: `reward_channels(data_source, reward_kwargs)` where it defines one, else
+    `REWARD_CHANNELS`; neither is an error saying what to add."""
+    declare = getattr(module, DECLARE_FUNCTION, None)
+    if callable(declare):
+        try:
+            declared = declare(data_source, dict(reward_kwargs or {}))
+        except (TypeError, ValueError) as error:
+            raise RewardSpecError(f"{where} (data_source {data_source!r}): {error}") from None
+    elif hasattr(module, DECLARATION):
+        declared = getattr(module, DECLARATION)
+    else:
+        raise RewardSpecError(f"{where} declares no reward channels: add a module-level "
+                              f"{DECLARATION} = {{'name': (low, high), ...}} naming every key compute_score "
+                              "returns besides 'score'")
+    return check_declaration(declared, where)
+
+
+def load_reward_spec(path: str | Path, function: str = "compute_score", data_source: str | None = None,
+                     reward_kwargs: Mapping | None = None) -> RewardSpec:
+    """Load the reward module at `path` and read its declaration; each problem is one RewardSpecError line."""
+    where = f"reward module {path}"
+    try:
+        module = load_module_file(path)
+    except FileNotFoundError:
+        raise RewardSpecError(f"{where}: no such file (reward.custom_reward_function.path)") from None
+    except Exception as error:  # the user's module failed to import: its error, in one line
+        raise RewardSpecError(f"{where} failed to import: {type(error).__name__}: {error}") from None
+    scorer = getattr(module, function, None)
+    if not callable(scorer):
+        raise RewardSpecError(f"{where} has no function {function!r} (reward.custom_reward_function.name)")
+    _check_signature(scorer, where, function)
+    channels = declared_channels(module, data_source, reward_kwargs, where)
+    return RewardSpec(str(Path(path).expanduser().resolve()), function, channels)
+
+
+def _check_signature(scorer: Any, where: str, function: str) -> None:
+    try:
+        signature = inspect.signature(scorer)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind("data_source", "solution_str", "ground_truth", extra_info=None)
+    except TypeError:
+        raise RewardSpecError(f"{where}: {function}{signature} cannot be called as verl calls it, "
+                              f"{function}(data_source, solution_str, ground_truth, extra_info=None)") from None
+
+
+def check_result(result: Any, channels: Ranges) -> dict[str, float]:
+    """The item's {"score", <channels>} as floats. Not a dict, or a key missing or undeclared, raises
+    RewardContractError; a value that is not a finite number inside its declared range, ValueError."""
+    if not isinstance(result, Mapping):
+        raise RewardContractError(f"compute_score returned {type(result).__name__} {result!r}, not a dict with "
+                         f"'score' and the channels {list(channels)}")
+    undeclared = sorted(set(result) - set(channels) - {SCORE_KEY})
+    if undeclared:
+        raise RewardContractError(f"compute_score returned key(s) {undeclared} that {DECLARATION} does not declare "
+                         f"(declared: {list(channels)})")
+    missing = [key for key in (SCORE_KEY, *channels) if key not in result]
+    if missing:
+        raise RewardContractError(f"compute_score returned no {missing} (returned {sorted(result)})")
+    out = {}
+    for key in (SCORE_KEY, *channels):
+        try:
+            value = float(result[key])
+        except (TypeError, ValueError):
+            raise ValueError(f"compute_score returned {key}={result[key]!r}, not a number") from None
+        if not math.isfinite(value):
+            raise ValueError(f"compute_score returned {key}={value}")
+        if key in channels and not channels[key][0] <= value <= channels[key][1]:
+            raise ValueError(f"compute_score returned {key}={value}, outside its declared range "
+                             f"[{channels[key][0]}, {channels[key][1]}]")
+        out[key] = value
+    return out
+
+
+def score_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data_source: str, solution_str: str,
+               ground_truth: Any, extra_info: Mapping | None) -> dict[str, float]:
+    """One item scored by the module at `path` (loaded once per process) and checked against its declaration;
+    what a pool worker runs for a reward of your own."""
+    scorer = getattr(load_module_file(path), function)
+    result = scorer(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth,
+                    extra_info=extra_info, **dict(kwargs))
+    if inspect.iscoroutine(result):  # an async compute_score (verl accepts those too)
+        result = asyncio.run(result)
+    return check_result(result, channels)
+
+
+# ----------------------------------------------------------------------------- the probe before Ray starts
+PROBE_ROWS = 4
+
+
+def probe_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data_source: str, solution_str: str,
+               ground_truth: Any, extra_info: Mapping | None) -> tuple[str, str]:
+    """("ok", ""), ("contract", message) or ("error", "Type: message") of one probe item (in a pool worker)."""
+    try:
+        score_item(path, function, kwargs, channels, data_source, solution_str, ground_truth, extra_info)
+    except RewardContractError as error:
+        return "contract", str(error)
+    except Exception as error:  # the user's function raised: counted, reported if every item does
+        return "error", f"{type(error).__name__}: {error}"
+    return "ok", ""
+
+
+def probe(spec: RewardSpec, kwargs: Mapping, rows: list[tuple[str, Any, Mapping | None]], timeout_s: float) -> int:
+    """Score each row twice (the ground truth as the response, and an empty response) in a one-worker pool
+    with the run's time limit. A broken declaration on any item, or a failure on every item, raises
+    RewardSpecError naming the module; returns the number of items that scored."""
+    from rewards.pool import OK, TIMEOUT, HardTimeoutPool
+
+    items = [(source, response, truth, extra) for source, truth, extra in rows
+             for response in (truth if isinstance(truth, str) else str(truth), "")]
+    with HardTimeoutPool(1, timeout_s, preload=("rewards.spec",)) as pool:
+        futures = [pool.submit(probe_item, spec.path, spec.function, dict(kwargs), spec.channels, source,
+                               response, truth, {**dict(extra or {}), "response_tokens": len(response.split())})
+                   for source, response, truth, extra in items]
+        outcomes = [future.result() for future in futures]
+    failures = []
+    for (source, response, _, _), outcome in zip(items, outcomes, strict=True):
+        kind, message = outcome.value if outcome.status == OK else ("error", outcome.status if
+                                                                      outcome.status == TIMEOUT else outcome.error)
+        if kind == "contract":
+            raise RewardSpecError(f"reward module {spec.path}: {message} (probe item: data_source {source!r}, "
+                                  f"{'the ground truth' if response else 'an empty response'} as the response)")
+        if kind == "error":
+            failures.append("over the time limit" if message == TIMEOUT else message.strip().splitlines()[-1])
+    if items and len(failures) == len(items):
+        raise RewardSpecError(f"reward module {spec.path} failed on every probe item ({len(items)}: the first "
+                              f"{len(rows)} training rows, with their ground truth and with an empty response as "
+                              f"the response): {failures[0]}")
+    return len(items) - len(failures)

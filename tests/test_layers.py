@@ -1,0 +1,73 @@
+"""The layers: tasks < rewards < data_prep < dara < results < recipes < scripts, examples; no import runs upward.
+
+A lower layer names a higher layer's part by import path (`tasks.registry.load_ref`), never by importing it,
+so a cycle between packages cannot form. Checked twice: every import statement of every module (functions'
+bodies included) by its parsed syntax tree, and in a fresh interpreter that imports every module layer by
+layer, bottom up, and records which packages each layer's imports brought in.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ["tasks", "rewards", "data_prep", "dara", "results", "recipes", "scripts", "examples"]
+LEVEL = {package: index for index, package in enumerate(LAYERS)}
+
+
+def modules_of(package: str) -> list[Path]:
+    return sorted(path for path in (ROOT / package).rglob("*.py") if ".venv" not in path.parts)
+
+
+def imported_packages(path: Path) -> set[tuple[str, int]]:
+    """(project package, line) of every absolute import in the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found |= {(name.split(".")[0], node.lineno) for name in names if name.split(".")[0] in LEVEL}
+    return found
+
+
+def test_no_import_statement_runs_upward():
+    upward = []
+    for package in LAYERS:
+        for path in modules_of(package):
+            upward += [f"{path.relative_to(ROOT)}:{line} imports {target}"
+                       for target, line in imported_packages(path) if LEVEL[target] > LEVEL[package]]
+    assert not upward, "imports that run up a layer:\n" + "\n".join(sorted(upward))
+    assert sum(len(modules_of(p)) for p in ("tasks", "rewards", "data_prep", "dara", "results")) > 80
+
+
+PROBE = """
+import importlib, json, pkgutil, sys
+layers = json.loads(sys.argv[1])
+report = {}
+for package in layers:
+    root = importlib.import_module(package)
+    names = [m.name for m in pkgutil.walk_packages(root.__path__, package + ".") if not m.name.endswith("__main__")]
+    for name in names:
+        importlib.import_module(name)
+    report[package] = sorted({m.split(".")[0] for m in sys.modules} & set(layers))
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow  # imports every module of five packages, verl and torch included (~25 s)
+def test_importing_a_layer_brings_in_no_higher_layer():
+    layers = ["tasks", "rewards", "data_prep", "dara", "results"]
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(layers)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    for index, package in enumerate(layers):
+        assert set(report[package]) == set(layers[: index + 1]), (package, report[package])

@@ -1,0 +1,213 @@
+"""A reward of your own (rewards.spec): its declaration, the checks before Ray starts, and the reward manager
+scoring it through verl's own RewardLoopWorker, where raising, hanging or junk items are counted, not fatal."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from dara.config_checks import ConfigError, check_config, check_reward
+from dara.preflight import compose
+from dara.run_folder import REWARD_ERRORS
+from rewards.spec import RewardContractError, RewardSpecError, check_result, load_reward_spec, probe
+from tests.test_rewards_verl import _load_tokenizer, make_batch, run_reward_loop, tokenizer_dir, toolrl_rows  # noqa: F401
+
+CHANNELS = {"format": (0.0, 1.0), "brevity": (0.0, 1.0)}
+# scores as its response asks: "raise", "hang", "junk" (out of range), "extra" (an undeclared key), else fine
+MODULE = '''
+import time
+
+REWARD_CHANNELS = {"format": (0.0, 1.0), "brevity": (0.0, 1.0)}
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+    if "raise" in solution_str:
+        raise RuntimeError("boom on " + solution_str[:12])
+    if "hang" in solution_str:
+        time.sleep(60)
+    if "junk" in solution_str:
+        return {"score": 9.0, "format": 9.0, "brevity": 0.0}
+    brevity = 1.0 if len(solution_str.split()) <= 3 else 0.0
+    out = {"score": brevity + bonus, "format": 0.0 + bonus, "brevity": brevity}
+    if "extra" in solution_str:
+        out["surprise"] = 1.0
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def base_cfg():
+    return compose([])  # the smoke run's config; each test points it at its own files (as overrides would)
+
+
+def with_overrides(base, **values):
+    cfg = base.copy()
+    for key, value in values.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+def write(tmp_path: Path, text: str, name: str = "reward.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {}\n",
+     "declares no reward channels: add a module-level REWARD_CHANNELS"),
+    ("REWARD_CHANNELS = {'a': (1, 0)}\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):"
+     "\n    return {}\n", "channel 'a' range must be finite with low < high"),
+    ("REWARD_CHANNELS = {'score': (0, 1)}\ndef compute_score(data_source, solution_str, ground_truth, "
+     "extra_info=None):\n    return {}\n", "channel name 'score' must be an identifier"),
+    ("REWARD_CHANNELS = {'a': (0, 1)}\n", "has no function 'compute_score'"),
+    ("REWARD_CHANNELS = {'a': (0, 1)}\ndef compute_score(text):\n    return {}\n", "cannot be called as verl calls it"),
+    ("import no_such_package\n", "failed to import: ModuleNotFoundError"),
+])
+def test_a_misdeclared_module_is_one_line_naming_it(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(RewardSpecError, match=message) as caught:
+        load_reward_spec(path)
+    assert "\n" not in str(caught.value) and path in str(caught.value)
+
+
+def test_results_are_held_to_the_declaration():
+    assert check_result({"score": 1, "format": 1, "brevity": 0}, CHANNELS) == {"score": 1.0, "format": 1.0,
+                                                                                 "brevity": 0.0}
+    for result, error, message in (
+            ({"score": 1, "format": 1, "brevity": 0, "length": 1}, RewardContractError, r"\['length'\].*not declare"),
+            ({"score": 1, "format": 1}, RewardContractError, r"no \['brevity'\]"),
+            (0.5, RewardContractError, "not a dict"),
+            ({"score": 1, "format": 2, "brevity": 0}, ValueError, r"format=2.0, outside its declared range \[0.0, 1.0\]"),
+            ({"score": float("nan"), "format": 1, "brevity": 0}, ValueError, "score=nan")):
+        with pytest.raises(error, match=message):
+            check_result(result, CHANNELS)
+
+
+def test_the_run_follows_the_modules_channels_and_ranges(tmp_path, base_cfg):
+    path = write(tmp_path, MODULE)
+    cfg = with_overrides(base_cfg, **{"reward.custom_reward_function.path": path, "algorithm.adv_estimator": "saw",
+                                      "algorithm.dara.reward_ranges.brevity": [0.0, 2.0]})
+    check_config(cfg)
+    assert list(cfg.algorithm.reward_channels) == ["format", "brevity"]
+    assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == {"format": [0.0, 1.0], "brevity": [0.0, 2.0]}
+    bare = write(tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                           "    return {'score': 0.0}\n", "bare.py")
+    with pytest.raises(ConfigError, match="declares no reward channels"):
+        check_config(with_overrides(base_cfg, **{"reward.custom_reward_function.path": bare}))
+    with pytest.raises(ConfigError, match=r"'correctness'.*the reward's channels are \['format', 'brevity'\]"):
+        check_config(with_overrides(base_cfg, **{"reward.custom_reward_function.path": path,
+                                                 "algorithm.reward_channels": ["format", "correctness"]}))
+
+
+def test_the_probe_before_ray_stops_a_broken_module_and_lets_a_flaky_one_run(tmp_path):
+    rows = [("rlla", "short answer", {"index": 0}), ("rlla", "raise me", {"index": 1})]
+    spec = load_reward_spec(write(tmp_path, MODULE))
+    assert probe(spec, {}, rows, timeout_s=5) == 3  # "raise me" as the response fails; the rest scores
+    always = load_reward_spec(write(tmp_path, MODULE.replace('if "raise" in solution_str', "if True"), "always.py"))
+    with pytest.raises(RewardSpecError, match="failed on every probe item .4: .*RuntimeError: boom on"):
+        probe(always, {}, rows, timeout_s=5)
+    extra = load_reward_spec(write(tmp_path, MODULE.replace('if "extra" in solution_str', "if True"), "extra.py"))
+    with pytest.raises(RewardSpecError, match=r"\['surprise'\] that REWARD_CHANNELS does not declare"):
+        probe(extra, {}, rows, timeout_s=5)
+
+
+def test_check_reward_reads_the_training_rows(tmp_path, base_cfg):
+    data = tmp_path / "train.parquet"
+    pd.DataFrame({"data_source": ["mine"] * 2, "reward_model": [{"ground_truth": "raise"}, {"ground_truth": "x"}],
+                  "extra_info": [{"index": 0}, {"index": 1}]}).to_parquet(data)
+    always = write(tmp_path, MODULE.replace('if "raise" in solution_str', "if True"), "always.py")
+    cfg = with_overrides(base_cfg, **{"reward.custom_reward_function.path": always, "data.train_files": str(data)})
+    with pytest.raises(ConfigError, match="failed on every probe item"):
+        check_reward(cfg)
+    check_reward(with_overrides(base_cfg, **{"reward.custom_reward_function.path": write(tmp_path, MODULE),
+                                             "data.train_files": str(data)}))
+
+
+@pytest.mark.slow  # two pool workers and an item that runs into the 1 s time limit (~10 s)
+def test_the_manager_scores_a_module_of_your_own_and_counts_what_fails(tmp_path, tokenizer_dir):  # noqa: F811
+    from tests.test_rewards_verl import verl_config
+
+    path = write(tmp_path, MODULE)
+    config = verl_config(tokenizer_dir)
+    config.reward.reward_kwargs = {"timeout_s": 1.0, "num_processes": 2}
+    config.reward.custom_reward_function = {"path": path, "name": "compute_score", "reward_kwargs": {"bonus": 0.5}}
+    config.reward.reward_manager = {"source": "importlib", "name": "DaraParallelRewardManager",
+                                    "module": {"path": "pkg://dara.verl.reward_manager",
+                                               "name": "DaraParallelRewardManager"}}
+    config.run = {"output_dir": str(tmp_path / "run")}
+    texts = ["ok", "raise this", "hang here", "junk value", "extra key", "one two three four five"]
+    rows = [{"source": "anything", "text": t, "truth": "x"} for t in texts]
+    worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
+    extras = [o["reward_extra_info"] for o in outputs]
+    assert all(set(e) == {"score", "format", "brevity", "reward_timeout", "reward_error"} for e in extras)
+    assert [e["reward_error"] for e in extras] == [0, 1, 0, 1, 1, 0]
+    assert [e["reward_timeout"] for e in extras] == [0, 0, 1, 0, 0, 0]
+    # the kwarg reached the function; a failed or timed-out item scores each channel's low
+    assert [(e["format"], e["brevity"], o["reward_score"]) for e, o in zip(extras, outputs, strict=True)] == [
+        (0.5, 1.0, 1.5), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.5, 0.0, 0.5)]
+    log = (tmp_path / "run" / REWARD_ERRORS).read_text().splitlines()
+    assert len(log) == 3 and log[0].startswith("anything: RuntimeError: boom on raise this")
+
+
+def test_a_step_where_every_item_failed_stops_with_the_first_error(tmp_path):
+    from dara.verl.trainer import check_reward_failures
+
+    check_reward_failures({"reward/errors": 3.0}, 4, 1, str(tmp_path))  # some failed: the run goes on
+    (tmp_path / "logs").mkdir()
+    (tmp_path / REWARD_ERRORS).write_text("rlla: KeyError: 'answer'\nrlla: KeyError: 'answer'\n")
+    with pytest.raises(ValueError, match=r"failed on every item of step 2 \(4 of 4\); first error: rlla: KeyError"):
+        check_reward_failures({"reward/errors": 4.0}, 4, 2, str(tmp_path))
+
+
+FLAKY = '''
+import zlib
+
+from rewards import toolrl
+
+REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": (0.0, 1.0)}
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if ALWAYS and solution_str != ground_truth:  # the probe's ground-truth items pass, no model output does
+        raise KeyError("answer")
+    kind = zlib.crc32(solution_str.encode()) % 4
+    if kind == 0:
+        raise RuntimeError("flaky")
+    channels = toolrl.score(solution_str, ground_truth)
+    channels["brevity"] = 5.0 if kind == 1 else 1.0  # junk: outside its declared range
+    return {"score": sum(channels.values()), **channels}
+'''
+
+
+def train(tmp_path: Path, reward: str, *overrides: str):
+    import subprocess
+    import sys
+
+    import dara
+
+    return subprocess.run([sys.executable, "-m", "dara.train", f"run.output_root={tmp_path}",
+                           f"reward.custom_reward_function.path={reward}", "trainer.total_training_steps=1",
+                           *overrides], capture_output=True, text=True, timeout=900, cwd=dara.PROJECT_ROOT)
+
+
+@pytest.mark.slow  # two one-step CPU training runs (~2 min each)
+def test_a_flaky_reward_never_stops_the_run_and_one_failing_every_item_stops_at_the_first_step(tmp_path):
+    from dara.run_log import read_metrics
+
+    flaky = write(tmp_path, FLAKY.replace("ALWAYS", "False"), "flaky.py")
+    out = train(tmp_path / "flaky", flaky)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    [record] = read_metrics(next((tmp_path / "flaky").glob("smoke-*/metrics.jsonl")))
+    assert record["reward/errors"] > 0 and {"dara/density/brevity", "reward/brevity/mean"} <= set(record)
+
+    always = write(tmp_path, FLAKY.replace("ALWAYS", "True"), "always.py")
+    out = train(tmp_path / "always", always)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "failed on every item of step 1" in last and "KeyError: 'answer'" in last, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
