@@ -289,7 +289,10 @@ def test_dara_sync_builds_the_rounds_sampler_for_the_math_tasks():
     from dara.verl.rounds import RoundsSettings
     from dara.verl.trainer import DaraTrainerSync
 
+    from dara.config_checks import check_config
+
     cfg = composed(("task=smoke_math",))
+    check_config(cfg)  # as dara.train does before Ray: fills algorithm.reward_channels from the reward's declaration
     trainer = DaraTrainerSync(cfg.copy())
     buffer = trainer.replay_buffer
     assert type(buffer) is PrefilterRoundsReplayBuffer and buffer.prefilter_channels == ("correctness", "length")

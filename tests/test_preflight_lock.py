@@ -162,9 +162,14 @@ def test_makefile_runs_the_gpu_script_and_keeps_the_cpu_install():
     assert "bash scripts/install_gpu.sh flash-attn" in build
     cpu = subprocess.run(["make", "-n", "-B", "install"], cwd=PROJECT_ROOT, capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    pip = [line for line in cpu if "pip install" in line]
+    pip = [line for line in cpu if "pip install" in line and line.startswith(".venv/")]
     assert pip == [".venv/bin/python -m pip install -q --upgrade pip setuptools wheel",
                    ".venv/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0",
                    '.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev]"',
                    ".venv/bin/python -m pip install -q --no-deps bfcl-eval==2026.3.23"]
     assert not any("gpu" in line or "flash" in line for line in cpu)
+    # the TRL environment beside it (docs/trl.md): CPU torch, then TRL, then the project without verl
+    trl = [line for line in cpu if "pip install" in line and line.startswith(".venv-trl/")]
+    assert trl[1] == ".venv-trl/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0"
+    assert '"trl>=1.16,<1.17"' in trl[2] and trl[3] == ".venv-trl/bin/python -m pip install -q --no-deps -e ."
+    assert not any("trl" in line and "pip install" in line for line in cpu if line.startswith(".venv/"))

@@ -74,7 +74,7 @@ def test_slurm_launcher_refuses_a_failing_run_and_submits_nothing(tmp_path, monk
     runs = with_options(runs, output_root=str(tmp_path))
     # 4 h jobs at an estimated 45 min per 7B math step: no job reaches the next save
     with pytest.raises(RecipeError, match="preflight failed for 1 job array"):
-        launch_slurm(runs, SlurmOptions(time="4:00:00"), skip_env=True)
+        launch_slurm(runs, SlurmOptions(time="4:00:00"), skip_env=True, squeue=lambda: "")  # nothing queued
     assert not calls
 
 
