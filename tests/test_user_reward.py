@@ -165,6 +165,7 @@ def test_a_step_where_every_item_failed_stops_with_the_first_error(tmp_path):
 
 
 FLAKY = '''
+import os
 import zlib
 
 from rewards import toolrl
@@ -173,9 +174,9 @@ REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": 
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    # every item scored in training fails (the project's manager adds the rollout's response_tokens to
-    # extra_info); the probe's items before Ray pass. A model output equal to its ground truth fails too.
-    if ALWAYS and "response_tokens" in (extra_info or {}):
+    # every item scored in training fails: training scores inside Ray's workers (RAY_RAYLET_PID is set there and
+    # in their children), the probe before Ray does not; the tiny model can reproduce a ground truth exactly
+    if ALWAYS and "RAY_RAYLET_PID" in os.environ:
         raise KeyError("answer")
     kind = zlib.crc32(solution_str.encode()) % 4
     if kind == 0:
