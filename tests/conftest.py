@@ -14,16 +14,29 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 
 @pytest.fixture(scope="session")
 def smoke_assets_dir(tmp_path_factory):
-    """The folder of the session's one offline smoke build (tiny model, tokenizer, tool-calling parquet)."""
-    return tmp_path_factory.getbasetemp() / "data_prep_smoke"
+    """The folder of the session's one offline smoke build (tiny model, tokenizer, tool-calling parquet).
+
+    Under pytest-xdist every worker has its own base temp folder inside the session's: the build lies beside
+    them, in the folder they share, so the workers build it once between them (`smoke_assets`).
+    """
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "data_prep_smoke"
 
 
 @pytest.fixture(scope="session")
 def smoke_assets(smoke_assets_dir):
-    """`data_prep.smoke.build`'s paths, built once per session (a complete build is reused, not rebuilt)."""
+    """`data_prep.smoke.build`'s paths, built once per session (a complete build is reused, not rebuilt).
+
+    The first xdist worker to get here builds under a file lock; the others wait for it and reuse the build.
+    """
+    import fcntl
+
     from data_prep import smoke
 
-    return smoke.build(smoke_assets_dir, seed=0)
+    smoke_assets_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(smoke_assets_dir.parent / "data_prep_smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return smoke.build(smoke_assets_dir, seed=0)
 
 
 @pytest.fixture(autouse=True)

@@ -285,11 +285,10 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
 
 
 def test_dara_sync_builds_the_rounds_sampler_for_the_math_tasks():
+    from dara.config_checks import check_config
     from dara.verl.prefilter import PrefilterRoundsReplayBuffer
     from dara.verl.rounds import RoundsSettings
     from dara.verl.trainer import DaraTrainerSync
-
-    from dara.config_checks import check_config
 
     cfg = composed(("task=smoke_math",))
     check_config(cfg)  # as dara.train does before Ray: fills algorithm.reward_channels from the reward's declaration
