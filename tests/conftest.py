@@ -55,3 +55,19 @@ def no_ray_left_in_the_test_process(request):
     if ray is not None and ray.is_initialized():
         ray.shutdown()
         warnings.warn(f"{request.node.nodeid} left Ray initialised in the test process: shut down", stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def seed_smoke_assets(smoke_assets, smoke_assets_dir):
+    """`seed(output_root)`: copies the session's smoke build to `<output_root>/assets/smoke`, where `dara.train`
+    looks for it (the tiny model's and the smoke task's assets), so the run reuses it instead of building it again
+    (~15 s). For runs that test something else than the build; the README's smoke run builds its own."""
+    import shutil
+
+    def seed(output_root):
+        target = os.path.join(output_root, "assets", "smoke")
+        if not os.path.exists(target):
+            shutil.copytree(smoke_assets_dir, target)
+        return output_root
+
+    return seed

@@ -180,7 +180,8 @@ def test_runnable_command_runs(block, sandbox):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks("slow"), ids=lambda block: str(block[0]))
-def test_slow_runnable_command_runs(block, sandbox):
+def test_slow_runnable_command_runs(block, sandbox, seed_smoke_assets):
+    seed_smoke_assets(sandbox / "outputs")  # training commands reuse the session's tiny model (its build: make smoke)
     for command in block:
         run_for_real(command, sandbox)
 

@@ -265,7 +265,7 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
                                                           "filter_groups": {"enable": False}}})
             self.run_log = RunLog(tmp_path / "metrics.jsonl")
 
-    from dara.run_log import RunLog
+    from dara.run_log import RunLog, read_metrics
 
     trainer = Trainer()
     for step in (1, 2):
@@ -276,6 +276,12 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
         assert (marker.read_text() if marker.exists() else None) == (None if step == 1 else "1")
         trainer._compute_metrics(batch, {}, {}, step, 0)
         assert marker.read_text() == str(step)
+    # with verl's group filter on (run.dynamic_sampling.mode=replay), each logged step says what it drew and kept
+    trainer.config.algorithm.filter_groups.enable = True
+    trainer._compute_metrics(batch, {"training/filter_groups/evicted_samples": 3}, {}, 3, 0)
+    logged = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in logged] == [1, 2, 3] and "filter/kept_groups" not in logged[0]
+    assert (logged[2]["filter/kept_groups"], logged[2]["filter/drawn_groups"]) == (2.0, 5.0)
 
 
 def test_reward_flag_counts():
