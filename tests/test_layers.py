@@ -50,11 +50,12 @@ def test_no_import_statement_runs_upward():
 
 PROBE = """
 import importlib, json, pkgutil, sys
-layers = json.loads(sys.argv[1])
+layers, skipped = json.loads(sys.argv[1]), tuple(json.loads(sys.argv[2]))
 report = {}
 for package in layers:
     root = importlib.import_module(package)
-    names = [m.name for m in pkgutil.walk_packages(root.__path__, package + ".") if not m.name.endswith("__main__")]
+    modules = pkgutil.walk_packages(root.__path__, package + ".", onerror=lambda name: None)
+    names = [m.name for m in modules if not m.name.endswith("__main__") and not m.name.startswith(skipped)]
     for name in names:
         importlib.import_module(name)
     report[package] = sorted({m.split(".")[0] for m in sys.modules} & set(layers))
@@ -64,9 +65,13 @@ print(json.dumps(report))
 
 @pytest.mark.slow  # imports every module of five packages, verl and torch included (~25 s)
 def test_importing_a_layer_brings_in_no_higher_layer():
+    import importlib.util
+
     layers = ["tasks", "rewards", "data_prep", "dara", "results"]
-    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(layers)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
+    # dara.trl imports trl, which lives in the TRL environment only (docs/trl.md): left out where trl is missing
+    skipped = [] if importlib.util.find_spec("trl") else ["dara.trl"]
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(layers), json.dumps(skipped)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     for index, package in enumerate(layers):

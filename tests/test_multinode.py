@@ -113,7 +113,9 @@ def test_two_node_job_trains_with_workers_on_both_nodes(cluster, output_root):
 def test_requeued_two_node_job_resumes_on_a_fresh_allocation(cluster, output_root):
     started = time.monotonic()
     steps = 4
-    job_id, run_dir = submit(cluster, output_root, 1, f"trainer.total_training_steps={steps}", "trainer.save_freq=1")
+    # every checkpoint kept (run.checkpoint.keep_last=steps): the test reads when each was written
+    job_id, run_dir = submit(cluster, output_root, 1, f"trainer.total_training_steps={steps}", "trainer.save_freq=1",
+                             f"run.checkpoint.keep_last={steps}")
     requeue = requeue_after_two_steps(cluster, job_id, run_dir, steps, JOB_TIMEOUT_S)
     assert_job_left_nothing(cluster, job_id)  # the first allocation's Ray is gone on both nodes
     release_and_assert_resumed(cluster, job_id, run_dir, steps, requeue, JOB_TIMEOUT_S)

@@ -98,7 +98,9 @@ def test_cpu_smoke_run_through_sbatch(slurm, output_root):
 @pytest.mark.slow
 def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, output_root):
     steps = 4
-    job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1")
+    # every checkpoint kept (run.checkpoint.keep_last=steps): the test reads when each was written
+    job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1",
+                           "--set", f"run.checkpoint.keep_last={steps}")
     run_dir = output_root / "smoke-tiny-dara_asym-s1"
     requeue = requeue_after_two_steps(slurm, job_id, run_dir, steps, JOB_TIMEOUT_S)
     assert slurm.job_field(job_id, "Reason") == "BeginTime"

@@ -12,7 +12,7 @@ from dara.testbed.cli import main
 from dara.testbed.experiments import ALL_ESTIMATORS, quick_studies
 from dara.testbed.report import SUMMARY_COLUMNS
 
-pytestmark = pytest.mark.slow  # `--quick` trains 28 testbed runs (timing: README "Measured figures")
+pytestmark = pytest.mark.slow  # `--quick` trains 28 testbed runs (timing: docs/measured.md)
 
 
 @pytest.fixture(scope="module")

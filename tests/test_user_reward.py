@@ -173,7 +173,9 @@ REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": 
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    if ALWAYS and solution_str != ground_truth:  # the probe's ground-truth items pass, no model output does
+    # every item scored in training fails (the project's manager adds the rollout's response_tokens to
+    # extra_info); the probe's items before Ray pass. A model output equal to its ground truth fails too.
+    if ALWAYS and "response_tokens" in (extra_info or {}):
         raise KeyError("answer")
     kind = zlib.crc32(solution_str.encode()) % 4
     if kind == 0:

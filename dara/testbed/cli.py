@@ -30,7 +30,7 @@ DEFAULT_QUICK_OUT = Path("outputs/testbed_quick")  # outputs/ is git-ignored: CI
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m dara.testbed", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few seeds and steps (CI size; timing in README 'Measured figures')")
+    parser.add_argument("--quick", action="store_true", help="few seeds and steps (CI size; timing in docs/measured.md)")
     parser.add_argument("--out", type=Path, help=f"output folder (default {DEFAULT_OUT}, --quick: {DEFAULT_QUICK_OUT})")
     parser.add_argument("--studies", help="comma-separated subset of the studies (default: all)")
     parser.add_argument("--estimators", help="comma-separated subset of each study's estimators")
