@@ -165,6 +165,7 @@ def test_a_step_where_every_item_failed_stops_with_the_first_error(tmp_path):
 
 
 FLAKY = '''
+import sys
 import zlib
 
 from rewards import toolrl
@@ -172,10 +173,18 @@ from rewards import toolrl
 REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": (0.0, 1.0)}
 
 
+def probing():
+    """Called by the check before Ray (rewards.spec.probe_item), not by the reward manager in training."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "probe_item":
+        frame = frame.f_back
+    return frame is not None
+
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    # every item scored in training fails (the project's manager adds the rollout's response_tokens to
-    # extra_info); the probe's items before Ray pass. A model output equal to its ground truth fails too.
-    if ALWAYS and "response_tokens" in (extra_info or {}):
+    # every item scored in training fails, a model output equal to its ground truth too; the probe's pass
+    # (the probe also gives response_tokens, and its ground-truth items may be what the model outputs)
+    if ALWAYS and not probing():
         raise KeyError("answer")
     kind = zlib.crc32(solution_str.encode()) % 4
     if kind == 0:
