@@ -12,7 +12,7 @@ import pytest
 os.environ["RAY_AUTH_MODE"] = "disabled"
 # Under pytest-xdist the workers already fill the cores: each runs torch (and the commands it starts) on one
 # thread. Left at torch's default (a thread per core in every worker), the workers' OpenMP threads contend for the
-# cores: measured here, the fast lane took 1.7x the CPU time and 2x the wall time.
+# cores, and more so when other jobs share the machine.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
