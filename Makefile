@@ -80,8 +80,9 @@ test: $(STAMP) $(TRL_STAMP)
 # The unit lane: everything but real training runs, Slurm clusters and tests of more than a few seconds (a
 # dara.train process, a data build), spread over the machine's cores (pytest-xdist); then the TRL unit lane in
 # one process (its few seconds of tests cost less than starting xdist workers that import TRL: docs/trl.md).
+# The main lane prints its 15 slowest tests: one of more than a few seconds on a quiet machine belongs in the slow lane.
 test-fast: $(STAMP) $(TRL_STAMP)
-	$(PY) -m pytest -q -n auto -m "$(FAST)" --ignore=tests/trl
+	$(PY) -m pytest -q -n auto -m "$(FAST)" --ignore=tests/trl --durations=15
 	$(TRL_PY) -m pytest -q -m "$(FAST)" tests/trl
 
 # The TRL tests alone (or some: make test-trl TRL_TESTS=tests/trl/test_trl_adapter.py).

@@ -10,20 +10,38 @@ import pytest
 # Left unset, the first `ray.init` in this process (verl's actors auto-initialise Ray when a test builds them
 # in-process) sets RAY_AUTH_MODE=token in os.environ for good, and every later subprocess inherits it.
 os.environ["RAY_AUTH_MODE"] = "disabled"
+# Under pytest-xdist the workers already fill the cores: each runs torch (and the commands it starts) on one
+# thread. Left at torch's default (a thread per core in every worker), the workers' OpenMP threads contend for the
+# cores, and more so when other jobs share the machine.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
 def smoke_assets_dir(tmp_path_factory):
-    """The folder of the session's one offline smoke build (tiny model, tokenizer, tool-calling parquet)."""
-    return tmp_path_factory.getbasetemp() / "data_prep_smoke"
+    """The folder of the session's one offline smoke build (tiny model, tokenizer, tool-calling parquet).
+
+    Under pytest-xdist every worker has its own base temp folder inside the session's: the build lies beside
+    them, in the folder they share, so the workers build it once between them (`smoke_assets`).
+    """
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "data_prep_smoke"
 
 
 @pytest.fixture(scope="session")
 def smoke_assets(smoke_assets_dir):
-    """`data_prep.smoke.build`'s paths, built once per session (a complete build is reused, not rebuilt)."""
+    """`data_prep.smoke.build`'s paths, built once per session (a complete build is reused, not rebuilt).
+
+    The first xdist worker to get here builds under a file lock; the others wait for it and reuse the build.
+    """
+    import fcntl
+
     from data_prep import smoke
 
-    return smoke.build(smoke_assets_dir, seed=0)
+    smoke_assets_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(smoke_assets_dir.parent / "data_prep_smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return smoke.build(smoke_assets_dir, seed=0)
 
 
 @pytest.fixture(autouse=True)
@@ -42,3 +60,19 @@ def no_ray_left_in_the_test_process(request):
     if ray is not None and ray.is_initialized():
         ray.shutdown()
         warnings.warn(f"{request.node.nodeid} left Ray initialised in the test process: shut down", stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def seed_smoke_assets(smoke_assets, smoke_assets_dir):
+    """`seed(output_root)`: copies the session's smoke build to `<output_root>/assets/smoke`, where `dara.train`
+    looks for it (the tiny model's and the smoke task's assets), so the run reuses it instead of building it again
+    (~15 s). For runs that test something else than the build; the README's smoke run builds its own."""
+    import shutil
+
+    def seed(output_root):
+        target = os.path.join(output_root, "assets", "smoke")
+        if not os.path.exists(target):
+            shutil.copytree(smoke_assets_dir, target)
+        return output_root
+
+    return seed

@@ -1,4 +1,5 @@
-"""The quiet main job's pieces: the progress follower, the output redirect, step warnings, `--verbose`."""
+"""The quiet main job's pieces: the progress follower, the output redirect, step warnings. (`--verbose`:
+tests/test_train_entry.py, with `--cfg job`.)"""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ import re
 import subprocess
 import sys
 import time
-
-import pytest
-from omegaconf import OmegaConf
 
 import dara
 from dara.console import follow_progress, step_warnings
@@ -76,11 +74,3 @@ def test_quiet_output_sends_everything_but_the_console_stream_to_the_log(tmp_pat
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[dara] step 1/1\nsummary\n" and done.stderr == ""
     assert log.read_text().splitlines() == ["verl says a lot", "a warning", "a Ray worker says more"]
-
-
-@pytest.mark.slow  # a dara.train process (~9 s of imports)
-def test_verbose_flag_becomes_run_verbose(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "dara.train", "--verbose", f"run.output_root={tmp_path}", "--cfg", "job"],
-                         capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert OmegaConf.create(out.stdout).run.verbose is True

@@ -22,9 +22,12 @@ with `../shared` pointing at the shared data.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import re
+import runpy
 import shlex
 import subprocess
 import sys
@@ -180,7 +183,8 @@ def test_runnable_command_runs(block, sandbox):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", blocks("slow"), ids=lambda block: str(block[0]))
-def test_slow_runnable_command_runs(block, sandbox):
+def test_slow_runnable_command_runs(block, sandbox, seed_smoke_assets):
+    seed_smoke_assets(sandbox / "outputs")  # training commands reuse the session's tiny model (its build: make smoke)
     for command in block:
         run_for_real(command, sandbox)
 
@@ -188,9 +192,25 @@ def test_slow_runnable_command_runs(block, sandbox):
 # ----------------------------------------------------------------------------- parse-only checks
 @functools.cache
 def help_text(argv_prefix: tuple[str, ...]) -> str:
-    result = subprocess.run([*argv_prefix, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"`{' '.join(argv_prefix)} --help` exited {result.returncode}: {result.stderr[-2000:]}"
-    return result.stdout
+    """The `--help` text of a (sub)command. A `python -m MODULE` command runs in this process, as `python -m` runs
+    it (runpy, `__name__ == "__main__"`, sys.argv), which saves a Python start per command; a script (which may
+    put its own folder on sys.path) runs in its own process. That each module starts in a fresh interpreter is
+    checked by the runnable blocks and tests/test_cli_errors.py."""
+    if argv_prefix[:2] != (sys.executable, "-m"):
+        result = subprocess.run([*argv_prefix, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, (
+            f"`{' '.join(argv_prefix)} --help` exited {result.returncode}: {result.stderr[-2000:]}")
+        return result.stdout
+    module, words = argv_prefix[2], list(argv_prefix[3:])
+    printed, saved_argv = io.StringIO(), sys.argv
+    sys.argv = [module, *words, "--help"]
+    try:
+        with contextlib.redirect_stdout(printed), pytest.raises(SystemExit) as exited:
+            runpy.run_module(module, run_name="__main__", alter_sys=False)
+    finally:
+        sys.argv = saved_argv
+    assert exited.value.code in (0, None), f"`python -m {module} {' '.join(words)} --help` exited {exited.value.code}"
+    return printed.getvalue()
 
 
 def check_flags(argv: list[str], prefix_length: int) -> None:

@@ -107,7 +107,8 @@ def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
 
 
 @pytest.mark.slow  # two dara.train runs on the CPU runtime (~3-8 min on 2 loaded cores)
-def test_the_smokes_stop_and_resume_step_on_the_cpu_runtime(tmp_path):
+def test_the_smokes_stop_and_resume_step_on_the_cpu_runtime(tmp_path, seed_smoke_assets):
+    seed_smoke_assets(tmp_path)  # the session's tiny model and smoke data: the runs reuse them
     steps, run_dir = 4, tmp_path / "smoke-tiny-dara_asym-s0"
     # the CPU smoke task, saving at its last step as the GPU smoke does (save_freq 4: steps 2 and 3 are no saves)
     overrides = [f"run.output_root={tmp_path}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}"]

@@ -254,11 +254,19 @@ def test_gpu_runs_keep_home_and_cpu_runs_move_it(tmp_path):
     with local_ray_session(tmp_path / "cpu", shutdown=False):
         assert os.environ["HOME"] == str((tmp_path / "cpu" / "ray" / "home").resolve())
     assert os.environ.get("HOME") == home
-    import inspect
+    # dara.train's session moves HOME for a CPU run only (what it does, per trainer.device)
+    from omegaconf import OmegaConf
 
     from dara import train
 
-    assert 'move_home=cfg.trainer.device == "cpu"' in inspect.getsource(train._ray_session)
+    for device in ("cuda", "cpu"):
+        cfg = OmegaConf.create({"run": {"output_dir": str(tmp_path / f"train-{device}")},
+                                "trainer": {"device": device}, "ray_kwargs": {"ray_init": {}}})
+        with train._ray_session(cfg):
+            moved = str((tmp_path / f"train-{device}" / "ray" / "home").resolve())
+            assert (os.environ.get("HOME") == moved) == (device == "cpu"), (device, os.environ.get("HOME"))
+            assert cfg.ray_kwargs.ray_init._temp_dir  # the run folder's Ray temp folder reaches ray.init
+        assert os.environ.get("HOME") == home
 
 
 def test_cli_names_a_bad_override_in_one_line(capsys):

@@ -6,12 +6,14 @@ A requeued job is a new FSDPCheckpointManager: its rotation list starts empty, a
 
 from __future__ import annotations
 
+import json
 import tempfile
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from safetensors.torch import load_file
 
 from dara.run_folder import CHECKPOINT_TRACKER
 from dara.train import CONF_DIR
@@ -100,7 +102,7 @@ def test_after_a_requeue_the_newest_two_complete_checkpoints_and_the_kept_hf_ste
     assert on_disk(cfg) == {3: "actor", 5: "actor"} and plan.keep == [3, 5]  # the newest two complete ones
     assert read_marker(checkpoint_dir(cfg)) == 5
     kept = tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2"
-    assert (kept / "model.safetensors").stat().st_size > 0 and (kept / "config.json").exists()
+    assert load_file(kept / "model.safetensors") and json.loads((kept / "config.json").read_text())["model_type"]
     assert len(lines) == 1 and "kept steps 3, 5" in lines[0] and "6 (past the resume marker" in lines[0]
     assert "4 (incomplete: no actor/" in lines[0] and "HF weights of steps 2 kept first" in lines[0]
     assert apply_retention(cfg, at_start=True, write=lambda *a, **k: lines.append(a)).delete == {}  # idempotent
@@ -121,7 +123,7 @@ def test_the_callback_rotates_the_previous_jobs_checkpoints_after_each_save(tmp_
     assert on_disk(cfg) == {3: "actor", 4: "actor"}
     save(cfg, second, 5, callback)
     assert on_disk(cfg) == {4: "actor", 5: "actor"}
-    assert (tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2" / "model.safetensors").exists()
+    assert load_file(tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2" / "model.safetensors")
 
 
 def test_a_marker_on_an_incomplete_checkpoint_moves_to_a_complete_one(tmp_path, new_job):

@@ -120,10 +120,11 @@ def test_bad_settings_are_clear_errors(kwargs):
 
 
 def test_items_spread_over_idle_workers_before_queueing_behind_busy_ones(pool):
-    deadline = time.monotonic() + 60  # a worker replaced by an earlier test may still be starting
-    while not all(worker.ready for worker in pool._workers):
-        assert time.monotonic() < deadline, "the pool's workers never became ready"
+    for _ in range(600):  # a worker replaced by an earlier test may still be starting (up to a minute)
+        if all(worker.ready for worker in pool._workers):
+            break
         time.sleep(0.1)
+    assert all(worker.ready for worker in pool._workers), "the pool's workers never became ready"
     outcomes = pool.map(os.getpid, [(), ()])  # two idle workers: one item each, not both on the first
     assert [o.status for o in outcomes] == [OK, OK]
     assert len({o.value for o in outcomes}) == 2

@@ -288,13 +288,18 @@ def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir
         manager_module.DaraParallelRewardManager(config, tokenizer, clash)
 
 
-def test_pinned_verl_reward_api(manager_module):
-    """Every verl 0.9.1 reward-loop fact the manager relies on; a verl upgrade that changes one fails here."""
+def test_pinned_verl_reward_api(tokenizer_dir, manager_module):
+    """Every verl 0.9.1 reward-loop fact the manager relies on, checked on verl's own functions; a verl upgrade
+    that changes one fails here."""
     import verl
-    from verl.experimental.reward_loop import reward_loop
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls, naive
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-    from verl.trainer.ppo import reward
+    from verl.trainer.ppo.reward import (
+        _call_with_kwargs,
+        get_custom_reward_fn,
+        load_reward_manager,
+        resolve_reward_manager_cls,
+    )
     from verl.workers.config.reward import RewardManagerConfig
 
     assert verl.__version__ == "0.9.1"
@@ -302,8 +307,16 @@ def test_pinned_verl_reward_api(manager_module):
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
 
     assert REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
-    # verl's config check of reward.reward_manager.name reads that same registry
-    assert "REWARD_MANAGER.keys()" in inspect.getsource(RewardManagerConfig.__post_init__)
+    # verl resolves reward.reward_manager (source register or importlib) to the manager class through them
+    config = verl_config(tokenizer_dir)
+    assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
+    config.reward.reward_manager = {"source": "importlib", "name": "DaraParallelRewardManager",
+                                    "module": {"path": "pkg://dara.verl.reward_manager"}}
+    assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
+    # verl 0.9.1 keeps that node a DictConfig: its dataclass, whose __post_init__ would check the name against the
+    # registry, cannot even be built (it calls a __post_init__ its base lacks); an upgrade that builds it fails here
+    with pytest.raises(AttributeError, match="__post_init__"):
+        RewardManagerConfig(source="register", name="dara_parallel")
     assert list(inspect.signature(RewardManagerBase.__init__).parameters) == [
         "self",
         "config",
@@ -321,15 +334,59 @@ def test_pinned_verl_reward_api(manager_module):
         "reward_router_address",
         "reward_model_tokenizer",
     ]
-    load_source = inspect.getsource(reward.load_reward_manager)
-    assert "compute_score=final_compute_score" in load_source and "**reward_kwargs" in load_source
-    assert "partial(_call_with_kwargs, raw_fn, reward_kwargs)" in inspect.getsource(
-        reward.get_custom_reward_fn
-    )
-    worker_source = inspect.getsource(reward_loop.RewardLoopWorker)
-    assert "self.reward_manager.run_single(data)" in worker_source
-    assert 'item["reward_score"]' in inspect.getsource(reward_loop.RewardLoopManager.compute_rm_score)
-    assert "reward_extra_infos[0].keys()" in inspect.getsource(reward_loop.RewardLoopManager.compute_rm_score)
+    # verl binds the configured function with its reward_kwargs as partial(_call_with_kwargs, raw_fn, kwargs):
+    # the manager reads the kwargs (args[1]) and the function's file (args[0])
+    config = verl_config(tokenizer_dir)
+    config.reward.custom_reward_function = {"path": verl_entry.__file__, "name": "compute_score",
+                                            "reward_kwargs": {"toolrl_length_channel": True}}
+    bound = get_custom_reward_fn(config)
+    assert isinstance(bound, functools.partial) and bound.func is _call_with_kwargs
+    assert bound.args[1] == {"toolrl_length_channel": True} and bound.args[0].__name__ == "compute_score"
+    assert inspect.getsourcefile(bound.args[0]) == verl_entry.__file__
+    # verl's loader hands the manager that bound function as compute_score, with the worker's keyword arguments
+    manager = load_reward_manager(config, _load_tokenizer(tokenizer_dir), reward_router_address=None,
+                                  reward_model_tokenizer=None)
+    assert type(manager) is manager_module.DaraParallelRewardManager
+    assert manager.options.toolrl_length_channel is True
+    # (verl's RewardLoopWorker calling the manager's run_single: every reward-loop test below; verl's
+    # RewardLoopManager reading its results: test_verls_reward_loop_manager_assembles_the_managers_scores)
+
+
+def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, manager_module, monkeypatch):
+    """verl's RewardLoopManager.compute_rm_score over reward workers running the manager: verl pads the batch to
+    the worker count, takes each item's "reward_score" onto its last valid token, and makes every key of the
+    first item's reward_extra_info a column (so every item must carry the same keys, as the manager's do)."""
+    import ray
+    from verl.experimental.reward_loop import reward_loop
+    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+    config = verl_config(tokenizer_dir, toolrl_length_channel=True)
+    worker = reward_loop.RewardLoopWorker(config)
+
+    class InProcessHandle:  # a Ray actor handle: `handle.compute_score_batch.remote(chunk)`, run here
+        class compute_score_batch:  # noqa: N801
+            @staticmethod
+            def remote(chunk):
+                return worker.loop.run_until_complete(worker.compute_score_batch(chunk))
+
+    loop_manager = object.__new__(reward_loop.RewardLoopManager)  # its workers are all it reads
+    loop_manager.config, loop_manager.reward_model_manager = config, None
+    loop_manager.reward_manager_cls = reward_loop.resolve_reward_manager_cls(config)
+    loop_manager.reward_loop_workers = [InProcessHandle(), InProcessHandle()]
+    monkeypatch.setattr(ray, "get", list)  # the handles return their results, not object references
+    rows = toolrl_rows()[:3]  # 3 rows over 2 workers: verl pads one and drops its result
+    data = make_batch(_load_tokenizer(tokenizer_dir), rows)
+    out = reward_loop.RewardLoopManager.compute_rm_score(loop_manager, data)
+
+    assert loop_manager.reward_manager_cls is manager_module.DaraParallelRewardManager
+    options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
+    expected = [verl_entry.score_sample("rlla", r["text"], r["truth"], None, options) for r in rows]
+    torch.testing.assert_close(out.batch["rm_scores"],
+                               RewardManagerBase.assemble_rm_scores(data, [e["score"] for e in expected]))
+    keys = ["score", "format", "correctness", "length", "reward_timeout", "reward_error"]
+    assert sorted(out.meta_info["reward_extra_keys"]) == sorted(keys)
+    for key in keys:
+        assert out.non_tensor_batch[key].tolist() == [e.get(key, 0.0) for e in expected], key
 
 
 def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, manager_module):

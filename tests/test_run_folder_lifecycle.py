@@ -6,6 +6,10 @@ with a wandb API key in its environment and a wandb host that never answers. Whi
 `dara.train` on the same folder must exit in one line naming the holder. Later, a run that differs only in
 `algorithm.dara.w_max` is refused in one line naming that key, and runs beside it under the `run.name` the
 line suggests. Resumed to 5 steps, the folder holds exactly the newest two checkpoints.
+
+Every run of the module also expects every optimizer update clipped, with a clip no gradient norm reaches
+(`run.expect_clipped_updates=true`, clip 1e6): the first run's steps log actor/grad_clip_active 0 and their
+unclipped update, and its console and log say so (dara/verl/grad_clip.py; its unit tests: test_verl_grad_clip.py).
 """
 
 from __future__ import annotations
@@ -21,7 +25,14 @@ import time
 import pytest
 
 import dara
-from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, METRICS_FILE, RUN_INFO, config_differences
+from dara.run_folder import (
+    CHECKPOINT_TRACKER,
+    CHECKPOINTS,
+    MAIN_LOG,
+    METRICS_FILE,
+    RUN_INFO,
+    config_differences,
+)
 from dara.run_lock import read_holder
 from dara.run_log import read_metrics
 from dara.tracking import inspect_records, wandb_run_files
@@ -30,10 +41,12 @@ pytestmark = pytest.mark.slow  # three CPU training runs (1-4 minutes each) and 
 
 RUN = "smoke-tiny-dara_asym-s0"
 KEEP_TWO = ["trainer.save_freq=1", "run.checkpoint.keep_last=2"]
+# part of every run's configuration here: every update expected clipped, by a clip no gradient norm reaches
+UNREACHED_CLIP = ["run.expect_clipped_updates=true", "actor_rollout_ref.actor.optim.clip_grad=1000000.0"]
 
 
 def train(root, *overrides, env=None, wait=True):
-    command = [sys.executable, "-m", "dara.train", f"run.output_root={root}", *overrides]
+    command = [sys.executable, "-m", "dara.train", f"run.output_root={root}", *UNREACHED_CLIP, *overrides]
     environ = {**os.environ, **(env or {})}
     if not wait:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ,
@@ -46,8 +59,8 @@ def checkpoints(run_dir) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle")
+def root(tmp_path_factory, seed_smoke_assets):
+    return seed_smoke_assets(tmp_path_factory.mktemp("lifecycle"))  # the session's smoke build, not rebuilt
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +95,18 @@ def test_a_second_run_on_a_running_folder_exits_in_one_line_and_the_first_finish
     # wandb auto with a key: the host did not answer, so the run logged offline and said so
     assert f"[dara] wandb: {first['wandb_host']} did not answer from this node (no answer within" in first["stdout"]
     assert re.search(r"^\[dara\] wandb +offline run ", first["stdout"], re.M)
+
+
+def test_every_step_logs_its_unclipped_update_and_the_console_says_so(root, first):
+    run_dir = root / RUN
+    records = read_metrics(run_dir / METRICS_FILE)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for record in records:
+        assert 0 < record["actor/grad_norm"] < 1e6
+        assert record["actor/grad_clip_active"] == 0.0 and record["actor/grad_unclipped_updates"] == 1.0
+        assert (f"[dara] warning: step {record['step']}: 1 optimizer update(s) not clipped "
+                "(run.expect_clipped_updates)") in first["stdout"]
+    assert "1 of 1 optimizer updates were not clipped" in (run_dir / MAIN_LOG).read_text()
 
 
 def test_another_configuration_is_refused_and_runs_beside_it_under_its_own_name(root, first):

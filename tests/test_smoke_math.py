@@ -2,14 +2,19 @@
 math path (correctness + length channels, verl's Hendrycks grader, a length limit the tiny model's responses
 straddle) with the math task's dynamic sampling: the authors' rounds (dara/verl/rounds.py; rounds of 8
 prompts for a batch of 4). Every step logs its rounds and the pre-filter metrics over all generated responses
-(dropped groups included); a run forced short stops with the authors' one-line error."""
+(dropped groups included) and trains only on full groups whose summed reward varies; a run forced short stops
+with the authors' one-line error.
+
+This is the suite's one real CPU run with dynamic sampling. verl's own group filter (run.dynamic_sampling.mode=
+replay) is checked on verl's objects without training: tests/test_verl_prefilter.py (its sample and step),
+tests/test_configs.py (the buffer dara_sync builds), tests/test_verl_binding.py (the kept/drawn counts)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
+from collections import defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,26 +24,37 @@ from dara.run_log import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
+RUN = "smoke_math-tiny-dara_asym-s0"
+
+pytestmark = pytest.mark.slow  # real CPU training (1-4 minutes a run)
 
 
-@pytest.mark.slow
-def test_smoke_math_logs_prefilter_metrics_every_step(tmp_path):
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "dara.train", "task=smoke_math", f"run.output_root={tmp_path}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    seconds = time.monotonic() - started
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, seed_smoke_assets):
+    """One output root for the module's runs: the tiny model comes from the session's build, the math
+    assets are built by the first run and reused by the second."""
+    return seed_smoke_assets(tmp_path_factory.mktemp("smoke_math"))
+
+
+def train(root, *overrides):
+    return subprocess.run([sys.executable, "-m", "dara.train", "task=smoke_math", f"run.output_root={root}",
+                           *overrides], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def test_smoke_math_logs_prefilter_metrics_and_trains_only_on_varying_groups(root):
+    rollouts = root / "rollouts"  # verl's dump of each step's trained batch (a logging key)
+    proc = train(root, f"trainer.rollout_data_dir={rollouts}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    print(f"smoke_math: {seconds:.0f}s")
 
-    rows = pq.read_table(tmp_path / "assets" / "smoke_math" / "train.parquet").to_pylist()
+    rows = pq.read_table(root / "assets" / "smoke_math" / "train.parquet").to_pylist()
     assert rows and all(r["prompt"] == [{"role": "user", "content": r["prompt"][0]["content"]}] for r in rows)
     assert all(r["prompt"][0]["content"].endswith(AUTHORS_SUFFIX) for r in rows)
-    card = json.loads((tmp_path / "assets" / "smoke_math" / "data_card.json").read_text())
+    card = json.loads((root / "assets" / "smoke_math" / "data_card.json").read_text())
     assert card["reward"]["correctness_grader"] == "hendrycks"
 
-    run_info = json.loads((tmp_path / "smoke_math-tiny-dara_asym-s0" / "run_info.json").read_text())
+    run_info = json.loads((root / RUN / "run_info.json").read_text())
     assert run_info["reward_options"]["math_grader"] == "hendrycks"  # the run log says which grader scored
-    records = read_metrics(tmp_path / "smoke_math-tiny-dara_asym-s0" / "metrics.jsonl")
+    records = read_metrics(root / RUN / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
     group_size, round_prompts, batch = 4, 8, 4
     dropped_somewhere = False
@@ -63,21 +79,27 @@ def test_smoke_math_logs_prefilter_metrics_every_step(tmp_path):
             assert dropped_length / group_size == pytest.approx(round(dropped_length / group_size))
         for channel in ("correctness", "length"):
             assert 0.0 <= record[f"rollout_prefilter/{channel}/mean"] <= 1.0
+        # the trained batch itself: `batch` full groups of G responses, none with a constant summed reward
+        groups = defaultdict(list)
+        for line in (rollouts / f"{record['step']}.jsonl").read_text().splitlines():
+            sample = json.loads(line)
+            groups[sample["uid"].rsplit("_", 2)[0]].append(sample["score"])
+        assert len(groups) == batch and all(len(scores) == group_size for scores in groups.values())
+        constant = [uid for uid, scores in groups.items() if max(scores) == min(scores)]
+        assert not constant, f"step {record['step']}: groups with a constant summed reward were trained on"
     assert dropped_somewhere  # the length limit makes the filter drop groups: the seam is exercised
 
 
-@pytest.mark.slow
-def test_smoke_math_forced_short_stops_with_the_one_line_error(tmp_path):
+def test_smoke_math_forced_short_stops_with_the_one_line_error(root):
     """A cap of one round and an acceptance that cannot happen (the filter reads the length channel, which a
     limit above the response budget makes 1 for every response): the first step stops with the named error."""
-    proc = subprocess.run([sys.executable, "-m", "dara.train", "task=smoke_math", f"run.output_root={tmp_path}",
-                           "run.dynamic_sampling.max_rounds=1", "algorithm.filter_groups.metric=length",
-                           "reward.custom_reward_function.reward_kwargs.max_response_tokens=1000"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = train(root, "run.name=forced-short", "run.dynamic_sampling.max_rounds=1",
+                 "algorithm.filter_groups.metric=length",
+                 "reward.custom_reward_function.reward_kwargs.max_response_tokens=1000")
     assert proc.returncode != 0
     last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("[dara] training failed: DynamicSamplingShortError: step 1: 0 of the 4 "
                                 "informative groups after 1 round(s) of 8 prompts (acceptance 0.000, cap "
                                 "run.dynamic_sampling.max_rounds=1)")
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert not (tmp_path / "smoke_math-tiny-dara_asym-s0" / "metrics.jsonl").exists()
+    assert not (root / "forced-short" / "metrics.jsonl").exists()

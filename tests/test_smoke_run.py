@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from omegaconf import OmegaConf
 
 import dara
 from dara.run_folder import MAIN_LOG, METRICS_FILE, RUN_INFO, VERL_CONFIG, VERL_TRACKING
@@ -68,17 +69,6 @@ def test_smoke_run_trains_three_verl_steps(output_root, smoke):
     assert info["method"] == "dara_asym" and info["reward_channels"] == CHANNELS
 
 
-@pytest.mark.slow  # a dara.train process (~9 s of imports)
-def test_missing_channel_fails_before_ray_naming_it(output_root):
-    proc, _ = run_train(output_root, "algorithm.reward_channels=[format,length]",
-                        "trainer.total_training_steps=1", "run.name=missing-channel")
-    assert proc.returncode != 0
-    message = proc.stderr[-4000:]
-    assert "invalid configuration" in message and "'length'" in message
-    assert "the reward's channels are ['format', 'correctness']" in message and "Traceback" not in message
-    assert not (output_root / "missing-channel" / "ray").exists()  # Ray never started
-
-
 @pytest.mark.slow
 def test_smoke_run_is_quiet_and_writes_a_wandb_offline_run(output_root, smoke):
     from dara.tracking import read_offline_history, wandb_run_files, wandb_run_id
@@ -94,7 +84,10 @@ def test_smoke_run_is_quiet_and_writes_a_wandb_offline_run(output_root, smoke):
     assert "logs/main.log" in proc.stdout and "(DaraTaskRunner" not in proc.stdout + proc.stderr
     log = (run_dir / MAIN_LOG).read_text()
     assert "(DaraTaskRunner" in log and "[dara] step 3/3" in log  # verl's and the workers' output went here
-    assert (run_dir / VERL_CONFIG).exists()
+    saved = OmegaConf.load(run_dir / VERL_CONFIG)  # the resolved config verl ran with
+    assert saved.algorithm.adv_estimator == "dara_asym" and saved.trainer.total_training_steps == 3
+    assert saved.trainer.experiment_name == "smoke-tiny-dara_asym-s0"
+    assert list(saved.algorithm.reward_channels) == CHANNELS
 
     files = wandb_run_files(run_dir)
     assert len(files) == 1 and wandb_run_id(run_dir) in files[0].name

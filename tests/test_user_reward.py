@@ -199,17 +199,18 @@ def train(tmp_path: Path, reward: str, *overrides: str):
 
 
 @pytest.mark.slow  # two one-step CPU training runs (~2 min each)
-def test_a_flaky_reward_never_stops_the_run_and_one_failing_every_item_stops_at_the_first_step(tmp_path):
+def test_a_flaky_reward_never_stops_the_run_and_one_failing_every_item_stops_at_the_first_step(
+        tmp_path, seed_smoke_assets):
     from dara.run_log import read_metrics
 
     flaky = write(tmp_path, FLAKY.replace("ALWAYS", "False"), "flaky.py")
-    out = train(tmp_path / "flaky", flaky)
+    out = train(seed_smoke_assets(tmp_path / "flaky"), flaky)  # the session's tiny model and smoke data
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     [record] = read_metrics(next((tmp_path / "flaky").glob("smoke-*/metrics.jsonl")))
     assert record["reward/errors"] > 0 and {"dara/density/brevity", "reward/brevity/mean"} <= set(record)
 
     always = write(tmp_path, FLAKY.replace("ALWAYS", "True"), "always.py")
-    out = train(tmp_path / "always", always)
+    out = train(seed_smoke_assets(tmp_path / "always"), always)
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
     assert "failed on every item of step 1" in last and "KeyError: 'answer'" in last, out.stderr[-3000:]

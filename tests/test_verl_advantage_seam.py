@@ -8,7 +8,6 @@ everything between the two calls is verl's code.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
@@ -150,12 +149,31 @@ def test_missing_channel_fails_naming_it_and_the_rewards_keys(monkeypatch):
         run_step(DaraTrainerSync, config, 0, monkeypatch)
 
 
-def test_seam_verl_step_reads_algorithm_through_self_config():
-    """The project's step swaps `self.config` for the call: verl's step must read the algorithm there."""
-    import inspect
+def test_seam_verl_step_reads_the_algorithm_of_self_config_when_it_runs(monkeypatch):
+    """The project's step swaps `self.config` for the call (a config whose `algorithm` is the channel context):
+    verl's own step must read the estimator, its config and norm_adv_by_std_in_grpo from `self.config.algorithm`
+    as it runs, and write the advantages back through TransferQueue's kv_batch_put."""
+    from dara.verl.trainer import _WithAlgorithm
 
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    received = []
 
-    source = inspect.getsource(PPOTrainer._compute_advantage)
-    assert "config=self.config.algorithm" in source and "tq.kv_batch_put" in source
-    assert np.all([name in source for name in ("gamma=self.config.algorithm.gamma", "norm_adv_by_std_in_grpo")])
+    def probe(token_level_rewards, response_mask, config=None, **kwargs):
+        received.append(config)
+        advantages = response_mask * torch.arange(1, len(response_mask) + 1)[:, None]  # row i: i + 1
+        return advantages, advantages
+
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "seam_probe", probe)
+    base = trainer_config("grpo")
+    swapped = OmegaConf.merge(base.algorithm, {"adv_estimator": "seam_probe"})
+    table, batch, _ = run_step(PPOTrainerSync, _WithAlgorithm(base, swapped), 0, monkeypatch)
+    assert len(received) == 1 and received[0] is swapped  # the swapped node itself, not the base config's
+    for i, key in enumerate(batch.keys):  # the probe's advantages reached the table, row by row
+        assert torch.equal(table.rows[key]["advantages"], torch.full_like(table.rows[key]["advantages"], i + 1.0))
+    # verl's GRPO reads norm_adv_by_std_in_grpo from the swapped node too
+    plain = run_step(PPOTrainerSync, trainer_config("grpo"), 0, monkeypatch)[0]
+    unscaled = run_step(PPOTrainerSync, _WithAlgorithm(base, trainer_config("grpo", norm_by_std=False).algorithm),
+                        0, monkeypatch)[0]
+    reference = run_step(PPOTrainerSync, trainer_config("grpo", norm_by_std=False), 0, monkeypatch)[0]
+    for key in batch.keys:
+        torch.testing.assert_close(unscaled.rows[key]["advantages"], reference.rows[key]["advantages"])
+    assert not all(torch.equal(unscaled.rows[k]["advantages"], plain.rows[k]["advantages"]) for k in batch.keys)

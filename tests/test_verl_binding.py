@@ -130,8 +130,10 @@ def test_seam_v1_trainer_methods_and_fields():
     from verl.trainer.ppo.v1 import PPOTrainer, get_trainer_cls
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer as Base
 
-    for method in ("init", "_compute_advantage", "_compute_metrics"):
-        assert callable(getattr(PPOTrainer, method))
+    # the methods the project's trainer overrides and calls through super(), with the arguments it passes
+    # (what they do: tests/test_verl_advantage_seam.py and the CPU training runs)
+    assert list(inspect.signature(PPOTrainer.init).parameters) == ["self"]
+    assert list(inspect.signature(PPOTrainer._compute_advantage).parameters) == ["self", "batch", "metrics"]
     from dara.verl.cpu.workers import CPUWorkersMixin
     from dara.verl.trainer import trainer_mode_for_device
 
@@ -146,18 +148,55 @@ def test_seam_v1_trainer_methods_and_fields():
     assert list(params) == ["self", "batch", "metrics", "timing_raw", "global_steps", "epoch"]
 
 
-def test_seam_reward_extra_info_lives_in_extra_fields():
+def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
+    """verl's agent loop (AgentLoopWorkerTQ, run on two outputs of one session) stores what the reward worker
+    returned under each trajectory's extra_fields["reward_extra_info"] in TransferQueue: where the project's
+    advantage step reads the channels."""
+    import asyncio
+
+    import transfer_queue as tq
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    source = inspect.getsource(AgentLoopWorkerTQ._agent_loop_postprocess)
-    assert 'extra_fields["reward_extra_info"]' in source
+    put = []
+
+    async def kv_batch_put(**kwargs):  # TransferQueue, a service verl talks to over Ray: the one call it makes
+        put.append(kwargs)
+
+    monkeypatch.setattr(tq, "async_kv_batch_put", kv_batch_put)
+    scored = []
+
+    class RewardWorkerHandle:  # what a Ray reward worker (verl's RewardLoopWorker) answers, for one session
+        class compute_score:  # noqa: N801
+            @staticmethod
+            async def remote(data):
+                scored.append(len(data))
+                return {"reward_score": 4.0, "reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0}}
+
+    worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)  # the attributes the postprocess reads
+    worker.reward_loop_worker_handles, worker.processor = [RewardWorkerHandle()], None
+    worker.mm_processor_kwargs, worker.distillation_enabled = None, False
+    outputs = [AgentLoopOutput(prompt_ids=[1, 2, 3], response_ids=[4, 5], response_mask=[1, 1],
+                               metrics=AgentLoopMetrics()),
+               AgentLoopOutput(prompt_ids=[1, 2, 3, 4, 5, 6], response_ids=[7], response_mask=[1],
+                               metrics=AgentLoopMetrics())]
+    asyncio.run(worker._agent_loop_postprocess(outputs, validate=False, uid="u7", session_id=2, global_steps=3))
+
+    assert scored == [2]  # one reward call for the session's outputs
+    (call,) = put
+    assert call["keys"] == ["u7_2_0", "u7_2_1"] and call["partition_id"] == "train"
+    extra_fields = list(call["fields"]["extra_fields"])
+    assert [e["reward_extra_info"] for e in extra_fields] == [{"correctness": 3.0, "format": 1.0, "score": 4.0}] * 2
+    assert channel_scores_from_extra_fields(extra_fields, CHANNELS).tolist() == [[3.0, 1.0], [3.0, 1.0]]
+    assert [row.tolist() for row in call["fields"]["rm_scores"].unbind()] == [[0.0, 4.0], [4.0]]
 
 
 def test_seam_task_runner_class_is_subclassable():
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
     assert "task_runner_class" in inspect.signature(run_ppo).parameters
-    assert callable(TaskRunnerV1.__ray_actor_class__.run)
+    run = inspect.signature(TaskRunnerV1.__ray_actor_class__.run).parameters  # what DaraTaskRunner.run overrides
+    assert [name for name in run if not name.startswith("_ray")] == ["self", "config"]
 
 
 def test_channel_scores_from_extra_fields():
@@ -175,12 +214,31 @@ def test_channel_scores_from_extra_fields():
 def test_seam_trainer_modes_are_verls_names():
     """verl branches on trainer_mode == "sync" etc.: each dara trainer hands verl the mode it implements."""
     from verl.trainer.ppo.v1 import get_trainer_cls
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer as Base
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
+    from dara.config import compose
+    from dara.config_checks import check_config
+    from dara.verl.prefilter import PrefilterRecorder
+
+    # what verl's separate-async trainer asserts of a config (one sync step per batch, its own rollout node, nccl)
+    cfg = compose(["trainer.v1.separate_async.parameter_sync_step=1", "actor_rollout_ref.rollout.nnodes=1",
+                   "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"])
+    check_config(cfg)
     for mode in ("sync", "colocate_async", "separate_async"):
         ours = get_trainer_cls(f"dara_{mode}")
         assert ours.VERL_MODE == mode and issubclass(ours, get_trainer_cls(mode))
-    assert 'self.trainer_mode == "sync"' in inspect.getsource(Base._build_replay_buffer)
+        # verl builds its buffer by the mode's name: the synchronous one for "sync" only, for ours as for its own
+        buffers = []
+        for name in (mode, f"dara_{mode}"):
+            run = cfg.copy()
+            run.trainer.v1.trainer_mode = name
+            trainer = get_trainer_cls(name)(run)
+            assert trainer.trainer_mode == mode
+            buffers.append(trainer.replay_buffer)
+        stock, built = buffers
+        assert type(stock) is (ReplayBuffer if mode == "sync" else ReplayBufferAsync)
+        assert isinstance(built, type(stock)) and built.trainer_mode == mode
+        assert isinstance(built, PrefilterRecorder)  # built by the project's _build_replay_buffer, in verl's __init__
 
 
 def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
@@ -208,7 +266,7 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
                                                           "filter_groups": {"enable": False}}})
             self.run_log = RunLog(tmp_path / "metrics.jsonl")
 
-    from dara.run_log import RunLog
+    from dara.run_log import RunLog, read_metrics
 
     trainer = Trainer()
     for step in (1, 2):
@@ -219,6 +277,12 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
         assert (marker.read_text() if marker.exists() else None) == (None if step == 1 else "1")
         trainer._compute_metrics(batch, {}, {}, step, 0)
         assert marker.read_text() == str(step)
+    # with verl's group filter on (run.dynamic_sampling.mode=replay), each logged step says what it drew and kept
+    trainer.config.algorithm.filter_groups.enable = True
+    trainer._compute_metrics(batch, {"training/filter_groups/evicted_samples": 3}, {}, 3, 0)
+    logged = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in logged] == [1, 2, 3] and "filter/kept_groups" not in logged[0]
+    assert (logged[2]["filter/kept_groups"], logged[2]["filter/drawn_groups"]) == (2.0, 5.0)
 
 
 def test_reward_flag_counts():

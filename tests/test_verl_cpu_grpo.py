@@ -140,9 +140,13 @@ def compose_cpu_grpo_config(assets: dict, run_dir: Path):
         return compose(config_name="ppo_trainer", overrides=overrides)
 
 
-def test_cluster_config_reaches_verl_keys(smoke_assets, tmp_path):
+# composing reads the asset paths only: the config tests need no smoke build
+UNBUILT_ASSETS = {"train": "/unbuilt/train.parquet", "test": "/unbuilt/test.parquet", "model_dir": "/unbuilt/model"}
+
+
+def test_cluster_config_reaches_verl_keys(tmp_path):
     """conf/cluster/cpu.yaml composes onto verl's own config and sets what the CPU path needs."""
-    cfg = compose_cpu_grpo_config(smoke_assets, tmp_path)
+    cfg = compose_cpu_grpo_config(UNBUILT_ASSETS, tmp_path)
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_USE_EXTERNAL_MODULES == "dara.verl.cpu" and env.VERL_PLATFORM == "cpu"
     assert cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node == 1 and cfg.trainer.nnodes == 1
@@ -153,14 +157,14 @@ def test_cluster_config_reaches_verl_keys(smoke_assets, tmp_path):
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
 
 
-def test_cpu_workers_mixin_swaps_verl_workers_only_on_cpu(smoke_assets, tmp_path):
+def test_cpu_workers_mixin_swaps_verl_workers_only_on_cpu(tmp_path):
     """verl's own _init_resource_pool_mgr picks the workers; the mixin swaps in the gloo ones when device=cpu."""
     from omegaconf import open_dict
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     from dara.verl.cpu.workers import CPUActorRolloutRefWorker, CPUPPOTrainerSync
 
-    cfg = compose_cpu_grpo_config(smoke_assets, tmp_path)
+    cfg = compose_cpu_grpo_config(UNBUILT_ASSETS, tmp_path)
     for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
         with open_dict(cfg):
             cfg.trainer.device = device

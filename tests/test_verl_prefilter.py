@@ -3,39 +3,127 @@ and what it records. The end-to-end check (every step of a CPU run logs them) is
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
-from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from dara.verl import prefilter
 from dara.verl.prefilter import PrefilterReplayBuffer, channel_rows, with_prefilter_metrics
-from dara.verl.trainer import ChannelTrainerMixin
 
 
-def test_seam_replay_buffer_clears_every_dropped_group_through_clear_groups():
-    """Evicted groups (the DAPO filter) and the drained surplus both leave TransferQueue through
-    `_clear_groups(partition_id, uids)`; `sample` returns (batch, metrics) that the trainer merges."""
-    assert list(inspect.signature(ReplayBuffer._clear_groups).parameters) == ["self", "partition_id", "uids"]
-    assert "self._clear_groups(partition_id, evicted_uids)" in inspect.getsource(ReplayBuffer._evict_terminal_groups)
-    sample = inspect.getsource(ReplayBuffer.sample)
-    assert "self._clear_groups(partition_id, surplus_uids)" in sample
-    assert "return self._materialize_batch(" in sample and "eviction_metrics" in sample
-    assert list(inspect.signature(ReplayBuffer.sample).parameters) == [
-        "self", "global_steps", "partition_id", "batch_size"]
-    assert "tq.kv_clear" in inspect.getsource(ReplayBuffer._clear_groups)
-    assert issubclass(ReplayBufferAsync, ReplayBuffer)
+class TransferQueueTable:
+    """TransferQueue (a service verl talks to over Ray) as a dict: the calls verl's replay buffer makes.
+
+    Prompt groups a-d are finished, two responses each; group a's two rewards are equal (the DAPO filter
+    evicts it), b-d vary. Each response carries its channels in extra_fields["reward_extra_info"]."""
+
+    def __init__(self):
+        self.tags = {f"{uid}": {"is_prompt": True, "status": "finished", "global_steps": 1} for uid in "abcd"}
+        rewards = {"a": (1.0, 1.0), "b": (0.0, 1.0), "c": (1.0, 0.0), "d": (0.0, 2.0)}
+        self.values = {}
+        for uid, pair in rewards.items():
+            for session, reward in enumerate(pair):
+                key = f"{uid}_{session}_0"
+                self.tags[key] = {"status": "success", "global_steps": 1}
+                self.values[key] = {"rm_scores": torch.tensor([0.0, reward]), "extra_fields": {
+                    "reward_extra_info": {"correctness": reward, "length": float(uid == "a")}}}
+        self.cleared: list[str] = []
+
+    def kv_list(self):
+        return {"train": dict(self.tags)}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return {field: [self.values[key][field] for key in keys] for field in select_fields}
+
+    def kv_clear(self, partition_id, keys):
+        self.cleared.extend(keys)
+        for key in keys:
+            self.tags.pop(key, None)
 
 
-def test_seam_trainer_builds_the_buffer_in_one_method_and_merges_sample_metrics():
-    base = trainer_base.PPOTrainer
-    assert "self.replay_buffer = self._build_replay_buffer()" in inspect.getsource(base.__init__)
-    step = inspect.getsource(base._step_once)
-    assert "self.replay_buffer.sample(" in step and "metrics.update(off_policy_metrics)" in step
-    assert "_build_replay_buffer" in vars(ChannelTrainerMixin)
+@pytest.fixture
+def transfer_queue(monkeypatch):
+    import transfer_queue as tq
+
+    table = TransferQueueTable()
+    for name in ("kv_list", "kv_batch_get", "kv_clear"):
+        monkeypatch.setattr(tq, name, getattr(table, name))  # the module verl's buffer and ours both call
+    return table
+
+
+def dapo_buffer(cls=ReplayBuffer):
+    return cls(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+                        max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
+                        refill_fn=lambda n: None, filter_groups_metric="reward", train_batch_size=2,
+                        gen_batch_size=1, max_inflight_gen_batches=2)
+
+
+def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_metrics(transfer_queue):
+    """verl's sync sample with its DAPO filter: the constant group is evicted and the surplus discarded, both
+    through `_clear_groups(partition_id, uids)` (then TransferQueue's kv_clear), and sample returns (batch,
+    metrics) with the eviction counts; the recording buffer reads every dropped response before it goes."""
+    cleared_groups = []
+
+    class Recorded(ReplayBuffer):
+        def _clear_groups(self, partition_id, uids):
+            cleared_groups.append((partition_id, set(uids)))
+            super()._clear_groups(partition_id, uids)
+
+    batch, metrics = dapo_buffer(Recorded).sample(global_steps=1, partition_id="train", batch_size=2)
+    kept = {key.split("_")[0] for key in batch.keys}
+    assert len(kept) == 2 and "a" not in kept and len(batch.keys) == 4
+    surplus = {"b", "c", "d"} - kept
+    assert cleared_groups == [("train", {"a"}), ("train", surplus)]
+    assert {"a", "a_0_0", "a_1_0", *surplus} <= set(transfer_queue.cleared)
+    assert metrics["training/filter_groups/evicted_samples"] == 1
+    assert metrics["training/filter_groups/discarded_surplus_samples"] == 1
+    assert issubclass(ReplayBufferAsync, ReplayBuffer)  # the asynchronous buffer clears through the same method
+
+    recording = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
+    transfer_queue.__init__()
+    batch, metrics = recording.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert metrics["training/filter_groups/evicted_samples"] == 1  # verl's metrics, kept
+    assert metrics["rollout_prefilter/responses"] == 8 and metrics["rollout_prefilter/groups"] == 4
+    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(2 / 8)  # group a's, evicted, counted
+    assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx((1 + 1 + 0 + 1 + 1 + 0 + 0 + 2) / 8)
+
+
+def test_seam_verls_step_merges_the_sample_metrics_and_trains_on_the_sampled_batch(transfer_queue):
+    """verl's `_step_once` samples from `self.replay_buffer` (the buffer its __init__ built with
+    `_build_replay_buffer`, which the project's trainer overrides) and merges the sample's metrics into the
+    step's; the batch it sampled is the one every later stage gets. The model stages are recorders here."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    stages = []
+
+    def stage(name):
+        def run(self, batch, metrics):
+            stages.append((name, sorted(batch.keys)))
+            return batch
+        return run
+
+    class Stages(PPOTrainerSync):
+        _balance_batch = stage("balance")
+        _compute_old_log_prob = stage("old_log_prob")
+        _compute_advantage = stage("advantage")
+        _update_actor = stage("update_actor")
+
+    trainer = object.__new__(Stages)
+    trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"temperature": 1.0}},
+                                       "trainer": {"critic_warmup": 0}})
+    trainer.global_steps, trainer.use_reference_policy, trainer.use_critic = 1, False, False
+    trainer.curr_step_profile = False
+    trainer.checkpoint_manager = type("Replicas", (), {"sleep_replicas": lambda self: stages.append(("sleep", []))})()
+    trainer.reward_loop_manager = type("Rewards", (), {"reward_loop_worker_handles": ["in the agent loop"]})()
+    trainer.replay_buffer = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
+    metrics = {}
+    batch = Stages._step_once(trainer, metrics, {}, 2)
+    assert [name for name, _ in stages] == ["sleep", "balance", "old_log_prob", "advantage", "update_actor"]
+    assert all(keys == sorted(batch.keys) for _, keys in stages[1:]) and len(batch.keys) == 4
+    assert metrics["training/filter_groups/evicted_samples"] == 1 and metrics["rollout_prefilter/responses"] == 8
+    # (the project's trainers building the recording buffer in verl's __init__: test_verl_binding.py)
 
 
 def sync_buffer():
