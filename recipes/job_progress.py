@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker (dara.verl.trainer.CHECKPOINT_TRACKER)
+from dara.run_folder import CHECKPOINT_TRACKER as TRACKER  # verl's resume marker
+
 METRICS = "metrics.jsonl"  # dara.run_folder.METRICS_FILE
 STEP_SECONDS = "timing_s/step"  # verl's per-step timing in each metrics record
 

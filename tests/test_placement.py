@@ -14,8 +14,8 @@ from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.base import RayWorkerGroup
 from verl.trainer.main_ppo import TaskRunnerV1
 
+from dara.run_folder import RAY_NODES
 from dara.verl.placement import (
-    RAY_NODES_FILE,
     PlacementRecorderMixin,
     _merge,
     count_work,
@@ -110,7 +110,7 @@ def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path, monkeypat
         actor_rollout_wg = BrokenGroup()
 
     path = record_placement(Trainer(), tmp_path, "start")  # no Ray in this process: named, none started
-    assert path == tmp_path / RAY_NODES_FILE
+    assert path == tmp_path / RAY_NODES
     content = json.loads(path.read_text())
     assert content == {"error": "RuntimeError: Ray is not initialised in this process", "stage": "start"}
     assert not ray.is_initialized()

@@ -31,7 +31,7 @@ from pathlib import Path
 import ray
 
 from dara.io import atomic_write_json
-from dara.run_folder import RAY_NODES as RAY_NODES_FILE
+from dara.run_folder import RAY_NODES
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def _merge(previous: dict, nodes: list[dict], workers: dict[str, list[dict]], st
 
 def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start") -> Path:
     """Write (stage "start") or complete (stage "end") `<output_dir>/ray_nodes.json`; returns its path."""
-    path = Path(output_dir) / RAY_NODES_FILE
+    path = Path(output_dir) / RAY_NODES
     try:
         previous = json.loads(path.read_text()) if stage == "end" and path.exists() else {}
         content = _merge(previous, ray_nodes(), locate_workers(trainer), stage)
