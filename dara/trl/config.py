@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig
+from dara.estimators.config import ranges_by_name
 
 _DEFAULTS = DaraAlgoConfig()
 # TRL's loss takes one advantage per completion; response-level batch normalisation is the natural default
@@ -67,9 +68,8 @@ class DaraGRPOConfig(GRPOConfig):
                              f"available: {', '.join(ESTIMATOR_NAMES)}")
         if isinstance(self.reward_ranges, str):
             self.reward_ranges = json.loads(self.reward_ranges)
-        if self.reward_ranges is not None and not isinstance(self.reward_ranges, dict):
-            raise ValueError("reward_ranges must map reward-function names to [min, max], "
-                             f"got {type(self.reward_ranges).__name__}")
+        if self.reward_ranges is not None:
+            self.reward_ranges = ranges_by_name(self.reward_ranges)  # the library's {name: [min, max]} check
         if self.batch_norm is None:
             own = ESTIMATORS[self.estimator].batch_norms
             self.batch_norm = DEFAULT_BATCH_NORM if not own or DEFAULT_BATCH_NORM in own else own[0]
@@ -80,11 +80,16 @@ class DaraGRPOConfig(GRPOConfig):
 
     def algo_config(self, channel_names: Sequence[str] | None = None,
                     weights: Sequence[float] | None = None) -> DaraAlgoConfig:
-        """The library's options for these reward functions (`reward_ranges` put in their order) and weights
-        (the trainer's `reward_weights`, which TRL extends by 1 for an environment's own reward)."""
+        """The library's options for these reward functions and weights (the trainer's `reward_weights`,
+        which TRL extends by 1 for an environment's own reward). `reward_ranges` keys are reward-function
+        names; the library rejects a name that is not one of `channel_names` (and, for saw and sa_mrpo, a
+        function without a range) when the advantages are computed."""
         ranges = None
         if self.reward_ranges is not None and channel_names is not None:
-            ranges = _ordered_ranges(self.reward_ranges, channel_names)
+            unknown = sorted(set(self.reward_ranges) - set(channel_names))
+            if unknown:
+                raise ValueError(f"reward_ranges names {unknown}, not among the reward functions {list(channel_names)}")
+            ranges = dict(self.reward_ranges)
         if weights is None and self.reward_weights is not None:
             weights = self.reward_weights
         return DaraAlgoConfig(
@@ -93,11 +98,3 @@ class DaraGRPOConfig(GRPOConfig):
             query_weight=self.query_weight, eps=self.eps,
         )
 
-
-def _ordered_ranges(ranges: dict, channel_names: Sequence[str]) -> list[list[float]]:
-    unknown = sorted(set(ranges) - set(channel_names))
-    missing = [name for name in channel_names if name not in ranges]
-    if unknown or missing:
-        raise ValueError(f"reward_ranges must name each reward function {list(channel_names)} once; "
-                         f"unknown: {unknown}, missing: {missing}")
-    return [list(ranges[name]) for name in channel_names]

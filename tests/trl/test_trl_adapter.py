@@ -15,7 +15,6 @@ import torch
 
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages
 from dara.trl import DaraGRPOConfig, TrlSeamError, check_trl_batch, completion_advantages, fill_missing_scores
-from dara.trl.config import _ordered_ranges
 from dara.trl.progress import step_line
 from dara.trl.toolrl import completion_text, toolrl_reward_funcs
 from rewards import toolrl
@@ -163,7 +162,7 @@ def test_config_batch_norm_is_response_where_the_estimator_takes_it(tmp_path, es
     assert config.batch_norm == own.get(estimator, "response")
     options = config.algo_config(["a", "b"]).options()
     compute_advantages(estimator, torch.tensor(random_rewards(1)), torch.arange(24) // 4, torch.ones(24, 1),
-                       channel_names=["a", "b"], **{**options, "reward_ranges": [[0, 1], [-3, 3]]})
+                       channel_names=["a", "b"], **{**options, "reward_ranges": {"a": [0, 1], "b": [-3, 3]}})
 
 
 @pytest.mark.parametrize(("values", "message"), [
@@ -172,7 +171,8 @@ def test_config_batch_norm_is_response_where_the_estimator_takes_it(tmp_path, es
     ({"estimator": "grpo", "batch_norm": "response"}, "does not take batch_norm"),
     ({"w_max": 0.5}, "w_max"),
     ({"eps": 0.0}, "eps"),
-    ({"reward_ranges": [[0, 1]]}, "map reward-function names"),
+    ({"reward_ranges": [[0, 1]]}, "maps channel names"),
+    ({"reward_ranges": {"format": [1, 0]}}, "min < max"),
 ])
 def test_config_rejects_bad_options_at_construction(tmp_path, values, message):
     with pytest.raises(ValueError, match=message):
@@ -188,10 +188,10 @@ def test_reward_ranges_by_function_name_from_the_command_line(tmp_path):
         "--reward_ranges", json.dumps({"correctness": [-3, 3], "format": [0, 1]}),
     ])
     assert config.estimator == "saw" and config.eps == 1e-4
-    assert config.algo_config(["format", "correctness"]).reward_ranges == [[0.0, 1.0], [-3.0, 3.0]]
-    assert _ordered_ranges({"a": [0, 1]}, ["a"]) == [[0, 1]]
-    with pytest.raises(ValueError, match=r"unknown: \['x'\], missing: \['b'\]"):
-        _ordered_ranges({"a": [0, 1], "x": [0, 1]}, ["a", "b"])
+    assert config.algo_config(["format", "correctness"]).reward_ranges == {"format": [0.0, 1.0],
+                                                                          "correctness": [-3.0, 3.0]}
+    with pytest.raises(ValueError, match=r"reward_ranges names \['correctness'\], not among"):
+        config.algo_config(["format", "length"])
 
 
 def test_step_line_shows_each_function():
