@@ -11,10 +11,10 @@ import random
 
 import pytest
 import torch
+import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
-from dara.verl import rounds
 from dara.verl.prefilter import PrefilterRoundsReplayBuffer, with_prefilter_metrics
 from dara.verl.rounds import (
     DynamicSamplingShortError,
@@ -94,8 +94,8 @@ class Store:
 @pytest.fixture
 def store(monkeypatch):
     store = Store()
-    for name in ("kv_list", "kv_batch_get", "kv_clear"):  # the module verl's buffer and rounds.py call
-        monkeypatch.setattr(rounds.tq, name, getattr(store, name))
+    for name in ("kv_list", "kv_batch_get", "kv_clear"):  # the calls verl's buffer makes (rounds.py's too)
+        monkeypatch.setattr(tq, name, getattr(store, name))
     return store
 
 

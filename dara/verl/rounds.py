@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
@@ -155,12 +154,10 @@ class RoundsReplayBuffer(ReplayBuffer):
             kept = first_uids([k.split("_")[0] for keys in rounds for k in keys], informative, batch_size)
             print(f"[dara] step {global_steps}, dynamic sampling round {len(rounds)}: {len(good)}/{len(uids)} groups "
                   f"informative, {len(kept)}/{batch_size} collected", flush=True)  # into logs/main.log
-        selected = set(kept)
-        self._clear_groups(partition_id, informative - selected)  # informative surplus past the first 512
-        keys = [k for keys in rounds for k in keys if k.split("_")[0] in selected]
-        tq.kv_clear(partition_id=partition_id, keys=kept)  # the prompt entries, as verl's batch does
-        snapshot = self.partitions[partition_id]
-        batch = KVBatchMeta(partition_id=partition_id, keys=keys, tags=[snapshot[k] for k in keys])
+        # the rows' tags in the authors' order, read before the informative surplus past the first 512 leaves
+        in_order = {key: self.partitions[partition_id][key] for keys in rounds for key in keys}
+        self._clear_groups(partition_id, informative - set(kept))
+        batch = self._materialize_batch(partition_id, kept, in_order)  # verl's: the kept groups' rows, in order
         metrics = {f"{METRIC_PREFIX}rounds": float(len(rounds)), f"{METRIC_PREFIX}drawn_groups": float(drawn),
                    f"{METRIC_PREFIX}kept_groups": float(len(kept)),
                    f"{METRIC_PREFIX}informative_groups": float(len(informative)),
