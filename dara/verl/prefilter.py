@@ -28,12 +28,11 @@ import numpy as np
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-from dara.verl.rounds import RoundsReplayBuffer
+from dara.verl.rounds import TRAIN_PARTITION, RoundsReplayBuffer
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "rollout_prefilter/"
-TRAIN_PARTITION = "train"
 
 
 def channel_rows(extra_fields: Iterable, channels: Sequence[str]) -> tuple[np.ndarray, int]:
