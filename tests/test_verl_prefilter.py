@@ -11,46 +11,29 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from dara.verl import prefilter
 from dara.verl.prefilter import PrefilterReplayBuffer, channel_rows, with_prefilter_metrics
+from tests.transfer_queue_store import TransferQueueStore
 
 
-class TransferQueueTable:
-    """TransferQueue (a service verl talks to over Ray) as a dict: the calls verl's replay buffer makes.
-
-    Prompt groups a-d are finished, two responses each; group a's two rewards are equal (the DAPO filter
-    evicts it), b-d vary. Each response carries its channels in extra_fields["reward_extra_info"]."""
+class TransferQueueTable(TransferQueueStore):
+    """TransferQueue holding one step's generations: prompt groups a-d are finished, two responses each; group
+    a's two rewards are equal (the DAPO filter evicts it), b-d vary. Each response carries its channels in
+    extra_fields["reward_extra_info"]."""
 
     def __init__(self):
-        self.tags = {f"{uid}": {"is_prompt": True, "status": "finished", "global_steps": 1} for uid in "abcd"}
+        super().__init__()
+        self.tags["train"] = {uid: {"is_prompt": True, "status": "finished", "global_steps": 1} for uid in "abcd"}
         rewards = {"a": (1.0, 1.0), "b": (0.0, 1.0), "c": (1.0, 0.0), "d": (0.0, 2.0)}
-        self.values = {}
         for uid, pair in rewards.items():
             for session, reward in enumerate(pair):
                 key = f"{uid}_{session}_0"
-                self.tags[key] = {"status": "success", "global_steps": 1}
-                self.values[key] = {"rm_scores": torch.tensor([0.0, reward]), "extra_fields": {
+                self.tags["train"][key] = {"status": "success", "global_steps": 1}
+                self.fields[key] = {"rm_scores": torch.tensor([0.0, reward]), "extra_fields": {
                     "reward_extra_info": {"correctness": reward, "length": float(uid == "a")}}}
-        self.cleared: list[str] = []
-
-    def kv_list(self):
-        return {"train": dict(self.tags)}
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        return {field: [self.values[key][field] for key in keys] for field in select_fields}
-
-    def kv_clear(self, partition_id, keys):
-        self.cleared.extend(keys)
-        for key in keys:
-            self.tags.pop(key, None)
 
 
 @pytest.fixture
 def transfer_queue(monkeypatch):
-    import transfer_queue as tq
-
-    table = TransferQueueTable()
-    for name in ("kv_list", "kv_batch_get", "kv_clear"):
-        monkeypatch.setattr(tq, name, getattr(table, name))  # the module verl's buffer and ours both call
-    return table
+    return TransferQueueTable().install(monkeypatch)
 
 
 def dapo_buffer(cls=ReplayBuffer):

@@ -1,9 +1,9 @@
 """The authors' math dynamic sampling (dara/verl/rounds.py): their row order, their selection, rounds and cap.
 
 The order and the selection are compared with plain loops written from the rule (their `_balance_batch` and
-`fit()`); the sampler runs verl 0.9.1's own replay-buffer code against an in-memory TransferQueue store (a
-dict standing in for the key-value store, as in tests/test_verl_prefilter.py). The CPU run of the whole path
-is tests/test_smoke_math.py."""
+`fit()`); the sampler runs verl 0.9.1's own replay-buffer code against an in-memory TransferQueue store
+(tests/transfer_queue_store.py, as tests/test_verl_prefilter.py does). The CPU run of the whole path is
+tests/test_smoke_math.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import random
 
 import pytest
 import torch
-import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
@@ -24,6 +23,7 @@ from dara.verl.rounds import (
     round_row_order,
     rounds_settings,
 )
+from tests.transfer_queue_store import TransferQueueStore
 
 
 def loop_order(seq_lens: list[int], world_size: int) -> list[int]:
@@ -70,33 +70,9 @@ def test_first_uids_are_the_first_informative_groups_in_row_order():
 
 
 # ----------------------------------------------------------------------------- the sampler
-class Store:
-    """An in-memory TransferQueue: tags per partition, fields per key (the calls verl's buffer makes)."""
-
-    def __init__(self):
-        self.tags: dict[str, dict[str, dict]] = {"train": {}}
-        self.fields: dict[str, dict] = {}
-        self.cleared: list[str] = []
-
-    def kv_list(self, partition_id=None):
-        return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        return {field: [self.fields[k][field] for k in keys] for field in select_fields}
-
-    def kv_clear(self, partition_id, keys):
-        for key in keys:
-            self.tags[partition_id].pop(key, None)
-            self.fields.pop(key, None)
-        self.cleared.extend(keys)
-
-
 @pytest.fixture
 def store(monkeypatch):
-    store = Store()
-    for name in ("kv_list", "kv_batch_get", "kv_clear"):  # the calls verl's buffer makes (rounds.py's too)
-        monkeypatch.setattr(tq, name, getattr(store, name))
-    return store
+    return TransferQueueStore().install(monkeypatch)
 
 
 def group(lengths: list[int], length_rewards: list[int], correctness: list[int] | None = None):
@@ -107,7 +83,7 @@ def group(lengths: list[int], length_rewards: list[int], correctness: list[int] 
 class Rounds:
     """`submit_round`: writes the next planned round into the store as generated and scored prompts."""
 
-    def __init__(self, store: Store, plan: list[list]):
+    def __init__(self, store: TransferQueueStore, plan: list[list]):
         self.store, self.plan, self.submitted = store, list(plan), []
 
     def __call__(self, prompts: int) -> list[str]:
@@ -155,7 +131,7 @@ def expected_batch(store_before: dict, submitted: list[list[str]], batch_size: i
     return [k for k in ordered if k.split("_")[0] in kept]
 
 
-def recording(buffer, submit: Rounds, store: Store) -> dict:
+def recording(buffer, submit: Rounds, store: TransferQueueStore) -> dict:
     """Every generated row's tag and summed reward, as each round leaves the generator (before any is cleared)."""
     seen = {}
 
