@@ -273,7 +273,7 @@ class SlurmOptions:
 
 def job_time(run: Run, time: str | None = None) -> str:
     """The --time a job of `run` gets: the launcher's, else its cluster file's job_time_limit_minutes."""
-    from dara.preflight.budget import format_time_limit, parse_time_limit
+    from dara.slurm_time import format_time_limit, parse_time_limit
 
     if time:
         if parse_time_limit(time) is None:

@@ -22,18 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from dara.config import compose
 from dara.preflight.allocation import check_allocation, divisibility_problems, with_allocation
-from dara.preflight.budget import (
-    check_checkpoints,
-    check_disk,
-    check_time,
-    format_time_limit,
-    parse_time_limit,
-)
+from dara.preflight.budget import check_checkpoints, check_disk, check_time
 from dara.preflight.calibration import Calibration, CalibrationError, load_calibration
 from dara.preflight.environment import check_environment
 from dara.preflight.facts import ModelFacts, model_facts
 from dara.preflight.memory import check_memory
 from dara.preflight.report import Report
+from dara.slurm_time import format_time_limit, parse_time_limit
 
 __all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "divisibility_problems",
            "format_time_limit", "load_calibration", "model_facts", "node_checks", "parse_time_limit", "preflight"]

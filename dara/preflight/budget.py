@@ -17,7 +17,6 @@ saves there, dara.verl.stop_request), which finishes in time only when a step pl
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dara.preflight.facts import ModelFacts
 from dara.preflight.report import Section
+from dara.slurm_time import format_time_limit
 
 GB = 1e9
 CONTENT_BYTES = {"model": 4, "optimizer": 8, "hf_model": 4}
@@ -193,30 +193,3 @@ def _save_bytes(cfg: DictConfig) -> float:
     if facts is None or int(cfg.trainer.save_freq) <= 0:
         return 0.0
     return disk_plan(cfg, facts).per_save
-
-
-def parse_time_limit(text: str | None) -> float | None:
-    """Slurm's --time forms: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S; returns minutes (None: not given or
-    UNLIMITED)."""
-    if not text or str(text).upper() in ("UNLIMITED", "INFINITE", "NOT_SET"):
-        return None
-    text = str(text)
-    days = 0
-    if "-" in text:
-        head, text = text.split("-", 1)
-        days = int(head)
-        parts = [int(x) for x in text.split(":")]
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts
-    else:
-        parts = [int(x) for x in text.split(":")]
-        hours, minutes, seconds = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
-    return days * 1440 + hours * 60 + minutes + seconds / 60
-
-
-def format_time_limit(minutes: float) -> str:
-    """Minutes in Slurm's --time form D-HH:MM:SS (or H:MM:SS under a day), rounded up to the minute."""
-    total = int(math.ceil(minutes))
-    days, rest = divmod(total, 1440)
-    hours, mins = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours}:{mins:02d}:00"
