@@ -459,7 +459,7 @@ def describe_plan(runs: list[Run], python: str = "python") -> str:
 
 def submit(runs: list[Run], options, dry_run: bool = False, extra_args: tuple[str, ...] = ()) -> str | None:
     """sbatch scripts/slurm/gpu_smoke.sbatch: one node, one GPU, the cluster file's time."""
-    from recipes.runner import job_time
+    from recipes.runner import job_time, submit_sbatch
 
     run = runs[0]
     command = ["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=1", f"--time={job_time(run, options.time)}",
@@ -471,9 +471,6 @@ def submit(runs: list[Run], options, dry_run: bool = False, extra_args: tuple[st
     if dry_run:
         return None
     (run.output_dir / "logs").mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT)
-    if result.returncode != 0:
-        raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
-    job = result.stdout.strip().split(";")[0]
+    job = submit_sbatch(command)
     print(f"[recipes] submitted gpu_smoke job {job}; its output: {run.output_dir}/logs/slurm-gpu_smoke-{job}.out")
     return job

@@ -380,6 +380,14 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
     return command + ["--seed-from-array", *first.group_overrides()]
 
 
+def submit_sbatch(command: Sequence[str]) -> str:
+    """Run `sbatch --parsable ...` from the project root; the job id it printed."""
+    result = subprocess.run(list(command), capture_output=True, text=True, cwd=PROJECT_ROOT)
+    if result.returncode != 0:
+        raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout.strip().split(";")[0]  # --parsable: "<id>" or "<id>;<cluster>"
+
+
 def _not_queued(runs: Sequence[Run], squeue) -> tuple[list[Run], int]:
     """The runs without a pending or running job (each skipped one named), and how many were skipped."""
     text = squeue()
@@ -409,7 +417,7 @@ def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *,
     skipped = len(runs) - len(pending)
     pending, queued = _not_queued(pending, squeue) if pending else (pending, 0)
     if not dry_run and pending:
-        failed = [group[0].name_for("x").removesuffix("-sx") for group, report in
+        failed = [job_name(group[0]) for group, report in
                   preflight_runs(pending, skip_env=skip_env, time_limit=options.time,
                                  calibration=options.calibration) if not report.ok]
         if failed:
@@ -421,10 +429,7 @@ def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *,
             continue
         for run in group:  # Slurm opens the log before the job starts: the folder must exist
             (run.output_dir / "logs").mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT)
-        if result.returncode != 0:
-            raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
-        job_id = result.stdout.strip().split(";")[0]
+        job_id = submit_sbatch(command)
         job_ids.append(job_id)
         print(f"[recipes] submitted array {job_id} ({group[0].name_for('{' + ','.join(str(r.seed) for r in group) + '}')})",
               flush=True)
