@@ -59,7 +59,7 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
     check_allocation(cfg, facts, report.section("allocation"))
     check_memory(cfg, facts, report.section("memory"))
     check_checkpoints(cfg, facts, report.section("checkpoints"))
-    check_time(cfg, report.section("time limit"), time_limit_minutes, calibration)
+    check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)
     if not skip_env:
         check_environment(cfg, report.section("environment"))
         check_disk(cfg, facts, report.section("disk"))
@@ -74,5 +74,5 @@ def node_checks(cfg: DictConfig, *, time_limit_minutes: float | None = None,
     facts = model_facts(cfg)
     check_environment(cfg, report.section("environment"))
     check_disk(cfg, facts, report.section("disk"))
-    check_time(cfg, report.section("time limit"), time_limit_minutes, calibration)
+    check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)
     return report

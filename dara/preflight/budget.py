@@ -144,7 +144,8 @@ def step_minutes(cfg: DictConfig, calibration=None) -> tuple[float, str] | None:
     return None
 
 
-def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | None = None, calibration=None) -> None:
+def check_time(cfg: DictConfig, facts: ModelFacts | None, section: Section, time_limit_minutes: float | None = None,
+               calibration=None) -> None:
     hardware = OmegaConf.select(cfg, "run.hardware", default=None)
     if hardware is None or cfg.trainer.device != "cuda":
         section.line(f"trainer.device={cfg.trainer.device}: no step-time estimate")
@@ -164,8 +165,7 @@ def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | No
     section.line(f"{step:g} min/step {source}; job limit {format_time_limit(limit)} "
                  f"({'--time' if requested else 'the cluster file job_time_limit_minutes'}) - start-up {startup:g} min "
                  f"-> {per_job} steps per job; save_freq {freq}; {steps} steps = about {steps * step / 60:.1f} h")
-    facts_bytes = _save_bytes(cfg)
-    save = facts_bytes / GB / SAVE_GB_PER_S / 60
+    save = _save_bytes(cfg, facts) / GB / SAVE_GB_PER_S / 60
     signal_save = step + save < lead
     section.line(f"pre-timeout signal {lead:g} min before the limit: the trainer saves at the next step boundary; "
                  f"a step + a save ({save:.1f} min at {SAVE_GB_PER_S:g} GB/s, estimate) "
@@ -186,10 +186,6 @@ def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | No
                      "checkpoint saved at the pre-timeout signal")
 
 
-def _save_bytes(cfg: DictConfig) -> float:
-    from dara.preflight.facts import model_facts
-
-    facts = model_facts(cfg)
-    if facts is None or int(cfg.trainer.save_freq) <= 0:
-        return 0.0
-    return disk_plan(cfg, facts).per_save
+def _save_bytes(cfg: DictConfig, facts: ModelFacts | None) -> float:
+    plan = disk_plan(cfg, facts) if facts is not None else None
+    return plan.per_save if plan else 0.0
