@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, HF_KEPT, METRICS_FILE
 from recipes.runner import PROJECT_ROOT, RecipeError, Run, group_value
 
 DESCRIPTION = ("GPU smoke: one GPU >= 24 GiB, Qwen2.5-0.5B on ToolRL with vLLM, forced stop + resume, "
@@ -83,11 +84,15 @@ class Checklist:
 
 
 # ----------------------------------------------------------------------------- training with a forced stop
-def _steps(run_dir: Path) -> list[int]:
+def _records(run_dir: Path) -> list[dict]:
     from dara.run_log import read_metrics
 
-    path = run_dir / "metrics.jsonl"
-    return [int(r["step"]) for r in read_metrics(path)] if path.exists() else []
+    path = run_dir / METRICS_FILE
+    return read_metrics(path) if path.exists() else []
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [int(r["step"]) for r in _records(run_dir)]
 
 
 def train_with_forced_stop(overrides: list[str], run_dir: Path, stop_after: int = STOP_AFTER_STEP,
@@ -113,8 +118,8 @@ def train_with_forced_stop(overrides: list[str], run_dir: Path, stop_after: int 
 def checkpoint_resume_check(run_dir: Path, steps: int, stopped_at: int, codes: tuple[int, int]) -> tuple[bool, str]:
     """The forced stop left a checkpoint at its step, the resume ran the rest, every step is logged once."""
     logged = _steps(run_dir)
-    marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
-    stop_checkpoint = run_dir / "checkpoints" / f"global_step_{stopped_at}"
+    marker = run_dir / CHECKPOINTS / CHECKPOINT_TRACKER
+    stop_checkpoint = run_dir / CHECKPOINTS / f"global_step_{stopped_at}"
     problems = []
     if codes != (0, 0):
         problems.append(f"exit codes {codes}")
@@ -390,11 +395,8 @@ def run_locally(runs: list[Run], args) -> int:
 
 def train_and_check(run: Run, overrides: list[str], checks: Checklist, args) -> list[dict]:
     """Steps 1-3 with the forced stop, the resume to step 4, the evaluation; the checks of each. The steps' records."""
-    from dara.run_log import read_metrics
-
     first, stopped_at, second = train_with_forced_stop(overrides, run.output_dir, python=args.python_exe)
-    metrics = run.output_dir / "metrics.jsonl"
-    records = read_metrics(metrics) if metrics.exists() else []
+    records = _records(run.output_dir)
     attention = overrides[-1].split("=", 1)[1]
     why = "flash_attn imports" if attention != "sdpa" else "no flash_attn: the SDPA fallback"
     checks.add("attention", bool(records), f"{attention} ({why}), {len(records)} steps trained with it")
@@ -402,7 +404,7 @@ def train_and_check(run: Run, overrides: list[str], checks: Checklist, args) -> 
     checks.add("weight sync", *weight_sync_check(records))
     if checks.add("checkpoint + resume", *checkpoint_resume_check(run.output_dir, STEPS, stopped_at, (first, second))):
         out = run.output_dir / "gpu_smoke" / "eval"
-        hf_dir = run.output_dir / "hf_checkpoints" / f"global_step_{STEPS}"
+        hf_dir = run.output_dir / HF_KEPT / f"global_step_{STEPS}"
         codes = {bench: subprocess.call(command, cwd=PROJECT_ROOT)
                  for bench, command in eval_commands(hf_dir, out, args.python_exe).items()}
         checks.add("evaluation", *evaluation_check(out, codes))
@@ -444,7 +446,7 @@ def describe_plan(runs: list[Run], python: str = "python") -> str:
     """The dry run: what the smoke would run, in order."""
     run = runs[0]
     command = shlex.join([python, "-m", "dara.train", *run.overrides(), "run.attention=<flash_attention_2|sdpa>"])
-    evals = eval_commands(run.root / run.name / "hf_checkpoints" / f"global_step_{STEPS}",
+    evals = eval_commands(run.root / run.name / HF_KEPT / f"global_step_{STEPS}",
                           run.output_dir / "gpu_smoke" / "eval", python)
     return "\n".join([
         f"[gpu_smoke] 1. install: environment check of this node, one GPU of >= {MIN_GPU_GIB:g} GiB (nvidia-smi)",
@@ -459,7 +461,7 @@ def describe_plan(runs: list[Run], python: str = "python") -> str:
 
 def submit(runs: list[Run], options, dry_run: bool = False, extra_args: tuple[str, ...] = ()) -> str | None:
     """sbatch scripts/slurm/gpu_smoke.sbatch: one node, one GPU, the cluster file's time."""
-    from recipes.runner import job_time
+    from recipes.runner import job_time, submit_sbatch
 
     run = runs[0]
     command = ["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=1", f"--time={job_time(run, options.time)}",
@@ -471,9 +473,6 @@ def submit(runs: list[Run], options, dry_run: bool = False, extra_args: tuple[st
     if dry_run:
         return None
     (run.output_dir / "logs").mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT)
-    if result.returncode != 0:
-        raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
-    job = result.stdout.strip().split(";")[0]
+    job = submit_sbatch(command)
     print(f"[recipes] submitted gpu_smoke job {job}; its output: {run.output_dir}/logs/slurm-gpu_smoke-{job}.out")
     return job

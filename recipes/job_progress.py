@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
-from dara.run_folder import CHECKPOINT_TRACKER as TRACKER  # verl's resume marker
+from dara.run_folder import CHECKPOINT_TRACKER, METRICS_FILE
+from dara.slurm_time import format_time_limit
 
-METRICS = "metrics.jsonl"  # dara.run_folder.METRICS_FILE
 STEP_SECONDS = "timing_s/step"  # verl's per-step timing in each metrics record
 
 
 def latest_checkpoint(checkpoint_dir: str | Path) -> int:
     try:
-        return int((Path(checkpoint_dir) / TRACKER).read_text().strip() or 0)
+        return int((Path(checkpoint_dir) / CHECKPOINT_TRACKER).read_text().strip() or 0)
     except (FileNotFoundError, ValueError):
         return 0
 
@@ -37,7 +36,7 @@ def steps_since(run_dir: str | Path, step: int) -> list[dict]:
     the starting checkpoint's step are the ones this job wrote (a torn last line is skipped)."""
     records = []
     try:
-        lines = (Path(run_dir) / METRICS).read_text().splitlines()
+        lines = (Path(run_dir) / METRICS_FILE).read_text().splitlines()
     except FileNotFoundError:
         return records
     for line in lines:
@@ -48,13 +47,6 @@ def steps_since(run_dir: str | Path, step: int) -> list[dict]:
         if int(record.get("step", 0)) > step:
             records.append(record)
     return records
-
-
-def slurm_time(minutes: float) -> str:
-    total = int(math.ceil(minutes))
-    days, rest = divmod(total, 1440)
-    hours, mins = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours}:{mins:02d}:00"
 
 
 PROGRESS, NO_PROGRESS, FINISHED = 0, 1, 2  # the exit status
@@ -83,7 +75,7 @@ def verdict(*, since: int, latest: int, records: list[dict], elapsed_min: float,
     return NO_PROGRESS, (f"not requeued: no checkpoint since this job started (latest: step {since}): it ran {ran} "
                    f"step(s) in {elapsed_min:.0f} min of {limit} ({pace}, about {startup:.0f} min start-up), and a "
                    f"step outlasts the {lead_min:g}-min warning before the limit; resubmit with --time >= "
-                   f"{slurm_time(needed)} (save_freq {save_freq}) or trainer.save_freq <= {max(ran, 1)}")
+                   f"{format_time_limit(needed)} (save_freq {save_freq}) or trainer.save_freq <= {max(ran, 1)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -273,7 +273,7 @@ class SlurmOptions:
 
 def job_time(run: Run, time: str | None = None) -> str:
     """The --time a job of `run` gets: the launcher's, else its cluster file's job_time_limit_minutes."""
-    from dara.preflight.budget import format_time_limit, parse_time_limit
+    from dara.slurm_time import format_time_limit, parse_time_limit
 
     if time:
         if parse_time_limit(time) is None:
@@ -287,7 +287,10 @@ def job_time(run: Run, time: str | None = None) -> str:
 
 def signal_lead_seconds(run: Run) -> int:
     """sbatch --signal=B:USR1@<this>: the cluster file's run.hardware.signal_lead_minutes (default 5)."""
-    return int(60 * float(group_value("cluster", run.cluster, "run.hardware.signal_lead_minutes", 5)))
+    from dara.preflight.budget import DEFAULT_SIGNAL_LEAD_MINUTES
+
+    lead = group_value("cluster", run.cluster, "run.hardware.signal_lead_minutes", DEFAULT_SIGNAL_LEAD_MINUTES)
+    return int(60 * float(lead))
 
 
 def seed_groups(runs: Sequence[Run]) -> list[list[Run]]:
@@ -380,6 +383,14 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
     return command + ["--seed-from-array", *first.group_overrides()]
 
 
+def submit_sbatch(command: Sequence[str]) -> str:
+    """Run `sbatch --parsable ...` from the project root; the job id it printed."""
+    result = subprocess.run(list(command), capture_output=True, text=True, cwd=PROJECT_ROOT)
+    if result.returncode != 0:
+        raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout.strip().split(";")[0]  # --parsable: "<id>" or "<id>;<cluster>"
+
+
 def _not_queued(runs: Sequence[Run], squeue) -> tuple[list[Run], int]:
     """The runs without a pending or running job (each skipped one named), and how many were skipped."""
     text = squeue()
@@ -409,7 +420,7 @@ def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *,
     skipped = len(runs) - len(pending)
     pending, queued = _not_queued(pending, squeue) if pending else (pending, 0)
     if not dry_run and pending:
-        failed = [group[0].name_for("x").removesuffix("-sx") for group, report in
+        failed = [job_name(group[0]) for group, report in
                   preflight_runs(pending, skip_env=skip_env, time_limit=options.time,
                                  calibration=options.calibration) if not report.ok]
         if failed:
@@ -421,10 +432,7 @@ def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *,
             continue
         for run in group:  # Slurm opens the log before the job starts: the folder must exist
             (run.output_dir / "logs").mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT)
-        if result.returncode != 0:
-            raise RecipeError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
-        job_id = result.stdout.strip().split(";")[0]
+        job_id = submit_sbatch(command)
         job_ids.append(job_id)
         print(f"[recipes] submitted array {job_id} ({group[0].name_for('{' + ','.join(str(r.seed) for r in group) + '}')})",
               flush=True)

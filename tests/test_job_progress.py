@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 
+from dara.slurm_time import format_time_limit
 from recipes.job_progress import (
     FINISHED,
     NO_PROGRESS,
     PROGRESS,
     latest_checkpoint,
-    slurm_time,
     steps_since,
     verdict,
 )
@@ -69,4 +69,4 @@ def test_no_step_at_all_and_a_finished_run(tmp_path):
     records = [{"step": s, "timing_s/step": 30.0} for s in (3, 4)]
     assert verdict(since=2, latest=2, records=records, elapsed_min=10, time_limit=None, save_freq=-1,
                    lead_min=5, total_steps=4)[0] == FINISHED
-    assert slurm_time(1440) == "1-00:00:00" and slurm_time(61.2) == "1:02:00"
+    assert format_time_limit(1440) == "1-00:00:00" and format_time_limit(61.2) == "1:02:00"

@@ -22,18 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from dara.config import compose
 from dara.preflight.allocation import check_allocation, divisibility_problems, with_allocation
-from dara.preflight.budget import (
-    check_checkpoints,
-    check_disk,
-    check_time,
-    format_time_limit,
-    parse_time_limit,
-)
+from dara.preflight.budget import check_checkpoints, check_disk, check_time
 from dara.preflight.calibration import Calibration, CalibrationError, load_calibration
 from dara.preflight.environment import check_environment
 from dara.preflight.facts import ModelFacts, model_facts
 from dara.preflight.memory import check_memory
 from dara.preflight.report import Report
+from dara.slurm_time import format_time_limit, parse_time_limit
 
 __all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "divisibility_problems",
            "format_time_limit", "load_calibration", "model_facts", "node_checks", "parse_time_limit", "preflight"]
@@ -64,7 +59,7 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
     check_allocation(cfg, facts, report.section("allocation"))
     check_memory(cfg, facts, report.section("memory"))
     check_checkpoints(cfg, facts, report.section("checkpoints"))
-    check_time(cfg, report.section("time limit"), time_limit_minutes, calibration)
+    check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)
     if not skip_env:
         check_environment(cfg, report.section("environment"))
         check_disk(cfg, facts, report.section("disk"))
@@ -79,5 +74,5 @@ def node_checks(cfg: DictConfig, *, time_limit_minutes: float | None = None,
     facts = model_facts(cfg)
     check_environment(cfg, report.section("environment"))
     check_disk(cfg, facts, report.section("disk"))
-    check_time(cfg, report.section("time limit"), time_limit_minutes, calibration)
+    check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)
     return report

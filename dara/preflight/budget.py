@@ -17,7 +17,6 @@ saves there, dara.verl.stop_request), which finishes in time only when a step pl
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dara.preflight.facts import ModelFacts
 from dara.preflight.report import Section
+from dara.slurm_time import format_time_limit
 
 GB = 1e9
 CONTENT_BYTES = {"model": 4, "optimizer": 8, "hf_model": 4}
@@ -144,7 +144,8 @@ def step_minutes(cfg: DictConfig, calibration=None) -> tuple[float, str] | None:
     return None
 
 
-def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | None = None, calibration=None) -> None:
+def check_time(cfg: DictConfig, facts: ModelFacts | None, section: Section, time_limit_minutes: float | None = None,
+               calibration=None) -> None:
     hardware = OmegaConf.select(cfg, "run.hardware", default=None)
     if hardware is None or cfg.trainer.device != "cuda":
         section.line(f"trainer.device={cfg.trainer.device}: no step-time estimate")
@@ -164,8 +165,7 @@ def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | No
     section.line(f"{step:g} min/step {source}; job limit {format_time_limit(limit)} "
                  f"({'--time' if requested else 'the cluster file job_time_limit_minutes'}) - start-up {startup:g} min "
                  f"-> {per_job} steps per job; save_freq {freq}; {steps} steps = about {steps * step / 60:.1f} h")
-    facts_bytes = _save_bytes(cfg)
-    save = facts_bytes / GB / SAVE_GB_PER_S / 60
+    save = _save_bytes(cfg, facts) / GB / SAVE_GB_PER_S / 60
     signal_save = step + save < lead
     section.line(f"pre-timeout signal {lead:g} min before the limit: the trainer saves at the next step boundary; "
                  f"a step + a save ({save:.1f} min at {SAVE_GB_PER_S:g} GB/s, estimate) "
@@ -186,37 +186,6 @@ def check_time(cfg: DictConfig, section: Section, time_limit_minutes: float | No
                      "checkpoint saved at the pre-timeout signal")
 
 
-def _save_bytes(cfg: DictConfig) -> float:
-    from dara.preflight.facts import model_facts
-
-    facts = model_facts(cfg)
-    if facts is None or int(cfg.trainer.save_freq) <= 0:
-        return 0.0
-    return disk_plan(cfg, facts).per_save
-
-
-def parse_time_limit(text: str | None) -> float | None:
-    """Slurm's --time forms: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S; returns minutes (None: not given or
-    UNLIMITED)."""
-    if not text or str(text).upper() in ("UNLIMITED", "INFINITE", "NOT_SET"):
-        return None
-    text = str(text)
-    days = 0
-    if "-" in text:
-        head, text = text.split("-", 1)
-        days = int(head)
-        parts = [int(x) for x in text.split(":")]
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts
-    else:
-        parts = [int(x) for x in text.split(":")]
-        hours, minutes, seconds = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
-    return days * 1440 + hours * 60 + minutes + seconds / 60
-
-
-def format_time_limit(minutes: float) -> str:
-    """Minutes in Slurm's --time form D-HH:MM:SS (or H:MM:SS under a day), rounded up to the minute."""
-    total = int(math.ceil(minutes))
-    days, rest = divmod(total, 1440)
-    hours, mins = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours}:{mins:02d}:00"
+def _save_bytes(cfg: DictConfig, facts: ModelFacts | None) -> float:
+    plan = disk_plan(cfg, facts) if facts is not None else None
+    return plan.per_save if plan else 0.0
