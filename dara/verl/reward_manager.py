@@ -52,7 +52,7 @@ from verl.utils.reward_score import default_compute_score
 from dara.run_folder import REWARD_ERRORS
 from rewards import spec as reward_spec
 from rewards import verl_entry
-from rewards.pool import OK, TIMEOUT, Outcome
+from rewards.pool import Outcome
 from rewards.spec import POOL_OPTIONS
 from rewards.verl_entry import ERROR_KEY, SCORE_KEY, TIMEOUT_KEY, RewardOptions
 
@@ -191,16 +191,11 @@ class DaraParallelRewardManager(RewardManagerBase):
         return self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info)
 
     def _result(self, outcome: Outcome, data_source: str, response_tokens: int) -> dict[str, Any]:
-        timed_out, failed = outcome.status == TIMEOUT, outcome.status not in (OK, TIMEOUT)
-        if outcome.status == OK:
-            channels = outcome.value
-        else:
-            channels = self.scorer.fallback(data_source, response_tokens)
-            if timed_out:
-                logger.warning("reward for a %s sample took over the time limit; scored as its fallback", data_source)
-            else:
-                logger.error("reward for a %s sample failed; scored as its fallback:\n%s", data_source, outcome.error)
-                self._log_error(data_source, outcome.error)
+        channels, timed_out, failed = verl_entry.resolve_outcome(
+            outcome, data_source, lambda: self.scorer.fallback(data_source, response_tokens)
+        )
+        if failed:
+            self._log_error(data_source, outcome.error)
         extra = {**channels, TIMEOUT_KEY: float(timed_out), ERROR_KEY: float(failed)}
         return {"reward_score": channels[SCORE_KEY], "reward_extra_info": extra}
 
