@@ -28,8 +28,10 @@ from tasks.registry import load_module_file
 DECLARATION = "REWARD_CHANNELS"
 DECLARE_FUNCTION = "reward_channels"
 SCORE_KEY = "score"
-# keys the project's reward manager adds per item (they are counts, not channels)
-RESERVED = frozenset({SCORE_KEY, "reward_timeout", "reward_error"})
+# Per-item flags the project's reward manager adds to reward_extra_info (counts, not channels).
+TIMEOUT_KEY = "reward_timeout"
+ERROR_KEY = "reward_error"
+RESERVED = frozenset({SCORE_KEY, TIMEOUT_KEY, ERROR_KEY})  # no channel may take these names
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # reward_kwargs that are the reward manager's own (its pool's size and time limit, `RewardOptions` fields):
 # they never reach a reward module of your own

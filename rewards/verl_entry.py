@@ -31,15 +31,12 @@ import numpy as np
 
 from rewards import math as math_reward
 from rewards.pool import OK, TIMEOUT, HardTimeoutPool, Outcome, available_cpus
+from rewards.spec import ERROR_KEY, SCORE_KEY, TIMEOUT_KEY  # the keys of a scored item
 from tasks import math as math_task
 from tasks.registry import load_ref, task_for_source
 
 logger = logging.getLogger(__name__)
 
-SCORE_KEY = "score"
-# Per-sample flags the dara_parallel manager adds to reward_extra_info (they are not channels).
-TIMEOUT_KEY = "reward_timeout"
-ERROR_KEY = "reward_error"
 # verl's reward managers pass these to compute_score; they carry nothing a rule reward needs.
 _VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 # Modules every pool worker imports before taking items: sympy and math-verify (about a second), then
