@@ -16,7 +16,15 @@ from omegaconf.errors import MissingMandatoryValue
 from dara.assets import check_assets
 from dara.config import ConfigError, library_estimator
 from dara.estimators import DaraAlgoConfig
-from rewards.spec import POOL_OPTIONS, PROBE_ROWS, RewardSpec, RewardSpecError, load_reward_spec, probe
+from rewards.spec import (
+    PKG_PREFIX,
+    POOL_OPTIONS,
+    PROBE_ROWS,
+    RewardSpec,
+    RewardSpecError,
+    load_reward_spec,
+    probe,
+)
 
 
 def composition_error_line(error: BaseException) -> str:
@@ -71,7 +79,7 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
         spec = load_reward_spec(path, name, None if source is None else str(source), kwargs)
     except RewardSpecError as error:
         raise ConfigError(str(error)) from None
-    if str(path) != spec.path and not str(path).startswith("pkg://"):  # Ray workers start in other folders
+    if str(path) != spec.path and not str(path).startswith(PKG_PREFIX):  # Ray workers start in other folders
         with open_dict(cfg):
             cfg.reward.custom_reward_function.path = spec.path
     return spec

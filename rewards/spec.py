@@ -15,6 +15,7 @@ holds every scored item to it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import math
 import re
@@ -27,6 +28,7 @@ from tasks.registry import load_module_file
 
 DECLARATION = "REWARD_CHANNELS"
 DECLARE_FUNCTION = "reward_channels"
+PKG_PREFIX = "pkg://"  # a module path verl loads by import (reward.custom_reward_function.path)
 SCORE_KEY = "score"
 # Per-item flags the project's reward manager adds to reward_extra_info (counts, not channels).
 TIMEOUT_KEY = "reward_timeout"
@@ -104,11 +106,23 @@ def declared_channels(module: Any, data_source: str | None, reward_kwargs: Mappi
     return check_declaration(declared, where)
 
 
+def module_file(path: str | Path) -> str:
+    """The file of `reward.custom_reward_function.path`: the path itself, or the module's file for a
+    `pkg://package.module` path (as verl takes it); a package not found is left as given."""
+    text = str(path)
+    if not text.startswith(PKG_PREFIX):
+        return text
+    found = importlib.util.find_spec(text[len(PKG_PREFIX):])
+    return found.origin if found is not None and found.origin else text
+
+
 def load_reward_spec(path: str | Path, function: str = "compute_score", data_source: str | None = None,
                      reward_kwargs: Mapping | None = None) -> RewardSpec:
-    """Load the reward module at `path` and read its declaration; each problem is one RewardSpecError line."""
+    """Load the reward module at `path` (a file or pkg://module) and read its declaration; each problem is one
+    RewardSpecError line."""
     where = f"reward module {path}"
     try:
+        path = module_file(path)
         module = load_module_file(path)
     except FileNotFoundError:
         raise RewardSpecError(f"{where}: no such file (reward.custom_reward_function.path)") from None

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import inspect
 import logging
 import threading
@@ -99,9 +98,8 @@ def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str
     source file of the function verl bound."""
     function = (config.get("reward") or {}).get("custom_reward_function") or {}
     path, name = function.get("path"), function.get("name") or "compute_score"
-    if path and str(path).startswith("pkg://"):
-        found = importlib.util.find_spec(str(path)[len("pkg://"):])
-        path = found.origin if found is not None else path
+    if path:
+        path = reward_spec.module_file(path)
     if not path and compute_score is not None and compute_score is not default_compute_score:
         raw = compute_score.args[0] if isinstance(compute_score, functools.partial) else compute_score
         try:
