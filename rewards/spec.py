@@ -68,6 +68,12 @@ class RewardSpec:
         return {SCORE_KEY: float(sum(lows.values())), **lows}
 
 
+def split_pool_options(kwargs: Mapping) -> tuple[dict[str, Any], dict[str, Any]]:
+    """reward_kwargs as (the pool's own `POOL_OPTIONS`, what a reward module of your own is called with)."""
+    pool = {key: value for key, value in kwargs.items() if key in POOL_OPTIONS}
+    return pool, {key: value for key, value in kwargs.items() if key not in POOL_OPTIONS}
+
+
 def check_declaration(declared: Any, where: str) -> Ranges:
     """{name: (low, high)} with identifier names (not "score" or the manager's flags) and finite low < high."""
     if not isinstance(declared, Mapping) or not declared:

@@ -52,7 +52,6 @@ from dara.run_folder import REWARD_ERRORS
 from rewards import spec as reward_spec
 from rewards import verl_entry
 from rewards.pool import Outcome
-from rewards.spec import POOL_OPTIONS
 from rewards.verl_entry import ERROR_KEY, SCORE_KEY, TIMEOUT_KEY, RewardOptions
 
 logger = logging.getLogger(__name__)
@@ -146,8 +145,8 @@ class ModuleScorer:
     """A reward module of your own: its declaration read here, its items scored and checked in the pool."""
 
     def __init__(self, path: str, function: str, kwargs: Mapping[str, Any], data_source: str | None = None):
-        self.user_kwargs = {key: value for key, value in kwargs.items() if key not in POOL_OPTIONS}
-        self.options = RewardOptions(**{key: kwargs[key] for key in POOL_OPTIONS if key in kwargs})
+        pool_kwargs, self.user_kwargs = reward_spec.split_pool_options(kwargs)
+        self.options = RewardOptions(**pool_kwargs)
         self.options.validate()
         self.spec = reward_spec.load_reward_spec(path, function, data_source, self.user_kwargs)
 
