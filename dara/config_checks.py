@@ -16,7 +16,15 @@ from omegaconf.errors import MissingMandatoryValue
 from dara.assets import check_assets
 from dara.config import ConfigError, library_estimator
 from dara.estimators import DaraAlgoConfig
-from rewards.spec import POOL_OPTIONS, PROBE_ROWS, RewardSpec, RewardSpecError, load_reward_spec, probe
+from rewards.spec import (
+    PKG_PREFIX,
+    PROBE_ROWS,
+    RewardSpec,
+    RewardSpecError,
+    load_reward_spec,
+    probe,
+    split_pool_options,
+)
 
 
 def composition_error_line(error: BaseException) -> str:
@@ -56,6 +64,12 @@ def _check_required(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
 
 
+def _function_kwargs(cfg: DictConfig) -> dict:
+    """reward.custom_reward_function.reward_kwargs, resolved ({} when unset)."""
+    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
+    return OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
+
+
 def reward_spec(cfg: DictConfig) -> RewardSpec | None:
     """The run's reward module with its declared channels and ranges (`rewards.spec`): the file
     `reward.custom_reward_function.path` for `run.data_source`; None when no reward module is named (verl's
@@ -65,13 +79,11 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
         return None
     name = OmegaConf.select(cfg, "reward.custom_reward_function.name", default=None) or "compute_score"
     source = OmegaConf.select(cfg, "run.data_source", default=None)
-    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
-    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
     try:
-        spec = load_reward_spec(path, name, None if source is None else str(source), kwargs)
+        spec = load_reward_spec(path, name, None if source is None else str(source), _function_kwargs(cfg))
     except RewardSpecError as error:
         raise ConfigError(str(error)) from None
-    if str(path) != spec.path and not str(path).startswith("pkg://"):  # Ray workers start in other folders
+    if str(path) != spec.path and not str(path).startswith(PKG_PREFIX):  # Ray workers start in other folders
         with open_dict(cfg):
             cfg.reward.custom_reward_function.path = spec.path
     return spec
@@ -213,14 +225,12 @@ def check_reward(cfg: DictConfig) -> None:
     spec = reward_spec(cfg)
     if spec is None or is_project_reward(spec):
         return
-    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
-    kwargs = OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
     from rewards.verl_entry import RewardOptions
 
-    timeout = float(kwargs.get("timeout_s", RewardOptions.timeout_s))
+    pool_kwargs, user_kwargs = split_pool_options(_function_kwargs(cfg))
+    timeout = float(RewardOptions(**pool_kwargs).timeout_s)
     try:
-        probe(spec, {k: v for k, v in kwargs.items() if k not in POOL_OPTIONS}, training_rows(cfg, PROBE_ROWS),
-              timeout)
+        probe(spec, user_kwargs, training_rows(cfg, PROBE_ROWS), timeout)
     except RewardSpecError as error:
         raise ConfigError(str(error)) from None
 

@@ -15,6 +15,7 @@ holds every scored item to it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import math
 import re
@@ -27,9 +28,12 @@ from tasks.registry import load_module_file
 
 DECLARATION = "REWARD_CHANNELS"
 DECLARE_FUNCTION = "reward_channels"
+PKG_PREFIX = "pkg://"  # a module path verl loads by import (reward.custom_reward_function.path)
 SCORE_KEY = "score"
-# keys the project's reward manager adds per item (they are counts, not channels)
-RESERVED = frozenset({SCORE_KEY, "reward_timeout", "reward_error"})
+# Per-item flags the project's reward manager adds to reward_extra_info (counts, not channels).
+TIMEOUT_KEY = "reward_timeout"
+ERROR_KEY = "reward_error"
+RESERVED = frozenset({SCORE_KEY, TIMEOUT_KEY, ERROR_KEY})  # no channel may take these names
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # reward_kwargs that are the reward manager's own (its pool's size and time limit, `RewardOptions` fields):
 # they never reach a reward module of your own
@@ -62,6 +66,12 @@ class RewardSpec:
         """What an item scores when its scoring failed or timed out: each channel's low, "score" their sum."""
         lows = {name: float(low) for name, (low, _) in self.channels.items()}
         return {SCORE_KEY: float(sum(lows.values())), **lows}
+
+
+def split_pool_options(kwargs: Mapping) -> tuple[dict[str, Any], dict[str, Any]]:
+    """reward_kwargs as (the pool's own `POOL_OPTIONS`, what a reward module of your own is called with)."""
+    pool = {key: value for key, value in kwargs.items() if key in POOL_OPTIONS}
+    return pool, {key: value for key, value in kwargs.items() if key not in POOL_OPTIONS}
 
 
 def check_declaration(declared: Any, where: str) -> Ranges:
@@ -102,11 +112,23 @@ def declared_channels(module: Any, data_source: str | None, reward_kwargs: Mappi
     return check_declaration(declared, where)
 
 
+def module_file(path: str | Path) -> str:
+    """The file of `reward.custom_reward_function.path`: the path itself, or the module's file for a
+    `pkg://package.module` path (as verl takes it); a package not found is left as given."""
+    text = str(path)
+    if not text.startswith(PKG_PREFIX):
+        return text
+    found = importlib.util.find_spec(text[len(PKG_PREFIX):])
+    return found.origin if found is not None and found.origin else text
+
+
 def load_reward_spec(path: str | Path, function: str = "compute_score", data_source: str | None = None,
                      reward_kwargs: Mapping | None = None) -> RewardSpec:
-    """Load the reward module at `path` and read its declaration; each problem is one RewardSpecError line."""
+    """Load the reward module at `path` (a file or pkg://module) and read its declaration; each problem is one
+    RewardSpecError line."""
     where = f"reward module {path}"
     try:
+        path = module_file(path)
         module = load_module_file(path)
     except FileNotFoundError:
         raise RewardSpecError(f"{where}: no such file (reward.custom_reward_function.path)") from None

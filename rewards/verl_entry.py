@@ -23,7 +23,7 @@ JSON work and runs in-process (`TaskReward.in_process`).
 import atexit
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -31,15 +31,12 @@ import numpy as np
 
 from rewards import math as math_reward
 from rewards.pool import OK, TIMEOUT, HardTimeoutPool, Outcome, available_cpus
+from rewards.spec import ERROR_KEY, SCORE_KEY, TIMEOUT_KEY  # the keys of a scored item
 from tasks import math as math_task
 from tasks.registry import load_ref, task_for_source
 
 logger = logging.getLogger(__name__)
 
-SCORE_KEY = "score"
-# Per-sample flags the dara_parallel manager adds to reward_extra_info (they are not channels).
-TIMEOUT_KEY = "reward_timeout"
-ERROR_KEY = "reward_error"
 # verl's reward managers pass these to compute_score; they carry nothing a rule reward needs.
 _VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 # Modules every pool worker imports before taking items: sympy and math-verify (about a second), then
@@ -163,16 +160,17 @@ def fallback_sample(
 
 
 def resolve_outcome(
-    outcome: Outcome, data_source: str, response_tokens: int | None, options: RewardOptions
+    outcome: Outcome, data_source: str, fallback: Callable[[], dict[str, float]]
 ) -> tuple[dict[str, float], bool, bool]:
-    """(channels with "score", timed out, failed) of a pool outcome; failures are logged."""
+    """(channels with "score", timed out, failed) of a pool outcome, `fallback()` where it did not score;
+    failures are logged. The fallback is the caller's: a registered task's or a reward module's own."""
     if outcome.status == OK:
         return outcome.value, False, False
     if outcome.status == TIMEOUT:
         logger.warning("reward for a %s sample took over the time limit; scored as its fallback", data_source)
-        return fallback_sample(data_source, response_tokens, options), True, False
+        return fallback(), True, False
     logger.error("reward for a %s sample failed; scored as its fallback:\n%s", data_source, outcome.error)
-    return fallback_sample(data_source, response_tokens, options), False, True
+    return fallback(), False, True
 
 
 # ----------------------------------------------------------------------------- shared pool
@@ -239,7 +237,9 @@ def compute_score(
         .submit(score_sample, data_source, solution_str, ground_truth, response_tokens, options)
         .result()
     )
-    channels, timed_out, failed = resolve_outcome(outcome, data_source, response_tokens, options)
+    channels, timed_out, failed = resolve_outcome(
+        outcome, data_source, lambda: fallback_sample(data_source, response_tokens, options)
+    )
     with _pool_lock:  # verl's naive manager calls this from several threads
         _counters["timeouts"] += timed_out
         _counters["errors"] += failed

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import inspect
 import logging
 import threading
@@ -52,8 +51,7 @@ from verl.utils.reward_score import default_compute_score
 from dara.run_folder import REWARD_ERRORS
 from rewards import spec as reward_spec
 from rewards import verl_entry
-from rewards.pool import OK, TIMEOUT, Outcome
-from rewards.spec import POOL_OPTIONS
+from rewards.pool import Outcome
 from rewards.verl_entry import ERROR_KEY, SCORE_KEY, TIMEOUT_KEY, RewardOptions
 
 logger = logging.getLogger(__name__)
@@ -99,9 +97,8 @@ def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str
     source file of the function verl bound."""
     function = (config.get("reward") or {}).get("custom_reward_function") or {}
     path, name = function.get("path"), function.get("name") or "compute_score"
-    if path and str(path).startswith("pkg://"):
-        found = importlib.util.find_spec(str(path)[len("pkg://"):])
-        path = found.origin if found is not None else path
+    if path:
+        path = reward_spec.module_file(path)
     if not path and compute_score is not None and compute_score is not default_compute_score:
         raw = compute_score.args[0] if isinstance(compute_score, functools.partial) else compute_score
         try:
@@ -148,8 +145,8 @@ class ModuleScorer:
     """A reward module of your own: its declaration read here, its items scored and checked in the pool."""
 
     def __init__(self, path: str, function: str, kwargs: Mapping[str, Any], data_source: str | None = None):
-        self.user_kwargs = {key: value for key, value in kwargs.items() if key not in POOL_OPTIONS}
-        self.options = RewardOptions(**{key: kwargs[key] for key in POOL_OPTIONS if key in kwargs})
+        pool_kwargs, self.user_kwargs = reward_spec.split_pool_options(kwargs)
+        self.options = RewardOptions(**pool_kwargs)
         self.options.validate()
         self.spec = reward_spec.load_reward_spec(path, function, data_source, self.user_kwargs)
 
@@ -191,16 +188,11 @@ class DaraParallelRewardManager(RewardManagerBase):
         return self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info)
 
     def _result(self, outcome: Outcome, data_source: str, response_tokens: int) -> dict[str, Any]:
-        timed_out, failed = outcome.status == TIMEOUT, outcome.status not in (OK, TIMEOUT)
-        if outcome.status == OK:
-            channels = outcome.value
-        else:
-            channels = self.scorer.fallback(data_source, response_tokens)
-            if timed_out:
-                logger.warning("reward for a %s sample took over the time limit; scored as its fallback", data_source)
-            else:
-                logger.error("reward for a %s sample failed; scored as its fallback:\n%s", data_source, outcome.error)
-                self._log_error(data_source, outcome.error)
+        channels, timed_out, failed = verl_entry.resolve_outcome(
+            outcome, data_source, lambda: self.scorer.fallback(data_source, response_tokens)
+        )
+        if failed:
+            self._log_error(data_source, outcome.error)
         extra = {**channels, TIMEOUT_KEY: float(timed_out), ERROR_KEY: float(failed)}
         return {"reward_score": channels[SCORE_KEY], "reward_extra_info": extra}
 
