@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 
 from rewards import toolrl
+from rewards.task_rewards import ToolRLReward
 
 
 def completion_text(completion) -> str:
@@ -33,6 +34,12 @@ def toolrl_reward_funcs(length_channel: bool = False) -> list[Callable]:
         return reward
 
     return [channel_func(channel) for channel in toolrl.channel_names(length_channel)]
+
+
+def toolrl_reward_ranges(length_channel: bool = False) -> dict[str, list[float]]:
+    """{function name: [min, max]} of `toolrl_reward_funcs`, as the ToolRL reward declares them
+    (rewards.task_rewards), for `DaraGRPOConfig.reward_ranges`."""
+    return {channel: list(ToolRLReward.RANGES[channel]) for channel in toolrl.channel_names(length_channel)}
 
 
 def toolrl_dataset(parquet: str | os.PathLike):
