@@ -26,11 +26,11 @@ def toolrl_reward_funcs(length_channel: bool = False) -> list[Callable]:
 
     def channel_func(channel: str) -> Callable:
         def reward(completions, ground_truth, **kwargs) -> list[float]:
-            return [toolrl.score(completion_text(completion), truth, length_channel=length_channel)[channel]
+            return [toolrl.score_channels(completion_text(completion), truth, (channel,))[channel]
                     for completion, truth in zip(completions, ground_truth, strict=True)]
 
         reward.__name__ = reward.__qualname__ = channel
-        reward.__doc__ = f"ToolRL {channel} channel (rewards.toolrl.score)"
+        reward.__doc__ = f"ToolRL {channel} channel (rewards.toolrl.score_channels)"
         return reward
 
     return [channel_func(channel) for channel in toolrl.channel_names(length_channel)]
