@@ -134,18 +134,25 @@ def channel_names(length_channel: bool = False) -> tuple[str, ...]:
 def score(response: str, ground_truth: str, *, length_channel: bool = False) -> dict[str, float]:
     """{"format", "correctness"[, "length"]} of one decoded response against its ground truth. The
     response is reduced to the scorer's assistant text first (tasks.toolrl.assistant_text)."""
+    return score_channels(response, ground_truth, channel_names(length_channel))
+
+
+def score_channels(response: str, ground_truth: str, channels: Sequence[str]) -> dict[str, float]:
+    """`score`'s values of `channels` only (a caller with one function per channel, as TRL's reward
+    functions are, scores each channel once rather than all of them in every function)."""
     if not isinstance(response, str) or not isinstance(ground_truth, str):
         raise TypeError(
             f"response and ground_truth must be str, got {type(response).__name__}, {type(ground_truth).__name__}"
         )
     text = protocol.assistant_text(response)
-    channels = {
-        FORMAT_CHANNEL: format_reward(text, ground_truth),
-        CORRECTNESS_CHANNEL: correctness_reward(text, ground_truth),
-    }
-    if length_channel:
-        channels[LENGTH_CHANNEL] = think_length_reward(text)
-    return channels
+    return {channel: _CHANNEL_REWARDS[channel](text, ground_truth) for channel in channels}
+
+
+_CHANNEL_REWARDS = {
+    FORMAT_CHANNEL: format_reward,
+    CORRECTNESS_CHANNEL: correctness_reward,
+    LENGTH_CHANNEL: lambda text, ground_truth: think_length_reward(text),
+}
 
 
 def fallback_score(*, length_channel: bool = False) -> dict[str, float]:

@@ -86,14 +86,18 @@ class DaraAlgoConfig:
             raise ValueError(f"weights has {len(self.weights)} entries for {k} reward channels {list(channels)}")
         if estimator == "static" and self.weights is None:
             raise ValueError("estimator 'static' needs fixed channel weights (weights=[...], e.g. [1, 5])")
-        unknown = [name for name in self.reward_ranges if name not in channels]
-        if unknown:
-            raise ValueError(f"reward_ranges names {unknown}, not among the reward channels {list(channels)}")
+        self.check_range_names(channels)
         missing = [name for name in channels if name not in self.reward_ranges]
         if estimator in ESTIMATORS_NEEDING_RANGES and missing:
             raise ValueError(f"estimator {estimator!r} needs reward_ranges: a [min, max] for every channel, "
                              f"missing {missing}")
         self.resolved_batch_norm(estimator)
+
+    def check_range_names(self, channels: Sequence[str]) -> None:
+        """Every `reward_ranges` name is one of `channels` (a range for no channel is a misspelt name)."""
+        unknown = [name for name in self.reward_ranges if name not in channels]
+        if unknown:
+            raise ValueError(f"reward_ranges names {unknown}, not among the reward channels {list(channels)}")
 
     def resolved_batch_norm(self, estimator: str) -> str:
         """The batch normalisation `estimator` applies under this config; a mode it does not define raises."""

@@ -82,19 +82,14 @@ class DaraGRPOConfig(GRPOConfig):
                     weights: Sequence[float] | None = None) -> DaraAlgoConfig:
         """The library's options for these reward functions and weights (the trainer's `reward_weights`,
         which TRL extends by 1 for an environment's own reward). `reward_ranges` keys are reward-function
-        names; the library rejects a name that is not one of `channel_names` (and, for saw and sa_mrpo, a
-        function without a range) when the advantages are computed."""
-        ranges = None
-        if self.reward_ranges is not None and channel_names is not None:
-            unknown = sorted(set(self.reward_ranges) - set(channel_names))
-            if unknown:
-                raise ValueError(f"reward_ranges names {unknown}, not among the reward functions {list(channel_names)}")
-            ranges = dict(self.reward_ranges)
+        names: with `channel_names`, one that is not among them is an error now; what depends on the
+        estimator (for saw and sa_mrpo, a function without a range) is the library's `check_for`."""
         if weights is None and self.reward_weights is not None:
             weights = self.reward_weights
-        return DaraAlgoConfig(
-            weights=None if weights is None else [float(w) for w in weights], w_max=self.w_max,
-            batch_norm=self.batch_norm, reward_ranges=ranges, tau=self.tau, gamma=self.gamma, form=self.form,
-            query_weight=self.query_weight, eps=self.eps,
+        config = DaraAlgoConfig(
+            weights=weights, w_max=self.w_max, batch_norm=self.batch_norm, reward_ranges=self.reward_ranges,
+            tau=self.tau, gamma=self.gamma, form=self.form, query_weight=self.query_weight, eps=self.eps,
         )
-
+        if channel_names is not None:
+            config.check_range_names(channel_names)
+        return config

@@ -10,10 +10,7 @@ import time
 
 from transformers import TrainerCallback
 
-
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(int(round(seconds)), 60)
-    return f"{minutes}:{seconds:02d}"
+from dara.run_log import clock
 
 
 def step_line(step: int, max_steps: int, logs: dict, elapsed: float) -> str | None:
@@ -31,7 +28,7 @@ def step_line(step: int, max_steps: int, logs: dict, elapsed: float) -> str | No
     parts = [part("reward", "rewards/", "/mean"), part("density", "dara/density/"), part("weight", "dara/weight/")]
     if logs.get("loss") is not None:
         parts.append(f"loss {logs['loss']:.4f}")
-    parts.append(f"{_clock(elapsed)} elapsed")
+    parts.append(f"{clock(elapsed)} elapsed")
     return f"[dara.trl] step {step}/{max_steps} | " + " | ".join(p for p in parts if p)
 
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 DEFAULT_ASSETS = Path("outputs/assets/smoke")
-REWARD_RANGES = {"format": [0.0, 1.0], "correctness": [-3.0, 3.0]}  # rewards.toolrl's channel ranges
 
 SMOKE_SETTINGS = dict(
     num_generations=4,
@@ -39,8 +38,9 @@ SMOKE_SETTINGS = dict(
 def smoke_config(output_dir: str | Path, **overrides):
     """A `DaraGRPOConfig` with the smoke settings; `overrides` replace or add fields."""
     from dara.trl import DaraGRPOConfig
+    from dara.trl.toolrl import toolrl_reward_ranges
 
-    values = {**SMOKE_SETTINGS, "estimator": "dara_asym", "reward_ranges": dict(REWARD_RANGES), **overrides}
+    values = {**SMOKE_SETTINGS, "estimator": "dara_asym", "reward_ranges": toolrl_reward_ranges(), **overrides}
     return DaraGRPOConfig(output_dir=str(output_dir), **values)
 
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 
 from rewards import toolrl
+from rewards.task_rewards import ToolRLReward
 
 
 def completion_text(completion) -> str:
@@ -25,14 +26,20 @@ def toolrl_reward_funcs(length_channel: bool = False) -> list[Callable]:
 
     def channel_func(channel: str) -> Callable:
         def reward(completions, ground_truth, **kwargs) -> list[float]:
-            return [toolrl.score(completion_text(completion), truth, length_channel=length_channel)[channel]
+            return [toolrl.score_channels(completion_text(completion), truth, (channel,))[channel]
                     for completion, truth in zip(completions, ground_truth, strict=True)]
 
         reward.__name__ = reward.__qualname__ = channel
-        reward.__doc__ = f"ToolRL {channel} channel (rewards.toolrl.score)"
+        reward.__doc__ = f"ToolRL {channel} channel (rewards.toolrl.score_channels)"
         return reward
 
     return [channel_func(channel) for channel in toolrl.channel_names(length_channel)]
+
+
+def toolrl_reward_ranges(length_channel: bool = False) -> dict[str, list[float]]:
+    """{function name: [min, max]} of `toolrl_reward_funcs`, as the ToolRL reward declares them
+    (rewards.task_rewards), for `DaraGRPOConfig.reward_ranges`."""
+    return {channel: list(ToolRLReward.RANGES[channel]) for channel in toolrl.channel_names(length_channel)}
 
 
 def toolrl_dataset(parquet: str | os.PathLike):
