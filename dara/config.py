@@ -31,6 +31,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 import dara
 from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
+from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 
 CONF_DIR = dara.PROJECT_ROOT / "conf"
 CONFIG_NAME = "train"
@@ -83,7 +84,7 @@ class HardwareConfig:
     step_minutes_estimate: Dict[str, float] = field(default_factory=dict)  # noqa: UP006 - model -> minutes
     # sbatch's pre-timeout signal comes this long before the job's limit (--signal=B:USR1@<x 60>): the trainer
     # then checkpoints at its next step boundary and the job requeues itself (dara.verl.stop_request)
-    signal_lead_minutes: Optional[float] = None  # noqa: UP045
+    signal_lead_minutes: float = DEFAULT_SIGNAL_LEAD_MINUTES
     small: Optional[ScaleConfig] = None  # noqa: UP045
     medium: Optional[ScaleConfig] = None  # noqa: UP045
     large: Optional[ScaleConfig] = None  # noqa: UP045

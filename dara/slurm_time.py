@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 
+# scripts/slurm/train.sbatch's #SBATCH --signal=B:USR1@300: the schema's run.hardware.signal_lead_minutes default
+DEFAULT_SIGNAL_LEAD_MINUTES = 5.0
+
 
 def parse_time_limit(text: str | None) -> float | None:
     """Slurm's --time forms: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S; returns minutes (None: not given or

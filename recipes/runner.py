@@ -287,7 +287,7 @@ def job_time(run: Run, time: str | None = None) -> str:
 
 def signal_lead_seconds(run: Run) -> int:
     """sbatch --signal=B:USR1@<this>: the cluster file's run.hardware.signal_lead_minutes (default 5)."""
-    from dara.preflight.budget import DEFAULT_SIGNAL_LEAD_MINUTES
+    from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 
     lead = group_value("cluster", run.cluster, "run.hardware.signal_lead_minutes", DEFAULT_SIGNAL_LEAD_MINUTES)
     return int(60 * float(lead))

@@ -35,10 +35,7 @@ def compose_run(overrides: list[str]):
 
 def job_env(cfg) -> dict[str, str]:
     """Shell variables for the batch script (empty string = not set by the config)."""
-    from dara.preflight.budget import DEFAULT_SIGNAL_LEAD_MINUTES
-
     ray_init = OmegaConf.select(cfg, "ray_kwargs.ray_init", default={}) or {}
-    lead = OmegaConf.select(cfg, "run.hardware.signal_lead_minutes", default=DEFAULT_SIGNAL_LEAD_MINUTES)
 
     def text(value) -> str:
         return "" if value is None else str(value)
@@ -49,7 +46,7 @@ def job_env(cfg) -> dict[str, str]:
         "CHECKPOINT_DIR": os.path.abspath(str(cfg.trainer.default_local_dir)),
         "SAVE_FREQ": str(int(cfg.trainer.save_freq)),
         "TOTAL_STEPS": text(cfg.trainer.total_training_steps),
-        "SIGNAL_LEAD_MINUTES": str(lead),
+        "SIGNAL_LEAD_MINUTES": str(cfg.run.hardware.signal_lead_minutes),
         "TRAINER_DEVICE": str(cfg.trainer.device),
         "CONFIG_GPUS_PER_NODE": text(cfg.trainer.n_gpus_per_node),
         "CONFIG_RAY_NUM_CPUS": text(ray_init.get("num_cpus")),

@@ -70,3 +70,20 @@ def test_library_estimator_maps_verls_names_back():
     assert all(library_estimator(name) == name for name in ESTIMATOR_NAMES)
     assert library_estimator("dara_grpo") == "grpo" and library_estimator("dara_gdpo") == "gdpo"
     assert library_estimator("gae") is None and library_estimator("dara_nope") is None
+
+
+def test_a_cluster_file_of_ones_own_without_a_signal_lead_gets_the_sbatch_default(tmp_path):
+    """A user's cluster file (own folder, hydra.searchpath) that leaves out run.hardware.signal_lead_minutes:
+    the schema's default reaches the batch script's environment instead of "None"."""
+    from hydra.errors import ConfigCompositionException
+
+    from recipes.slurm import job_env
+
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "my_cluster.yaml").write_text(
+        "# @package _global_\nrun:\n  cluster: my_cluster\n  hardware:\n    gpu: my-gpu\n    job_time_limit_minutes: 90\n")
+    cfg = compose([f"hydra.searchpath=[file://{tmp_path}]", "cluster=my_cluster", "task=smoke", "model=tiny"])
+    assert cfg.run.hardware.job_time_limit_minutes == 90
+    assert job_env(cfg)["SIGNAL_LEAD_MINUTES"] == "5.0"
+    with pytest.raises(ConfigCompositionException, match="signal_lead_minutes"):
+        compose(["run.hardware.signal_lead_minutes=null"])

@@ -31,7 +31,6 @@ from dara.slurm_time import format_time_limit
 GB = 1e9
 CONTENT_BYTES = {"model": 4, "optimizer": 8, "hf_model": 4}
 SAVE_GB_PER_S = 1.0  # ESTIMATE: a shared file system's write rate for one save (the signal save must fit)
-DEFAULT_SIGNAL_LEAD_MINUTES = 5  # scripts/slurm/train.sbatch's #SBATCH --signal=B:USR1@300
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ def check_time(cfg: DictConfig, facts: ModelFacts | None, section: Section, time
     requested = time_limit_minutes is not None
     limit = float(time_limit_minutes if requested else hardware.job_time_limit_minutes)
     startup = float(hardware.job_startup_minutes)
-    lead = float(hardware.get("signal_lead_minutes", DEFAULT_SIGNAL_LEAD_MINUTES))
+    lead = float(hardware.signal_lead_minutes)
     steps, freq = int(cfg.trainer.total_training_steps), int(cfg.trainer.save_freq)
     per_job = int((limit - startup) // step)
     section.line(f"{step:g} min/step {source}; job limit {format_time_limit(limit)} "
