@@ -22,6 +22,7 @@ from rewards.spec import (
     RewardSpec,
     RewardSpecError,
     load_reward_spec,
+    merged_reward_kwargs,
     probe,
     split_pool_options,
 )
@@ -64,10 +65,19 @@ def _check_required(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
 
 
-def _function_kwargs(cfg: DictConfig) -> dict:
-    """reward.custom_reward_function.reward_kwargs, resolved ({} when unset)."""
-    kwargs = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
-    return OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
+def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
+    """(the pool's options, a reward module's own options) from reward.reward_kwargs and
+    reward.custom_reward_function.reward_kwargs merged, as the reward manager splits them in training."""
+
+    def node(key: str) -> dict:
+        kwargs = OmegaConf.select(cfg, key, default=None)
+        return OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
+
+    try:
+        merged = merged_reward_kwargs(node("reward.reward_kwargs"), node("reward.custom_reward_function.reward_kwargs"))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return split_pool_options(merged)
 
 
 def reward_spec(cfg: DictConfig) -> RewardSpec | None:
@@ -80,7 +90,7 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
     name = OmegaConf.select(cfg, "reward.custom_reward_function.name", default=None) or "compute_score"
     source = OmegaConf.select(cfg, "run.data_source", default=None)
     try:
-        spec = load_reward_spec(path, name, None if source is None else str(source), _function_kwargs(cfg))
+        spec = load_reward_spec(path, name, None if source is None else str(source), _reward_kwargs(cfg)[1])
     except RewardSpecError as error:
         raise ConfigError(str(error)) from None
     if str(path) != spec.path and not str(path).startswith(PKG_PREFIX):  # Ray workers start in other folders
@@ -227,7 +237,7 @@ def check_reward(cfg: DictConfig) -> None:
         return
     from rewards.verl_entry import RewardOptions
 
-    pool_kwargs, user_kwargs = split_pool_options(_function_kwargs(cfg))
+    pool_kwargs, user_kwargs = _reward_kwargs(cfg)
     timeout = float(RewardOptions(**pool_kwargs).timeout_s)
     try:
         probe(spec, user_kwargs, training_rows(cfg, PROBE_ROWS), timeout)

@@ -68,6 +68,18 @@ class RewardSpec:
         return {SCORE_KEY: float(sum(lows.values())), **lows}
 
 
+def merged_reward_kwargs(manager_kwargs: Mapping, function_kwargs: Mapping) -> dict[str, Any]:
+    """`reward.reward_kwargs` and `reward.custom_reward_function.reward_kwargs` as one mapping, the options
+    the manager's pool and a reward module of your own both see; a key set to different values in both is
+    an error naming it."""
+    clashes = sorted(k for k in manager_kwargs.keys() & function_kwargs.keys() if manager_kwargs[k] != function_kwargs[k])
+    if clashes:
+        raise ValueError(
+            f"reward option(s) {clashes} differ between reward.reward_kwargs and custom_reward_function.reward_kwargs"
+        )
+    return {**manager_kwargs, **function_kwargs}
+
+
 def split_pool_options(kwargs: Mapping) -> tuple[dict[str, Any], dict[str, Any]]:
     """reward_kwargs as (the pool's own `POOL_OPTIONS`, what a reward module of your own is called with)."""
     pool = {key: value for key, value in kwargs.items() if key in POOL_OPTIONS}

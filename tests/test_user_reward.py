@@ -104,6 +104,36 @@ def test_the_run_follows_the_modules_channels_and_ranges(tmp_path, base_cfg):
                                                  "algorithm.reward_channels": ["format", "correctness"]}))
 
 
+DECLARING = """
+def reward_channels(data_source, reward_kwargs):
+    assert "timeout_s" not in reward_kwargs, "a pool option reached the module: " + repr(reward_kwargs)
+    extra = {"length": (0.0, 1.0)} if reward_kwargs.get("with_length") else {}
+    return {"format": (0.0, 1.0), **extra}
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, with_length=False):
+    return {"score": 1.0, "format": 1.0, **({"length": 0.0} if with_length else {})}
+"""
+
+
+def test_the_checks_and_the_manager_call_a_declaring_module_with_the_same_options(tmp_path, base_cfg):
+    """reward.reward_kwargs and custom_reward_function.reward_kwargs merged, the pool's own options taken out:
+    what the module sees before Ray is what the reward manager gives it in training."""
+    from dara.verl.reward_manager import ModuleScorer, reward_kwargs
+
+    path = write(tmp_path, DECLARING)
+    cfg = with_overrides(base_cfg, **{"reward.custom_reward_function.path": path,
+                                      "reward.reward_kwargs.with_length": True,
+                                      "reward.custom_reward_function.reward_kwargs": {"timeout_s": 5.0}})
+    check_config(cfg)
+    assert list(cfg.algorithm.reward_channels) == ["format", "length"]
+    scorer = ModuleScorer(path, "compute_score", reward_kwargs(cfg))
+    assert list(scorer.channels("mine")) == ["format", "length"] and scorer.options.timeout_s == 5.0
+    clash = with_overrides(cfg, **{"reward.custom_reward_function.reward_kwargs.with_length": False})
+    with pytest.raises(ConfigError, match=r"\['with_length'\] differ between"):
+        check_config(clash)
+
+
 def test_the_probe_before_ray_stops_a_broken_module_and_lets_a_flaky_one_run(tmp_path):
     rows = [("rlla", "short answer", {"index": 0}), ("rlla", "raise me", {"index": 1})]
     spec = load_reward_spec(write(tmp_path, MODULE))

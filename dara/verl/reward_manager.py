@@ -76,14 +76,7 @@ def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, An
     function_kwargs = _as_dict((reward.get("custom_reward_function") or {}).get("reward_kwargs"))
     if isinstance(compute_score, functools.partial) and len(compute_score.args) == 2:
         function_kwargs = {**function_kwargs, **_as_dict(compute_score.args[1])}
-    clashes = sorted(
-        k for k in manager_kwargs.keys() & function_kwargs.keys() if manager_kwargs[k] != function_kwargs[k]
-    )
-    if clashes:
-        raise ValueError(
-            f"reward option(s) {clashes} differ between reward.reward_kwargs and custom_reward_function.reward_kwargs"
-        )
-    return {**manager_kwargs, **function_kwargs}
+    return reward_spec.merged_reward_kwargs(manager_kwargs, function_kwargs)
 
 
 def options_from_config(config: DictConfig, compute_score: Any = None) -> RewardOptions:
