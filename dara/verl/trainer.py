@@ -37,6 +37,7 @@ from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
 from dara.verl.stop_request import StopAtStepBoundaryMixin
 from dara.verl.wandb_steps import WandbStepMixin
+from rewards.spec import ERROR_KEY, TIMEOUT_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def group_filter_counts(batch, metrics: dict) -> dict[str, float]:
     return {"filter/kept_groups": float(kept), "filter/drawn_groups": kept + evicted + surplus}
 
 
-REWARD_FLAGS = {"reward_timeout": "reward/timeouts", "reward_error": "reward/errors"}  # rewards.verl_entry
+REWARD_FLAGS = {TIMEOUT_KEY: "reward/timeouts", ERROR_KEY: "reward/errors"}  # each item's flags (rewards.spec)
 
 
 def reward_flag_counts(extra_fields) -> dict[str, float]:
@@ -101,7 +102,7 @@ def reward_flag_counts(extra_fields) -> dict[str, float]:
 def check_reward_failures(counts: dict, items: int, step: int, run_dir: str | None) -> None:
     """A step whose every item failed to score stops the run (no training on fallback scores), with the first
     error the reward manager logged in the run folder."""
-    errors = counts.get(REWARD_FLAGS["reward_error"], 0.0)
+    errors = counts.get(REWARD_FLAGS[ERROR_KEY], 0.0)
     if not items or errors < items:
         return
     log = Path(run_dir) / REWARD_ERRORS if run_dir else None
