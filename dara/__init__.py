@@ -9,6 +9,10 @@
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Small real data carried in the repository (each folder has a README: source, licence, sha256):
+# the ToolRL and math samples the tests, examples and default commands use, and the authors' published results.
+SAMPLE_DATA = PROJECT_ROOT / "sample_data"
+AUTHORS_REFERENCE = PROJECT_ROOT / "reference" / "dara_authors"
 
 try:
     from omegaconf import OmegaConf

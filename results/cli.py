@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="sweep folders (run folders below them), per-run or curve CSVs")
     p.add_argument("--out", required=True, help="output folder (index.html and PNGs)")
     p.add_argument("--reference", default=None,
-                   help="the authors' published files (default: ../shared/reference/dara_authors beside the checkout)")
+                   help="the authors' published files (default: reference/dara_authors in the repository)")
     p.add_argument("--threshold", type=float, default=0.8, help="threshold of the step table (default 0.8)")
     p.add_argument("--threshold-metric", default=None,
                    help="curve metric of the step table (default: reward/format/mean or train_format)")

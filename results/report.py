@@ -2,7 +2,7 @@
 
 Per recipe (the runs' `recipe` field, else their task) the page holds:
 - the final table rebuilt from the runs (mean ± sd over seeds), the authors' value beside each cell where
-  their published files hold it (`--reference`, default ../shared/reference/dara_authors/; a missing folder
+  their published files hold it (`--reference`, default reference/dara_authors/ in the repository; a missing folder
   is an error), with the number of seeds behind it (n=5), "not in the paper" where not;
 - the threshold-step table (first step the seed-median curve reaches the threshold), the authors' steps
   beside for the tool-calling task, and the curves with the crossing marked;
@@ -42,7 +42,7 @@ from results.loaders import RunLogError, find_run_folders, load_csv, load_run_fo
 from results.variants import name_variants  # noqa: E402
 
 log = logging.getLogger(__name__)
-DEFAULT_REFERENCE = dara.PROJECT_ROOT.parent / "shared" / "reference" / "dara_authors"
+DEFAULT_REFERENCE = dara.AUTHORS_REFERENCE
 NOT_IN_PAPER = "not in the paper"
 # The authors' names for our models and methods (their files: `dara` is DARA-Sym, see SOURCE.md).
 MODEL_SIZES = tables.AUTHORS_MODEL_SIZES
@@ -517,7 +517,7 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: st
     inputs, out_dir, reference = [Path(p) for p in inputs], Path(out_dir), Path(reference)
     if not reference.is_dir():
         raise RunLogError(f"--reference {reference}: no such folder (the authors' published files, "
-                          "../shared/reference/dara_authors beside the checkout)")
+                          "reference/dara_authors in the repository)")
     out_dir.mkdir(parents=True, exist_ok=True)
     found = discover(inputs, source)
     sections: list[Section] = []

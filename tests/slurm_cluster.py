@@ -1,4 +1,4 @@
-"""Real Slurm clusters for tests (Debian's slurm-wlm 22.05 + munge; ../shared/notes/SLURM_LOCAL.md).
+"""Real Slurm clusters for tests (Debian's slurm-wlm 22.05 + munge; docs/experiments.md, "The local Slurm the tests start").
 
 `LocalSlurm` installs the packages when missing (apt-get, as root), makes sure munge authenticates, writes a
 private slurm.conf (its own ports, spool and state folders under a temp dir; SLURM_CONF points every Slurm

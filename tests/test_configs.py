@@ -1,6 +1,6 @@
 """Every recipe's runs compose (Hydra compose API, nothing started) and carry EXPERIMENTS.md's hyperparameters.
 
-The tables below are copied from ../shared/paper/EXPERIMENTS.md; each composed run is compared with them key by
+The tables below restate the paper's experiment settings (docs/experiments.md, "The paper's settings"); each composed run is compared with them key by
 key in verl's own config keys. Composition costs ~2 s per run (verl's trainer config), so each group of runs
 that differ only in the seed is composed once, with its first seed.
 """

@@ -12,18 +12,14 @@ from data_prep import deepscaler, math_eval
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, read_data_card
 from tasks.math_answers import RULE, reference_answer
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
 # The authors' prompt sentence, written out here on purpose (not imported): every row must carry exactly it.
 AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
 
 
-def shared_data() -> Path:
-    return shared_path("data", "math_benchmarks").parent
-
-
-BENCHMARKS = shared_data() / "math_benchmarks"
-TRAIN_SAMPLE = shared_data() / "math_train_sample" / "aime_train.json"
+BENCHMARKS = SAMPLE_DATA / "math_benchmarks"
+TRAIN_SAMPLE = SAMPLE_DATA / "math_train_sample" / "aime_train.json"
 NATIVE_FILES = {
     "aime24": "aime",
     "amc23": "amc",

@@ -14,16 +14,12 @@ from data_prep import toolrl
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, atomic_folder, read_data_card
 from tasks import toolrl as protocol
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
 
-def shared_data() -> Path:
-    return shared_path("data", "toolrl").parent
-
-
-SHARED = str(shared_data() / "toolrl")
-RAW = f"{SHARED}/rlla_sft.json"
-OFFICIAL_TEST = f"{SHARED}/rlla_4k_test.parquet"
+TOOLRL_SAMPLE = str(SAMPLE_DATA / "toolrl")
+RAW = f"{TOOLRL_SAMPLE}/rlla_sft.json"
+OFFICIAL_TEST = f"{TOOLRL_SAMPLE}/rlla_4k_test.parquet"
 
 
 def reference_split(records):

@@ -16,8 +16,8 @@ Markers (an HTML comment on the line right before the fence, invisible when rend
   compose; `pytest FILES`: the files exist.
 A command whose comment says `exits N` must exit with status N (a documented failure, e.g. a preflight problem).
 Training, evaluation with a model, sbatch and installs are parse-only: running them costs minutes to hours, a GPU or
-a Slurm cluster. Real runs happen in a copy of the checkout made of symlinks (outputs land in pytest's tmp_path),
-with `../shared` pointing at the shared data.
+a Slurm cluster. Real runs happen in a copy of the checkout made of symlinks (outputs land in pytest's tmp_path); the
+repository's own sample and reference data come with it.
 """
 
 from __future__ import annotations
@@ -130,15 +130,13 @@ def test_every_doc_has_commands_and_markers_are_well_formed():
 # ----------------------------------------------------------------------------- real runs
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory) -> Path:
-    """A checkout of symlinks (outputs stay in tmp) beside a `shared` link to the shared data."""
+    """A checkout of symlinks (outputs stay in tmp)."""
     base = tmp_path_factory.mktemp("docs")
     checkout = base / "checkout"
     checkout.mkdir()
     for entry in ROOT.iterdir():
         if entry.name not in NOT_IN_SANDBOX:
             (checkout / entry.name).symlink_to(entry)
-    shared = (ROOT.parent / "shared").resolve()
-    (base / "shared").symlink_to(shared)
     return checkout
 
 

@@ -17,9 +17,9 @@ from data_prep.common import FilterLog
 from results.evaluation import math_eval
 from rewards import math as math_reward
 from tasks.math_answers import answer_alternatives, reference_answer, unwrap_math
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
-BENCHMARKS = shared_path("data", "math_benchmarks")
+BENCHMARKS = SAMPLE_DATA / "math_benchmarks"
 FILES = {"aime24": "aime", "amc23": "amc", "math500": "math", "minerva": "minerva", "olympiad_bench": "olympiad_bench"}
 DELIMITERS = [("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")]
 

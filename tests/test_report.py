@@ -14,9 +14,9 @@ from results.cli import main
 from results.report import NOT_IN_PAPER, build_report
 from results.tables import method_label
 from results.thresholds import threshold_steps
-from tests.shared_data import shared_path
+from dara import AUTHORS_REFERENCE
 
-REFERENCE = shared_path("reference", "dara_authors")
+REFERENCE = AUTHORS_REFERENCE
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

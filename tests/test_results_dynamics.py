@@ -16,9 +16,9 @@ from results.cli import main as results_main
 from results.dynamics import authors_rows, checkpoint_scores, checkpoint_table
 from results.evaluation import bfcl_eval
 from results.loaders import RunLogError
-from tests.shared_data import shared_path
+from dara import AUTHORS_REFERENCE
 
-REFERENCE = shared_path("reference", "dara_authors")
+REFERENCE = AUTHORS_REFERENCE
 PLOT_DATA = REFERENCE / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv"
 REPO = Path(__file__).resolve().parents[1]
 

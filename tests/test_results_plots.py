@@ -11,11 +11,11 @@ import pytest
 from results.cli import main
 from results.loaders import RunLogError, load_runs
 from results.plots import channel_columns, parse_threshold_lines
-from tests.shared_data import shared_path
+from dara import AUTHORS_REFERENCE
 
 
 def reference_dir() -> Path:
-    return shared_path("reference", "dara_authors")
+    return AUTHORS_REFERENCE
 
 
 def assert_figure(prefix: Path) -> None:

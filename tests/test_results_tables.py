@@ -14,11 +14,11 @@ from results import bfcl
 from results.cli import main
 from results.compare import compare_tables
 from results.tables import build_table, drop_rows, parse_condition, summarise
-from tests.shared_data import shared_path
+from dara import AUTHORS_REFERENCE
 
 
 def reference_dir() -> Path:
-    return shared_path("reference", "dara_authors")
+    return AUTHORS_REFERENCE
 
 
 PAPER = "paper_bfcl_v4_20260920"

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from results.cli import main
 from results.thresholds import first_sustained_step, threshold_steps, trailing_mean
-from tests.shared_data import shared_path
+from dara import AUTHORS_REFERENCE
 
 
 def reference_dir() -> Path:
-    return shared_path("reference", "dara_authors")
+    return AUTHORS_REFERENCE
 
 
 DYNAMICS = "reference/training_dynamics.csv"

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from rewards import math as math_reward
 from tasks.math_answers import reference_answer
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
-BENCHMARKS = shared_path("data", "math_benchmarks")
+BENCHMARKS = SAMPLE_DATA / "math_benchmarks"
 BENCHMARK_FILES = ["aime.json", "amc.json", "math.json", "minerva.json", "olympiad_bench.json"]
 
 

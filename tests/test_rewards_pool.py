@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rewards import math as math_reward
 from rewards.pool import ERROR, OK, TIMEOUT, HardTimeoutPool
 from rewards.verl_entry import RewardOptions, score_sample
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
 # pow(9, 9**9) has 370 million digits: a C-level loop that holds the GIL for minutes.
 GIL_HOLDING_ITEM = (pow, 9, 9**9)
@@ -29,7 +29,7 @@ def pool():
 
 
 def test_pool_results_equal_serial_scoring(pool):
-    rows = json.loads(shared_path("data", "math_benchmarks", "math.json").read_text())
+    rows = json.loads((SAMPLE_DATA / "math_benchmarks" / "math.json").read_text())
     rows = random.Random(0).sample(rows, 16)
     items = []
     for index, row in enumerate(rows):

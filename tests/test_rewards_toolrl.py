@@ -21,9 +21,9 @@ from verl.utils.reward_score import rlla
 
 from rewards import toolrl
 from tasks import toolrl as protocol
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
-TOOLRL_DATA = shared_path("data", "toolrl")
+TOOLRL_DATA = SAMPLE_DATA / "toolrl"
 
 
 # ----------------------------------------------------------------------------- the reference

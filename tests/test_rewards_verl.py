@@ -13,9 +13,9 @@ from omegaconf import OmegaConf
 
 from rewards import verl_entry
 from rewards.verl_entry import RewardOptions, compute_score, step_metrics
-from tests.shared_data import shared_path
+from dara import SAMPLE_DATA
 
-TOOLRL_TEST = str(shared_path("data", "toolrl", "rlla_4k_test.parquet"))
+TOOLRL_TEST = str(SAMPLE_DATA / "toolrl" / "rlla_4k_test.parquet")
 # One pool size and time limit for the whole module, so the shared pool is built once.
 POOL_OPTIONS = {"timeout_s": 3.0, "num_processes": 2}
 ADVERSARIAL = "Therefore \\boxed{9^{9^{9^{9}}}}"

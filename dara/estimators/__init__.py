@@ -6,7 +6,7 @@ One public entry::
     advantages, metrics = compute_advantages("dara_asym", scores, index, response_mask,
                                              channel_names=["correctness", "format"])
 
-Where each formula of ``../shared/paper/METHODS.md`` (beside the checkout) lives:
+Where each formula of ``docs/methods.md`` lives:
 
 ================  ===========================================  ================================
 name              definition                                   code

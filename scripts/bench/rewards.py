@@ -36,9 +36,8 @@ from rewards.pool import OK, HardTimeoutPool, available_cpus  # noqa: E402
 from rewards.verl_entry import POOL_PRELOAD, RewardOptions, score_sample  # noqa: E402
 from tasks.math_answers import reference_answer  # noqa: E402
 
-# The shared data: ../shared beside the checkout, else /work/shared.
-DATA = next((root / "data" for root in (_HERE.parents[2] / "shared", Path("/work/shared")) if root.is_dir()),
-            Path("/work/shared/data"))
+# The sample data carried in the repository (sample_data/README.md).
+DATA = _HERE.parents[1] / "sample_data"
 MATH_SOURCES = {
     "aime.json": "aime24",
     "amc.json": "amc23",

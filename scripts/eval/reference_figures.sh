@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Rebuild the authors' threshold steps, BFCL tables and figures from shared/reference/dara_authors
+# Rebuild the authors' threshold steps, BFCL tables and figures from reference/dara_authors
 # into OUT (default outputs/reference). Usage: scripts/eval/reference_figures.sh [REF_DIR] [OUT]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-REF=${1:-../shared/reference/dara_authors}
+REF=${1:-reference/dara_authors}
 OUT=${2:-outputs/reference}
 PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT"
