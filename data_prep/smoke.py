@@ -33,6 +33,7 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
+from data_prep.tiny_model import SMOKE_SHAPE, model_shape, tiny_qwen2
 from tasks import toolrl as protocol
 
 DATA_SOURCE = protocol.DATA_SOURCE
@@ -45,14 +46,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's pre-tokenisation split (contractions, letter runs, single digits, punctuation runs, newlines, spaces).
 QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
-MODEL_SHAPE = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 192,
-    "max_position_embeddings": 512,
-}
+MODEL_SHAPE = SMOKE_SHAPE  # the default shape of `build` (data_prep.tiny_model)
 
 # Warm start: few enough steps that samples at temperature 1.0 follow the format only part of the time.
 WARM_START = {"steps": 100, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.0, "threads": 1}
@@ -296,22 +290,10 @@ def train_tokenizer(corpus: list[str]):
     return fast
 
 
-def new_model(tokenizer, seed: int):
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        bos_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **MODEL_SHAPE,
-    )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
+def new_model(tokenizer, seed: int, shape: dict | None = None):
+    """The smoke model of `shape` (default MODEL_SHAPE) over `tokenizer`'s vocabulary and special tokens."""
+    return tiny_qwen2(len(tokenizer), shape=shape, seed=seed, bos_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
 
 
 def supervised_batches(tokenizer, records: list[dict], rng: random.Random):
@@ -350,8 +332,9 @@ def supervised_batches(tokenizer, records: list[dict], rng: random.Random):
         yield ids, labels, mask
 
 
-def warm_start(model, tokenizer, records: list[dict], seed: int) -> dict:
-    """A short seeded supervised fine-tune on the train outputs; returns the loss trajectory summary."""
+def warm_start(model, tokenizer, records: list[dict], seed: int, steps: int | None = None) -> dict:
+    """A short seeded supervised fine-tune on the train outputs (`steps`, default WARM_START's: fewer steps, a
+    model that follows the format less often); returns the loss trajectory summary."""
     import torch
 
     torch.manual_seed(seed)
@@ -359,7 +342,7 @@ def warm_start(model, tokenizer, records: list[dict], seed: int) -> dict:
         model.parameters(), lr=WARM_START["lr"], weight_decay=WARM_START["weight_decay"]
     )
     batches = supervised_batches(tokenizer, records, random.Random(seed))
-    steps = WARM_START["steps"]
+    steps = WARM_START["steps"] if steps is None else steps
     model.train()
     losses = []
     for step in range(1, steps + 1):
@@ -376,7 +359,9 @@ def warm_start(model, tokenizer, records: list[dict], seed: int) -> dict:
                 flush=True,
             )
     model.eval()
-    return {"first_loss": round(losses[0], 4), "final_loss": round(sum(losses[-20:]) / 20, 4), **WARM_START}
+    tail = losses[-20:] or [float("nan")]
+    return {"first_loss": round(losses[0], 4) if losses else None, "final_loss": round(sum(tail) / len(tail), 4),
+            **WARM_START, "steps": steps}
 
 
 def sample_scorer():
@@ -506,10 +491,14 @@ def _deterministic_torch(threads: int):
     return previous
 
 
-def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False) -> dict:
+def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False, shape: dict | None = None,
+          warm_start_steps: int | None = None) -> dict:
     """Build (or reuse) the smoke assets in ``out_dir``; returns {"model_dir", "train", "test"} as paths.
 
-    Reuses a complete earlier build with the same seed and code version unless ``force``.
+    ``shape`` (Qwen2 config fields, data_prep.tiny_model.SMOKE_SHAPE by default) sets the model's size and
+    ``warm_start_steps`` (WARM_START's by default) the data's difficulty for it: how often, sampled at T = 1, it
+    already follows the output format. Reuses a complete earlier build with the same seed, shape, warm start and
+    code version unless ``force``.
     """
     out_dir = Path(out_dir).absolute()
     paths = {
@@ -517,7 +506,12 @@ def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False) -> 
         "train": str(out_dir / "train.parquet"),
         "test": str(out_dir / "test.parquet"),
     }
-    expect = {"dataset": "smoke", "seed": seed, "code_version": code_version()}
+    shape = model_shape(shape)
+    steps = WARM_START["steps"] if warm_start_steps is None else warm_start_steps
+    if steps < 0:
+        raise DataPrepError(f"warm_start_steps must be >= 0, got {steps}")
+    expect = {"dataset": "smoke", "seed": seed, "code_version": code_version(),
+              "build_options": {"shape": shape, "warm_start_steps": steps}}
     if not force and folder_is_complete(out_dir, expect):
         print(f"[smoke] reusing complete build in {out_dir}", flush=True)
         return paths
@@ -528,7 +522,7 @@ def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False) -> 
     previous = _deterministic_torch(WARM_START["threads"])
     try:
         with atomic_folder(out_dir) as staging:
-            card = _build_into(staging, seed)
+            card = _build_into(staging, seed, shape, steps)
             card.update(expect)
             card = write_data_card(staging, card)
     finally:
@@ -544,7 +538,7 @@ def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False) -> 
     return paths
 
 
-def _build_into(staging: Path, seed: int) -> dict:
+def _build_into(staging: Path, seed: int, shape: dict, warm_start_steps: int) -> dict:
     records = synthetic_records(seed, N_TRAIN + N_TEST)
     train_records, test_records = records[:N_TRAIN], records[N_TRAIN:]
     print(
@@ -557,8 +551,8 @@ def _build_into(staging: Path, seed: int) -> dict:
     if lengths["max_prompt_tokens"] >= MAX_PROMPT_TOKENS or lengths["max_answer_tokens"] >= MAX_ANSWER_TOKENS:
         raise DataPrepError(f"synthetic rows exceed the smoke length limits: {lengths}")
 
-    model = new_model(tokenizer, seed)
-    warm = warm_start(model, tokenizer, train_records, seed)
+    model = new_model(tokenizer, seed, shape)
+    warm = warm_start(model, tokenizer, train_records, seed, warm_start_steps)
 
     model_dir = staging / "model"
     model.generation_config = generation_config(tokenizer)
@@ -584,7 +578,7 @@ def _build_into(staging: Path, seed: int) -> dict:
         "model": {
             "architecture": "Qwen2ForCausalLM",
             "parameters": sum(p.numel() for p in model.parameters()),
-            **MODEL_SHAPE,
+            **shape,
         },
         "warm_start": warm,
         "format_probe": probe,
@@ -608,11 +602,34 @@ def _versions() -> dict:
 DESCRIPTION = "tiny offline Qwen2 model, tokenizer and tool-calling set for the CPU smoke run"
 
 
+def shape_argument(text: str) -> dict:
+    """``hidden_size=128,num_hidden_layers=4`` -> {"hidden_size": 128, "num_hidden_layers": 4}."""
+    import argparse
+
+    shape = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: expected KEY=INTEGER")
+        shape[key.strip()] = int(value)
+    try:
+        return model_shape(shape) and shape
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
+    parser.add_argument("--shape", type=shape_argument, default=None,
+                        help="the model's shape as Qwen2 config fields, e.g. hidden_size=128,num_hidden_layers=4 "
+                             f"(default {','.join(f'{k}={v}' for k, v in SMOKE_SHAPE.items())})")
+    parser.add_argument("--warm-start-steps", type=int, default=None,
+                        help=f"supervised warm-start steps: fewer make the format rarer at T=1 "
+                             f"(default {WARM_START['steps']})")
 
 
 def main(args) -> dict:
-    """``python -m data_prep smoke --out DIR [--seed N] [--force]``."""
-    return build(args.out, seed=args.seed, force=args.force)
+    """``python -m data_prep smoke --out DIR [--seed N] [--force] [--shape K=V,...] [--warm-start-steps N]``."""
+    return build(args.out, seed=args.seed, force=args.force, shape=args.shape,
+                 warm_start_steps=args.warm_start_steps)

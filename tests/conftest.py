@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
+
+import dara
 
 # Every Ray cluster the tests start is local and single-user, as in the CPU runtime (dara.verl.cpu.ray_local).
 # Left unset, the first `ray.init` in this process (verl's actors auto-initialise Ray when a test builds them
@@ -76,3 +80,20 @@ def seed_smoke_assets(smoke_assets, smoke_assets_dir):
         return output_root
 
     return seed
+
+
+@pytest.fixture(scope="session")
+def python_module():
+    """`python_module(module, *args, env=None, wait=True, timeout=900, cwd=None)`: the suite's one way to run a
+    project command as a user does, `python -m module args` in a subprocess of this interpreter, from the checkout
+    (or `cwd`), with `env` added to this process's environment. Returns the finished process (text output
+    captured) or, with `wait=False`, the running `Popen` with its pipes."""
+
+    def run(module: str, *args, env=None, wait: bool = True, timeout: float = 900, cwd=None):
+        command = [sys.executable, "-m", module, *map(str, args)]
+        options = {"text": True, "env": {**os.environ, **(env or {})}, "cwd": cwd or dara.PROJECT_ROOT}
+        if not wait:
+            return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+        return subprocess.run(command, capture_output=True, timeout=timeout, **options)
+
+    return run

@@ -5,17 +5,14 @@ resumed run kept the finished steps. Shared by tests/test_slurm.py (one node) an
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, METRICS_FILE
+from dara.run_folder import METRICS_FILE
 from dara.run_log import read_metrics
 from tests.slurm_cluster import LocalSlurm, SlurmUnavailable
 
@@ -73,52 +70,3 @@ def assert_completed(cluster: LocalSlurm, job_id: str, run_dir: Path, timeout_s:
     assert state == "COMPLETED", f"job {job_id} ended {state}; log tail:\n{log[-4000:]}"
     return log
 
-
-@dataclass(frozen=True)
-class Requeue:
-    lines_before: list[str]  # metrics.jsonl when the job was requeued
-    at: float  # unix time of the requeue
-    last_step: int  # the last step logged before it
-
-
-def requeue_after_two_steps(
-    cluster: LocalSlurm, job_id: str, run_dir: Path, steps: int, timeout_s: float
-) -> Requeue:
-    """`scontrol requeue` right after the second step's metrics line (its checkpoint complete, the next step
-    under way); waits until the job is PENDING again."""
-    metrics = run_dir / METRICS_FILE
-    deadline = time.monotonic() + timeout_s
-    while not (metrics.exists() and len(steps_of(run_dir)) >= 2):
-        assert cluster.job_state(job_id) in RUNNING, job_log(run_dir)[-4000:]
-        assert time.monotonic() < deadline, f"no 2 steps in {timeout_s:.0f}s:\n{job_log(run_dir)[-4000:]}"
-        time.sleep(0.5)
-    before = metrics.read_text().splitlines()
-    result = cluster.command(["scontrol", "requeue", job_id])
-    requeued_at = time.time()
-    assert result.returncode == 0, result.stderr
-    done_before = [json.loads(line)["step"] for line in before]
-    assert done_before and done_before[-1] < steps, "the run finished before it could be requeued"
-    cluster.wait_state(job_id, {"PENDING"}, 120)
-    return Requeue(before, requeued_at, done_before[-1])
-
-
-def release_and_assert_resumed(
-    cluster: LocalSlurm, job_id: str, run_dir: Path, steps: int, requeue: Requeue, timeout_s: float
-) -> str:
-    """Release the requeued job; it must complete once more with every step exactly once, the steps logged
-    before the requeue kept and their checkpoints not rewritten. Returns the job's log."""
-    assert cluster.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
-    log = assert_completed(cluster, job_id, run_dir, timeout_s)
-    assert cluster.job_field(job_id, "Restarts") == "1" and "restart 1" in log
-    assert steps_of(run_dir) == list(range(1, steps + 1))
-    assert (run_dir / METRICS_FILE).read_text().splitlines()[
-        : len(requeue.lines_before)
-    ] == requeue.lines_before
-    checkpoints = run_dir / CHECKPOINTS
-    for step in range(1, steps + 1):
-        folder = checkpoints / f"global_step_{step}"
-        assert folder.is_dir(), f"no checkpoint of step {step}"
-        written = max(path.stat().st_mtime for path in folder.rglob("*") if path.is_file())
-        assert (written < requeue.at) == (step <= requeue.last_step), (step, requeue.last_step)
-    assert (checkpoints / CHECKPOINT_TRACKER).read_text().strip() == str(steps)
-    return log

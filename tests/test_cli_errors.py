@@ -5,12 +5,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-
-import dara
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +41,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("argv, named", CASES, ids=[" ".join(c[0][:2]) + f"-{i}" for i, c in enumerate(CASES)])
-def test_bad_input_fails_with_a_named_error_and_no_traceback(bad_files, argv, named):
+def test_bad_input_fails_with_a_named_error_and_no_traceback(bad_files, argv, named, python_module):
     argv = [part.format(root=bad_files) for part in argv]
-    out = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=300,
-                         cwd=dara.PROJECT_ROOT)
+    out = python_module(*argv, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode != 0, text[-2000:]
     assert named.format(root=bad_files) in text, text[-2000:]

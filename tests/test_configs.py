@@ -1,8 +1,10 @@
-"""Every recipe's runs compose (Hydra compose API, nothing started) and carry EXPERIMENTS.md's hyperparameters.
+"""Config composition, the suite's one module for it (Hydra's compose API, nothing started): every recipe's runs
+compose and carry the paper's hyperparameters; the cluster tables; the run.* schema and the run-name rule; every
+estimator's batch normalisation on every task; the tool-calling tasks' data and seed settings.
 
-The tables below restate the paper's experiment settings (docs/experiments.md, "The paper's settings"); each composed run is compared with them key by
-key in verl's own config keys. Composition costs ~2 s per run (verl's trainer config), so each group of runs
-that differ only in the seed is composed once, with its first seed.
+The tables below restate the paper's experiment settings (docs/experiments.md, "The paper's settings"); each
+composed run is compared with them key by key in verl's own config keys. Composition costs ~2 s per run (verl's
+trainer config), so each group of runs that differ only in the seed is composed once, with its first seed.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
 
-from dara.config import CONF_DIR, compose
+from dara.config import CONF_DIR, RunConfig, compose, library_estimator, run_name
 from dara.config_checks import check_config
-from dara.estimators import ESTIMATORS
+from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig
 from recipes import RECIPES, load
 from recipes.runner import PROJECT_ROOT, seed_groups
 
@@ -308,3 +311,98 @@ def test_toolrl_main_keeps_the_hf_weights_of_every_15b_checkpoint():
     assert list(small.run.checkpoint.keep_hf_steps) == list(range(10, 101, 10))
     assert small.trainer.save_freq == 10 and "hf_model" in small.actor_rollout_ref.actor.checkpoint.save_contents
     assert list(large.run.checkpoint.keep_hf_steps) == [50, 60, 100]
+
+
+# ----------------------------------------------------------------------------- the run.* schema, names, batch norms
+TASKS = sorted(path.stem for path in (CONF_DIR / "task").glob("*.yaml"))
+ESTIMATOR_FILES = sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.yaml"))
+
+
+def test_gd2po_takes_the_math_tasks_response_level_like_every_method_without_its_own():
+    for estimator in ("gd2po_snr", "gd2po_hard", "dara_asym"):
+        dara = compose(["task=deepscaler", f"estimator={estimator}"], resolve=False).algorithm.dara
+        assert dara.batch_norm == "response"
+        assert DaraAlgoConfig.from_mapping(dara).resolved_batch_norm(estimator) == "response"
+
+
+@pytest.mark.slow  # 60 compositions (~5 s per task)
+@pytest.mark.parametrize("task", TASKS)
+def test_every_estimator_on_every_task_normalises_as_its_definition_says(task):
+    """A method that defines one normalisation (grpo, dvao: none) applies it; every other method takes the task's
+    level (token for tool calling, response for math), gd2po_snr included, and --cfg job shows that level."""
+    task_level = compose([f"task={task}"], resolve=False).algorithm.dara.batch_norm
+    assert task_level in ("token", "response")
+    for estimator_file in ESTIMATOR_FILES:
+        cfg = compose([f"task={task}", f"estimator={estimator_file}"], resolve=False)
+        name = library_estimator(str(cfg.algorithm.adv_estimator))
+        own = ESTIMATORS[name].batch_norms
+        resolved = DaraAlgoConfig.from_mapping(cfg.algorithm.dara).resolved_batch_norm(name)
+        expected = own[0] if len(own) == 1 else task_level
+        assert resolved == expected, f"task={task} estimator={estimator_file}: {resolved}, expected {expected}"
+        if len(own) != 1:
+            assert cfg.algorithm.dara.batch_norm == task_level, estimator_file
+
+
+def test_every_run_node_of_conf_fits_the_schema():
+    schema = OmegaConf.structured(RunConfig)
+    nodes = 0
+    for path in sorted(CONF_DIR.rglob("*.yaml")):
+        node = OmegaConf.load(path)
+        if "run" in node:
+            OmegaConf.merge(schema, node.run)  # what Hydra does: an unknown key or a wrong type raises
+            nodes += 1
+    assert nodes >= 15
+    with pytest.raises(ConfigKeyError, match="sed"):
+        OmegaConf.merge(schema, {"sed": 1})
+    with pytest.raises(ValidationError, match="keep_last"):
+        OmegaConf.merge(schema, {"checkpoint": {"keep_last": "two"}})
+
+
+def test_the_run_name_rule_is_one_function_for_the_config_and_the_recipes():
+    assert run_name("toolrl", "m", "gdpo", 3) == "toolrl-m-gdpo-s3"
+    assert run_name("toolrl", "m", "gdpo", 3, "g8") == "toolrl-m-gdpo-g8-s3"
+    module = load("group_size")
+    with_variant = next(run for run in module.runs((2,)) if run.variant)
+    assert compose(with_variant.overrides()).run.name == with_variant.name
+    plain = load("smoke").runs((5,))[0]
+    assert compose(plain.overrides()).run.name == plain.name == "smoke-tiny-dara_asym-s5"
+
+
+def test_library_estimator_maps_verls_names_back():
+    assert all(library_estimator(name) == name for name in ESTIMATOR_NAMES)
+    assert library_estimator("dara_grpo") == "grpo" and library_estimator("dara_gdpo") == "gdpo"
+    assert library_estimator("gae") is None and library_estimator("dara_nope") is None
+
+
+def test_a_cluster_file_of_ones_own_without_a_signal_lead_gets_the_sbatch_default(tmp_path):
+    """A user's cluster file (own folder, hydra.searchpath) that leaves out run.hardware.signal_lead_minutes:
+    the schema's default reaches the batch script's environment instead of "None"."""
+    from hydra.errors import ConfigCompositionException
+
+    from recipes.slurm import job_env
+
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "my_cluster.yaml").write_text(
+        "# @package _global_\nrun:\n  cluster: my_cluster\n  hardware:\n    gpu: my-gpu\n    job_time_limit_minutes: 90\n")
+    cfg = compose([f"hydra.searchpath=[file://{tmp_path}]", "cluster=my_cluster", "task=smoke", "model=tiny"])
+    assert cfg.run.hardware.job_time_limit_minutes == 90
+    assert job_env(cfg)["SIGNAL_LEAD_MINUTES"] == "5.0"
+    with pytest.raises(ConfigCompositionException, match="signal_lead_minutes"):
+        compose(["run.hardware.signal_lead_minutes=null"])
+
+
+# ----------------------------------------------------------------------------- the tool-calling tasks' data and seeds
+@pytest.mark.parametrize("task", ["toolrl", "toolrl_three_rewards"])
+@pytest.mark.parametrize("seed", [0, 4])
+def test_toolrl_data_and_seeds(task, seed):
+    cfg = compose([f"task={task}", "model=qwen2.5-1.5b-instruct", "cluster=a100_40g_x4", f"run.seed={seed}"])
+    assert cfg.data.filter_overlong_prompts is False and cfg.data.truncation == "left"
+    assert cfg.data.max_prompt_length == cfg.actor_rollout_ref.rollout.prompt_length == 2048
+    assert cfg.actor_rollout_ref.rollout.seed == 0
+    assert cfg.data.seed == cfg.actor_rollout_ref.actor.data_loader_seed == seed
+    assert cfg.run.name.endswith(f"-s{seed}")
+
+
+def test_other_tasks_keep_the_run_seed_for_the_rollout():
+    cfg = compose(["task=smoke", "run.seed=3"])
+    assert cfg.actor_rollout_ref.rollout.seed == 3

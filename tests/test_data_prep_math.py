@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from dara import SAMPLE_DATA
 from data_prep import deepscaler, math_eval
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, read_data_card
 from tasks.math_answers import RULE, reference_answer
-from dara import SAMPLE_DATA
 
 # The authors' prompt sentence, written out here on purpose (not imported): every row must carry exactly it.
 AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from data_prep import smoke
 from data_prep.__main__ import main as cli_main
@@ -136,7 +138,7 @@ def test_forced_rebuild_is_byte_identical(built):
 
 
 def test_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
-    def crash(staging, seed):
+    def crash(staging, *options):
         (staging / "train.parquet").write_bytes(b"partial")
         raise KeyboardInterrupt
 
@@ -168,3 +170,43 @@ def test_verl_dataset_reads_the_rows_within_the_prompt_limit(built):
     item = dataset[3]
     assert item["data_source"] == "rlla" and item["extra_info"]["index"] == 3
     assert item["reward_model"]["ground_truth"].startswith("<think>")
+
+
+# ----------------------------------------------------------------------------- the tiny-model builder's parameters
+def test_the_tiny_model_takes_its_shape_and_names_a_bad_one():
+    from data_prep.tiny_model import SMOKE_SHAPE, model_shape, tiny_qwen2
+
+    shape = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 3}
+    model = tiny_qwen2(100, shape=shape, seed=1)
+    config = model.config
+    assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.num_hidden_layers) == \
+        (64, 2, 1, 3)
+    assert config.hidden_size // config.num_attention_heads == 32 and config.intermediate_size == 192
+    assert len(model.model.layers) == 3 and model.lm_head.weight is model.model.embed_tokens.weight  # tied
+    again = tiny_qwen2(100, shape=shape, seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(),
+                                                  strict=True))  # seeded
+    assert model_shape() == SMOKE_SHAPE
+    for bad, named in (({"hidden": 8}, "unknown keys ['hidden']"), ({"num_attention_heads": 3}, "divide"),
+                       ({"num_hidden_layers": 0}, "positive integer")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            model_shape(bad)
+    assert smoke.shape_argument("hidden_size=128,num_hidden_layers=4") == {"hidden_size": 128, "num_hidden_layers": 4}
+
+
+@pytest.mark.slow  # a smoke build of another shape and no warm start (~10 s)
+def test_a_build_of_another_shape_and_difficulty_records_both_and_is_not_taken_for_the_default(built, tmp_path):
+    out, _ = built
+    shape = {"hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1}
+    paths = smoke.build(tmp_path / "cold", seed=0, shape=shape, warm_start_steps=0)
+    card = json.loads((tmp_path / "cold" / DATA_CARD).read_text())
+    default = json.loads((out / DATA_CARD).read_text())
+    assert card["model"]["hidden_size"] == 32 and card["model"]["num_key_value_heads"] == 1
+    assert card["build_options"]["warm_start_steps"] == 0 and card["warm_start"]["steps"] == 0
+    assert card["model"]["parameters"] < default["model"]["parameters"]
+    # no warm start: an untrained model never writes the exact format
+    assert card["format_probe"]["format_rate"] < default["format_probe"]["format_rate"]
+    assert smoke.load(paths["model_dir"])[0].config.hidden_size == 32
+    expect = {key: card[key] for key in ("dataset", "seed", "code_version", "build_options")}
+    assert folder_is_complete(tmp_path / "cold", expect)
+    assert not folder_is_complete(out, expect)  # the default build is not reused for another shape

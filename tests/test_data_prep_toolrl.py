@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from dara import SAMPLE_DATA
 from data_prep import toolrl
 from data_prep.__main__ import main as cli_main
 from data_prep.common import DataPrepError, atomic_folder, read_data_card
 from tasks import toolrl as protocol
-from dara import SAMPLE_DATA
-
 
 TOOLRL_SAMPLE = str(SAMPLE_DATA / "toolrl")
 RAW = f"{TOOLRL_SAMPLE}/rlla_sft.json"

@@ -1,7 +1,7 @@
 """`python -m recipes gpu_smoke` where no GPU is: its preflight and dry run, and its parts on CPU. The checklist;
 the calibration computed from measured throughput, written and read back by the preflight; the cluster files
-matched to a GPU; and the smoke's stop-and-resume step (`train_with_forced_stop`) on the CPU runtime, with the
-checks that read the steps it logged (checkpoint + resume, rollout, weight sync) and the throughput they yield.
+matched to a GPU. The checks that read a run's steps (checkpoint + resume, rollout, weight sync, throughput) read
+a real CPU run in tests/test_training.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from omegaconf import OmegaConf
 from dara.preflight import load_calibration
 from dara.preflight.budget import step_minutes
 from dara.preflight.calibration import RunShape, Throughput, scaled_step_minutes, write_calibration
-from dara.run_log import read_metrics
 from recipes import load
 from recipes.__main__ import main
 from recipes.gpu_smoke import (
@@ -22,15 +21,10 @@ from recipes.gpu_smoke import (
     Checklist,
     Measured,
     calibrate,
-    checkpoint_resume_check,
     matching_clusters,
-    measure,
     paper_runs,
-    rollout_check,
     run_shape,
     runs,
-    train_with_forced_stop,
-    weight_sync_check,
 )
 
 
@@ -105,28 +99,3 @@ def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
     assert "--gpus-per-node=1" in sbatch and "--time=1:00:00" in sbatch and "scripts/slurm/gpu_smoke.sbatch" in sbatch
     assert load("gpu_smoke").runs()[0].cluster == "one_gpu"
 
-
-@pytest.mark.slow  # two dara.train runs on the CPU runtime (~3-8 min on 2 loaded cores)
-def test_the_smokes_stop_and_resume_step_on_the_cpu_runtime(tmp_path, seed_smoke_assets):
-    seed_smoke_assets(tmp_path)  # the session's tiny model and smoke data: the runs reuse them
-    steps, run_dir = 4, tmp_path / "smoke-tiny-dara_asym-s0"
-    # the CPU smoke task, saving at its last step as the GPU smoke does (save_freq 4: steps 2 and 3 are no saves)
-    overrides = [f"run.output_root={tmp_path}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}"]
-    first, stopped_at, second = train_with_forced_stop(overrides, run_dir, stop_after=1, timeout_s=1800)
-    ok, detail = checkpoint_resume_check(run_dir, steps, stopped_at, (first, second))
-    assert ok, detail
-    # the stop's checkpoint is verl's own save at the step after the request
-    assert stopped_at in (2, 3) and "stopped at step" in detail
-    assert f"stop requested (gpu_smoke: forced stop after step 1): step {stopped_at} checkpointed" in \
-        (run_dir / "logs" / "main.log").read_text()
-    records = read_metrics(run_dir / "metrics.jsonl")
-    assert rollout_check(records)[0]
-    synced, sync_detail = weight_sync_check(records)
-    assert "update_weights every step: True" in sync_detail
-    measured = measure(records, responses=8 * 4)
-    assert measured.rollout_tokens_per_s > 0 and measured.update_tokens_per_s > 0 and measured.mean_response > 0
-    placement = json.loads((run_dir / "ray_nodes.json").read_text())
-    (rank,) = placement["worker_groups"]["actor_rollout"]
-    # one update per step (the smoke's mini-batch is its batch), counted by the rank: the resume trained the rest
-    assert rank["work"]["actor"]["optimizer_steps"] == steps - stopped_at
-    assert rank["work"]["actor"]["forward_passes"] >= steps - stopped_at

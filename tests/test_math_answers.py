@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dara import SAMPLE_DATA
 from data_prep import math_eval as math_eval_prep
 from data_prep.common import FilterLog
 from results.evaluation import math_eval
 from rewards import math as math_reward
 from tasks.math_answers import answer_alternatives, reference_answer, unwrap_math
-from dara import SAMPLE_DATA
 
 BENCHMARKS = SAMPLE_DATA / "math_benchmarks"
 FILES = {"aime24": "aime", "amc23": "amc", "math500": "math", "minerva": "minerva", "olympiad_bench": "olympiad_bench"}

@@ -5,9 +5,9 @@ network namespace on a bridge the test creates, one slurmd per node, the file sy
 Ray head on n1, a worker on n2 that joins over the namespace network, verl's actor on both nodes (trainer.nnodes=2
 x one logical GPU: the FSDP group is two ranks over gloo, one per node), 3 steps. The run folder's
 ray_nodes.json must show both nodes, one actor rank on each, and each rank's own count of the optimizer updates
-and forward passes it ran during training (one update per step: the smoke's mini-batch is its whole batch).
-A requeued two-node job resumes on a fresh allocation with every step once. Everything the jobs started is gone
-afterwards (processes, per-node Ray temp folders). Skipped only where Slurm cannot be installed (no root/apt).
+and forward passes it ran during training (one update per step: the smoke's mini-batch is its whole batch). Requeue and resume are the one-node Slurm
+test's (tests/test_slurm.py): the same train.sbatch path.
+Everything the job started is gone afterwards (processes, per-node Ray temp folders). Skipped only where Slurm cannot be installed (no root/apt).
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from tests.slurm_cluster import TwoNodeSlurm
 from tests.slurm_jobs import (
     assert_completed,
     cluster_for_jobs,
-    release_and_assert_resumed,
-    requeue_after_two_steps,
     steps_of,
 )
 
@@ -109,19 +107,3 @@ def test_two_node_job_trains_with_workers_on_both_nodes(cluster, output_root):
     assert_job_left_nothing(cluster, job_id)
     print(f"two-node 3-step job: {time.monotonic() - started:.0f}s")
 
-
-def test_requeued_two_node_job_resumes_on_a_fresh_allocation(cluster, output_root):
-    started = time.monotonic()
-    steps = 4
-    # every checkpoint kept (run.checkpoint.keep_last=steps): the test reads when each was written
-    job_id, run_dir = submit(cluster, output_root, 1, f"trainer.total_training_steps={steps}", "trainer.save_freq=1",
-                             f"run.checkpoint.keep_last={steps}")
-    requeue = requeue_after_two_steps(cluster, job_id, run_dir, steps, JOB_TIMEOUT_S)
-    assert_job_left_nothing(cluster, job_id)  # the first allocation's Ray is gone on both nodes
-    release_and_assert_resumed(cluster, job_id, run_dir, steps, requeue, JOB_TIMEOUT_S)
-    assert cluster.job_field(job_id, "NumNodes") == "2"
-    # the resumed run's placement was recorded on the fresh allocation, again over both nodes
-    placement = assert_trained_on_both_nodes(cluster, run_dir, steps_run=steps - requeue.last_step)
-    assert placement["recorded"]["start"] > requeue.at
-    assert_job_left_nothing(cluster, job_id)
-    print(f"two-node requeue job: {time.monotonic() - started:.0f}s")

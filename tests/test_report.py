@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dara import AUTHORS_REFERENCE
 from results.cli import main
 from results.report import NOT_IN_PAPER, build_report
 from results.tables import method_label
 from results.thresholds import threshold_steps
-from dara import AUTHORS_REFERENCE
 
 REFERENCE = AUTHORS_REFERENCE
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

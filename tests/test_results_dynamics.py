@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dara import AUTHORS_REFERENCE
 from results import bfcl
 from results.cli import main as results_main
 from results.dynamics import authors_rows, checkpoint_scores, checkpoint_table
 from results.evaluation import bfcl_eval
 from results.loaders import RunLogError
-from dara import AUTHORS_REFERENCE
 
 REFERENCE = AUTHORS_REFERENCE
 PLOT_DATA = REFERENCE / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv"

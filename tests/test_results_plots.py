@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dara import AUTHORS_REFERENCE
 from results.cli import main
 from results.loaders import RunLogError, load_runs
 from results.plots import channel_columns, parse_threshold_lines
-from dara import AUTHORS_REFERENCE
 
 
 def reference_dir() -> Path:

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dara import AUTHORS_REFERENCE
 from results import bfcl
 from results.cli import main
 from results.compare import compare_tables
 from results.tables import build_table, drop_rows, parse_condition, summarise
-from dara import AUTHORS_REFERENCE
 
 
 def reference_dir() -> Path:

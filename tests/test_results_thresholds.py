@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dara import AUTHORS_REFERENCE
 from results.cli import main
 from results.thresholds import first_sustained_step, threshold_steps, trailing_mean
-from dara import AUTHORS_REFERENCE
 
 
 def reference_dir() -> Path:

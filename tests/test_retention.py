@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from dara.run_folder import CHECKPOINT_TRACKER
 from dara.train import CONF_DIR
 from dara.verl.retention import CheckpointLayout, apply_retention, incomplete_reason, read_marker
+from data_prep.tiny_model import tiny_qwen2
 
 pytestmark = pytest.mark.slow  # verl, transformers and a gloo process group in the test process (~10 s)
 
@@ -27,16 +28,14 @@ def new_job():
     """A factory of verl checkpoint managers over one FSDP2 model: each call is a fresh job's manager."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
-    from transformers import AutoModelForCausalLM, Qwen2Config
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
     created = not dist.is_initialized()
     if created:
         dist.init_process_group("gloo", init_method=f"file://{tempfile.mktemp()}", rank=0, world_size=1)
-    config = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
-    config.architectures = ["Qwen2ForCausalLM"]
-    model = AutoModelForCausalLM.from_config(config)
+    model = tiny_qwen2(64, shape={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32},
+                       tie_word_embeddings=False)
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     contents = OmegaConf.create({"save_contents": ["model", "optimizer", "extra", "hf_model"],

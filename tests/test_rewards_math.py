@@ -9,9 +9,9 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dara import SAMPLE_DATA
 from rewards import math as math_reward
 from tasks.math_answers import reference_answer
-from dara import SAMPLE_DATA
 
 BENCHMARKS = SAMPLE_DATA / "math_benchmarks"
 BENCHMARK_FILES = ["aime.json", "amc.json", "math.json", "minerva.json", "olympiad_bench.json"]

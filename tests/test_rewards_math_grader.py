@@ -6,11 +6,11 @@ import json
 import pytest
 from verl.utils.reward_score import math_reward as verl_math_reward
 
+from dara import SAMPLE_DATA
 from rewards import math as math_reward
 from rewards import verl_entry
 from tasks import math as task
 from tasks.math_answers import reference_answer
-from dara import SAMPLE_DATA
 
 BENCHMARKS = SAMPLE_DATA / "math_benchmarks"
 BENCHMARK_FILES = ["aime.json", "amc.json", "math.json", "minerva.json", "olympiad_bench.json"]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dara import SAMPLE_DATA
 from rewards import math as math_reward
 from rewards.pool import ERROR, OK, TIMEOUT, HardTimeoutPool
 from rewards.verl_entry import RewardOptions, score_sample
-from dara import SAMPLE_DATA
 
 # pow(9, 9**9) has 370 million digits: a C-level loop that holds the GIL for minutes.
 GIL_HOLDING_ITEM = (pow, 9, 9**9)

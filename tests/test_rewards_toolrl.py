@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 from verl.utils.reward_score import rlla
 
+from dara import SAMPLE_DATA
 from rewards import toolrl
 from tasks import toolrl as protocol
-from dara import SAMPLE_DATA
 
 TOOLRL_DATA = SAMPLE_DATA / "toolrl"
 

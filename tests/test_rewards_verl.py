@@ -11,9 +11,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from dara import SAMPLE_DATA
 from rewards import verl_entry
 from rewards.verl_entry import RewardOptions, compute_score, step_metrics
-from dara import SAMPLE_DATA
 
 TOOLRL_TEST = str(SAMPLE_DATA / "toolrl" / "rlla_4k_test.parquet")
 # One pool size and time limit for the whole module, so the shared pool is built once.

@@ -1,8 +1,9 @@
 """The CPU smoke run on a real one-node Slurm cluster, through the recipes' Slurm launcher and
-scripts/slurm/train.sbatch (Ray head started by the job, trainer against it), and a preemption: a running job
-is requeued (`scontrol requeue`), released, resumes from its latest verl checkpoint and ends with every step
-exactly once. tests/slurm_cluster.py installs (apt-get) and starts Slurm; skipped only where it cannot be
-installed. Both runs take ~6-7 minutes together on 2 cores.
+scripts/slurm/train.sbatch (Ray head started by the job, trainer against it), stopped by the pre-timeout signal,
+requeued by the job itself and resumed from its checkpoint with every step exactly once (the Slurm layer's resume
+test; two training starts, ~6-7 minutes on 2 cores). tests/slurm_cluster.py installs (apt-get) and starts Slurm;
+skipped only where it cannot be installed. The job's end-of-job decision (requeue only with a new checkpoint, and
+the line saying why not) is tested without Slurm in tests/test_job_progress.py.
 
 Also the pieces of scripts/slurm/ that a multi-node job relies on, without Slurm: a worker node's ray_node.sh
 gives up with a clear error when the head never answers, `wait-nodes` names the nodes that never joined, and
@@ -29,13 +30,10 @@ from recipes.runner import PROJECT_ROOT
 from recipes.slurm import parse_expected, wait_for_nodes
 from tests.slurm_cluster import LocalSlurm
 from tests.slurm_jobs import (
-    DONE,
     RUNNING,
     assert_completed,
     cluster_for_jobs,
     job_log,
-    release_and_assert_resumed,
-    requeue_after_two_steps,
     steps_of,
 )
 
@@ -71,13 +69,43 @@ def ray_processes_left(slurm: LocalSlurm) -> list[str]:
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_cpu_smoke_run_through_sbatch(slurm, output_root):
-    job_id = submit_recipe(slurm, output_root)
+def wait_for_log(run_dir: Path, text: str, job_id: str, slurm: LocalSlurm, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in job_log(run_dir):
+        assert slurm.job_state(job_id) in RUNNING, job_log(run_dir)[-4000:]
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{job_log(run_dir)[-4000:]}"
+        time.sleep(0.5)
+
+
+def test_cpu_smoke_through_sbatch_checkpoints_on_the_pre_timeout_signal_requeues_itself_and_resumes(
+        slurm, output_root):
+    """The smoke recipe through the Slurm launcher, 4 steps. SIGUSR1 (what --signal=B:USR1@300 sends before the
+    time limit) after step 1: the trainer saves at the next step boundary (the smoke task has no save_freq: the
+    checkpoint is the stop's), the job requeues itself, and the rerun resumes from that checkpoint with every
+    step once; the run folder, the job logs and the Ray teardown are those of a finished job, and a rerun of the
+    recipe submits nothing."""
+    steps = 4
+    job_id = submit_recipe(slurm, output_root, "--steps", str(steps))
     run_dir = output_root / "smoke-tiny-dara_asym-s0"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not ((run_dir / "metrics.jsonl").exists() and steps_of(run_dir)):
+        assert slurm.job_state(job_id) in RUNNING and time.monotonic() < deadline, job_log(run_dir)[-4000:]
+        time.sleep(0.5)
+    assert slurm.command(["scancel", "--batch", "--signal=USR1", job_id]).returncode == 0
+    slurm.wait_state(job_id, {"PENDING"}, JOB_TIMEOUT_S)  # requeued by the job itself
+    log, lines_before = job_log(run_dir), (run_dir / "metrics.jsonl").read_text().splitlines()
+    stopped = steps_of(run_dir)[-1]
+    assert 1 < stopped < steps and steps_of(run_dir) == list(range(1, stopped + 1))
+    assert "time limit near (SIGUSR1)" in log
+    assert f"progress: checkpoint global_step_{stopped} is new (this job: {stopped} step(s)" in log
+    assert f"job {job_id} requeues itself (scontrol requeue)" in log
+    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(stopped)
+    assert slurm.job_field(job_id, "Reason") == "BeginTime"
+    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
     log = assert_completed(slurm, job_id, run_dir, JOB_TIMEOUT_S)
-    assert steps_of(run_dir) == [1, 2, 3]
+    assert slurm.job_field(job_id, "Restarts") == "1" and steps_of(run_dir) == list(range(1, steps + 1))
+    assert (run_dir / "metrics.jsonl").read_text().splitlines()[:len(lines_before)] == lines_before  # kept as logged
+
     for record in read_metrics(run_dir / "metrics.jsonl"):
         for channel in ("format", "correctness"):
             for key in (f"reward/{channel}/mean", f"dara/density/{channel}", f"dara/weight/{channel}"):
@@ -90,87 +118,8 @@ def test_cpu_smoke_run_through_sbatch(slurm, output_root):
     assert not ray_processes_left(slurm)
     # a rerun of the recipe finds the run finished and submits nothing
     again = slurm.command([sys.executable, "-m", "recipes", "smoke", "--launcher", "slurm", "--output-root",
-                           str(output_root)], cwd=PROJECT_ROOT, timeout=120)
-    assert "0 runs submitted, 1 already finished" in again.stdout
-
-
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_requeued_job_resumes_from_its_checkpoint_with_every_step_once(slurm, output_root):
-    steps = 4
-    # every checkpoint kept (run.checkpoint.keep_last=steps): the test reads when each was written
-    job_id = submit_recipe(slurm, output_root, "--seeds", "1", "--steps", str(steps), "--set", "trainer.save_freq=1",
-                           "--set", f"run.checkpoint.keep_last={steps}")
-    run_dir = output_root / "smoke-tiny-dara_asym-s1"
-    requeue = requeue_after_two_steps(slurm, job_id, run_dir, steps, JOB_TIMEOUT_S)
-    assert slurm.job_field(job_id, "Reason") == "BeginTime"
-    release_and_assert_resumed(slurm, job_id, run_dir, steps, requeue, JOB_TIMEOUT_S)
-    assert not ray_processes_left(slurm)
-
-
-def wait_for_log(run_dir: Path, text: str, job_id: str, slurm: LocalSlurm, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in job_log(run_dir):
-        assert slurm.job_state(job_id) in RUNNING, job_log(run_dir)[-4000:]
-        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{job_log(run_dir)[-4000:]}"
-        time.sleep(0.5)
-
-
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_pre_timeout_signal_checkpoints_at_the_next_step_and_the_job_requeues_itself(slurm, output_root):
-    """SIGUSR1 (what --signal=B:USR1@300 sends before the time limit) after step 1: the trainer saves at the next
-    step boundary (the smoke task has no save_freq: the checkpoint is the stop's), the job requeues itself, and
-    the rerun resumes from that checkpoint with every step once."""
-    steps = 4
-    job_id = submit_recipe(slurm, output_root, "--seeds", "3", "--steps", str(steps))
-    run_dir = output_root / "smoke-tiny-dara_asym-s3"
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not ((run_dir / "metrics.jsonl").exists() and steps_of(run_dir)):
-        assert slurm.job_state(job_id) in RUNNING and time.monotonic() < deadline, job_log(run_dir)[-4000:]
-        time.sleep(0.5)
-    assert slurm.command(["scancel", "--batch", "--signal=USR1", job_id]).returncode == 0
-    slurm.wait_state(job_id, {"PENDING"}, JOB_TIMEOUT_S)  # requeued by the job itself
-    log = job_log(run_dir)
-    stopped = steps_of(run_dir)[-1]
-    assert 1 < stopped < steps and steps_of(run_dir) == list(range(1, stopped + 1))
-    assert "time limit near (SIGUSR1)" in log
-    assert f"progress: checkpoint global_step_{stopped} is new (this job: {stopped} step(s)" in log
-    assert f"job {job_id} requeues itself (scontrol requeue)" in log
-    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(stopped)
-    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
-    log = assert_completed(slurm, job_id, run_dir, JOB_TIMEOUT_S)
-    assert slurm.job_field(job_id, "Restarts") == "1" and steps_of(run_dir) == list(range(1, steps + 1))
-    assert not ray_processes_left(slurm)
-
-
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_a_job_whose_step_outlasts_its_time_is_not_requeued_and_says_why(slurm, output_root):
-    """A one-minute job whose first step cannot finish in it (the CPU rollout server waits 10 minutes before it
-    generates): after the signal, no step boundary comes before the limit, so no checkpoint; Slurm ends the job
-    at its limit and it is not requeued, its log saying why. A manual sbatch with --time, as documented."""
-    run_dir = output_root / "smoke-tiny-dara_asym-s4"
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    command = ["sbatch", "--parsable", "--time=1", f"--output={run_dir}/logs/slurm-%j.out", "scripts/slurm/train.sbatch",
-               "--python", sys.executable, f"run.output_root={output_root}", "run.seed=4",
-               "actor_rollout_ref.rollout.engine_kwargs.hf.batch_wait_s=600"]
-    result = slurm.command(command, cwd=PROJECT_ROOT, timeout=60)
-    assert result.returncode == 0, result.stderr
-    job_id = result.stdout.strip().split(";")[0]
-    wait_for_log(run_dir, "training: python -m dara.train", job_id, slurm, JOB_TIMEOUT_S)
-    assert slurm.command(["scancel", "--batch", "--signal=USR1", job_id]).returncode == 0
-    state = slurm.wait_state(job_id, DONE, JOB_TIMEOUT_S)
-    log = job_log(run_dir)
-    assert state == "TIMEOUT", log[-4000:]
-    assert slurm.job_field(job_id, "Restarts") == "0" and "requeued" not in log.replace("not requeued", "")
-    (line,) = [line for line in log.splitlines() if "not requeued" in line]
-    assert line.startswith("[dara-slurm] not requeued: no checkpoint since this job started (latest: step 0) and "
-                           "no step finished in ") and "of 1:00: start-up and one step take longer" in line
-    assert "time limit 1:00" in log and "time limit near (SIGUSR1)" in log
-    assert not (run_dir / "metrics.jsonl").exists() or not steps_of(run_dir)
-    assert not (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").exists()
-    assert (line + "\n") in (run_dir / "logs" / f"job-{job_id}.log").read_text()
+                           str(output_root), "--steps", str(steps)], cwd=PROJECT_ROOT, timeout=120)
+    assert "0 runs submitted, 1 already finished" in again.stdout, again.stdout + again.stderr
 
 
 RAY_NODE = PROJECT_ROOT / "scripts" / "slurm" / "ray_node.sh"

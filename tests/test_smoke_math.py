@@ -2,8 +2,9 @@
 math path (correctness + length channels, verl's Hendrycks grader, a length limit the tiny model's responses
 straddle) with the math task's dynamic sampling: the authors' rounds (dara/verl/rounds.py; rounds of 8
 prompts for a batch of 4). Every step logs its rounds and the pre-filter metrics over all generated responses
-(dropped groups included) and trains only on full groups whose summed reward varies; a run forced short stops
-with the authors' one-line error.
+(dropped groups included) and trains only on full groups whose summed reward varies. (A step forced short stops
+with the authors' one-line error: tests/test_verl_rounds.py raises it on verl's own replay buffer, and
+tests/test_training.py sees a step-1 error end a real run in one line.)
 
 This is the suite's one real CPU run with dynamic sampling. verl's own group filter (run.dynamic_sampling.mode=
 replay) is checked on verl's objects without training: tests/test_verl_prefilter.py (its sample and step),
@@ -12,8 +13,6 @@ tests/test_configs.py (the buffer dara_sync builds), tests/test_verl_binding.py 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,19 +30,14 @@ pytestmark = pytest.mark.slow  # real CPU training (1-4 minutes a run)
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory, seed_smoke_assets):
-    """One output root for the module's runs: the tiny model comes from the session's build, the math
-    assets are built by the first run and reused by the second."""
+    """The run's output root: the tiny model comes from the session's build, the math assets are built by the run."""
     return seed_smoke_assets(tmp_path_factory.mktemp("smoke_math"))
 
 
-def train(root, *overrides):
-    return subprocess.run([sys.executable, "-m", "dara.train", "task=smoke_math", f"run.output_root={root}",
-                           *overrides], cwd=ROOT, capture_output=True, text=True, timeout=900)
-
-
-def test_smoke_math_logs_prefilter_metrics_and_trains_only_on_varying_groups(root):
+def test_smoke_math_logs_prefilter_metrics_and_trains_only_on_varying_groups(root, python_module):
     rollouts = root / "rollouts"  # verl's dump of each step's trained batch (a logging key)
-    proc = train(root, f"trainer.rollout_data_dir={rollouts}")
+    proc = python_module("dara.train", "task=smoke_math", f"run.output_root={root}",
+                         f"trainer.rollout_data_dir={rollouts}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     rows = pq.read_table(root / "assets" / "smoke_math" / "train.parquet").to_pylist()
@@ -89,17 +83,3 @@ def test_smoke_math_logs_prefilter_metrics_and_trains_only_on_varying_groups(roo
         assert not constant, f"step {record['step']}: groups with a constant summed reward were trained on"
     assert dropped_somewhere  # the length limit makes the filter drop groups: the seam is exercised
 
-
-def test_smoke_math_forced_short_stops_with_the_one_line_error(root):
-    """A cap of one round and an acceptance that cannot happen (the filter reads the length channel, which a
-    limit above the response budget makes 1 for every response): the first step stops with the named error."""
-    proc = train(root, "run.name=forced-short", "run.dynamic_sampling.max_rounds=1",
-                 "algorithm.filter_groups.metric=length",
-                 "reward.custom_reward_function.reward_kwargs.max_response_tokens=1000")
-    assert proc.returncode != 0
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith("[dara] training failed: DynamicSamplingShortError: step 1: 0 of the 4 "
-                                "informative groups after 1 round(s) of 8 prompts (acceptance 0.000, cap "
-                                "run.dynamic_sampling.max_rounds=1)")
-    assert "Traceback" not in proc.stdout + proc.stderr
-    assert not (root / "forced-short" / "metrics.jsonl").exists()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -119,9 +117,6 @@ def test_composition_errors_become_one_line_naming_the_override(override, line):
     assert message == line if line is not None else message.startswith(f"{override}: ")
 
 
-def run_train(*args, tmp_path):
-    return subprocess.run([sys.executable, "-m", "dara.train", f"run.output_root={tmp_path}", *args],
-                          capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
 
 
 @pytest.mark.slow  # a dara.train process per case (~9 s of imports)
@@ -137,8 +132,8 @@ def run_train(*args, tmp_path):
     # validate_config
     (["task=smoke", "data.train_batch_size=3"], ["train_batch_size"]),
 ])
-def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args, named):
-    out = run_train(*args, tmp_path=tmp_path)
+def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args, named, python_module):
+    out = python_module("dara.train", f"run.output_root={tmp_path}", *args, timeout=180)
     assert out.returncode != 0 and named[0] in out.stderr, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     # one line naming the problem, after nothing but the asset build's progress bars (the last case builds them)
@@ -151,12 +146,9 @@ def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args,
 
 
 @pytest.mark.slow  # a dara.train process (~9 s of imports)
-def test_cfg_job_prints_without_running_and_verbose_becomes_run_verbose(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "dara.train", "--verbose", "task=deepscaler", "estimator=gd2po_snr",
-         f"run.output_root={tmp_path}", "--cfg", "job", "--resolve"],
-        capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT,
-    )
+def test_cfg_job_prints_without_running_and_verbose_becomes_run_verbose(tmp_path, python_module):
+    out = python_module("dara.train", "--verbose", "task=deepscaler", "estimator=gd2po_snr",
+                        f"run.output_root={tmp_path}", "--cfg", "job", "--resolve", timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     printed = OmegaConf.create(out.stdout)
     assert printed.algorithm.adv_estimator == "gd2po_snr"

@@ -63,10 +63,9 @@ def test_importable_trl_reads_the_installed_version(tmp_path):
 
 
 @pytest.mark.slow  # a dara.train process (~9 s of imports)
-def test_dara_train_refuses_to_start_next_to_trl_1_16(tmp_path):
+def test_dara_train_refuses_to_start_next_to_trl_1_16(tmp_path, python_module):
     env = with_fake_trl(fake_trl(tmp_path / "site", "1.16.0"))
-    out = subprocess.run([sys.executable, "-m", "dara.train", f"run.output_root={tmp_path / 'runs'}"],
-                         capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT, env=env)
+    out = python_module("dara.train", f"run.output_root={tmp_path / 'runs'}", env=env, timeout=180)
     assert out.returncode != 0
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, out.stderr[-2000:]

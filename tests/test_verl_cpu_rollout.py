@@ -11,22 +11,18 @@ import asyncio
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from dara.verl.cpu.hf_generate import SamplingSettings, generate_batch, sampling_settings
+from data_prep.tiny_model import tiny_qwen2
 
 EOS, PAD, VOCAB = 1, 0, 48
 
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, eos_token_id=EOS, pad_token_id=PAD,
-        tie_word_embeddings=True, attn_implementation="sdpa",
-    )
-    model = Qwen2ForCausalLM(config).eval()
+    shape = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "max_position_embeddings": 128}
+    model = tiny_qwen2(VOCAB, shape=shape, seed=0, eos_token_id=EOS, pad_token_id=PAD).eval()
     with torch.no_grad():  # sharper logits than the random init, so samples differ between rows and settings
         model.lm_head.weight.mul_(8.0)
     return model

@@ -1,0 +1,273 @@
+"""The suite's CPU training runs of the tool-calling smoke (the README's `make smoke` job, real verl on this CPU),
+as one run folder's life. Each start is costly (a local Ray, verl's workers, generation), so each asserts
+everything it can:
+
+1. a start that Ray would refuse (a non-string env var) is one short line and leaves nothing behind;
+2. the first run (3 steps, saving every step, keeping two checkpoints, a wandb key and a wandb host that never
+   answers): while it trains, a second start on its folder exits in one line naming the holder; afterwards the
+   run folder, the metrics (DARA's instruments per channel, in our JSONL, verl's tracker and the wandb offline
+   run), the quiet console, the unclipped-update warnings (`run.expect_clipped_updates` with a clip no gradient
+   norm reaches), rollout/trainer log-prob agreement and the checks `recipes gpu_smoke` applies to its steps;
+3. a run of another configuration (a reward module of one's own, flaky, with a third channel) on the same folder
+   is refused in one line naming the differing key, and runs beside it under the name the line suggests; the
+   flaky items are counted, the run goes on;
+4. the first run resumed to 5 steps: every step logged once, exactly the newest two checkpoints, the wandb rows of
+   the resumed start above the first start's (the verl binding's resume; the library's is in test_estimators,
+   Slurm's in test_slurm);
+5. a reward module that fails on every item stops the run at step 1 with one line and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dara.run_folder import (
+    CHECKPOINT_TRACKER,
+    CHECKPOINTS,
+    MAIN_LOG,
+    METRICS_FILE,
+    RUN_INFO,
+    VERL_CONFIG,
+    VERL_TRACKING,
+    config_differences,
+)
+from dara.run_lock import read_holder
+from dara.run_log import read_metrics
+from dara.tracking import inspect_records, read_offline_history, wandb_run_files, wandb_run_id
+
+pytestmark = pytest.mark.slow  # four CPU training starts (1-4 minutes each) and three refused ones
+
+RUN = "smoke-tiny-dara_asym-s0"
+CHANNELS = ["format", "correctness"]
+KEEP_TWO = ["trainer.save_freq=1", "run.checkpoint.keep_last=2"]
+# part of every run's configuration here: every update expected clipped, by a clip no gradient norm reaches
+UNREACHED_CLIP = ["run.expect_clipped_updates=true", "actor_rollout_ref.actor.optim.clip_grad=1000000.0"]
+
+FLAKY = '''
+import os
+import zlib
+
+from rewards import toolrl
+
+REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": (0.0, 1.0)}
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    # every item scored in training fails: training scores inside Ray's workers (RAY_RAYLET_PID is set there and
+    # in their children), the probe before Ray does not; the tiny model can reproduce a ground truth exactly
+    if ALWAYS and "RAY_RAYLET_PID" in os.environ:
+        raise KeyError("answer")
+    kind = zlib.crc32(solution_str.encode()) % 4
+    if kind == 0:
+        raise RuntimeError("flaky")
+    channels = toolrl.score(solution_str, ground_truth)
+    channels["brevity"] = 5.0 if kind == 1 else 1.0  # junk: outside its declared range
+    return {"score": sum(channels.values()), **channels}
+'''
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, seed_smoke_assets):
+    return seed_smoke_assets(tmp_path_factory.mktemp("training"))  # the session's smoke build, not rebuilt
+
+
+@pytest.fixture(scope="module")
+def train(root, python_module):
+    def start(*overrides, env=None, wait=True):
+        return python_module("dara.train", f"run.output_root={root}", *UNREACHED_CLIP, *overrides, env=env,
+                             wait=wait)
+    return start
+
+
+def checkpoints(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in (run_dir / CHECKPOINTS).glob("global_step_*"))
+
+
+def reward_module(root: Path, always_fail: bool) -> str:
+    path = root / ("always.py" if always_fail else "flaky.py")
+    path.write_text(FLAKY.replace("ALWAYS", str(always_fail)))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def first(root, train):
+    """The first run, and the second dara.train started on its folder while it trained."""
+    silent = socket.create_server(("127.0.0.1", 0))  # a wandb host that accepts and never answers
+    wandb_host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    env = {"WANDB_API_KEY": "0" * 40, "WANDB_BASE_URL": wandb_host}
+    started = time.monotonic()
+    proc = train(*KEEP_TWO, env=env, wait=False)
+    run_dir = root / RUN
+    while (read_holder(run_dir) or {}).get("pid") != proc.pid:  # until the first run holds the folder
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    second = train(*KEEP_TWO)
+    stdout, stderr = proc.communicate(timeout=900)
+    print(f"\nsmoke run: {time.monotonic() - started:.0f}s wall (rc {proc.returncode})")
+    silent.close()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    return {"proc": proc, "stdout": stdout, "stderr": stderr, "second": second, "wandb_host": wandb_host,
+            "records": read_metrics(run_dir / METRICS_FILE), "checkpoints": checkpoints(run_dir),
+            "metrics_bytes": (run_dir / METRICS_FILE).read_bytes()}
+
+
+def test_a_second_run_on_a_running_folder_exits_in_one_line_and_the_first_finishes(root, first):
+    proc, second = first["proc"], first["second"]
+    assert second.returncode != 0 and second.stdout == ""
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"[dara] {root / RUN} is in use by host ")
+    assert f"pid {proc.pid}, since " in lines[0]
+    assert [r["step"] for r in first["records"]] == [1, 2, 3]
+    assert first["checkpoints"] == ["global_step_2", "global_step_3"]
+
+
+def test_every_step_logs_the_dara_instruments_per_channel_beside_verls_metrics(root, first):
+    run_dir = root / RUN
+    for record in first["records"]:
+        densities = {c: record[f"dara/density/{c}"] for c in CHANNELS}
+        ref = max(densities.values())
+        for channel in CHANNELS:
+            for metric in ("density", "weight", "energy", "energy_weighted", "active_groups"):
+                assert math.isfinite(record[f"dara/{metric}/{channel}"])
+            assert -3.0 <= record[f"reward/{channel}/mean"] <= 1.0
+            pi = densities[channel]
+            expected = min(5.0, math.sqrt(ref / pi)) if pi > 0 else 1.0
+            assert record[f"dara/weight/{channel}"] == pytest.approx(expected)
+        assert "actor/pg_loss" in record and "timing_s/step" in record  # verl's own metrics beside ours
+        # the rollout sampled from the trainer's weights (the sync after each update reached it)
+        assert record["training/rollout_probs_diff_valid"] == 1.0
+        assert record["training/rollout_probs_diff_max"] < 1e-3, record["training/rollout_probs_diff_max"]
+        assert record["response_length/mean"] > 0
+    tracked = [json.loads(line) for line in (run_dir / VERL_TRACKING).read_text().splitlines()]
+    assert any("dara/density/format" in entry["data"] for entry in tracked)  # through verl's own tracker
+    info = json.loads((run_dir / RUN_INFO).read_text())
+    assert info["method"] == "dara_asym" and info["reward_channels"] == CHANNELS
+    saved = OmegaConf.load(run_dir / VERL_CONFIG)  # the resolved config verl ran with
+    assert saved.algorithm.adv_estimator == "dara_asym" and saved.trainer.total_training_steps == 3
+    assert saved.trainer.experiment_name == RUN and list(saved.algorithm.reward_channels) == CHANNELS
+    assert list((run_dir / "ray" / "tmp").rglob("*")), "Ray's session files belong inside the run folder"
+
+
+def test_the_console_is_quiet_and_the_steps_logged_their_unclipped_update(root, first):
+    stdout, run_dir = first["stdout"], root / RUN
+    lines = (stdout + first["stderr"]).splitlines()
+    print(f"\nsmoke console: {len(lines)} lines")
+    assert len(lines) <= 40, "\n".join(lines)
+    assert re.search(r"^\[dara\] step 3/3 \|.*\| \d+:\d\d elapsed, ~0:00 left$", stdout, re.M)
+    assert re.search(r"^\[dara\] step 1/3 \|.*, ~\d+:\d\d left$", stdout, re.M)
+    assert "logs/main.log" in stdout and "(DaraTaskRunner" not in stdout + first["stderr"]
+    log = (run_dir / MAIN_LOG).read_text()
+    assert "(DaraTaskRunner" in log and "[dara] step 3/3" in log  # verl's and the workers' output went here
+    for record in first["records"]:
+        assert 0 < record["actor/grad_norm"] < 1e6
+        assert record["actor/grad_clip_active"] == 0.0 and record["actor/grad_unclipped_updates"] == 1.0
+        assert (f"[dara] warning: step {record['step']}: 1 optimizer update(s) not clipped "
+                "(run.expect_clipped_updates)") in stdout
+    assert "1 of 1 optimizer updates were not clipped" in log
+
+
+def test_wandb_went_offline_when_its_host_did_not_answer_and_holds_the_same_values(root, first):
+    run_dir = root / RUN
+    assert f"[dara] wandb: {first['wandb_host']} did not answer from this node (no answer within" in first["stdout"]
+    assert re.search(r"^\[dara\] wandb +offline run ", first["stdout"], re.M)
+    files = wandb_run_files(run_dir)
+    assert len(files) == 1 and wandb_run_id(run_dir) in files[0].name  # the refused start never reached wandb
+    run, rows = read_offline_history(files[0])
+    assert run["project"] == "dara-smoke" and run["display_name"] == RUN
+    assert run["run_group"] == "smoke" and "method:dara_asym" in run["tags"]
+    assert run["config"]["update"]["algorithm"]["adv_estimator"] == "dara_asym"  # the resolved config
+    records = {r["step"]: r for r in first["records"]}
+    assert sorted(r["step"] for r in rows if "dara/density/format" in r) == [1, 2, 3]
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith(("dara/", "reward/")):
+                assert value == pytest.approx(records[row["step"]][key]), key
+
+
+def test_the_gpu_smokes_step_checks_pass_on_the_cpu_run(root, first):
+    """`recipes gpu_smoke` reads its own run with these checks; here they read a real CPU run's steps."""
+    from recipes.gpu_smoke import measure, rollout_check, weight_sync_check
+
+    records, run_dir = first["records"], root / RUN
+    assert rollout_check(records)[0]
+    synced, detail = weight_sync_check(records)
+    assert synced and "update_weights every step: True" in detail
+    measured = measure(records, responses=8 * 4)
+    assert measured.rollout_tokens_per_s > 0 and measured.update_tokens_per_s > 0 and measured.mean_response > 0
+    placement = json.loads((run_dir / "ray_nodes.json").read_text())
+    (rank,) = placement["worker_groups"]["actor_rollout"]
+    # one update per step (the smoke's mini-batch is its batch), counted by the rank
+    assert rank["work"]["actor"]["optimizer_steps"] == len(records)
+    assert rank["work"]["actor"]["forward_passes"] >= len(records)
+
+
+@pytest.fixture(scope="module")
+def variant(root, train, first):
+    """A reward module of one's own on the same folder: refused, then run under the name the refusal gives."""
+    flaky = reward_module(root, always_fail=False)
+    own = [f"reward.custom_reward_function.path={flaky}", "trainer.total_training_steps=1"]
+    refused = train(*own)
+    name = re.search(r"run\.name=(\S+)", refused.stderr)
+    ran = train(*own, f"run.name={name.group(1)}") if name else None
+    return {"refused": refused, "name": name and name.group(1), "ran": ran}
+
+
+def test_another_configuration_is_refused_and_runs_beside_it_under_its_own_name(root, first, variant):
+    refused, run_dir = variant["refused"], root / RUN
+    assert refused.returncode != 0
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "holds a run of another configuration, differing in" in lines[0], refused.stderr
+    assert "reward.custom_reward_function.path" in lines[0]
+    ran = variant["ran"]
+    assert ran is not None and ran.returncode == 0, ran and (ran.stdout[-3000:] + ran.stderr[-3000:])
+    assert (run_dir / METRICS_FILE).read_bytes() == first["metrics_bytes"]  # nothing of the first run was touched
+    configs = [json.loads((folder / RUN_INFO).read_text())["config"] for folder in (run_dir, root / variant["name"])]
+    assert "reward.custom_reward_function.path" in config_differences(*configs)
+
+
+def test_a_flaky_reward_of_ones_own_never_stops_the_run_and_its_third_channel_is_logged(root, variant):
+    [record] = read_metrics(root / variant["name"] / METRICS_FILE)
+    assert record["reward/errors"] > 0 and {"dara/density/brevity", "reward/brevity/mean"} <= set(record)
+
+
+@pytest.fixture(scope="module")
+def resumed(root, train, first, variant):
+    return train(*KEEP_TWO, "trainer.total_training_steps=5")
+
+
+def test_a_resumed_run_logs_every_step_once_and_keeps_exactly_the_newest_two_checkpoints(root, resumed):
+    from recipes.gpu_smoke import checkpoint_resume_check
+
+    run_dir = root / RUN
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    ok, detail = checkpoint_resume_check(run_dir, 5, 3, (0, resumed.returncode))
+    assert ok, detail
+    assert [r["step"] for r in read_metrics(run_dir / METRICS_FILE)] == [1, 2, 3, 4, 5]
+    assert checkpoints(run_dir) == ["global_step_4", "global_step_5"]
+    assert all((run_dir / CHECKPOINTS / f"global_step_{s}" / "actor").is_dir() for s in (4, 5))
+    assert (run_dir / CHECKPOINTS / CHECKPOINT_TRACKER).read_text().strip() == "5"
+    # wandb: the resumed start's rows continue above the first start's _step, by training step 4 and 5
+    files = wandb_run_files(run_dir)
+    assert len(files) == 2
+    rows = [[(r["history"]["step"]["num"], r["history"]["item"].get("training/global_step"))
+             for r in inspect_records(path) if r.get("type") == "history"] for path in files]
+    assert [step for _, step in rows[0]] == [1, 2, 3] and [step for _, step in rows[1]] == [4, 5]
+    assert min(s for s, _ in rows[1]) > max(s for s, _ in rows[0])
+
+
+def test_a_reward_failing_on_every_item_stops_at_the_first_step_in_one_line(root, train, resumed):
+    always = reward_module(root, always_fail=True)
+    out = train(f"reward.custom_reward_function.path={always}", "trainer.total_training_steps=1",
+                "run.name=always-failing")
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "failed on every item of step 1" in last and "KeyError: 'answer'" in last, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
