@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable
+import re
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -120,10 +123,93 @@ def _check_channels(cfg: DictConfig) -> None:
         raise ConfigError(f"algorithm.dara.reward_ranges names {unknown}, not among the run's reward channels "
                           f"{channels}")
     ranges = {c: list(spec.channels[c]) for c in channels} if spec is not None else {}
+    for line in narrow_range_warnings(ranges, given):
+        print(f"[dara] warning: {line}", file=sys.stderr, flush=True)
     with open_dict(cfg):
         cfg.algorithm.reward_channels = channels
         if "dara" in cfg.algorithm:
             cfg.algorithm.dara.reward_ranges = {**ranges, **given}
+
+
+def narrow_range_warnings(declared: Mapping, given: Mapping) -> list[str]:
+    """One line per channel whose range in algorithm.dara.reward_ranges leaves out part of the range its
+    reward declares: a score there is valid for the reward but stops the run (dara.verl.estimators
+    check_reward_ranges). A range that is not [min, max] is left to the estimator options' own check."""
+    lines = []
+    for name, pair in given.items():
+        if name not in declared:
+            continue
+        try:
+            (low, high), (d_low, d_high) = ((float(v) for v in pair), (float(v) for v in declared[name]))
+        except (TypeError, ValueError):
+            continue
+        if low > d_low or high < d_high:
+            lines.append(f"algorithm.dara.reward_ranges.{name}=[{low:g}, {high:g}] is narrower than the range the "
+                         f"reward declares for {name!r}, [{d_low:g}, {d_high:g}]: a {name} score outside "
+                         f"[{low:g}, {high:g}] stops the run")
+    return lines
+
+
+RAY_INIT = "ray_kwargs.ray_init"
+
+
+def _ray_init_names() -> tuple[set[str], set[str]]:
+    """(ray.init's keyword names, the hidden `_name` options it pops from **kwargs; empty when unreadable)."""
+    import ray
+
+    names = set(inspect.signature(ray.init).parameters) - {"kwargs"}
+    try:
+        hidden = set(re.findall(r"kwargs\.pop\(\s*[\"'](_\w+)[\"']", inspect.getsource(ray.init)))
+    except (OSError, TypeError):
+        hidden = set()
+    return names, hidden
+
+
+def ray_option_problem(ray_init: Mapping) -> str | None:
+    """What Ray would refuse in `ray_kwargs.ray_init` (as plain values), in one line, or None: an env var that
+    is not a string (Ray takes Dict[str, str] and fails deep inside ray.init, after its processes started), a
+    runtime_env Ray's own validation refuses, a keyword ray.init does not take."""
+    runtime_env = ray_init.get("runtime_env") or {}
+    if not isinstance(runtime_env, Mapping):
+        return f"{RAY_INIT}.runtime_env must be a mapping, got {runtime_env!r}"
+    env_vars = runtime_env.get("env_vars") or {}
+    if not isinstance(env_vars, Mapping):
+        return f"{RAY_INIT}.runtime_env.env_vars must map names to strings, got {env_vars!r}"
+    for key, value in env_vars.items():
+        where = f"{RAY_INIT}.runtime_env.env_vars.{key}"
+        if not isinstance(key, str):
+            return f"{where}: Ray takes env var names as strings, got {type(key).__name__} {key!r}"
+        if not isinstance(value, str):
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            hint = (f"write it as a string, e.g. the override '{where}=\"{text}\"'" if value is not None
+                    else "give it a string, or leave it out")
+            return f"{where} is {value!r} ({type(value).__name__}): Ray takes env vars as strings only; {hint}"
+    from ray.runtime_env import RuntimeEnv
+
+    try:
+        RuntimeEnv(**{key: value for key, value in runtime_env.items() if value is not None})
+    except Exception as error:  # Ray's own validation (TypeError, ValueError, ...): its first line
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        return f"{RAY_INIT}.runtime_env: Ray refuses it: {first}"
+    names, hidden = _ray_init_names()
+    unknown = sorted(key for key in ray_init if key not in names and not (key.startswith("_") and
+                                                                          (not hidden or key in hidden)))
+    if unknown:
+        return (f"{RAY_INIT} has {', '.join(unknown)}, not an option of ray.init (it takes "
+                f"{', '.join(sorted(names))})")
+    return None
+
+
+def check_ray_options(cfg: DictConfig) -> None:
+    """The options verl passes to ray.init hold nothing Ray would refuse (`ray_option_problem`): one line
+    before Ray starts instead of a traceback from inside ray.init."""
+    node = OmegaConf.select(cfg, RAY_INIT, default=None)
+    if node is None:
+        return
+    ray_init = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    problem = ray_option_problem(ray_init)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _check_estimator(cfg: DictConfig) -> None:
@@ -196,8 +282,8 @@ def _check_trl(cfg: DictConfig) -> None:
 
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
-CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_allocation, _check_channels,
-                                                      _check_estimator, check_assets, _check_trl]
+CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, check_ray_options, _check_allocation,
+                                                      _check_channels, _check_estimator, check_assets, _check_trl]
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from contextlib import ExitStack, contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
@@ -32,7 +33,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dara.assets import prepare_assets
 from dara.config import CONF_DIR, validate_with_verl, with_verl_searchpath
-from dara.config_checks import ConfigError, check_config, check_inputs, check_reward, composition_error_line
+from dara.config_checks import (
+    ConfigError,
+    check_config,
+    check_inputs,
+    check_ray_options,
+    check_reward,
+    composition_error_line,
+)
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
 from dara.run_folder import (
@@ -209,10 +217,10 @@ def _train_claimed(cfg: DictConfig) -> None:
 def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     """verl's own run_ppo with the project's TaskRunner in a local (or the job's) Ray; with `follow`, a
     progress line per step is passed to `write` while it runs."""
-    import ray
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
+    from dara.verl.cpu.ray_local import stop_local_ray
     from dara.verl.task_runner import DaraTaskRunner
 
     if cfg.trainer.device == "cpu":
@@ -223,18 +231,31 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     validate_with_verl(cfg)  # verl's own checks (batch sizes, parallelism): one line, not a traceback
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)
+    check_ray_options(cfg)  # again: the wandb settings and the session's own options were added since
     with _ray_session(cfg):
         _write_verl_config(cfg)
         try:
             with follow_progress(progress, write) if follow else nullcontext():
                 run_ppo(cfg, task_runner_class=DaraTaskRunner)
-        except ray.exceptions.RayTaskError as error:  # surface the cause, not a Ray traceback wall
-            print(error, file=sys.stderr, flush=True)  # the traceback, into logs/main.log unless --verbose
-            cause = error.cause if isinstance(error.cause, BaseException) else error.as_instanceof_cause()
-            raise SystemExit(f"[dara] training failed: {type(cause).__name__}: {cause}") from None
+        except Exception as error:  # a failed ray.init, a worker that died, the trainer's error: its cause, one line
+            traceback.print_exc(file=sys.stderr)  # the traceback, into logs/main.log unless --verbose
+            sys.stderr.flush()
+            raise SystemExit(f"[dara] training failed: {failure_line(error)}") from None
         finally:
-            if ray.is_initialized():
-                ray.shutdown()
+            stop_local_ray()  # also the processes of a ray.init that failed halfway
+
+
+def failure_line(error: BaseException) -> str:
+    """`Type: message` of what made the run fail, on one line: a Ray task error's cause, not Ray's wrapper with
+    its traceback; a Ray error without a cause (a worker process that died), its first line."""
+    import ray
+
+    if isinstance(error, ray.exceptions.RayTaskError):
+        cause = error.cause if isinstance(error.cause, BaseException) else error.as_instanceof_cause()
+        if cause is not error:
+            return failure_line(cause)
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else '(no message)'}"
 
 
 _users_hydra_full_error: str | None = None  # main() sets HYDRA_FULL_ERROR=1 for the composition only
@@ -266,6 +287,10 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         _hydra_main()
+    except KeyboardInterrupt:  # the run's Ray was stopped and its alias in /tmp removed on the way out
+        print("[dara] interrupted (Ctrl-C): what Ray started is stopped; the same command resumes from the last "
+              "checkpoint", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     except (HydraException, OmegaConfBaseException) as error:
         if _users_hydra_full_error is not None:
             raise
