@@ -64,6 +64,34 @@ class ChannelContext:
         return self.algorithm.get(key, default)
 
 
+class RewardRangeError(ValueError):
+    """A channel score outside the channel's range in algorithm.dara.reward_ranges: the run stops."""
+
+
+def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: Mapping | None,
+                        step: int | None = None) -> None:
+    """Every [N, K] channel score inside its channel's range (`algorithm.dara.reward_ranges`, by name; a
+    channel without one is not checked); else RewardRangeError naming the channel, the score furthest out,
+    the range and how many samples of the step lie outside it. Before any estimator sees the scores, for
+    verl's grpo too (whose diagnostics read them), so a reward range narrower than the reward's own stops
+    the run instead of training on it."""
+    for k, name in enumerate(channel_names):
+        if not ranges or name not in ranges:
+            continue
+        low, high = (float(v) for v in ranges[name])
+        column = scores[:, k].to(torch.float64)
+        outside = (column < low) | (column > high)
+        count = int(outside.sum())
+        if not count:
+            continue
+        bad = column[outside]
+        worst = float(bad[(torch.maximum(low - bad, bad - high)).argmax()])
+        where = f"step {step}" if step is not None else "this step"
+        raise RewardRangeError(f"reward channel {name!r} scored {worst:g}, outside its range [{low:g}, {high:g}] "
+                               f"(algorithm.dara.reward_ranges.{name}); {count} of {len(column)} samples of {where} "
+                               "lie outside it")
+
+
 def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
     """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
     return {"channel_names": list(channel_names), **DaraAlgoConfig.from_mapping(algorithm.get("dara", None)).options()}

@@ -31,7 +31,7 @@ from dara.config import library_estimator
 from dara.io import atomic_write_text
 from dara.run_folder import CHECKPOINT_TRACKER, REWARD_ERRORS  # the resume marker in default_local_dir
 from dara.run_log import RunLog, reward_means
-from dara.verl.estimators import ChannelContext
+from dara.verl.estimators import ChannelContext, check_reward_ranges
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
@@ -201,8 +201,11 @@ class ChannelTrainerMixin(WandbStepMixin):
                               OmegaConf.select(self.config, "run.output_dir", default=None))
         metrics.update(counts)
         real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
-        return ChannelContext(self.config.algorithm, channel_scores_from_extra_fields(extra_fields, channels),
-                              channels, real)
+        context = ChannelContext(self.config.algorithm, channel_scores_from_extra_fields(extra_fields, channels),
+                                 channels, real)
+        check_reward_ranges(context.channel_scores[context.real], channels, context.options.reward_ranges,
+                            getattr(self, "global_steps", None))
+        return context
 
     def _save_checkpoint(self):
         tracker = Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER
