@@ -1,5 +1,5 @@
 """`python -m dara.preflight <dara.train overrides> [--nodes N] [--gpus-per-node G] [--time T] [--calibration FILE]
-[--skip-env]`."""
+[--skip-env]`; the overrides may stand before, between or after the flags."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dara.config_checks import composition_error_line
 from dara.preflight import CalibrationError, compose, load_calibration, parse_time_limit, preflight
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m dara.preflight",
                                   description="Would this run start and finish on this allocation? (starts nothing)")
     top.add_argument("overrides", nargs="*", help="the Hydra overrides of python -m dara.train")
@@ -24,7 +24,17 @@ def main(argv: list[str] | None = None) -> int:
                      help="minutes per step measured by python -m recipes gpu_smoke (instead of the cluster's estimates)")
     top.add_argument("--skip-env", action="store_true",
                      help="skip the checks of this machine (torch/vllm/flash_attn/driver, free disk)")
-    args = top.parse_args(argv)
+    return top
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, and the overrides in their order wherever they stand: before, between or after the flags
+    (as `python -m dara.train` takes them)."""
+    return parser().parse_intermixed_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         calibration = load_calibration(args.calibration) if args.calibration else None
     except CalibrationError as error:
