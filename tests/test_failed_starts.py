@@ -1,0 +1,324 @@
+"""A failed start leaves nothing behind that blocks the next one (item 5 of the issue).
+
+- Ray options Ray would refuse (a non-string env var, a runtime_env Ray's validation refuses, a keyword
+  ray.init does not take) are one line before Ray starts: as a function, and as a `python -m dara.train`
+  process that exits with a short stderr and no new /tmp/dara-ray-* entry.
+- A stale link, file or real folder at the short alias path (/tmp/dara-ray-<hash>) is replaced, never fatal.
+- Every way out of the local Ray session (an error, Ctrl-C, a ray.init that failed halfway) stops the Ray this
+  process started before the alias goes; the driver's failures are one line (`failure_line`), Ctrl-C too.
+- A reward range narrower than the channel's declared range warns before Ray; a score outside it stops the
+  run with one line naming the channel, the score and the range.
+- `dara.preflight` takes overrides before, between and after its flags.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import dara
+from dara.config import compose
+from dara.config_checks import (
+    ConfigError,
+    check_config,
+    check_ray_options,
+    narrow_range_warnings,
+    ray_option_problem,
+)
+from dara.verl.cpu import ray_local
+from dara.verl.cpu.ray_local import alias_path, local_ray_session, ray_folders, stop_local_ray
+from dara.verl.estimators import RewardRangeError, check_reward_ranges
+
+LONG = ["a_rather_long_folder_name"] * 4  # deep enough that Ray is given the short alias in /tmp
+
+
+def dara_ray_entries() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(ray_local.ALIAS_PREFIX)}
+
+
+# ----------------------------------------------------------------------------- Ray options, before Ray starts
+@pytest.mark.parametrize("ray_init, named", [
+    ({"runtime_env": {"env_vars": {"FOO": 1}}}, ["env_vars.FOO is 1 (int)", "strings only", 'FOO="1"']),
+    ({"runtime_env": {"env_vars": {"FOO": True}}}, ["env_vars.FOO is True (bool)", 'FOO="true"']),
+    ({"runtime_env": {"env_vars": {"FOO": None}}}, ["env_vars.FOO is None", "give it a string"]),
+    ({"runtime_env": {"env_vars": {"OK": "1"}, "pip": 5}}, ["runtime_env: Ray refuses it", "pip"]),
+    ({"num_cpu": 4}, ["ray_kwargs.ray_init has num_cpu, not an option of ray.init", "num_cpus"]),
+    ({"_tmp_dir": "/x"}, ["_tmp_dir, not an option of ray.init"]),
+])
+def test_ray_options_ray_would_refuse_are_one_line(ray_init, named):
+    problem = ray_option_problem(ray_init)
+    assert problem is not None and "\n" not in problem and all(text in problem for text in named), problem
+
+
+def test_ray_options_ray_takes_pass_and_the_check_runs_in_check_config():
+    assert ray_option_problem({"num_cpus": 4, "_temp_dir": "/tmp/x", "include_dashboard": False,
+                               "runtime_env": {"env_vars": {"A": "1"}, "working_dir": None}}) is None
+    cfg = compose(["+ray_kwargs.ray_init.runtime_env.env_vars.FOO=1"], resolve=False)
+    with pytest.raises(ConfigError, match=r"env_vars\.FOO is 1 \(int\)"):
+        check_ray_options(cfg)
+    with pytest.raises(ConfigError, match=r"env_vars\.FOO is 1 \(int\)"):
+        check_config(cfg)
+    # the quoted form the message suggests is a string, and passes
+    check_ray_options(compose(['+ray_kwargs.ray_init.runtime_env.env_vars.FOO="1"'], resolve=False))
+
+
+def test_dara_train_with_a_non_string_env_var_is_one_short_line_and_leaves_nothing_in_tmp(tmp_path):
+    root = tmp_path.joinpath(*LONG)  # a run folder Ray would reach through /tmp/dara-ray-<hash>
+    before = dara_ray_entries()
+    out = subprocess.run([sys.executable, "-m", "dara.train", f"run.output_root={root}",
+                          "+ray_kwargs.ray_init.runtime_env.env_vars.FOO=1"],
+                         capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and 1 <= len(lines) <= 3, out.stderr[-3000:]
+    assert lines[-1].startswith("[dara] invalid configuration: ray_kwargs.ray_init.runtime_env.env_vars.FOO is 1")
+    assert "Traceback" not in out.stderr + out.stdout
+    assert not list(root.rglob("ray"))  # Ray never started
+    alias = alias_path((root / "smoke-tiny-dara_asym-s0" / "ray" / "tmp").resolve())
+    assert not os.path.lexists(alias)
+    new = dara_ray_entries() - before  # other jobs may make theirs meanwhile: none may lead into this run
+    assert not [name for name in new if os.path.realpath(Path(tempfile.gettempdir()) / name).startswith(
+        str(tmp_path))], new
+
+
+# ----------------------------------------------------------------------------- the alias in /tmp
+@pytest.mark.parametrize("stale", ["folder", "file", "link elsewhere", "dangling link"])
+def test_a_stale_entry_at_the_alias_path_is_replaced(tmp_path, stale):
+    deep = tmp_path.joinpath(*LONG)
+    target = (deep / "ray" / "tmp").resolve()
+    alias = alias_path(target)
+    assert not os.path.lexists(alias)
+    if stale == "folder":  # what an older crash left: Ray's session folder recreated at the alias path
+        (alias / "session_2026-01-01_00-00-00_000000_1" / "logs").mkdir(parents=True)
+        (alias / "session_2026-01-01_00-00-00_000000_1" / "logs" / "raylet.out").write_text("old")
+    elif stale == "file":
+        alias.write_text("x")
+    elif stale == "link elsewhere":
+        alias.symlink_to(tmp_path, target_is_directory=True)
+    else:
+        alias.symlink_to(tmp_path / "gone", target_is_directory=True)
+    try:
+        folders = ray_folders(deep)
+        assert folders["tmp_for_ray"] == alias and alias.is_symlink() and alias.resolve() == target
+        with local_ray_session(deep, shutdown=False) as ray_init:
+            assert ray_init == {"_temp_dir": str(alias)}
+        assert not os.path.lexists(alias) and target.is_dir()
+    finally:
+        ray_local._clear(alias)
+
+
+def test_an_alias_path_that_cannot_be_cleared_gives_way_to_another_name(tmp_path, monkeypatch):
+    deep = tmp_path.joinpath(*LONG)
+    target = (deep / "ray" / "tmp").resolve()
+    base = alias_path(target)
+    base.mkdir()  # someone else's folder, say, that this user may not remove
+    real_clear = ray_local._clear
+
+    def refuse(path):
+        if path == base:
+            raise PermissionError(13, "Permission denied", str(path))
+        real_clear(path)
+
+    monkeypatch.setattr(ray_local, "_clear", refuse)
+    try:
+        alias = ray_folders(deep)["tmp_for_ray"]
+        assert alias != base and alias.name.startswith(base.name + "-") and alias.resolve() == target
+        assert len(str(alias)) + ray_local._RAY_SOCKET_SUFFIX <= ray_local._SOCKET_PATH_LIMIT
+        real_clear(alias)
+    finally:
+        real_clear(base)
+
+
+# ----------------------------------------------------------------------------- stopping Ray on every way out
+class FakeHeadNode:
+    """What `ray._private.worker._global_node` holds after a ray.init that started its processes, then failed."""
+
+    def __init__(self):
+        self.killed = None
+
+    def is_head(self):
+        return True
+
+    def destroy_external_storage(self):
+        pass
+
+    def kill_all_processes(self, check_alive=True, allow_graceful=False, wait=False):
+        self.killed = {"allow_graceful": allow_graceful, "wait": wait}
+
+
+def test_stop_local_ray_stops_the_processes_of_a_ray_init_that_failed_halfway(monkeypatch):
+    import ray
+    from ray._private import worker
+
+    assert not ray.is_initialized()
+    node = FakeHeadNode()
+    monkeypatch.setattr(worker, "_global_node", node)
+    stop_local_ray()
+    assert node.killed == {"allow_graceful": True, "wait": True}  # waited for, before the alias goes
+    assert worker._global_node is None
+    stop_local_ray()  # nothing started: nothing to do
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_the_session_stops_ray_before_removing_the_alias_on_ctrl_c_and_errors(tmp_path, monkeypatch, error):
+    deep = tmp_path.joinpath(*LONG)
+    alias = alias_path((deep / "ray" / "tmp").resolve())
+    seen = []
+    monkeypatch.setattr(ray_local, "stop_local_ray", lambda: seen.append(os.path.islink(alias)))
+    env = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "HOME", "RAY_AUTH_MODE")}
+    with pytest.raises(error), local_ray_session(deep) as ray_init:
+        assert ray_init == {"_temp_dir": str(alias)}
+        raise error()
+    assert seen == [True]  # Ray stopped while its temp folder was still reachable
+    assert not os.path.lexists(alias)
+    assert {key: os.environ.get(key) for key in env} == env
+
+
+def test_a_second_ctrl_c_waits_for_the_cleanup(tmp_path, monkeypatch):
+    import signal
+
+    deep = tmp_path.joinpath(*LONG)
+    handlers = []
+    monkeypatch.setattr(ray_local, "stop_local_ray", lambda: handlers.append(signal.getsignal(signal.SIGINT)))
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), local_ray_session(deep):
+        raise KeyboardInterrupt
+    assert handlers == [signal.SIG_IGN] and signal.getsignal(signal.SIGINT) == before
+
+
+def test_the_drivers_failures_are_one_line():
+    import ray
+
+    from dara.train import failure_line
+
+    cause = ValueError("reward channel 'format' scored 1, outside its range [0, 0.5]\nmore detail")
+    wrapped = ray.exceptions.RayTaskError("TaskRunner.run", "Traceback (most recent call last):\n  ...", cause)
+    assert failure_line(wrapped) == "ValueError: reward channel 'format' scored 1, outside its range [0, 0.5]"
+    died = ray.exceptions.ActorDiedError()
+    line = failure_line(died)
+    assert line.startswith("ActorDiedError: ") and "\n" not in line
+    assert failure_line(TypeError("runtime_env['env_vars'] must be of type Dict[str, str]")) == (
+        "TypeError: runtime_env['env_vars'] must be of type Dict[str, str]")
+
+
+def test_ctrl_c_in_dara_train_is_one_line_and_exit_130(monkeypatch, capsys):
+    import dara.train as train
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "_hydra_main", interrupted)
+    monkeypatch.setattr(sys, "argv", ["dara.train"])
+    with pytest.raises(SystemExit) as stop:
+        train.main()
+    assert stop.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[dara] interrupted (Ctrl-C): what Ray started is stopped")
+
+
+@pytest.mark.slow  # a real Ray head node (~10-20 s on a busy machine)
+def test_a_ray_init_that_ray_refuses_leaves_no_process_and_nothing_in_tmp(tmp_path):
+    """The path of the issue without dara's check: Ray starts its processes, then refuses the runtime_env."""
+    deep = tmp_path.joinpath(*LONG)
+    script = (
+        "import sys, ray\n"
+        "from dara.verl.cpu.ray_local import local_ray_session\n"
+        "try:\n"
+        "    with local_ray_session(sys.argv[1]) as extra:\n"
+        "        ray.init(num_cpus=1, include_dashboard=False, object_store_memory=78643200,\n"
+        "                 runtime_env={'env_vars': {'FOO': 1}}, **extra)\n"
+        "except TypeError as error:\n"
+        "    print('refused', error)\n"
+        "from ray._private import worker\n"
+        "print('node', worker._global_node)\n")
+    alias = alias_path((deep / "ray" / "tmp").resolve())
+    out = subprocess.run([sys.executable, "-c", script, str(deep)], capture_output=True, text=True, timeout=300,
+                         cwd=dara.PROJECT_ROOT)
+    assert "refused" in out.stdout and "node None" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert not os.path.lexists(alias)  # neither the link nor a folder Ray's exit hook recreated there
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(deep) not in ps and alias.name not in ps  # no Ray process of that session runs on
+
+
+# ----------------------------------------------------------------------------- reward ranges
+def test_a_reward_range_narrower_than_the_declared_one_warns_before_ray(capsys):
+    assert narrow_range_warnings({"format": [0, 1]}, {"format": [0, 1]}) == []
+    assert narrow_range_warnings({"format": [0, 1]}, {"format": [-1, 2]}) == []  # wider: the reward's scores fit
+    assert narrow_range_warnings({"format": [0, 1]}, {"format": "bad"}) == []  # left to the options' own check
+    cfg = compose(["algorithm.dara.reward_ranges.format=[0,0.5]"], resolve=False)
+    check_config(cfg)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0] == ("[dara] warning: algorithm.dara.reward_ranges.format=[0, 0.5] is narrower than the range the "
+                      "reward declares for 'format', [0, 1]: a format score outside [0, 0.5] stops the run")
+    assert list(cfg.algorithm.dara.reward_ranges.format) == [0, 0.5]
+
+
+def test_a_score_outside_its_range_stops_the_run_naming_channel_score_and_range():
+    names = ["format", "correctness"]
+    ranges = {"format": [0.0, 0.5], "correctness": [-3.0, 3.0]}
+    check_reward_ranges(torch.tensor([[0.5, -3.0], [0.0, 3.0]], dtype=torch.float64), names, ranges, step=1)
+    check_reward_ranges(torch.tensor([[9.0, 9.0]]), names, {})  # no ranges: nothing to hold them to
+    scores = torch.tensor([[0.25, 1.0], [1.0, 0.0], [0.75, 2.0]], dtype=torch.float64)
+    with pytest.raises(RewardRangeError) as error:
+        check_reward_ranges(scores, names, ranges, step=3)
+    assert str(error.value) == ("reward channel 'format' scored 1, outside its range [0, 0.5] "
+                                "(algorithm.dara.reward_ranges.format); 2 of 3 samples of step 3 lie outside it")
+    with pytest.raises(RewardRangeError, match=r"'correctness' scored -4, outside its range \[-3, 3\]"):
+        check_reward_ranges(torch.tensor([[0.0, -4.0], [0.0, 3.5]]), names, ranges)
+    assert issubclass(RewardRangeError, ValueError)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dara_asym"])
+def test_the_trainer_stops_on_a_score_outside_its_range_before_any_estimator(monkeypatch, estimator):
+    """The project trainer's pre-advantage step holds the real rows (not verl's padding) to the ranges."""
+    from types import SimpleNamespace
+
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    from dara.verl.trainer import DaraTrainerSync
+
+    rows = [(1.0, 0.5), (0.0, 0.0), (-1.0, 1.0)]  # (correctness, format); the last row is padding
+    fields = [{"reward_extra_info": {"correctness": c, "format": f, "score": c + f}} for c, f in rows]
+    monkeypatch.setattr(tq, "kv_batch_get", lambda keys, partition_id, select_fields: {"extra_fields": fields})
+    batch = SimpleNamespace(keys=["a", "b", "c"], partition_id="train",
+                            tags=[{"is_padding": False}, {"is_padding": False}, {"is_padding": True}])
+    trainer = object.__new__(DaraTrainerSync)
+    trainer.global_steps = 4
+    trainer.config = OmegaConf.create({"algorithm": {
+        "adv_estimator": estimator, "reward_channels": ["correctness", "format"],
+        "dara": {"reward_ranges": {"correctness": [-3.0, 3.0], "format": [0.0, 0.5]}}}})
+    context = trainer._channel_context(batch, {})  # the padding row's format 1.0 is not a sample's score
+    assert context.channel_scores.shape == (3, 2)
+    fields[1]["reward_extra_info"]["format"] = 1.0
+    with pytest.raises(RewardRangeError, match=r"^reward channel 'format' scored 1, outside its range \[0, 0\.5\] "
+                       r"\(algorithm\.dara\.reward_ranges\.format\); 1 of 2 samples of step 4 lie outside it$"):
+        trainer._channel_context(batch, {})
+
+
+# ----------------------------------------------------------------------------- dara.preflight's arguments
+@pytest.mark.parametrize("argv", [
+    ["task=smoke", "estimator=grpo", "--skip-env", "--nodes", "1"],
+    ["--skip-env", "--nodes", "1", "task=smoke", "estimator=grpo"],
+    ["task=smoke", "--skip-env", "estimator=grpo", "--nodes", "1"],
+    ["--skip-env", "task=smoke", "--nodes", "1", "estimator=grpo"],
+])
+def test_preflight_takes_overrides_before_between_and_after_its_flags(argv):
+    from dara.preflight.__main__ import parse_args
+
+    args = parse_args(argv)
+    assert args.overrides == ["task=smoke", "estimator=grpo"] and args.skip_env and args.nodes == 1
+
+
+def test_preflight_runs_with_overrides_after_its_flags(capsys):
+    from dara.preflight.__main__ import main
+
+    assert main(["--skip-env", "task=smoke", "--nodes", "1", "estimator=grpo"]) == 0
+    out = capsys.readouterr()
+    assert "unrecognized arguments" not in out.err and "estimator grpo" in out.out, out
