@@ -21,10 +21,12 @@ from recipes.gpu_smoke import (
     Checklist,
     Measured,
     calibrate,
+    checkpoint_resume_check,
     matching_clusters,
     paper_runs,
     run_shape,
     runs,
+    train_with_forced_stop,
 )
 
 
@@ -99,3 +101,68 @@ def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
     assert "--gpus-per-node=1" in sbatch and "--time=1:00:00" in sbatch and "scripts/slurm/gpu_smoke.sbatch" in sbatch
     assert load("gpu_smoke").runs()[0].cluster == "one_gpu"
 
+
+
+def test_the_checkpoint_resume_check_reads_a_run_folder(tmp_path):
+    """What a forced stop and its resume leave: a checkpoint at the stop's step, every step logged once, the
+    resume marker at the last step; each missing piece is named."""
+    import json as _json
+
+    from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, METRICS_FILE
+
+    def folder(steps, checkpoints, marker):
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        (run / CHECKPOINTS).mkdir(parents=True)
+        for step in checkpoints:
+            (run / CHECKPOINTS / f"global_step_{step}").mkdir()
+        (run / CHECKPOINTS / CHECKPOINT_TRACKER).write_text(f"{marker}\n")
+        (run / METRICS_FILE).write_text("".join(_json.dumps({"step": s}) + "\n" for s in steps))
+        return run
+
+    ok, detail = checkpoint_resume_check(folder([1, 2, 3, 4], [2, 4], 4), 4, 2, (0, 0))
+    assert ok and detail == "stopped at step 2 (checkpoint), resumed to 4; steps logged once: [1, 2, 3, 4]"
+    ok, detail = checkpoint_resume_check(folder([1, 2, 2, 3], [4], 3), 4, 2, (0, 1))
+    assert not ok
+    for problem in ("exit codes (0, 1)", "no checkpoint of the stop's step 2", "steps logged [1, 2, 2, 3]",
+                    "the resume marker is not the last step"):
+        assert problem in detail
+    assert "not before step 4" in checkpoint_resume_check(folder([1, 2, 3, 4], [4], 4), 4, 4, (0, 0))[1]
+
+
+# A stand-in for `python -m dara.train` that keeps the trainer's stop-request protocol (dara.verl.stop_request): it
+# resumes from the checkpoint marker, logs one step at a time, and at a step's end with a request pending (or at
+# the last step) checkpoints, clears the request and exits 0. The real protocol runs in tests/test_slurm.py.
+STAND_IN = """
+import json, sys, time
+from pathlib import Path
+options = dict(arg.split("=", 1) for arg in sys.argv[3:])
+run, steps = Path(options["run_dir"]), int(options["steps"])
+marker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
+start = int(marker.read_text()) if marker.exists() else 0
+for step in range(start + 1, steps + 1):
+    time.sleep(0.6)
+    with open(run / "metrics.jsonl", "a") as log:
+        log.write(json.dumps({"step": step}) + "\\n")
+    request = run / "stop_request"
+    if request.exists() or step == steps:
+        (run / "checkpoints" / f"global_step_{step}").mkdir(parents=True)
+        marker.write_text(str(step))
+        request.unlink(missing_ok=True)
+        break
+"""
+
+
+def test_train_with_forced_stop_stops_after_the_step_asked_and_resumes_the_rest(tmp_path):
+    import sys as _sys
+
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!{_sys.executable}\n{STAND_IN}")
+    stand_in.chmod(0o755)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first, stopped_at, second = train_with_forced_stop([f"run_dir={run_dir}", "steps=6"], run_dir, stop_after=2,
+                                                       python=str(stand_in), timeout_s=120)
+    assert (first, second) == (0, 0) and 2 <= stopped_at < 6  # stopped at a step boundary after step 2, early
+    ok, detail = checkpoint_resume_check(run_dir, 6, stopped_at, (first, second))
+    assert ok, detail
+    assert not (run_dir / "stop_request").exists()

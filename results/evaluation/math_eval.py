@@ -41,7 +41,7 @@ from tasks.math_answers import reference_answer
 LENGTH_LIMIT = task.LENGTH_LIMIT
 METRICS = ("acc", "acc_strict", "exceed", "joint")
 BENCHMARK_ORDER = task.BENCHMARKS
-# File stems of the raw benchmark JSONs (shared/data/math_benchmarks) -> data_source names (conventions).
+# File stems of the raw benchmark JSONs (sample_data/math_benchmarks) -> data_source names (conventions).
 FILE_TO_SOURCE = {"aime": "aime24", "amc": "amc23", "math": "math500", "minerva": "minerva",
                   "olympiad_bench": "olympiad_bench"}
 
