@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import dara
 from dara.io import atomic_write_text
 from results import compare as compare_mod
 from results import plots, tables, thresholds
@@ -40,8 +41,22 @@ def render_plain(frame: pd.DataFrame, fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# What `thresholds` and `table` read when given no runs: the authors' published files in the repository.
+AUTHORS_CURVES = "reference/training_dynamics.csv"
+AUTHORS_PER_RUN = "paper_bfcl_v4_20260920/final_per_run.csv"
+
+
+def authors_default(runs: list[str], relative: str) -> list[str]:
+    """`runs`, or the authors' file `relative` (below reference/dara_authors) when none is given, said on stderr."""
+    if runs:
+        return runs
+    path = dara.AUTHORS_REFERENCE / relative
+    print(f"reading the authors' published {path} (no runs given)", file=sys.stderr)
+    return [str(path)]
+
+
 def cmd_thresholds(args) -> None:
-    frame = load_runs(args.runs)
+    frame = load_runs(authors_default(args.runs, AUTHORS_CURVES))
     out = thresholds.threshold_steps(
         frame,
         args.metric,
@@ -62,7 +77,7 @@ def cmd_thresholds(args) -> None:
 def cmd_table(args) -> None:
     attach = [(path, spec) for path, spec in (args.attach or [])]
     summary = tables.build_table(
-        args.runs,
+        authors_default(args.runs, AUTHORS_PER_RUN),
         args.metrics,
         group_by=args.group_by,
         step=args.step,
@@ -126,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("thresholds", help="first step a metric reaches a threshold (median or sustained rule)")
-    p.add_argument("runs", nargs="+", help="run folders, metrics.jsonl files or long-format CSVs")
+    p.add_argument("runs", nargs="*", help="run folders, metrics.jsonl files or long-format CSVs (default: the "
+                                           "authors' published curves, reference/dara_authors/" + AUTHORS_CURVES + ")")
     p.add_argument("--metric", required=True)
     p.add_argument("--threshold", type=float, required=True)
     p.add_argument("--rule", choices=thresholds.RULES, default="median")
@@ -141,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_thresholds)
 
     p = sub.add_parser("table", help="mean and sample sd over seeds per method and metric")
-    p.add_argument("runs", nargs="+", help="per-run CSVs, run folders or metrics.jsonl files")
+    p.add_argument("runs", nargs="*", help="per-run CSVs, run folders or metrics.jsonl files (default: the "
+                                           "authors' per-run BFCL file, reference/dara_authors/" + AUTHORS_PER_RUN + ")")
     p.add_argument("--metrics", type=_csv_list, required=True)
     p.add_argument("--group-by", type=_csv_list, default=["method"])
     p.add_argument("--step", help="curves: the step to read (an integer or 'last')")

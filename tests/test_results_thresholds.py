@@ -194,3 +194,18 @@ def test_math_speed_metric_per_run_then_over_seeds_from_prefilter_curves(tmp_pat
         assert summary.loc[method, "step_median"] == pytest.approx(statistics.median(reached))
     # a crossing at step t needs the window ending at t to hold the new level for 10 steps (t = rise + 9 or so)
     assert summary.loc["dara_asym", "step_min"] < summary.loc["gdpo", "step_min"]
+
+
+def test_with_no_runs_thresholds_and_table_read_the_authors_files_in_the_repository(tmp_path, capsys):
+    from results.cli import AUTHORS_CURVES, AUTHORS_PER_RUN
+
+    args = ["--metric", "train_format", "--threshold", "0.8", "--group-by", "model_size"]
+    assert main(["thresholds", *args, "--out", str(tmp_path / "default.csv")]) == 0
+    assert str(reference_dir() / AUTHORS_CURVES) in capsys.readouterr().err
+    assert main(["thresholds", str(reference_dir() / AUTHORS_CURVES), *args, "--out", str(tmp_path / "given.csv")]) == 0
+    assert (tmp_path / "default.csv").read_bytes() == (tmp_path / "given.csv").read_bytes()
+    table = ["--metrics", "average_accuracy", "--group-by", "model_size,method,step", "--format", "csv"]
+    assert main(["table", *table, "--out", str(tmp_path / "t1.csv")]) == 0
+    assert main(["table", str(reference_dir() / AUTHORS_PER_RUN), *table, "--out", str(tmp_path / "t2.csv")]) == 0
+    assert (tmp_path / "t1.csv").read_bytes() == (tmp_path / "t2.csv").read_bytes()
+    assert len((tmp_path / "t1.csv").read_text().splitlines()) > 5
