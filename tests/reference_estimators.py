@@ -49,9 +49,10 @@ def densities(adv, index):
     return [sum(1 for g in groups if sum(abs(adv[j][c]) for j in g) > 1e-8) / len(groups) for c in range(k)]
 
 
-def dara_weights(density, w_max=5.0):
+def dara_weights(density, w_max=5.0, dead_channel_weight="1"):
     ref = max(density)
-    return [min(w_max, math.sqrt(ref / p)) if p > 0 else 1.0 for p in density]
+    dead = 1.0 if dead_channel_weight == "1" else w_max
+    return [min(w_max, math.sqrt(ref / p)) if p > 0 else dead for p in density]
 
 
 def token_whiten(values, lengths, keep=None):
@@ -85,7 +86,7 @@ def normalize(values, lengths, mode):
 
 
 def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_max=5.0, reward_ranges=None,
-              tau=0.8, gamma=0.5, form="sym", query_weight="before_whiten"):
+              tau=0.8, gamma=0.5, form="sym", query_weight="before_whiten", rvpo_k=1.0, dead_channel_weight="1"):
     """Per-response advantage (the value broadcast over each response's tokens)."""
     n, k = len(scores), len(scores[0])
     prior = list(weights) if weights is not None else [1.0] * k
@@ -121,7 +122,7 @@ def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_
         s = [sum(adv[j][c] + (prior[c] - 1) * max(adv[j][c], 0.0) for c in range(k)) for j in range(n)]
         return normalize(s, lengths, batch_norm)
     if name in ("dara_sym", "dara_asym"):
-        w = [a * b for a, b in zip(dara_weights(densities(adv, index), w_max), prior, strict=True)]
+        w = [a * b for a, b in zip(dara_weights(densities(adv, index), w_max, dead_channel_weight), prior, strict=True)]
         if name == "dara_sym":
             s = [sum(w[c] * adv[j][c] for c in range(k)) for j in range(n)]
         else:
@@ -139,7 +140,47 @@ def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_
             w.append((1 - min(max(sat, 0.0), 1.0)) ** gamma)
         s = [sum(w[c] * prior[c] * adv[j][c] for c in range(k)) for j in range(n)]
         return normalize(s, lengths, batch_norm)
+    if name == "rvpo":
+        s = []
+        for j in range(n):
+            terms = [-rvpo_k * prior[c] * adv[j][c] for c in range(k)]
+            top = max(terms)
+            lse = top + math.log(sum(math.exp(t - top) for t in terms))
+            s.append(-(lse - math.log(k)) / rvpo_k)
+        return normalize(s, lengths, batch_norm)
     raise KeyError(name)
+
+
+def authors_rvpo(scores, index, lengths, k=1.0):
+    """The DARA authors' RVPO as their code computes it, token by token (zhaihaotian/DARA,
+    vendor/verl/verl/trainer/ppo/multi_reward_algos.py): each channel's verl GRPO advantage (group mean and
+    unbiased std + 1e-6; a group of one: mean 0, std 1) on every valid token, the per-token soft-min
+    -(log(sum_c exp(-k A_c)) - log K) / k over all K channels (0 on padding), then verl's masked whitening over
+    the valid tokens (mean, unbiased variance, (x - mean) / sqrt(var + 1e-8)) times the mask. Returns the
+    [N][T] token advantages (T = max length)."""
+    n, num_channels, width = len(scores), len(scores[0]), max(lengths)
+    mask = [[1.0 if t < lengths[j] else 0.0 for t in range(width)] for j in range(n)]
+    channel_adv = [[[0.0] * num_channels for _ in range(width)] for _ in range(n)]
+    for c in range(num_channels):
+        by_group = {}
+        for j, gid in enumerate(index):
+            by_group.setdefault(gid, []).append(scores[j][c])
+        for j, gid in enumerate(index):
+            values = by_group[gid]
+            if len(values) == 1:
+                m, sd = 0.0, 1.0
+            else:
+                m = sum(values) / len(values)
+                sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+            z = (scores[j][c] - m) / (sd + 1e-6)
+            for t in range(width):
+                channel_adv[j][t][c] = z * mask[j][t]
+    combined = [[-(math.log(sum(math.exp(-k * a) for a in channel_adv[j][t])) - math.log(num_channels)) / k
+                 for t in range(width)] for j in range(n)]
+    valid = [combined[j][t] for j in range(n) for t in range(width) if mask[j][t]]
+    mean_ = sum(valid) / len(valid)
+    var = sum((v - mean_) ** 2 for v in valid) / (len(valid) - 1)
+    return [[(combined[j][t] - mean_) / math.sqrt(var + 1e-8) * mask[j][t] for t in range(width)] for j in range(n)]
 
 
 def _saw(scores, lower):

@@ -6,6 +6,17 @@ One public entry::
     advantages, metrics = compute_advantages("dara_asym", scores, index, response_mask,
                                              channel_names=["correctness", "format"])
 
+An estimator of your own is one decorated function (docs/estimators.md, "An estimator of your own")::
+
+    from dara.estimators import Aggregate, ChannelBatch, Option, register
+
+    @register("my_method", "what it does", options=[Option("temperature", float, 1.0, lambda t: t > 0, "> 0")])
+    def my_method(batch: ChannelBatch) -> Aggregate: ...
+
+`python -m dara.estimators list` prints every registered estimator with its summary, batch-norm modes and
+options. The registry is read when a check runs (`ESTIMATOR_NAMES` is a live view of it), so a name
+registered later, or by a module `load_estimator_module` loads, is valid everywhere.
+
 Where each formula of ``docs/methods.md`` lives:
 
 ================  ===========================================  ================================
@@ -24,19 +35,38 @@ gd2po_snr         drop conflicts with abs(rho) < tau             ``methods.gd2po
 static            GDPO with fixed weights (sym or asym form)    ``methods.static``
 saw               weights K CV_k / sum CV                       ``methods.saw``, ``weights.saw_weights``
 sa_mrpo           weights (1 - s_k)^gamma                       ``methods.sa_mrpo``, ``weights.saturation_weights``
+rvpo              soft-min -(logsumexp(-k A) - log K) / k       ``methods.rvpo``
 ================  ===========================================  ================================
 
 Documented edge cases: a constant group gives exactly 0 for that channel; a size-1 group uses
 mean 0 and std 1 (verl's GRPO convention), so it counts as active when its score is non-zero; a
-channel active in no group has density 0, weight 1 under DARA, and `energy_vs_ideal` 0; token
+channel active in no group has density 0, weight 1 under DARA (w_max with `dead_channel_weight="w_max"`,
+the authors' code), and `energy_vs_ideal` 0; token
 whitening over fewer than two tokens returns zeros; DVAO gives 0 to size-1 groups and to groups whose
 weighted std is <= 1e-8; GD2PO with nothing kept gives all zeros.
 """
 
 from .api import OPTIONS, compute_advantages, diagnose
 from .config import DaraAlgoConfig
-from .methods import ESTIMATORS
+from .methods import Aggregate, ChannelBatch
+from .registry import (
+    ESTIMATORS,
+    Estimator,
+    EstimatorModule,
+    EstimatorModuleError,
+    LiveNames,
+    Option,
+    builtin_names,
+    estimator_names,
+    get_estimator,
+    load_estimator_module,
+    register,
+    unregister,
+)
 
-ESTIMATOR_NAMES = tuple(ESTIMATORS)
+ESTIMATOR_NAMES = LiveNames()  # every registered name, read on each use
+BUILTIN_ESTIMATORS = builtin_names()  # the library's own, fixed
 
-__all__ = ["compute_advantages", "diagnose", "DaraAlgoConfig", "ESTIMATORS", "ESTIMATOR_NAMES", "OPTIONS"]
+__all__ = ["Aggregate", "BUILTIN_ESTIMATORS", "ChannelBatch", "DaraAlgoConfig", "ESTIMATORS", "ESTIMATOR_NAMES",
+           "Estimator", "EstimatorModule", "EstimatorModuleError", "OPTIONS", "Option", "compute_advantages",
+           "diagnose", "estimator_names", "get_estimator", "load_estimator_module", "register", "unregister"]

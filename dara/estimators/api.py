@@ -7,13 +7,16 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .config import DaraAlgoConfig
+from .config import NOT_KEYWORDS, DaraAlgoConfig
 from .groups import Groups, group_codes, group_zscore
-from .methods import ESTIMATORS, Aggregate, ChannelBatch
+from .methods import Aggregate, ChannelBatch
 from .normalization import batch_normalize
+from .registry import get_estimator
 
 ACTIVE_EPS = 1e-8  # reward k is active in group i when sum_j |A_k(i,j)| > 1e-8
-OPTIONS = ("channel_names", *DaraAlgoConfig.__dataclass_fields__)
+# compute_advantages' keyword options: channel_names and the fields of DaraAlgoConfig (`options` holds an
+# estimator's own declared options); estimator_module is for the entry points, which load it
+OPTIONS = ("channel_names", *(f for f in DaraAlgoConfig.__dataclass_fields__ if f not in NOT_KEYWORDS))
 
 
 def compute_advantages(
@@ -26,8 +29,8 @@ def compute_advantages(
     """Token-level advantages of estimator `name` for a batch of grouped multi-reward responses.
 
     Args:
-        name: a key of `ESTIMATORS` (grpo, gdpo, dara_sym, dara_asym, dvao, gd2po_hard, gd2po_snr,
-            static, saw, sa_mrpo).
+        name: a registered estimator (`ESTIMATOR_NAMES`: grpo, gdpo, dara_sym, dara_asym, dvao, gd2po_hard,
+            gd2po_snr, static, saw, sa_mrpo, rvpo, and any registered with `register`), looked up now.
         scores: float [N, K], the raw score of each reward channel for each response ([N] = one channel).
         index: N group ids (verl's uid strings, or ints); responses with the same id form a group.
         response_mask: [N, T] 0/1 mask of valid response tokens.
@@ -37,13 +40,16 @@ def compute_advantages(
             ({channel name: [min, max]}; every channel for saw, sa_mrpo; scores outside a range are rejected),
             tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static), query_weight ("before_whiten" |
             "after_whiten"; gd2po), eps (added to the std of the group z-score and of response-level batch
-            normalisation; 1e-6).
+            normalisation; 1e-6), rvpo_k (rvpo; 1), dead_channel_weight ("1" | "w_max": the weight of a
+            channel active in no group under dara_sym / dara_asym), options ({name: value}: the options the
+            estimator declares for itself, `Option`; its defaults fill the rest).
 
     Returns:
         advantages: float32 [N, T] on the mask's device, zero outside the mask.
         metrics: flat dict of floats; per channel `density/`, `active_groups/`, `energy/`, `weight/`,
             `energy_weighted/`, `energy_ratio/` (to the largest channel), `energy_vs_ideal/`
-            (E_k / sum over active groups of (G_i - 1)), plus `num_groups`, `num_responses`.
+            (E_k / sum over active groups of (G_i - 1)), plus `num_groups`, `num_responses`,
+            `advantage/response_mean`, `advantage/response_std` and the estimator's own metrics.
 
     Raises:
         ValueError: unknown estimator or option, mismatched shapes, NaN/inf scores, bad option values.
@@ -77,9 +83,7 @@ def compute_advantages(
 
 
 def _lookup(name: str):
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; available: {', '.join(sorted(ESTIMATORS))}")
-    return ESTIMATORS[name]
+    return get_estimator(name)
 
 
 def _check_tensors(scores, response_mask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,6 +129,9 @@ def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> di
     opts = vars(config).copy()
     opts["batch_norm"] = config.resolved_batch_norm(name)
     opts["channel_names"] = [str(n) for n in names]
+    opts.update(config.estimator_options(name))  # the estimator's own options, by name (checked in check_for)
+    del opts["options"]
+    opts.pop("estimator_module", None)
     if config.weights is not None:
         opts["weights"] = _as_channel_vector(config.weights, num_channels, "weights", device)
     opts["reward_ranges"] = _check_ranges(opts.get("reward_ranges"), scores, opts["channel_names"])

@@ -7,6 +7,12 @@ they are `algorithm.reward_channels`, which the reward spec of the task declares
 channel's name to its [min, max]: in training every channel's range comes from the reward's declaration,
 and `algorithm.dara.reward_ranges.<channel>=[min,max]` overrides one.
 
+Two fields are not options of an estimator: `options` holds the options a registered estimator declares
+for itself (`dara.estimators.Option`), checked by `check_for` once the estimator is known;
+`estimator_module` names a user's module of estimators, which the entry points load before any check
+(`dara.estimators.load_estimator_module`). Each field's help text (`FIELD_HELP`) is also the help of
+TRL's `DaraGRPOConfig` fields, which derive from this table.
+
 An instance validates itself (`__post_init__`); `check_for(estimator, channels)` adds what depends on
 the estimator and the number of channels.
 """
@@ -16,17 +22,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Dict, List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
+from typing import Any, Dict, List, Optional  # noqa: UP035 - OmegaConf's structured-config typing
 
 from .groups import GROUP_EPS
-from .methods import ESTIMATORS
 from .normalization import BATCH_NORM_MODES
-from .weights import DEFAULT_W_MAX
+from .registry import get_estimator
+from .weights import DEAD_CHANNEL_WEIGHTS, DEFAULT_W_MAX
 
 FORMS = ("sym", "asym")
 QUERY_WEIGHT_ORDERS = ("before_whiten", "after_whiten")
 DEFAULT_BATCH_NORM = "token"  # for the estimators that take any mode
-ESTIMATORS_NEEDING_RANGES = ("saw", "sa_mrpo")  # they shift or scale by each channel's range
+DEFAULT_RVPO_K = 1.0
+# Fields that are not keyword options of an estimator's formula (compute_advantages leaves them out).
+NOT_KEYWORDS = ("estimator_module",)
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
 
 
 @dataclass
@@ -34,17 +46,36 @@ class DaraAlgoConfig:
     """Estimator options (see `compute_advantages`). None means "not used" (weights: 1 each; batch_norm:
     the estimator's own, `token` where it takes any); reward_ranges holds the channels that have a range."""
 
-    weights: Optional[List[float]] = None  # noqa: UP006, UP045 - OmegaConf schema types
-    w_max: float = DEFAULT_W_MAX
-    batch_norm: Optional[str] = None  # noqa: UP045
-    reward_ranges: Dict[str, List[float]] = field(default_factory=dict)  # noqa: UP006
-    tau: float = 0.8
-    gamma: float = 0.5
-    form: str = "sym"
-    query_weight: str = "before_whiten"
+    weights: Optional[List[float]] = field(  # noqa: UP006, UP045 - OmegaConf schema types
+        default=None, metadata=_help("Fixed prior weight per channel (1 each when unset); required for static."))
+    w_max: float = field(default=DEFAULT_W_MAX, metadata=_help("Cap of DARA's density weights (>= 1)."))
+    batch_norm: Optional[str] = field(  # noqa: UP045
+        default=None, metadata=_help("Batch normalisation of the aggregated advantage: token, response or none; "
+                                     "unset: the estimator's own (token where it takes any)."))
+    reward_ranges: Dict[str, List[float]] = field(  # noqa: UP006
+        default_factory=dict, metadata=_help("Per channel name its [min, max] score range (saw, sa_mrpo read "
+                                             "them; a score outside a given range is an error)."))
+    tau: float = field(default=0.8, metadata=_help("GD2PO-SNR's |rho| threshold, in [0, 1]."))
+    gamma: float = field(default=0.5, metadata=_help("SA-MRPO's saturation exponent (>= 0)."))
+    form: str = field(default="sym", metadata=_help("static: 'sym' or 'asym'."))
+    query_weight: str = field(default="before_whiten",
+                              metadata=_help("GD2PO: 'before_whiten' or 'after_whiten' (the DARA authors' runs)."))
     # The eps added to the std of the group z-score and of the response-level batch normalisation
     # (METHODS.md: 1e-6; TRL's GRPOTrainer uses 1e-4, which dara.trl's equality test with TRL sets).
-    eps: float = GROUP_EPS
+    eps: float = field(default=GROUP_EPS, metadata=_help(
+        "Added to the std of the group z-score and of response-level batch normalisation (the library's 1e-6; "
+        "TRL's own advantages use 1e-4)."))
+    rvpo_k: float = field(default=DEFAULT_RVPO_K, metadata=_help(
+        "RVPO's risk coefficient k of its soft-min -(logsumexp(-k A) - log K) / k (finite, > 0)."))
+    dead_channel_weight: str = field(default="1", metadata=_help(
+        "The weight DARA applies (and logs) for a channel active in no group: '1' (the paper's text) or "
+        "'w_max' (the authors' code); its advantage is 0 either way."))
+    options: Dict[str, Any] = field(  # noqa: UP006
+        default_factory=dict, metadata=_help("The options the estimator declares for itself "
+                                             "(python -m dara.estimators list shows them)."))
+    estimator_module: Optional[str] = field(  # noqa: UP045
+        default=None, metadata=_help("A module of estimators of your own to load first: a .py file, an import "
+                                     "path or pkg://package.module."))
 
     def __post_init__(self) -> None:
         if self.weights is not None:
@@ -52,7 +83,18 @@ class DaraAlgoConfig:
             if not all(math.isfinite(w) for w in self.weights):
                 raise ValueError(f"weights must be finite, got {self.weights}")
         self.w_max, self.tau, self.gamma = float(self.w_max), float(self.tau), float(self.gamma)
-        self.eps = float(self.eps)
+        self.eps, self.rvpo_k = float(self.eps), float(self.rvpo_k)
+        self.dead_channel_weight = _dead_weight_text(self.dead_channel_weight)
+        if self.dead_channel_weight not in DEAD_CHANNEL_WEIGHTS:
+            raise ValueError(f"dead_channel_weight must be one of {list(DEAD_CHANNEL_WEIGHTS)}, "
+                             f"got {self.dead_channel_weight!r}")
+        if not (math.isfinite(self.rvpo_k) and self.rvpo_k > 0):
+            raise ValueError(f"rvpo_k must be a finite number > 0 (RVPO's risk coefficient), got {self.rvpo_k}")
+        if not isinstance(self.options, Mapping):
+            raise ValueError(f"options maps an estimator's own option names to values, got {self.options!r}")
+        self.options = {str(k): v for k, v in dict(self.options).items()}
+        if self.estimator_module is not None:
+            self.estimator_module = str(self.estimator_module)
         if not (math.isfinite(self.eps) and self.eps > 0):
             raise ValueError(f"eps must be a finite number > 0 (added to a std), got {self.eps}")
         if not self.w_max >= 1:
@@ -80,7 +122,9 @@ class DaraAlgoConfig:
         return cls(**values)
 
     def check_for(self, estimator: str, channels: Sequence[str]) -> None:
-        """What depends on the estimator and the channels: lengths, required options, batch_norm."""
+        """What depends on the estimator and the channels: a registered name, lengths, required options, the
+        estimator's own options, batch_norm."""
+        registered = get_estimator(estimator)
         k = len(channels)
         if self.weights is not None and len(self.weights) != k:
             raise ValueError(f"weights has {len(self.weights)} entries for {k} reward channels {list(channels)}")
@@ -88,10 +132,23 @@ class DaraAlgoConfig:
             raise ValueError("estimator 'static' needs fixed channel weights (weights=[...], e.g. [1, 5])")
         self.check_range_names(channels)
         missing = [name for name in channels if name not in self.reward_ranges]
-        if estimator in ESTIMATORS_NEEDING_RANGES and missing:
+        if registered.needs_ranges and missing:
             raise ValueError(f"estimator {estimator!r} needs reward_ranges: a [min, max] for every channel, "
                              f"missing {missing}")
         self.resolved_batch_norm(estimator)
+        self.estimator_options(estimator)
+
+    def estimator_options(self, estimator: str) -> dict[str, Any]:
+        """The estimator's own options (`options`) with its declared defaults, each coerced and checked; an
+        option it does not declare is an error listing those it does."""
+        declared = get_estimator(estimator).options
+        unknown = sorted(set(self.options) - {o.name for o in declared})
+        if unknown:
+            accepted = "; ".join(o.describe() for o in declared) or "none"
+            raise ValueError(f"estimator {estimator!r} has no option(s) {unknown} (options.<name>); it declares: "
+                             f"{accepted}")
+        return {o.name: o.coerce(self.options[o.name], f"options.{o.name}") if o.name in self.options
+                else o.default for o in declared}
 
     def check_range_names(self, channels: Sequence[str]) -> None:
         """Every `reward_ranges` name is one of `channels` (a range for no channel is a misspelt name)."""
@@ -103,17 +160,32 @@ class DaraAlgoConfig:
         """The batch normalisation `estimator` applies under this config; a mode it does not define raises."""
         # A method whose definition fixes the normalisation (METHODS.md) lists its modes in the registry;
         # a `batch_norm` it does not define is rejected, never silently ignored.
-        allowed = ESTIMATORS[estimator].batch_norms or BATCH_NORM_MODES
+        own = get_estimator(estimator).batch_norms
+        allowed = own or BATCH_NORM_MODES
         if self.batch_norm is None:
-            return allowed[0] if ESTIMATORS[estimator].batch_norms else DEFAULT_BATCH_NORM
+            return allowed[0] if own else DEFAULT_BATCH_NORM
         if self.batch_norm not in allowed:
             raise ValueError(f"estimator {estimator!r} does not take batch_norm={self.batch_norm!r}: its definition "
                              f"allows {list(allowed)} (leave batch_norm null for the estimator's own)")
         return self.batch_norm
 
-    def options(self) -> dict:
-        """`compute_advantages` keyword arguments (channel_names excepted); unset options are left out."""
-        return {key: value for key, value in asdict(self).items() if value is not None and value != {}}
+    def keywords(self) -> dict:
+        """`compute_advantages` keyword arguments (channel_names excepted); unset options are left out, and so
+        is `estimator_module` (the entry point loads it)."""
+        return {key: value for key, value in asdict(self).items()
+                if value is not None and value != {} and key not in NOT_KEYWORDS}
+
+
+FIELD_HELP: dict[str, str] = {f.name: f.metadata.get("help", "") for f in fields(DaraAlgoConfig)}
+
+
+def _dead_weight_text(value: Any) -> str:
+    """'1' for 1 / 1.0 / '1' (a command line gives a number), else the text."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float) and float(value) == 1.0:
+        return "1"
+    return str(value).strip()
 
 
 def ranges_by_name(ranges: Mapping | None) -> dict[str, list[float]]:

@@ -1,23 +1,25 @@
-"""The registry of multi-reward advantage estimators, one small function each (METHODS.md).
+"""The library's multi-reward advantage estimators, one small function each (docs/methods.md).
 
 Every estimator maps a `ChannelBatch` (raw channel scores, their group z-scores A_k, densities)
 to an `Aggregate`: the per-response value S before batch normalisation, the per-channel terms
 that S sums (their energies are the `energy_weighted/<c>` diagnostic), and the weights applied.
 `dara.estimators.api.compute_advantages` then batch-normalises S and broadcasts it over tokens.
+Each is registered with `dara.estimators.registry.register`, the decorator a user's estimator takes too.
 
 `prior` is the user's `weights` option (1 per channel when not given): the channel weights of
-GRPO/GDPO/static, multiplied onto the adaptive weights of DARA, SAW and SA-MRPO. With the default
-every method is exactly its METHODS.md definition.
+GRPO/GDPO/static, multiplied onto the adaptive weights of DARA, SAW and SA-MRPO (and onto A_k in RVPO).
+With the default every method is exactly its docs/methods.md definition.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from dataclasses import dataclass, field
 
 import torch
 
 from .groups import Groups, constant_groups, group_mean_std, group_zscore
+from .registry import ESTIMATORS, Estimator, register  # noqa: F401 - the registry's names, as before
 from .weights import density_weights, saturation_weights, saw_weights
 
 SIGN_EPS = 1e-8  # a per-reward advantage counts as positive/negative beyond this (GD2PO, DVAO)
@@ -25,44 +27,41 @@ SIGN_EPS = 1e-8  # a per-reward advantage counts as positive/negative beyond thi
 
 @dataclass
 class ChannelBatch:
-    scores: torch.Tensor  # [N, K] raw channel scores (float64)
+    """What an estimator receives: one batch of N responses in B groups with K reward channels (float64).
+
+    scores: [N, K] raw channel scores. groups: the group of each response (`groups.gather`, `groups.sum`).
+    advantages: [N, K] the group z-scores A_k (GDPO's per-channel advantage; exactly 0 in constant groups).
+    density: [K] share of groups where channel k is active. prior: [K] the `weights` option (1 each unset).
+    options: every resolved option: the typed ones (`w_max`, `eps`, `batch_norm` as it applies, ...,
+    `channel_names`) and the estimator's own declared options by name."""
+
+    scores: torch.Tensor
     groups: Groups
-    advantages: torch.Tensor  # [N, K] per-reward group z-scores A_k
-    density: torch.Tensor  # [K] share of groups where the channel is active
-    prior: torch.Tensor  # [K] user channel weights
+    advantages: torch.Tensor
+    density: torch.Tensor
+    prior: torch.Tensor
     options: dict
 
 
 @dataclass
 class Aggregate:
-    values: torch.Tensor  # [N] S, before batch normalisation
-    channel_terms: torch.Tensor  # [N, K] what S sums, per channel
-    weights: torch.Tensor  # [K] the weight actually applied to each channel
-    batch_norm: str  # normalisation to apply to S
-    keep: torch.Tensor | None = None  # [N] 0/1, responses that take part (GD2PO)
-    post_scale: torch.Tensor | None = None  # [N] applied after normalisation (GD2PO order option)
+    """What an estimator returns.
+
+    values: [N] S, the per-response value before batch normalisation.
+    channel_terms: [N, K] each channel's part of S (their squares summed are `energy_weighted/<c>`).
+    weights: [K] the weight applied to each channel (logged as `weight/<c>`).
+    batch_norm: the normalisation `compute_advantages` applies to S (`batch.options["batch_norm"]`).
+    keep: [N] 0/1, the responses the normalisation sees (the others end at 0); None = all.
+    post_scale: [N] multiplied in after the normalisation; None = none.
+    metrics: extra floats, logged as they are named (e.g. `rvpo/k`)."""
+
+    values: torch.Tensor
+    channel_terms: torch.Tensor
+    weights: torch.Tensor
+    batch_norm: str
+    keep: torch.Tensor | None = None
+    post_scale: torch.Tensor | None = None
     metrics: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Estimator:
-    name: str
-    fn: Callable[[ChannelBatch], Aggregate]
-    batch_norms: tuple[str, ...]  # the batch_norm modes the method defines, first = its own; () = any
-    summary: str
-
-
-ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register(name: str, summary: str, batch_norms: tuple[str, ...] = ()):
-    def wrap(fn: Callable[[ChannelBatch], Aggregate]):
-        if name in ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary)
-        return fn
-
-    return wrap
 
 
 def _weighted_sum(batch: ChannelBatch, terms: torch.Tensor, weights: torch.Tensor) -> Aggregate:
@@ -74,7 +73,8 @@ def _asymmetric(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor
     return advantages + (weights - 1.0) * advantages.clamp(min=0.0)
 
 
-@register("grpo", "sum the channels, then group z-score (no batch normalisation)", batch_norms=("none",))
+@register("grpo", "sum the channels, then group z-score (no batch normalisation)", batch_norms=("none",),
+          uses=("weights",))
 def grpo(batch: ChannelBatch) -> Aggregate:
     total = (batch.scores * batch.prior).sum(dim=1, keepdim=True)
     eps = batch.options["eps"]
@@ -92,12 +92,13 @@ def grpo(batch: ChannelBatch) -> Aggregate:
     return Aggregate(values, terms, batch.prior.clone(), "none")
 
 
-@register("gdpo", "S = sum_k w_k A_k, then batch normalisation")
+@register("gdpo", "S = sum_k w_k A_k, then batch normalisation", uses=("weights",))
 def gdpo(batch: ChannelBatch) -> Aggregate:
     return _weighted_sum(batch, batch.advantages * batch.prior, batch.prior.clone())
 
 
-@register("static", "GDPO with fixed channel weights (form='sym') or their asymmetric form (form='asym')")
+@register("static", "GDPO with fixed channel weights (form='sym') or their asymmetric form (form='asym')",
+          uses=("weights", "form"))
 def static(batch: ChannelBatch) -> Aggregate:
     if batch.options.get("weights") is None:
         raise ValueError("estimator 'static' needs fixed channel weights: pass weights=[w_1, ..., w_K]")
@@ -109,20 +110,26 @@ def static(batch: ChannelBatch) -> Aggregate:
     raise ValueError(f"static: form must be 'sym' or 'asym', got {form!r}")
 
 
-@register("dara_sym", "DARA-Sym: A~_k = w_k A_k with density weights w_k = min(w_max, sqrt(pi_ref/pi_k))")
+def _density_weights(batch: ChannelBatch) -> torch.Tensor:
+    return density_weights(batch.density, batch.options["w_max"], batch.options["dead_channel_weight"]) * batch.prior
+
+
+@register("dara_sym", "DARA-Sym: A~_k = w_k A_k with density weights w_k = min(w_max, sqrt(pi_ref/pi_k))",
+          uses=("weights", "w_max", "dead_channel_weight"))
 def dara_sym(batch: ChannelBatch) -> Aggregate:
-    weights = density_weights(batch.density, batch.options["w_max"]) * batch.prior
+    weights = _density_weights(batch)
     return _weighted_sum(batch, batch.advantages * weights, weights)
 
 
-@register("dara_asym", "DARA-Asym (main): A~_k = A_k + (w_k - 1) max(A_k, 0), density weights")
+@register("dara_asym", "DARA-Asym (main): A~_k = A_k + (w_k - 1) max(A_k, 0), density weights",
+          uses=("weights", "w_max", "dead_channel_weight"))
 def dara_asym(batch: ChannelBatch) -> Aggregate:
-    weights = density_weights(batch.density, batch.options["w_max"]) * batch.prior
+    weights = _density_weights(batch)
     return _weighted_sum(batch, _asymmetric(batch.advantages, weights), weights)
 
 
 @register("dvao", "per group: sum_k w_k (r_k - mean_k) / sum_k w_k sigma_k, population std; no batch norm",
-          batch_norms=("none",))
+          batch_norms=("none",), uses=("weights",))
 def dvao(batch: ChannelBatch) -> Aggregate:
     groups = batch.groups
     num_channels = batch.scores.shape[1]
@@ -164,13 +171,13 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
 
 
 @register("gd2po_hard", "GD2PO-Hard: drop conflicting responses, c_i-weighted sum, whiten kept tokens",
-          batch_norms=("token", "response"))
+          batch_norms=("token", "response"), uses=("weights", "query_weight"))
 def gd2po_hard(batch: ChannelBatch) -> Aggregate:
     return _decoupled(batch, _conflicts(batch.advantages))
 
 
 @register("gd2po_snr", "GD2PO-SNR: drop a conflicting response only when |rho| < tau (default 0.8)",
-          batch_norms=("token", "response"))
+          batch_norms=("token", "response"), uses=("weights", "tau", "query_weight"))
 def gd2po_snr(batch: ChannelBatch) -> Aggregate:
     tau = batch.options["tau"]
     advantages = batch.advantages
@@ -178,7 +185,8 @@ def gd2po_snr(batch: ChannelBatch) -> Aggregate:
     return _decoupled(batch, _conflicts(advantages) & (rho.abs() < tau))
 
 
-@register("saw", "SAW: GDPO with weights K * CV_k / sum CV (CV of r_k - r_min_k over the batch)")
+@register("saw", "SAW: GDPO with weights K * CV_k / sum CV (CV of r_k - r_min_k over the batch)",
+          uses=("weights", "reward_ranges"), needs_ranges=True)
 def saw(batch: ChannelBatch) -> Aggregate:
     ranges = batch.options["reward_ranges"]
     if ranges is None:
@@ -188,10 +196,35 @@ def saw(batch: ChannelBatch) -> Aggregate:
     return _weighted_sum(batch, batch.advantages * weights, weights)
 
 
-@register("sa_mrpo", "SA-MRPO: GDPO with weights (1 - s_k)^gamma, s_k the batch saturation of reward k")
+@register("sa_mrpo", "SA-MRPO: GDPO with weights (1 - s_k)^gamma, s_k the batch saturation of reward k",
+          uses=("weights", "reward_ranges", "gamma"), needs_ranges=True)
 def sa_mrpo(batch: ChannelBatch) -> Aggregate:
     ranges = batch.options["reward_ranges"]
     if ranges is None:
         raise ValueError("estimator 'sa_mrpo' needs reward_ranges={channel: [min, max], ...} for every channel")
     weights = saturation_weights(batch.scores, ranges, batch.options["gamma"]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)
+
+
+@register("rvpo", "RVPO: soft-min -(logsumexp(-k A) - log K) / k over the channels' A_k (k = rvpo_k), batch norm",
+          uses=("weights", "rvpo_k"))
+def rvpo(batch: ChannelBatch) -> Aggregate:
+    """The DARA authors' RVPO: S = -(logsumexp_k(-k p_k A_k) - log K) / k, every channel taking part (a
+    constant one with A_k = 0). For K = 2 and p = 1 their computation exactly; log K for K >= 3 is ours.
+
+    The channel terms split S exactly by the soft-min weights q = softmax(-k p A):
+    term_k = q_k (p_k A_k + (log K - H(q)) / k), since S = sum_k q_k p_k A_k + (log K - H(q)) / k.
+    The logged weight of channel k is p_k times the batch mean of K q_k (1 when the channels agree)."""
+    k = batch.options["rvpo_k"]
+    scaled = batch.advantages * batch.prior  # [N, K]
+    num_channels = scaled.shape[1]
+    log_k = math.log(num_channels)
+    values = -(torch.logsumexp(-k * scaled, dim=1) - log_k) / k
+    soft = torch.softmax(-k * scaled, dim=1)
+    entropy = -(soft * torch.log(soft.clamp(min=torch.finfo(soft.dtype).tiny))).sum(dim=1, keepdim=True)
+    terms = soft * (scaled + (log_k - entropy) / k)
+    weights = num_channels * soft.mean(dim=0) * batch.prior if len(soft) else batch.prior.clone()
+    metrics = {"rvpo/k": float(k),
+               "rvpo/aggregate_mean": float(values.mean()) if len(values) else 0.0,
+               "rvpo/variance_penalty_mean": float((scaled.mean(dim=1) - values).mean()) if len(values) else 0.0}
+    return Aggregate(values, terms, weights, batch.options["batch_norm"], metrics=metrics)

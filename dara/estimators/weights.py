@@ -9,19 +9,26 @@ import torch
 
 DEFAULT_W_MAX = 5.0
 SAW_EPS = 1e-8
+# The weight of a dead channel (density 0): "1", the paper's text (the default), or "w_max", the DARA
+# authors' code. Its advantages are all 0, so only the applied and logged weight differs.
+DEAD_CHANNEL_WEIGHTS = ("1", "w_max")
 
 
-def density_weights(density: torch.Tensor, w_max: float = DEFAULT_W_MAX) -> torch.Tensor:
-    """DARA: w_k = min(w_max, sqrt(pi_ref / pi_k)) with pi_ref = max_k pi_k; w_k = 1 where pi_k = 0.
+def density_weights(density: torch.Tensor, w_max: float = DEFAULT_W_MAX, dead: str = "1") -> torch.Tensor:
+    """DARA: w_k = min(w_max, sqrt(pi_ref / pi_k)) with pi_ref = max_k pi_k; where pi_k = 0, w_k = 1
+    (`dead="1"`, the paper's text) or w_max (`dead="w_max"`, the authors' code).
 
     Uncapped, every active channel's weighted energy w_k^2 * E_k then equals B * pi_ref * (G - 1).
     """
     if w_max < 1:
         raise ValueError(f"w_max must be >= 1 (it caps an up-weighting), got {w_max}")
+    if dead not in DEAD_CHANNEL_WEIGHTS:
+        raise ValueError(f"dead must be one of {list(DEAD_CHANNEL_WEIGHTS)}, got {dead!r}")
     pi_ref = density.max()
     active = density > 0
     ratio = torch.where(active, pi_ref / density.clamp(min=torch.finfo(density.dtype).tiny), torch.ones_like(density))
-    return torch.where(active, ratio.sqrt().clamp(max=w_max), torch.ones_like(density))
+    dead_weight = torch.full_like(density, 1.0 if dead == "1" else float(w_max))
+    return torch.where(active, ratio.sqrt().clamp(max=w_max), dead_weight)
 
 
 def saw_weights(scores: torch.Tensor, lower_bounds: torch.Tensor) -> torch.Tensor:

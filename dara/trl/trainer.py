@@ -75,7 +75,7 @@ class DaraGRPOTrainer(GRPOTrainer):
         config = self.args.algo_config(names, weights)
         config.check_for(self.args.estimator, names)
         self.dara_estimator = self.args.estimator
-        self.dara_options = config.options()
+        self.dara_options = config.keywords()
         self._dara_rewards = None
 
     def _calculate_rewards(self, *args, **kwargs):

@@ -160,7 +160,7 @@ def test_config_batch_norm_is_response_where_the_estimator_takes_it(tmp_path, es
     config = _config(tmp_path, estimator=estimator, **extra)
     own = {"grpo": "none", "dvao": "none"}
     assert config.batch_norm == own.get(estimator, "response")
-    options = config.algo_config(["a", "b"]).options()
+    options = config.algo_config(["a", "b"]).keywords()
     compute_advantages(estimator, torch.tensor(random_rewards(1)), torch.arange(24) // 4, torch.ones(24, 1),
                        channel_names=["a", "b"], **{**options, "reward_ranges": {"a": [0, 1], "b": [-3, 3]}})
 

@@ -1,0 +1,350 @@
+"""The registry of estimators: the library's own and any a user registers, looked up when a check runs.
+
+    from dara.estimators import Aggregate, ChannelBatch, Option, register
+
+    @register("softmax_mix", "channels mixed by a softmax over their densities",
+              options=[Option("temperature", float, 1.0, lambda t: t > 0, "> 0")])
+    def softmax_mix(batch: ChannelBatch) -> Aggregate:
+        ...
+
+An estimator maps a `ChannelBatch` to an `Aggregate` (both in `dara.estimators.methods`);
+`compute_advantages` does the rest: validation, batch normalisation, the per-channel diagnostics. Every
+entry point (`compute_advantages`, the Hydra checks, the verl registration, `DaraGRPOConfig`, the
+testbed) reads `ESTIMATORS` when it runs, so a name registered after import is valid everywhere.
+
+`load_estimator_module(spec)` imports a user's module (a `.py` file, an import path, or verl's
+`pkg://package.module`) that registers estimators, and reports the file, its sha256 and the names it
+registered; every problem is one `EstimatorModuleError` line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # a metric key, a run-name part, a verl registry key
+PKG_PREFIX = "pkg://"  # verl's form of an import path (reward.custom_reward_function.path takes it too)
+VERL_PREFIX = "dara_"  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
+OPTION_TYPES = (float, int, str, bool)
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option an estimator declares: given as `algorithm.dara.options.<name>=...` (Hydra),
+    `compute_advantages(..., options={name: value})` or `DaraGRPOConfig(estimator_options={...})`.
+
+    `type` is float, int, str or bool (an int is taken for a float; a float with an integral value for an
+    int); `check(value)` returns a truthy value when the value is valid, and `help` says what valid means
+    (it is shown in the error and by `python -m dara.estimators list`)."""
+
+    name: str
+    type: type
+    default: Any
+    check: Callable[[Any], Any] | None = None
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if not NAME.match(self.name):
+            raise ValueError(f"option name {self.name!r} must be an identifier (letters, digits, _)")
+        if self.type not in OPTION_TYPES:
+            raise ValueError(f"option {self.name!r}: type must be one of float, int, str, bool, got {self.type!r}")
+        object.__setattr__(self, "default", self.coerce(self.default, "default"))
+
+    def coerce(self, value: Any, what: str = "value") -> Any:
+        """`value` as this option's type, checked; a ValueError names the option, the value and the rule."""
+        wrong = ValueError(f"option {self.name}={value!r} ({what}) must be a {self.type.__name__}")
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise wrong
+        elif self.type is int:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise wrong
+            if isinstance(value, float) and not value.is_integer():
+                raise wrong
+            value = int(value)
+        elif self.type is float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise wrong
+            value = float(value)
+        elif not isinstance(value, str):
+            raise wrong
+        if self.type is float and not math.isfinite(value):
+            raise ValueError(f"option {self.name}={value!r} ({what}) must be finite")
+        if self.check is not None:
+            try:
+                ok = self.check(value)
+            except Exception as error:  # the user's check itself failed: its error, named
+                raise ValueError(f"option {self.name}={value!r} ({what}): its check raised "
+                                 f"{type(error).__name__}: {error}") from None
+            if not ok:
+                raise ValueError(f"option {self.name}={value!r} ({what}) fails its check"
+                                 + (f": must be {self.help}" if self.help else ""))
+        return value
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.type.__name__}, default {self.default!r}{', ' + self.help if self.help else ''})"
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator.
+
+    batch_norms: the batch_norm modes the method defines, first = its own default; () = any (token default).
+    options: the options it declares (`Option`), given under `options`.
+    uses: the library's typed options (fields of `DaraAlgoConfig`) it reads, for `list` and the docs.
+    needs_ranges: it reads `reward_ranges` for every channel (a check before it runs).
+    module: the module that registered it (`dara.estimators.methods` for the library's own)."""
+
+    name: str
+    fn: Callable
+    batch_norms: tuple[str, ...]
+    summary: str
+    options: tuple[Option, ...] = ()
+    uses: tuple[str, ...] = ()
+    needs_ranges: bool = False
+    module: str = ""
+
+    @property
+    def builtin(self) -> bool:
+        return self.module == BUILTIN_MODULE
+
+    def option(self, name: str) -> Option | None:
+        return next((o for o in self.options if o.name == name), None)
+
+
+BUILTIN_MODULE = "dara.estimators.methods"
+ESTIMATORS: dict[str, Estimator] = {}
+# Names a registration may not take though the library does not hold them (the verl binding's keys of
+# the library's grpo and gdpo: dara_grpo, dara_gdpo); the verl side checks verl's own names.
+_RESERVED_PREFIX = VERL_PREFIX
+
+
+def _typed_field_names() -> set[str]:
+    from .config import DaraAlgoConfig
+
+    return set(DaraAlgoConfig.__dataclass_fields__) | {"channel_names"}
+
+
+def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, options: Sequence[Option] = (),
+             uses: Sequence[str] = (), needs_ranges: bool = False):
+    """Decorator: register `fn(batch: ChannelBatch) -> Aggregate` as estimator `name`.
+
+    Raises ValueError for a name that is not an identifier, is taken (by the library, a loaded module, or
+    `dara_<taken>`), a batch_norm mode that does not exist, or an option whose name is one of the library's
+    typed options (`w_max`, `eps`, ...) or repeats."""
+    from .normalization import BATCH_NORM_MODES
+
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ValueError(f"estimator name {name!r} must be an identifier (letters, digits, _; a letter first)")
+    options = tuple(options)
+    bad_modes = [m for m in batch_norms if m not in BATCH_NORM_MODES]
+    if bad_modes:
+        raise ValueError(f"estimator {name!r}: batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}")
+    names = [o.name for o in options]
+    if len(set(names)) != len(names):
+        raise ValueError(f"estimator {name!r} declares an option twice: {names}")
+    typed = _typed_field_names()
+    clash = sorted(set(names) & typed)
+    if clash:
+        raise ValueError(f"estimator {name!r}: options {clash} are the library's own typed options; "
+                         "choose other names")
+    unknown_uses = sorted(set(uses) - typed)
+    if unknown_uses:
+        raise ValueError(f"estimator {name!r}: uses {unknown_uses}, not options of the library "
+                         f"({', '.join(sorted(typed))})")
+
+    def wrap(fn: Callable):
+        taken = _taken_by(name)
+        if taken:
+            raise ValueError(f"estimator name {name!r} is taken ({taken}); choose another name")
+        ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary, options, tuple(uses),
+                                     bool(needs_ranges), getattr(fn, "__module__", "") or "")
+        return fn
+
+    return wrap
+
+
+def _taken_by(name: str) -> str | None:
+    if name in ESTIMATORS:
+        owner = ESTIMATORS[name]
+        return "by the library's own estimator" if owner.builtin else f"by module {owner.module}"
+    if name.startswith(_RESERVED_PREFIX) and name[len(_RESERVED_PREFIX):] in ESTIMATORS:
+        return f"the verl binding's key of estimator {name[len(_RESERVED_PREFIX):]!r}"
+    return None
+
+
+def unregister(name: str) -> None:
+    """Remove a user's estimator (the library's own cannot be removed): for tests and notebooks."""
+    estimator = ESTIMATORS.get(name)
+    if estimator is None:
+        raise ValueError(f"no estimator {name!r} is registered")
+    if estimator.builtin:
+        raise ValueError(f"estimator {name!r} is the library's own and cannot be removed")
+    del ESTIMATORS[name]
+    _forget_names({name})
+
+
+def estimator_names() -> tuple[str, ...]:
+    """Every registered name, the library's first, in registration order (read now, not at import)."""
+    return tuple(ESTIMATORS)
+
+
+def builtin_names() -> tuple[str, ...]:
+    return tuple(n for n, e in ESTIMATORS.items() if e.builtin)
+
+
+def get_estimator(name: str) -> Estimator:
+    """The registered estimator `name`; a ValueError listing the registered names otherwise."""
+    estimator = ESTIMATORS.get(name)
+    if estimator is None:
+        raise ValueError(f"unknown estimator {name!r}; registered: {', '.join(ESTIMATORS)}")
+    return estimator
+
+
+class LiveNames(Sequence):
+    """`ESTIMATOR_NAMES`: a read-only sequence of the registered names that reads the registry on each use."""
+
+    def __getitem__(self, item):
+        return estimator_names()[item]
+
+    def __len__(self) -> int:
+        return len(ESTIMATORS)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(estimator_names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in ESTIMATORS
+
+    def __repr__(self) -> str:
+        return repr(estimator_names())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # mutable view
+
+
+# ----------------------------------------------------------------------------- a user's module
+class EstimatorModuleError(ValueError):
+    """A module of estimators that cannot be used: one line naming the module and the problem."""
+
+
+@dataclass(frozen=True)
+class EstimatorModule:
+    """A loaded module of estimators: as given, its file, the file's sha256, the names it registered."""
+
+    spec: str
+    path: str
+    sha256: str
+    module: str
+    names: tuple[str, ...] = field(default_factory=tuple)
+    from_file: bool = True  # given as a .py file (else an import path)
+
+    def record(self) -> dict:
+        """What a run's run_info.json records."""
+        return {"spec": self.spec, "path": self.path, "sha256": self.sha256, "estimators": list(self.names)}
+
+
+_LOADED: dict[str, EstimatorModule] = {}  # by file
+
+
+def _forget_names(names: set[str]) -> None:
+    for key, loaded in list(_LOADED.items()):
+        if set(loaded.names) & names:
+            del _LOADED[key]
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _is_file_spec(spec: str) -> bool:
+    return spec.endswith(".py") or "/" in spec or "\\" in spec or spec.startswith(("~", "."))
+
+
+def _locate(spec: str) -> tuple[str | None, str]:
+    """(the file of `spec`, the import name of an import path or None for a file)."""
+    if spec.startswith(PKG_PREFIX):
+        dotted = spec[len(PKG_PREFIX):]
+    elif _is_file_spec(spec):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise EstimatorModuleError(f"estimator module {spec}: no such file")
+        if path.suffix != ".py":
+            raise EstimatorModuleError(f"estimator module {spec}: a file of estimators must be a .py file")
+        return str(path.resolve()), ""
+    else:
+        dotted = spec
+    if not all(NAME.match(part) or part.isidentifier() for part in dotted.split(".")):
+        raise EstimatorModuleError(f"estimator module {spec}: neither a .py file nor an import path "
+                                   "(package.module or pkg://package.module)")
+    try:
+        found = importlib.util.find_spec(dotted)
+    except ModuleNotFoundError:  # a parent package is missing
+        found = None
+    except (ImportError, ValueError) as error:
+        raise EstimatorModuleError(f"estimator module {spec}: {type(error).__name__}: {error}") from None
+    if found is None or not found.origin or found.origin in ("built-in", "frozen"):
+        raise EstimatorModuleError(f"estimator module {spec}: no module named {dotted!r} is importable here "
+                                   "(install it, put it on PYTHONPATH, or give its .py file)")
+    return str(Path(found.origin).resolve()), dotted
+
+
+def _registered_by(module_name: str) -> tuple[str, ...]:
+    return tuple(n for n, e in ESTIMATORS.items() if e.module == module_name)
+
+
+def load_estimator_module(spec: str | Path) -> EstimatorModule:
+    """Import the module `spec` (a `.py` file, an import path, or `pkg://package.module`) and return what
+    it registered. Loading the same file again in a process returns the first load.
+
+    Raises EstimatorModuleError (one line) when the file or module does not exist, the import fails (a
+    registration of a taken name included: the module's registrations are then undone), the module
+    registers no estimator, or its file changed since it was loaded in this process."""
+    spec = str(spec).strip()
+    if not spec:
+        raise EstimatorModuleError("estimator module: empty path")
+    path, dotted = _locate(spec)
+    sha = file_sha256(path)
+    loaded = _LOADED.get(path)
+    if loaded is not None:
+        if loaded.sha256 != sha:
+            raise EstimatorModuleError(f"estimator module {spec}: {path} changed since this process loaded it "
+                                       f"(sha256 {loaded.sha256[:12]} then, {sha[:12]} now)")
+        return loaded
+    module_name = dotted or f"dara_estimator_module_{re.sub(r'[^A-Za-z0-9_]', '_', Path(path).stem)}_{sha[:12]}"
+    before = set(ESTIMATORS)
+    try:
+        if dotted:
+            importlib.import_module(dotted)
+        elif module_name not in sys.modules:
+            file_spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(file_spec)
+            sys.modules[module_name] = module
+            try:
+                file_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(module_name, None)
+                raise
+    except Exception as error:
+        for name in set(ESTIMATORS) - before:  # a half-imported module leaves nothing registered
+            del ESTIMATORS[name]
+        text = " ".join(str(error).split()) or "(no message)"
+        raise EstimatorModuleError(f"estimator module {spec} failed to import: {type(error).__name__}: {text}"
+                                   ) from None
+    names = _registered_by(module_name)
+    if not names:
+        raise EstimatorModuleError(f"estimator module {spec} registers no estimator: decorate a function with "
+                                   "@dara.estimators.register('name', 'summary') in it")
+    loaded = EstimatorModule(spec, path, sha, module_name, names, from_file=not dotted)
+    _LOADED[path] = loaded
+    return loaded

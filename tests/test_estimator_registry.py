@@ -1,0 +1,397 @@
+"""The estimator library's public registry, a user's module of estimators, RVPO and the dead-channel weight.
+
+Everything here is the library alone (torch): `register`, `Option`, `load_estimator_module`, `python -m
+dara.estimators list`; RVPO against plain loops of the authors' computation (K = 2) and of its K-channel form;
+the dead-channel weight conventions. The Hydra, verl, TRL and testbed entries are in test_estimator_module.py
+and tests/trl/test_trl_own_estimator.py.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dara
+from dara.estimators import (
+    BUILTIN_ESTIMATORS,
+    ESTIMATOR_NAMES,
+    ESTIMATORS,
+    Aggregate,
+    ChannelBatch,
+    DaraAlgoConfig,
+    EstimatorModuleError,
+    Option,
+    compute_advantages,
+    load_estimator_module,
+    register,
+    unregister,
+)
+from dara.estimators import registry as registry_module
+from dara.estimators.__main__ import main as estimators_main
+from tests import reference_estimators as ref
+
+EXAMPLE = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
+
+MODULE = '''
+import torch
+from dara.estimators import Aggregate, Option, register
+
+
+@register("NAME", "GDPO whose weights follow a softmax of the densities",
+          options=[Option("temperature", float, 1.0, lambda t: t > 0, "> 0"), Option("flip", bool, False)])
+def softmax_density(batch):
+    weights = torch.softmax(batch.density / batch.options["temperature"], dim=0) * len(batch.density)
+    if batch.options["flip"]:
+        weights = weights.flip(0)
+    terms = batch.advantages * weights
+    return Aggregate(terms.sum(dim=1), terms, weights, batch.options["batch_norm"], metrics={"mine/calls": 1.0})
+'''
+
+
+@pytest.fixture
+def registry():
+    """The registry as it was before the test (a test's registrations and loaded modules are undone)."""
+    names, loaded = dict(ESTIMATORS), dict(registry_module._LOADED)
+    modules = set(sys.modules)
+    yield ESTIMATORS
+    ESTIMATORS.clear()
+    ESTIMATORS.update(names)
+    registry_module._LOADED.clear()
+    registry_module._LOADED.update(loaded)
+    for name in set(sys.modules) - modules:
+        if name.startswith("dara_estimator_module_") or name.startswith("own_estimators"):
+            del sys.modules[name]
+    binding = sys.modules.get("dara.verl.estimators")
+    if binding is not None:  # what register_all put into verl's registry for them
+        from verl.trainer.ppo import core_algos
+
+        for name in set(binding._KEYS) - set(names):
+            core_algos.ADV_ESTIMATOR_REGISTRY.pop(binding._KEYS.pop(name), None)
+
+
+def write_module(folder: Path, name: str = "softmax_density", text: str = MODULE, file: str = "mine.py") -> Path:
+    path = folder / file
+    path.write_text(text.replace("NAME", name))
+    return path
+
+
+def batch_of(seed: int = 0, n_groups: int = 5, size: int = 4, k: int = 2):
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, 3, (n_groups * size, k), generator=gen).double()
+    scores[size:, k - 1] = 0.0  # the last channel is active in the first group only
+    index = [i // size for i in range(n_groups * size)]
+    lengths = torch.randint(1, 7, (n_groups * size,), generator=gen)
+    mask = (torch.arange(6)[None, :] < lengths[:, None]).float()
+    return scores, index, mask
+
+
+# ----------------------------------------------------------------------------- the registry
+def test_a_registered_estimator_is_valid_at_once_and_gets_every_diagnostic(registry):
+    @register("prior_only", "S = sum_k p_k A_k, as GDPO", uses=("weights",))
+    def prior_only(batch: ChannelBatch) -> Aggregate:
+        terms = batch.advantages * batch.prior
+        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), batch.options["batch_norm"])
+
+    assert "prior_only" in ESTIMATOR_NAMES and ESTIMATOR_NAMES[-1] == "prior_only"  # read now, not at import
+    assert "prior_only" not in BUILTIN_ESTIMATORS
+    scores, index, mask = batch_of()
+    ours, metrics = compute_advantages("prior_only", scores, index, mask, channel_names=["a", "b"], weights=[1, 2])
+    gdpo, gdpo_metrics = compute_advantages("gdpo", scores, index, mask, channel_names=["a", "b"], weights=[1, 2])
+    assert torch.equal(ours, gdpo)
+    # the library's instruments, with no code of the estimator's own
+    for key in ("density/b", "active_groups/b", "energy/b", "weight/b", "energy_weighted/b", "energy_ratio/b",
+                "energy_vs_ideal/b", "advantage/response_std", "num_groups"):
+        assert metrics[key] == pytest.approx(gdpo_metrics[key]), key
+    assert metrics["density/b"] == pytest.approx(0.2) and metrics["weight/b"] == 2.0
+    unregister("prior_only")
+    assert "prior_only" not in ESTIMATOR_NAMES
+    with pytest.raises(ValueError, match=r"unknown estimator 'prior_only'; registered: grpo, gdpo"):
+        compute_advantages("prior_only", scores, index, mask)
+
+
+@pytest.mark.parametrize(("name", "kwargs", "message"), [
+    ("gdpo", {}, r"estimator name 'gdpo' is taken \(by the library's own estimator\)"),
+    ("dara_grpo", {}, r"'dara_grpo' is taken \(the verl binding's key of estimator 'grpo'\)"),
+    ("2fast", {}, r"estimator name '2fast' must be an identifier"),
+    ("my-name", {}, r"must be an identifier"),
+    ("mine", {"options": [Option("w_max", float, 2.0)]}, r"options \['w_max'\] are the library's own typed options"),
+    ("mine", {"options": [Option("t", float, 1.0), Option("t", float, 2.0)]}, r"declares an option twice"),
+    ("mine", {"batch_norms": ("token", "layer")}, r"batch_norms \['layer'\] are not among"),
+    ("mine", {"uses": ("w_maxx",)}, r"uses \['w_maxx'\], not options of the library"),
+])
+def test_a_registration_that_cannot_work_is_refused_naming_why(registry, name, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        register(name, "summary", **kwargs)(lambda batch: None)
+    assert set(ESTIMATORS) == set(registry)
+
+
+def test_the_librarys_own_estimators_cannot_be_removed(registry):
+    with pytest.raises(ValueError, match="'dara_asym' is the library's own"):
+        unregister("dara_asym")
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    (Option("t", float, 1.0, lambda t: t > 0, "> 0"), -1, r"option t=-1.0 \(x\) fails its check: must be > 0"),
+    (Option("t", float, 1.0), "high", r"option t='high' \(x\) must be a float"),
+    (Option("t", float, 1.0), True, r"must be a float"),
+    (Option("t", float, 1.0), math.inf, r"must be finite"),
+    (Option("n", int, 1), 2.5, r"option n=2.5 \(x\) must be a int"),
+    (Option("b", bool, False), 1, r"must be a bool"),
+    (Option("s", str, "a"), 3, r"must be a str"),
+    (Option("t", float, 1.0, lambda t: t == 1.0 or 1 / 0), 2.0, r"its check raised ZeroDivisionError"),
+])
+def test_an_option_value_is_coerced_or_refused_naming_the_option(option, value, message):
+    with pytest.raises(ValueError, match=message):
+        option.coerce(value, "x")
+
+
+def test_option_coercion_and_a_bad_default():
+    assert Option("t", float, 1).default == 1.0 and isinstance(Option("t", float, 1).default, float)
+    assert Option("n", int, 3.0).coerce(4.0) == 4 and Option("s", str, "a").coerce("b") == "b"
+    with pytest.raises(ValueError, match=r"option t=0.0 \(default\) fails its check"):
+        Option("t", float, 0.0, lambda t: t > 0)
+    with pytest.raises(ValueError, match="type must be one of float, int, str, bool"):
+        Option("t", list, [])
+
+
+def test_declared_options_have_defaults_types_and_checks_in_compute_advantages(registry, tmp_path):
+    load_estimator_module(write_module(tmp_path))
+    scores, index, mask = batch_of()
+    default, metrics = compute_advantages("softmax_density", scores, index, mask)
+    explicit, _ = compute_advantages("softmax_density", scores, index, mask, options={"temperature": 1})
+    hot, _ = compute_advantages("softmax_density", scores, index, mask, options={"temperature": 0.1, "flip": True})
+    assert torch.equal(default, explicit) and not torch.equal(default, hot)
+    assert metrics["mine/calls"] == 1.0  # the estimator's own metric, beside the library's
+    weights = torch.softmax(torch.tensor([metrics["density/c0"], metrics["density/c1"]]), 0) * 2
+    assert [metrics["weight/c0"], metrics["weight/c1"]] == pytest.approx(weights.tolist())
+    with pytest.raises(ValueError, match=r"estimator 'softmax_density' has no option\(s\) \['temprature'\] "
+                                         r"\(options.<name>\); it declares: temperature \(float, default 1.0, > 0\); "
+                                         r"flip \(bool, default False\)"):
+        compute_advantages("softmax_density", scores, index, mask, options={"temprature": 2})
+    with pytest.raises(ValueError, match=r"option temperature=0.0 \(options.temperature\) fails its check: must be > 0"):
+        compute_advantages("softmax_density", scores, index, mask, options={"temperature": 0})
+    with pytest.raises(ValueError, match=r"estimator 'gdpo' has no option\(s\) \['temperature'\].*declares: none"):
+        compute_advantages("gdpo", scores, index, mask, options={"temperature": 2})
+    with pytest.raises(ValueError, match="unknown option"):
+        compute_advantages("gdpo", scores, index, mask, estimator_module=str(tmp_path / "mine.py"))
+
+
+# ----------------------------------------------------------------------------- a module of estimators
+def test_a_module_loads_from_a_file_an_import_path_and_pkg(registry, tmp_path, monkeypatch):
+    path = write_module(tmp_path)
+    loaded = load_estimator_module(path)
+    assert loaded.names == ("softmax_density",) and loaded.from_file and loaded.path == str(path.resolve())
+    assert loaded.sha256 == ref_sha(path) and loaded.record()["estimators"] == ["softmax_density"]
+    assert load_estimator_module(str(path)) is loaded  # again in this process: the first load
+    package = tmp_path / "own_estimators"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    write_module(package, "by_import", file="extra.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    by_import = load_estimator_module("own_estimators.extra")
+    assert by_import.names == ("by_import",) and not by_import.from_file
+    assert load_estimator_module("pkg://own_estimators.extra") is by_import
+    assert {"softmax_density", "by_import"} <= set(ESTIMATOR_NAMES)
+
+
+def ref_sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(("text", "file", "message"), [
+    (None, "absent.py", r"estimator module .*absent.py: no such file"),
+    ("x = 1\n", "mine.txt", r"a file of estimators must be a .py file"),
+    ("import no_such_package_here\n", "mine.py",
+     r"estimator module .*mine.py failed to import: ModuleNotFoundError: No module named 'no_such_package_here'"),
+    ("x = 1\n", "mine.py", r"registers no estimator: decorate a function with @dara.estimators.register"),
+    (MODULE.replace("NAME", "gdpo"), "mine.py", r"failed to import: ValueError: estimator name 'gdpo' is taken"),
+])
+def test_a_module_that_cannot_be_used_is_one_line_naming_it(registry, tmp_path, text, file, message):
+    path = tmp_path / file
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(EstimatorModuleError, match=message) as error:
+        load_estimator_module(path)
+    assert "\n" not in str(error.value)
+    assert set(ESTIMATORS) == set(registry)
+
+
+def test_a_module_failing_halfway_leaves_nothing_registered(registry, tmp_path):
+    path = write_module(tmp_path, text=MODULE + "\nraise RuntimeError('after registering')\n")
+    with pytest.raises(EstimatorModuleError, match="RuntimeError: after registering"):
+        load_estimator_module(path)
+    assert "NAME" not in ESTIMATORS and "softmax_density" not in ESTIMATORS
+    fixed = write_module(tmp_path)  # fixed: loads (a new file content, a new module)
+    assert load_estimator_module(fixed).names == ("softmax_density",)
+
+
+def test_an_unknown_import_path_and_a_changed_file(registry, tmp_path):
+    with pytest.raises(EstimatorModuleError, match=r"no module named 'nowhere.mine' is importable here"):
+        load_estimator_module("pkg://nowhere.mine")
+    with pytest.raises(EstimatorModuleError, match="neither a .py file nor an import path"):
+        load_estimator_module("not a module")
+    path = write_module(tmp_path)
+    load_estimator_module(path)
+    path.write_text(path.read_text() + "\n# edited\n")
+    with pytest.raises(EstimatorModuleError, match=r"changed since this process loaded it \(sha256 \w{12} then"):
+        load_estimator_module(path)
+
+
+def test_the_example_estimator_is_dara_sym_uncapped(registry):
+    loaded = load_estimator_module(EXAMPLE)
+    assert loaded.names == ("density_power",) and len(EXAMPLE.read_text().splitlines()) <= 15
+    scores, index, mask = batch_of(3)
+    ours, metrics = compute_advantages("density_power", scores, index, mask)
+    theirs, _ = compute_advantages("dara_sym", scores, index, mask, w_max=1e6)
+    torch.testing.assert_close(ours, theirs)
+    assert metrics["weight/c1"] == pytest.approx(math.sqrt(5))
+
+
+# ----------------------------------------------------------------------------- python -m dara.estimators list
+def test_list_prints_every_estimator_with_its_modes_and_options(registry, tmp_path, capsys):
+    assert estimators_main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in BUILTIN_ESTIMATORS:
+        assert f"\n{name}: " in "\n" + out, name
+    assert "grpo: sum the channels, then group z-score" in out and "batch_norm: none only" in out
+    assert "batch_norm: token (default), response" in out  # gd2po
+    assert "reads: weights, rvpo_k (1.0)" in out and "needs: reward_ranges for every channel" in out
+    assert estimators_main(["list", "--module", str(write_module(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "softmax_density: GDPO whose weights follow a softmax of the densities" in out
+    assert "options: temperature (float, default 1.0, > 0); flip (bool, default False)" in out
+    assert "from: dara_estimator_module_mine_" in out
+    assert estimators_main(["list", "--module", str(tmp_path / "absent.py")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[dara.estimators] estimator module") and "no such file" in err[0]
+
+
+# ----------------------------------------------------------------------------- RVPO
+@st.composite
+def rvpo_batches(draw, channels):
+    num_groups = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.integers(1, 5), min_size=num_groups, max_size=num_groups))
+    index = [g for g, size in enumerate(sizes) for _ in range(size)]
+    levels = [[-3.0, -1.0, 0.0, 1.5, 3.0], [0.0, 1.0], [0.0, 0.5, 1.0]]
+    scores = [[draw(st.sampled_from(levels[c])) for c in range(channels)] for _ in index]
+    if draw(st.booleans()):  # a channel constant over the batch: it takes part with A = 0
+        for row in scores:
+            row[-1] = scores[0][-1]
+    lengths = [draw(st.integers(1, 5)) for _ in index]
+    if sum(lengths) < 2:
+        lengths[0] = 2
+    return scores, index, lengths
+
+
+def _mask(lengths):
+    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).float()
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=rvpo_batches(2), k=st.sampled_from([0.25, 1.0, 3.0]))
+def test_rvpo_is_the_authors_computation_for_two_channels(batch, k):
+    scores, index, lengths = batch
+    adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, _mask(lengths), rvpo_k=k)
+    theirs = ref.authors_rvpo(scores, index, lengths, k)
+    for j, row in enumerate(theirs):
+        for t, value in enumerate(row):
+            assert math.isclose(float(adv[j, t]), value, rel_tol=1e-4, abs_tol=1e-4), (j, t, float(adv[j, t]), value)
+    # the authors' three diagnostics: k, the mean soft-min and the mean of (channel mean - soft-min) over responses
+    adv_k = ref.per_reward_advantages(scores, index)
+    soft = [-(math.log(sum(math.exp(-k * a) for a in row)) - math.log(2)) / k for row in adv_k]
+    assert metrics["rvpo/k"] == k
+    assert metrics["rvpo/aggregate_mean"] == pytest.approx(sum(soft) / len(soft), abs=1e-9)
+    penalty = [sum(row) / 2 - s for row, s in zip(adv_k, soft, strict=True)]
+    assert metrics["rvpo/variance_penalty_mean"] == pytest.approx(sum(penalty) / len(penalty), abs=1e-9)
+    assert metrics["rvpo/variance_penalty_mean"] >= -1e-12  # a soft-min never exceeds the mean
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=rvpo_batches(3), k=st.sampled_from([0.5, 1.0, 2.0]),
+       batch_norm=st.sampled_from(["token", "response", "none"]))
+def test_rvpo_for_three_channels_is_the_log_k_generalisation(batch, k, batch_norm):
+    scores, index, lengths = batch
+    adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, _mask(lengths), rvpo_k=k,
+                                      batch_norm=batch_norm, weights=[1.0, 2.0, 0.5])
+    expected = ref.reference("rvpo", scores, index, lengths, batch_norm=batch_norm, rvpo_k=k, weights=[1.0, 2.0, 0.5])
+    for j, length in enumerate(lengths):
+        assert all(math.isclose(v, expected[j], rel_tol=1e-4, abs_tol=1e-4) for v in adv[j, :length].tolist())
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_rvpo_channel_terms_split_the_soft_min_exactly():
+    from dara.estimators.api import _check_options
+    from dara.estimators.groups import group_codes, group_zscore
+    from dara.estimators.methods import rvpo
+
+    scores, index, mask = batch_of(5, k=3)
+    opts = _check_options("rvpo", {"rvpo_k": 2.0, "weights": [1.0, 0.5, 3.0]}, scores, torch.device("cpu"))
+    groups = group_codes(index, torch.device("cpu"))
+    advantages = group_zscore(scores, groups)
+    batch = ChannelBatch(scores, groups, advantages, torch.ones(3), opts["weights"], opts)
+    agg = rvpo(batch)
+    torch.testing.assert_close(agg.channel_terms.sum(dim=1), agg.values)
+    equal = advantages[:, :1].expand(-1, 3).contiguous()  # every channel the same: the soft-min is that value
+    same = rvpo(ChannelBatch(scores, groups, equal, torch.ones(3), torch.ones(3, dtype=torch.float64), opts))
+    torch.testing.assert_close(same.values, equal[:, 0])
+    torch.testing.assert_close(same.weights, torch.ones(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("k", [0.0, -1.0, math.inf, math.nan])
+def test_rvpo_k_must_be_finite_and_positive(k):
+    with pytest.raises(ValueError, match="rvpo_k must be a finite number > 0"):
+        compute_advantages("rvpo", torch.ones(4, 2), [0, 0, 1, 1], torch.ones(4, 1), rvpo_k=k)
+
+
+def test_rvpo_of_one_channel_is_its_group_z_score_batch_normalised():
+    scores, index, mask = batch_of(2, k=1)
+    rvpo, _ = compute_advantages("rvpo", scores, index, mask, rvpo_k=3.0)
+    gdpo, _ = compute_advantages("gdpo", scores, index, mask)
+    torch.testing.assert_close(rvpo, gdpo)
+
+
+# ----------------------------------------------------------------------------- the dead-channel weight
+@pytest.mark.parametrize("name", ["dara_sym", "dara_asym"])
+def test_a_dead_channels_weight_is_1_or_w_max_and_the_advantage_the_same(name):
+    scores = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # channel 1 active in no group
+    index, mask = [0, 0, 1, 1], torch.ones(4, 3)
+    paper, paper_metrics = compute_advantages(name, scores, index, mask)
+    authors, authors_metrics = compute_advantages(name, scores, index, mask, dead_channel_weight="w_max", w_max=4.0)
+    assert paper_metrics["weight/c1"] == 1.0 and authors_metrics["weight/c1"] == 4.0
+    assert paper_metrics["density/c1"] == authors_metrics["density/c1"] == 0.0
+    assert torch.equal(paper, authors)
+    dead, _ = compute_advantages(name, torch.zeros(4, 2), index, mask, dead_channel_weight="w_max")
+    assert dead.abs().sum() == 0  # every channel dead: nothing to learn, under either convention
+    _, every = compute_advantages(name, torch.zeros(4, 2), index, mask, dead_channel_weight="w_max")
+    assert every["weight/c0"] == every["weight/c1"] == 5.0
+
+
+def test_dead_channel_weight_takes_a_number_1_and_refuses_anything_else():
+    assert DaraAlgoConfig(dead_channel_weight=1).dead_channel_weight == "1"
+    assert DaraAlgoConfig(dead_channel_weight=1.0).dead_channel_weight == "1"
+    with pytest.raises(ValueError, match=r"dead_channel_weight must be one of \['1', 'w_max'\], got '5'"):
+        DaraAlgoConfig(dead_channel_weight=5)
+    with pytest.raises(ValueError, match="dead_channel_weight"):
+        compute_advantages("dara_asym", torch.ones(4, 2), [0, 0, 1, 1], torch.ones(4, 1), dead_channel_weight="max")
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=rvpo_batches(3), dead=st.sampled_from(["1", "w_max"]))
+def test_dara_with_either_convention_matches_the_loop_reference(batch, dead):
+    scores, index, lengths = batch
+    for name in ("dara_sym", "dara_asym"):
+        adv, metrics = compute_advantages(name, torch.tensor(scores), index, _mask(lengths), dead_channel_weight=dead)
+        expected = ref.reference(name, scores, index, lengths, dead_channel_weight=dead)
+        for j, length in enumerate(lengths):
+            assert all(math.isclose(v, expected[j], rel_tol=1e-4, abs_tol=1e-4) for v in adv[j, :length].tolist())
+        density = ref.densities(ref.per_reward_advantages(scores, index), index)
+        weights = ref.dara_weights(density, 5.0, dead)
+        assert [metrics[f"weight/c{c}"] for c in range(3)] == pytest.approx(weights)
