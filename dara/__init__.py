@@ -4,8 +4,12 @@
 - `dara.verl`: the verl binding (registered estimators, channel-aware trainers, CPU runtime).
 - `dara.train`: the Hydra entry, `python -m dara.train`.
 - `dara.testbed`: a pure-torch testbed of the paper's mechanism.
+
+A plain `pip install .` brings the estimator library alone (torch, numpy); the verl side needs the `verl`
+extra and `dara.trl` the `trl` extra (`missing_extra` names the one to install).
 """
 
+import importlib.util
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -13,6 +17,21 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # the ToolRL and math samples the tests, examples and default commands use, and the authors' published results.
 SAMPLE_DATA = PROJECT_ROOT / "sample_data"
 AUTHORS_REFERENCE = PROJECT_ROOT / "reference" / "dara_authors"
+
+DISTRIBUTION = "dara-rl"
+# What each extra brings that its side imports first (pyproject.toml's optional dependencies).
+EXTRA_MODULES = {"verl": ("verl", "ray", "hydra", "omegaconf"), "trl": ("trl", "transformers")}
+
+
+def missing_extra(extra: str, what: str) -> str | None:
+    """One line naming the extra to install when a module of `extra` is not importable here, else None."""
+    missing = [name for name in EXTRA_MODULES[extra] if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (f"{what} needs the '{extra}' extra ({', '.join(missing)} not installed): pip install "
+            f"'{DISTRIBUTION}[{extra}]' (from a checkout: pip install -e '.[{extra}]'); the estimator library "
+            "alone (dara.estimators) needs neither")
+
 
 try:
     from omegaconf import OmegaConf

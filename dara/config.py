@@ -31,6 +31,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 import dara
 from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
+from dara.estimators.registry import VERL_PREFIX
 from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 
 CONF_DIR = dara.PROJECT_ROOT / "conf"
@@ -41,7 +42,7 @@ RUN_SCHEMA = "dara_run_schema"
 # conf/train.yaml's hydra.searchpath: verl's own trainer config (ppo_trainer and its groups)
 VERL_SEARCHPATH = "pkg://verl.trainer.config"
 SEARCHPATH_KEY = "hydra.searchpath"
-LIBRARY_PREFIX = "dara_"  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
+LIBRARY_PREFIX = VERL_PREFIX  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
 
 
 class ConfigError(ValueError):
@@ -160,11 +161,14 @@ def register_schemas() -> None:
     """`algorithm.dara` is a `DaraAlgoConfig` and `run` a `RunConfig` (idempotent).
 
     `algorithm.dara.reward_ranges` takes any channel name (`algorithm.dara.reward_ranges.correctness=[-3,3]`,
-    no `+`): the channels are the reward's, known only once its module is read."""
+    no `+`): the channels are the reward's, known only once its module is read. `algorithm.dara.options`
+    takes any option name the same way (`algorithm.dara.options.temperature=2`): the estimator declares them,
+    checked once its module is loaded (dara.config_checks)."""
     from hydra.core.config_store import ConfigStore
 
     algo = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
     OmegaConf.set_struct(algo.algorithm.dara.reward_ranges, False)
+    OmegaConf.set_struct(algo.algorithm.dara.options, False)
     store = ConfigStore.instance()
     store.store(name=ALGO_SCHEMA, node=algo)
     store.store(name=RUN_SCHEMA, node={"run": RunConfig})
@@ -178,7 +182,8 @@ def run_name(task: str, model: str, method: str, seed: int | str, variant: str =
 
 def library_estimator(adv_estimator: str) -> str | None:
     """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where
-    verl owns the bare one), or None for one of verl's own estimators."""
+    verl owns the bare one), or None for one of verl's own estimators (or no estimator at all). The registry
+    is read now: an estimator a loaded module registered counts."""
     if adv_estimator in ESTIMATOR_NAMES:
         return adv_estimator
     if adv_estimator.startswith(LIBRARY_PREFIX) and adv_estimator[len(LIBRARY_PREFIX):] in ESTIMATOR_NAMES:

@@ -18,7 +18,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from dara.assets import check_assets
 from dara.config import ConfigError, library_estimator
-from dara.estimators import DaraAlgoConfig
+from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig, EstimatorModuleError, load_estimator_module
 from rewards.spec import (
     PKG_PREFIX,
     PROBE_ROWS,
@@ -212,10 +212,54 @@ def check_ray_options(cfg: DictConfig) -> None:
         raise ConfigError(problem)
 
 
+ESTIMATOR_MODULE = "algorithm.dara.estimator_module"
+
+
+def estimator_module(cfg: DictConfig):
+    """Load the module of estimators of your own that algorithm.dara.estimator_module names (a .py file, an
+    import path or pkg://package.module), before any other check reads the estimator's name; the loaded
+    module (`dara.estimators.EstimatorModule`: file, sha256, names) or None. A file's path is pinned absolute
+    (Ray's actors start in other folders). A module that fails to import, registers nothing or takes one of
+    verl's names is a ConfigError naming it."""
+    spec = OmegaConf.select(cfg, ESTIMATOR_MODULE, default=None)
+    if not spec:
+        return None
+    try:
+        loaded = load_estimator_module(str(spec))
+    except EstimatorModuleError as error:
+        raise ConfigError(f"{ESTIMATOR_MODULE}: {error}") from None
+    from dara.verl.estimators import verl_owned_names
+
+    taken = sorted(set(loaded.names) & verl_owned_names())
+    if taken:
+        raise ConfigError(f"{ESTIMATOR_MODULE}: {spec} registers {', '.join(map(repr, taken))}, a name verl "
+                          "already has (one of verl's own advantage estimators): register it under another name")
+    if loaded.from_file and str(spec) != loaded.path:
+        with open_dict(cfg):
+            cfg.algorithm.dara.estimator_module = loaded.path
+    return loaded
+
+
+def _check_estimator_module(cfg: DictConfig) -> None:
+    estimator_module(cfg)
+
+
+def valid_estimator_names() -> tuple[list[str], list[str]]:
+    """(the library's registered names, verl's own) as they stand now."""
+    from dara.verl.estimators import verl_owned_names
+
+    return list(ESTIMATOR_NAMES), sorted(verl_owned_names() - set(ESTIMATOR_NAMES))
+
+
 def _check_estimator(cfg: DictConfig) -> None:
     algorithm = cfg.algorithm
     name = library_estimator(str(algorithm.adv_estimator))
     if name is None:
+        ours, verls = valid_estimator_names()
+        if str(algorithm.adv_estimator) not in verls:
+            raise ConfigError(f"algorithm.adv_estimator={algorithm.adv_estimator} is no estimator: the library has "
+                              f"{', '.join(ours)}; verl has {', '.join(verls)} (an estimator of your own: "
+                              f"{ESTIMATOR_MODULE}=PATH, docs/estimators.md)")
         return  # one of verl's own estimators: verl validates it
     mode = str(cfg.trainer.v1.trainer_mode)
     if not mode.startswith("dara_"):
@@ -282,8 +326,9 @@ def _check_trl(cfg: DictConfig) -> None:
 
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
-CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, check_ray_options, _check_allocation,
-                                                      _check_channels, _check_estimator, check_assets, _check_trl]
+CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_estimator_module, check_ray_options,
+                                                      _check_allocation, _check_channels, _check_estimator,
+                                                      check_assets, _check_trl]
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -203,3 +203,25 @@ def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: 
     new_name = suggested_name(name, seed, {k: current[k] for k in differing})
     raise RunFolderError(f"{run_dir} holds a run of another configuration, differing in {shown}{more}; "
                          f"start this one in its own folder with run.name={new_name} (or delete that folder)")
+
+
+def check_same_estimator_module(run_dir: str | Path, current: Mapping[str, Any] | None, name: str, seed: Any) -> None:
+    """Raise RunFolderError when `run_dir` holds results of a run whose module of estimators
+    (`algorithm.dara.estimator_module`, recorded in run_info.json as "estimator_module" with its sha256) has
+    changed since: resuming would train on other code. `current` is this run's record (None: no module; a
+    module added or dropped, or another path, is a configuration difference `check_same_experiment` names)."""
+    info_path = Path(run_dir) / RUN_INFO
+    if current is None or not info_path.exists() or not has_results(run_dir):
+        return
+    try:
+        recorded = json.loads(info_path.read_text()).get("estimator_module")
+    except (OSError, ValueError, AttributeError):
+        return  # check_same_experiment reports an unreadable run_info.json
+    if not isinstance(recorded, Mapping) or not recorded.get("sha256"):
+        return
+    if recorded["sha256"] != current.get("sha256"):
+        new_name = suggested_name(name, seed, {"module": str(current.get("sha256", ""))[:8]})
+        raise RunFolderError(f"{run_dir}: the estimator module {current.get('path')} changed since this folder's run "
+                             f"started (sha256 {str(recorded['sha256'])[:12]} there, {str(current.get('sha256'))[:12]} "
+                             f"now): a resume would train on other code; restore the module, or start this run in "
+                             f"its own folder with run.name={new_name}")

@@ -18,6 +18,12 @@ config is written to `<run>/verl_config.yaml`; everything verl, Ray and its work
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # without the verl extra: one line naming it, not an import traceback
+    from dara import missing_extra
+
+    if problem := missing_extra("verl", "python -m dara.train"):
+        raise SystemExit(f"[dara] {problem}")
+
 import os
 import sys
 import time
@@ -40,6 +46,7 @@ from dara.config_checks import (
     check_ray_options,
     check_reward,
     composition_error_line,
+    estimator_module,
 )
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
@@ -50,6 +57,7 @@ from dara.run_folder import (
     VERL_CONFIG,
     RunFolderError,
     absolute_run_paths,
+    check_same_estimator_module,
     check_same_experiment,
     experiment_config,
 )
@@ -75,6 +83,12 @@ def _apply_runtime_env(cfg: DictConfig) -> None:
         __import__(module)
 
 
+def _module_record(cfg: DictConfig) -> dict | None:
+    """run_info.json's record of algorithm.dara.estimator_module (loaded by the config checks), or None."""
+    loaded = estimator_module(cfg)
+    return None if loaded is None else loaded.record()
+
+
 def _finished(cfg: DictConfig) -> bool:
     return run_finished(cfg.run.output_dir, cfg.trainer.total_training_steps)
 
@@ -87,6 +101,8 @@ def _write_run_info(cfg: DictConfig) -> None:
             # the reward options, among them which math grader scored correctness
             "reward_options": OmegaConf.to_container(
                 OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {}),
+            # the module of estimators of your own (algorithm.dara.estimator_module): file, sha256, names
+            "estimator_module": _module_record(cfg),
             # the experiment configuration (dara.run_folder): what tells this run's variant from another's
             "config": experiment_config(cfg)}
     atomic_write_json(Path(cfg.run.output_dir) / RUN_INFO, info)
@@ -166,6 +182,7 @@ def _claim_run_folder(cfg: DictConfig, stack: ExitStack) -> None:
     try:
         stack.enter_context(run_folder_lock(cfg.run.output_dir))
         unrecorded = check_same_experiment(cfg.run.output_dir, experiment_config(cfg), cfg.run.name, cfg.run.seed)
+        check_same_estimator_module(cfg.run.output_dir, _module_record(cfg), cfg.run.name, cfg.run.seed)
     except RunFolderError as error:
         raise SystemExit(f"[dara] {error}") from None
     if unrecorded:

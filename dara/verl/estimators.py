@@ -8,10 +8,12 @@ therefore runs verl's own advantage step with a `ChannelContext` in that place: 
 divisibility padding, and the project's options as a `DaraAlgoConfig`. The registered functions read the
 channels from it and write their diagnostics back into it.
 
-Every library estimator is registered as ``dara_<name>``; names verl does not already use
-(``dara_asym``, ``dvao``, ...) are also registered bare. ``grpo`` and ``gdpo`` are verl's own names, so
-`verl_estimator_name` maps them to ``dara_grpo`` / ``dara_gdpo`` for the project's trainer, and
-`dara.config.library_estimator` maps a config value back.
+Every library estimator is registered under its bare name (``dara_asym``, ``dvao``, ``rvpo``, ...) except
+``grpo`` and ``gdpo``, verl's own names: `verl_estimator_name` maps those to ``dara_grpo`` / ``dara_gdpo``
+for the project's trainer, and `dara.config.library_estimator` maps a config value back. An estimator a
+user's module registers (`algorithm.dara.estimator_module`) is registered bare by `register_all`, which
+every process that computes advantages calls after loading the module; a user's name that verl already
+has is refused (`verl_owned_names`, `EstimatorNameTaken`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from verl.trainer.ppo import core_algos
 
 from dara.config import LIBRARY_PREFIX as PREFIX
 from dara.config import library_estimator
-from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig, compute_advantages, diagnose
+from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig, compute_advantages, diagnose
 
 
 class ChannelContext:
@@ -94,12 +96,26 @@ def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: 
 
 def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
     """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
-    return {"channel_names": list(channel_names), **DaraAlgoConfig.from_mapping(algorithm.get("dara", None)).options()}
+    return {"channel_names": list(channel_names), **DaraAlgoConfig.from_mapping(algorithm.get("dara", None)).keywords()}
+
+
+class EstimatorNameTaken(ValueError):
+    """A user's estimator whose name verl's own registry already holds."""
+
+
+def verl_owned_names() -> set[str]:
+    """The advantage estimators verl itself has: its registry's keys that are not the project's, and the
+    values of its AdvantageEstimator enum."""
+    own = {key for key, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items() if not _ours(fn)}
+    return own | {member.value for member in core_algos.AdvantageEstimator}
 
 
 def verl_estimator_name(name: str) -> str:
-    """Registry key of library estimator `name`: the bare name, or dara_<name> where verl owns it."""
-    return name if name in _BARE else PREFIX + name
+    """Registry key of library estimator `name`: the bare name, or dara_<name> where verl owns it (registering
+    a name registered since the last call first)."""
+    if name not in _KEYS:
+        register_all()
+    return _KEYS.get(name, PREFIX + name)
 
 
 def _make_verl_estimator(name: str):
@@ -126,7 +142,7 @@ def _make_verl_estimator(name: str):
             metrics = diagnose(scores, groups, channel_names=config.channel_names)
         else:
             advantages, metrics = compute_advantages(name, scores, groups, mask, channel_names=config.channel_names,
-                                                     **config.options.options())
+                                                     **config.options.keywords())
         full = torch.zeros_like(response_mask, dtype=advantages.dtype)
         full[real] = advantages
         config.metrics.update(metrics)
@@ -141,19 +157,29 @@ def _ours(fn) -> bool:
     return getattr(fn, "__module__", "") == __name__
 
 
-def register_all() -> dict[str, str]:
-    """Register every library estimator with verl (idempotent). Returns {registry key: library name}."""
+def register_all(builtin_only: bool = False) -> dict[str, str]:
+    """Register every estimator of the library's registry with verl, as it holds them now (idempotent): the
+    library's own, and (unless `builtin_only`) those a user's module registered. Returns {registry key:
+    library name}. A user's estimator named as one of verl's raises EstimatorNameTaken."""
     registered = {}
-    for name in ESTIMATOR_NAMES:
+    for name in list(ESTIMATOR_NAMES):
+        estimator = ESTIMATORS[name]
+        if builtin_only and not estimator.builtin:
+            continue
         existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
-        key = name if existing is None or _ours(existing) else PREFIX + name
-        if key == name:
-            _BARE.add(name)
+        if existing is None or _ours(existing):
+            key = name
+        elif estimator.builtin:
+            key = PREFIX + name
+        else:
+            raise EstimatorNameTaken(f"estimator {name!r} ({estimator.module}) takes a name verl already has "
+                                     "(verl's own advantage estimator); register it under another name")
         if not _ours(core_algos.ADV_ESTIMATOR_REGISTRY.get(key)):
             core_algos.register_adv_est(key)(_make_verl_estimator(name))
+        _KEYS[name] = key
         registered[key] = name
     return registered
 
 
-_BARE: set[str] = set()
-register_all()
+_KEYS: dict[str, str] = {}  # library name -> verl registry key
+register_all(builtin_only=True)
