@@ -19,6 +19,7 @@ RECIPES = {
     "instruct_vs_thinking": "recipes.instruct_vs_thinking",
     "fixed_weight": "recipes.fixed_weight",
     "extra_baselines": "recipes.extra_baselines",
+    "rvpo": "recipes.rvpo",
     "smoke": "recipes.smoke",
     "gpu_smoke": "recipes.gpu_smoke",
 }

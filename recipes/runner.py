@@ -61,6 +61,9 @@ class Run:
 
     `variant` distinguishes runs whose task/model/method/seed coincide but whose settings differ (e.g. "g8"
     in the group-size study); it becomes part of the run name, so every setting has its own folder.
+    `estimator_module` names a module of estimators of your own (a .py file, pinned absolute for the Slurm
+    job, or an import path): `estimator` is then a name it registers, given as `algorithm.adv_estimator`
+    with `algorithm.dara.estimator_module` instead of a conf/estimator/ choice.
     """
 
     task: str
@@ -73,6 +76,12 @@ class Run:
     static_form: str = "sym"
     output_root: str = DEFAULT_OUTPUT_ROOT
     total_steps: int | None = None
+    estimator_module: str | None = None
+
+    def __post_init__(self) -> None:
+        module = self.estimator_module
+        if module and (module.endswith(".py") or "/" in module) and not module.startswith("pkg://"):
+            object.__setattr__(self, "estimator_module", str(Path(module).expanduser().absolute()))
 
     @property
     def method(self) -> str:
@@ -96,8 +105,11 @@ class Run:
 
     def group_overrides(self) -> list[str]:
         """Every override except the seed (the part a Slurm job array shares)."""
-        overrides = [f"task={self.task}", f"model={self.model}", f"estimator={self.estimator}",
-                     f"cluster={self.cluster}"]
+        if self.estimator_module:
+            chosen = [f"algorithm.adv_estimator={self.estimator}", f"algorithm.dara.estimator_module={self.estimator_module}"]
+        else:
+            chosen = [f"estimator={self.estimator}"]
+        overrides = [f"task={self.task}", f"model={self.model}", *chosen, f"cluster={self.cluster}"]
         if self.estimator == "static":
             overrides.append(f"algorithm.dara.form={self.static_form}")
         if self.variant:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import logging
 import os
 import re
@@ -424,15 +425,38 @@ def _commit() -> str:
     return head + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+# algorithm.dara.dead_channel_weight: the weight DARA applies and logs for a channel active in no group
+DEAD_CHANNEL_CONVENTIONS = {"1": "1 (the paper's text)", "w_max": "w_max (the authors' code)"}
+
+
+def _module_line(run_dir: Path) -> str | None:
+    """The run's module of estimators of its own, as its run_info.json records it."""
+    info_path = run_dir / "run_info.json"
+    try:
+        module = json.loads(info_path.read_text()).get("estimator_module") if info_path.exists() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(module, dict):
+        return None
+    return (f"estimator module: {module.get('path')} (sha256 {str(module.get('sha256', ''))[:12]}, estimators "
+            f"{', '.join(module.get('estimators') or [])}) in run {run_dir.name}")
+
+
 def run_provenance(run_dirs: list[Path]) -> list[str]:
-    """Per run: its config file; the data cards and grader its config names (deduplicated)."""
-    configs, cards, graders = [], {}, set()
+    """Per run: its config file; the data cards and grader its config names (deduplicated); which dead-channel
+    weight convention its DARA weights used; the module of estimators of its own, if any."""
+    configs, cards, graders, dead, modules = [], {}, set(), {}, []
     for run_dir in run_dirs:
         config = next((p for p in (run_dir / "verl_config.yaml", run_dir / ".hydra" / "config.yaml") if p.exists()), None)
         if config is None:
             continue
         configs.append(f"{config} (sha256 {_sha256(config)})")
         cfg = OmegaConf.load(config)
+        convention = str(OmegaConf.select(cfg, "algorithm.dara.dead_channel_weight", default=None) or "1")
+        dead.setdefault(convention, []).append(run_dir.name)
+        line = _module_line(run_dir)
+        if line:
+            modules.append(line)
         for key in ("data.train_files", "data.val_files"):
             files = OmegaConf.select(cfg, key, default=None)
             for data in [files] if isinstance(files, str) else list(files or []):
@@ -446,7 +470,10 @@ def run_provenance(run_dirs: list[Path]) -> list[str]:
     lines = [f"config: {c}" for c in configs]
     lines += [f"data card: {card} (sha256 {sha})" for card, sha in cards.items()] or ["data card: none found"]
     lines += [f"grader: {g}" for g in sorted(graders)] or ["grader: not recorded in the run configs"]
-    return lines
+    lines += [f"dead-channel weight (a DARA channel active in no group; its advantage is 0 either way): "
+              f"{DEAD_CHANNEL_CONVENTIONS.get(c, c)} in {len(names)} run(s): {', '.join(sorted(names))}"
+              for c, names in sorted(dead.items())]
+    return lines + modules
 
 
 def source_items(source: Path) -> list[str]:

@@ -33,7 +33,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="few seeds and steps (CI size; timing in docs/measured.md)")
     parser.add_argument("--out", type=Path, help=f"output folder (default {DEFAULT_OUT}, --quick: {DEFAULT_QUICK_OUT})")
     parser.add_argument("--studies", help="comma-separated subset of the studies (default: all)")
-    parser.add_argument("--estimators", help="comma-separated subset of each study's estimators")
+    parser.add_argument("--estimators", help="comma-separated subset of each study's estimators (registered names)")
+    parser.add_argument("--estimator-module", action="append", default=[], metavar="PATH",
+                        help="a module of estimators of your own (a .py file, an import path or pkg://module), "
+                             "loaded first: every study also runs its estimators (those of them --estimators "
+                             "names, when given); repeatable")
     parser.add_argument("--seeds", type=int, help="seeds of the main study (default 8; --quick 2)")
     parser.add_argument("--side-seeds", type=int, help="seeds of the side studies (default 5)")
     parser.add_argument("--steps", type=int, help="training steps per run")
@@ -43,7 +47,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def load_modules(specs: list[str]) -> list[str]:
+    """Load each module of estimators; the names they registered, in order. A bad module exits in one line."""
+    from dara.estimators import EstimatorModuleError, load_estimator_module
+
+    names: list[str] = []
+    for spec in specs:
+        try:
+            names += [n for n in load_estimator_module(spec).names if n not in names]
+        except EstimatorModuleError as error:
+            raise SystemExit(f"testbed: {error}") from None
+    return names
+
+
 def select_studies(args: argparse.Namespace) -> list[Study]:
+    from dara.estimators import ESTIMATOR_NAMES
+
+    own = load_modules(getattr(args, "estimator_module", None) or [])
+    if args.estimators:
+        unknown = [e for e in args.estimators.split(",") if e not in ESTIMATOR_NAMES]
+        if unknown:
+            raise SystemExit(f"testbed: unknown estimator(s) {unknown}; registered: {', '.join(ESTIMATOR_NAMES)}"
+                             + ("" if own else " (one of your own: --estimator-module PATH)"))
     if args.quick:
         studies = quick_studies()
         if args.seeds or args.steps:
@@ -65,6 +90,10 @@ def select_studies(args: argparse.Namespace) -> list[Study]:
         if unknown:
             raise SystemExit(f"unknown studies {sorted(unknown)}; choose from {[s.name for s in studies]}")
         studies = [s for s in studies if s.name in wanted]
+    if own:
+        wanted_own = [n for n in own if not args.estimators or n in args.estimators.split(",")]
+        studies = [replace(s, estimators=(*s.estimators, *(n for n in wanted_own if n not in s.estimators)))
+                   for s in studies]
     if args.estimators:
         wanted = tuple(args.estimators.split(","))
         studies = [replace(s, estimators=tuple(e for e in s.estimators if e in wanted)) for s in studies]

@@ -62,10 +62,13 @@ def estimator_options(estimator: str, task: TaskConfig, static_sparse_weight: fl
     `static` is the fixed-weight ablation: every sparse-ish channel (format, length) gets
     `static_sparse_weight`, correctness 1.
     """
+    from dara.estimators import ESTIMATORS
+
     names = task.channel_names
     if estimator == "static":
         return {"weights": [1.0 if name == "correctness" else static_sparse_weight for name in names]}
-    if estimator in ("saw", "sa_mrpo"):
+    registered = ESTIMATORS.get(estimator)
+    if registered is not None and registered.needs_ranges:  # saw, sa_mrpo, or one of your own that reads them
         return {"reward_ranges": {name: list(REWARD_RANGE) for name in names}}
     return {}
 
@@ -152,7 +155,12 @@ def train_run(
     advantage_fn: AdvantageFn | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
 ) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """Train one policy; returns (one record per step, final held-out evaluation)."""
+    """Train one policy; returns (one record per step, final held-out evaluation). With the library's
+    advantages, an estimator name that is not registered is a ValueError naming the registered ones."""
+    if advantage_fn is None:
+        from dara.estimators import get_estimator
+
+        get_estimator(config.estimator)
     advantage_fn = advantage_fn or library_advantages()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(10_007 * config.seed + 1)

@@ -12,8 +12,9 @@ the verl binding: docs/trl.md. Nothing on this path imports verl or Ray.
 try:
     import trl  # noqa: F401
 except ImportError as error:  # pragma: no cover - depends on the install
-    raise ImportError("dara.trl needs trl>=1.16,<1.17, in an environment without verl (verl 0.9.1 breaks with "
-                      "TRL >= 1.13 importable): the project's .venv-trl (make install-trl), docs/trl.md") from error
+    raise ImportError("dara.trl needs the 'trl' extra (trl>=1.16,<1.17), in an environment without verl (verl 0.9.1 "
+                      "breaks with TRL >= 1.13 importable): pip install 'dara-rl[trl]', or the project's .venv-trl "
+                      "(make install-trl), docs/trl.md") from error
 
 from .advantages import completion_advantages, fill_missing_scores
 from .config import DaraGRPOConfig

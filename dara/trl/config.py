@@ -3,42 +3,80 @@
 TRL's `multi_objective_aggregation` rejects values it does not know, so the estimator is a field of its
 own. The library's `weights` option is TRL's `reward_weights`; the channels are the reward functions, in
 their order, named as TRL names them (a function's `__name__`, a reward model's model id).
+
+The scalar options (`w_max`, `tau`, `gamma`, `form`, `query_weight`, `eps`, `rvpo_k`,
+`dead_channel_weight`) are derived from `dara.estimators.DaraAlgoConfig`'s fields, defaults and help
+texts (`DERIVED_FIELDS`), not restated; `estimator_module` loads a module of estimators of your own, and
+`estimator_options` holds the options an estimator declares for itself.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 
 from trl import GRPOConfig
 
-from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig
-from dara.estimators.config import ranges_by_name
+from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig, load_estimator_module
+from dara.estimators.config import FIELD_HELP, ranges_by_name
 
-_DEFAULTS = DaraAlgoConfig()
+# DaraAlgoConfig's fields that DaraGRPOConfig takes as they are (name, type, default, help).
+DERIVED_FIELDS = ("w_max", "tau", "gamma", "form", "query_weight", "eps", "rvpo_k", "dead_channel_weight")
 # TRL's loss takes one advantage per completion; response-level batch normalisation is the natural default
 # (`token` needs the completions' lengths, which the trainer gathers; see docs/trl.md).
 DEFAULT_BATCH_NORM = "response"
 
 
+def _derived_base() -> type:
+    """GRPOConfig with DaraAlgoConfig's scalar option fields (their types, defaults and help texts)."""
+    hints = typing.get_type_hints(DaraAlgoConfig)
+    specs = []
+    for item in fields(DaraAlgoConfig):
+        if item.name in DERIVED_FIELDS:
+            default = item.default if item.default is not MISSING else item.default_factory()
+            specs.append((item.name, hints[item.name], field(default=default,
+                                                               metadata={"help": FIELD_HELP[item.name]})))
+    return make_dataclass("_GRPOConfigWithDaraOptions", specs, bases=(GRPOConfig,))
+
+
+def _as_mapping(value, what: str):
+    """A dict given as JSON text (a command line) or as a mapping; None stays None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{what} must be a JSON object, got {value!r} ({error})") from None
+    if value is not None and not isinstance(value, Mapping):
+        raise ValueError(f"{what} must map names to values, got {value!r}")
+    return None if value is None else dict(value)
+
+
 @dataclass
-class DaraGRPOConfig(GRPOConfig):
+class DaraGRPOConfig(_derived_base()):
     """`GRPOConfig` with `estimator` and the estimator options of `dara.estimators.compute_advantages`.
 
     `batch_norm=None` resolves to `response` for the estimators that take it, else to the estimator's own
     (GRPO and DVAO define none). `reward_ranges` maps reward-function names to [min, max] (saw, sa_mrpo).
+    `estimator_module` (a .py file, an import path or pkg://package.module) is loaded first, so `estimator`
+    may name an estimator it registers; `estimator_options` are that estimator's declared options.
     TRL's `scale_rewards` and `multi_objective_aggregation` shape only TRL's own advantages, which the
     estimator's replace.
     """
 
-    _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "reward_ranges"]
+    _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "reward_ranges", "estimator_options"]
 
     estimator: str = field(
         default="dara_asym",
-        metadata={"help": f"Advantage estimator of dara.estimators: one of {', '.join(ESTIMATOR_NAMES)}."},
+        metadata={"help": "Advantage estimator: a registered dara.estimators name (python -m dara.estimators list), "
+                          "or one a module given as estimator_module registers."},
     )
-    w_max: float = field(default=_DEFAULTS.w_max, metadata={"help": "Cap of DARA's density weights."})
+    estimator_module: str | None = field(default=None, metadata={"help": FIELD_HELP["estimator_module"]})
+    estimator_options: dict | str | None = field(
+        default=None,
+        metadata={"help": FIELD_HELP["options"] + " E.g. '{\"power\": 0.5}'."},
+    )
     batch_norm: str | None = field(
         default=None,
         metadata={"help": "Batch normalisation of the aggregated advantage: 'response', 'token' or 'none'; "
@@ -49,34 +87,29 @@ class DaraGRPOConfig(GRPOConfig):
         metadata={"help": "Per reward function name, its [min, max] score range (saw, sa_mrpo), e.g. "
                           "'{\"format\": [0, 1], \"correctness\": [-3, 3]}'."},
     )
-    tau: float = field(default=_DEFAULTS.tau, metadata={"help": "GD2PO-SNR's |rho| threshold."})
-    gamma: float = field(default=_DEFAULTS.gamma, metadata={"help": "SA-MRPO's saturation exponent."})
-    form: str = field(default=_DEFAULTS.form, metadata={"help": "static: 'sym' or 'asym'."})
-    query_weight: str = field(
-        default=_DEFAULTS.query_weight, metadata={"help": "GD2PO: 'before_whiten' or 'after_whiten'."}
-    )
-    eps: float = field(
-        default=_DEFAULTS.eps,
-        metadata={"help": "Added to the std of the group z-score and of response-level batch normalisation "
-                          "(the library's 1e-6; TRL's own advantages use 1e-4)."},
-    )
 
     def __post_init__(self):
         super().__post_init__()
+        if self.estimator_module:
+            load_estimator_module(self.estimator_module)  # EstimatorModuleError: a ValueError, one line
         if self.estimator not in ESTIMATOR_NAMES:
-            raise ValueError(f"estimator={self.estimator!r} is not a dara.estimators name; "
-                             f"available: {', '.join(ESTIMATOR_NAMES)}")
+            raise ValueError(f"estimator={self.estimator!r} is not a dara.estimators name; registered: "
+                             f"{', '.join(ESTIMATOR_NAMES)} (one of your own: estimator_module=PATH)")
         if isinstance(self.reward_ranges, str):
-            self.reward_ranges = json.loads(self.reward_ranges)
+            self.reward_ranges = _as_mapping(self.reward_ranges, "reward_ranges")
         if self.reward_ranges is not None:
             self.reward_ranges = ranges_by_name(self.reward_ranges)  # the library's {name: [min, max]} check
+        self.estimator_options = _as_mapping(self.estimator_options, "estimator_options") or {}
         if self.batch_norm is None:
             own = ESTIMATORS[self.estimator].batch_norms
             self.batch_norm = DEFAULT_BATCH_NORM if not own or DEFAULT_BATCH_NORM in own else own[0]
         if self.estimator == "static" and self.reward_weights is None:
             raise ValueError("estimator='static' needs fixed channel weights: set reward_weights=[...]")
-        # Validates every option now (types, ranges, the batch_norm the estimator allows), not at step 1.
-        self.algo_config().resolved_batch_norm(self.estimator)
+        # Validates every option now (types, ranges, the batch_norm the estimator allows, its own options),
+        # not at step 1.
+        config = self.algo_config()
+        config.resolved_batch_norm(self.estimator)
+        config.estimator_options(self.estimator)
 
     def algo_config(self, channel_names: Sequence[str] | None = None,
                     weights: Sequence[float] | None = None) -> DaraAlgoConfig:
@@ -87,8 +120,9 @@ class DaraGRPOConfig(GRPOConfig):
         if weights is None and self.reward_weights is not None:
             weights = self.reward_weights
         config = DaraAlgoConfig(
-            weights=weights, w_max=self.w_max, batch_norm=self.batch_norm, reward_ranges=self.reward_ranges,
-            tau=self.tau, gamma=self.gamma, form=self.form, query_weight=self.query_weight, eps=self.eps,
+            weights=weights, batch_norm=self.batch_norm, reward_ranges=self.reward_ranges,
+            options=dict(self.estimator_options or {}), estimator_module=self.estimator_module,
+            **{name: getattr(self, name) for name in DERIVED_FIELDS},
         )
         if channel_names is not None:
             config.check_range_names(channel_names)
