@@ -18,12 +18,12 @@ GPU_INSTALL := PYTHON=$(PYTHON) VENV=$(VENV) CUDA=$(CUDA) WHEELS=$(WHEELS) FLASH
 
 # The TRL environment (docs/trl.md "Two environments"): verl 0.9.1's FSDP workers import trl's value-head model
 # whenever trl is importable, and TRL removed it in 1.13, so TRL 1.16 (dara.trl) lives in its own venv: CPU torch,
-# TRL and what dara.trl, data_prep.smoke and their tests import; the project itself without its verl dependency.
+# then the project with its `trl` extra (TRL and what dara.trl and data_prep.smoke import; no verl, Ray or Hydra),
+# and the test runner.
 TRL_VENV := .venv-trl
 TRL_PY   := $(TRL_VENV)/bin/python
 TRL_STAMP := $(TRL_VENV)/.installed
-TRL_PACKAGES := "trl>=1.16,<1.17" "transformers>=5.5.3,<5.11,!=5.6.0" "tokenizers>=0.20" "datasets>=3.0" \
-	"pandas>=2.0" "pyarrow>=14" "pytest>=8" "pytest-xdist>=3.6"
+TRL_PACKAGES := "pytest>=8" "pytest-xdist>=3.6"
 TRL_TESTS ?= tests/trl
 SMOKE_TRL_ARGS ?=
 FAST := not slow and not slurm and not multinode
@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -c constraints/cpu.txt torch==2.13.0
-	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[verl,dev]"
 	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	# trl must not be importable next to verl 0.9.1 (dara.config_checks refuses to start): drop one an older install left
@@ -60,8 +60,7 @@ $(TRL_STAMP): pyproject.toml constraints/cpu.txt
 	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
 	$(TRL_PY) -m pip install -q --upgrade pip setuptools wheel
 	$(TRL_PY) -m pip install -q -c constraints/cpu.txt torch==2.13.0
-	$(TRL_PY) -m pip install -q -c constraints/cpu.txt $(TRL_PACKAGES)
-	$(TRL_PY) -m pip install -q --no-deps -e .
+	$(TRL_PY) -m pip install -q -c constraints/cpu.txt -e ".[trl]" $(TRL_PACKAGES)
 	touch $(TRL_STAMP)
 
 smoke: $(STAMP)

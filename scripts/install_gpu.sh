@@ -9,7 +9,7 @@
 #     torch must be the same CUDA build). CUDA=12.9|13.0 overrides the detection (e.g. on a login node).
 #  2. the indexes of that line must answer; if not, one message naming the wheels to download elsewhere and
 #     the command that installs from them (WHEELS=DIR: pip's --find-links).
-#  3. torch, torchvision, torchaudio; vllm; the project with verl 0.9.1 (`-e .[dev,gpu]`, verl[verl-core]: not
+#  3. torch, torchvision, torchaudio; vllm; the project with verl 0.9.1 (`-e .[verl,dev,gpu]`, verl[verl-core]: not
 #     verl's [fsdp] extra, whose cupy-cuda13x pin is CUDA 13 only and which adds nothing these runs import).
 #  4. optional: flash-attn 2.8.3 from a prebuilt wheel only (FLASH_ATTN_WHEEL, or verl's wheelhouse on the CUDA
 #     13.0 line), kept only when it imports against this torch. Without one the install says so and goes on:
@@ -146,7 +146,7 @@ install() {
   record "torch 2.11.0 CUDA ${CUDA_VERSION}" ok
   run "$PY" -m pip install -q -c "$LOCK" "${INDEX[@]}" vllm || die "vllm 0.24.0 (CUDA ${CUDA_VERSION}) failed to install"
   record "vllm 0.24.0 CUDA ${CUDA_VERSION}" ok
-  run "$PY" -m pip install -q -c "$LOCK" "${INDEX[@]}" -e ".[dev,gpu]" || die "the project (verl 0.9.1) failed to install"
+  run "$PY" -m pip install -q -c "$LOCK" "${INDEX[@]}" -e ".[verl,dev,gpu]" || die "the project (verl 0.9.1) failed to install"
   record "project + verl 0.9.1" ok
   local attention=flash_attention_2
   if install_flash_attn_wheel; then

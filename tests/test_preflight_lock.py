@@ -109,7 +109,7 @@ def test_driver_picks_the_cuda_line(tmp_path):
         assert "--extra-index-url https://download.pytorch.org/whl/cu129" in line
         assert "--extra-index-url https://wheels.vllm.ai/0.24.0/cu129" in line
     assert torch.endswith(" torch torchvision torchaudio") and vllm.endswith(" vllm")
-    assert project.endswith(" -e .[dev,gpu]")
+    assert project.endswith(" -e .[verl,dev,gpu]")
     new = dry_install(tmp_path, driver="580.65.06")
     assert "NVIDIA driver 580.65.06 -> CUDA line 13.0" in new.stdout
     assert all("-c constraints/gpu-cu130.txt" in line and "download.pytorch.org" not in line
@@ -165,11 +165,12 @@ def test_makefile_runs_the_gpu_script_and_keeps_the_cpu_install():
     pip = [line for line in cpu if "pip install" in line and line.startswith(".venv/")]
     assert pip == [".venv/bin/python -m pip install -q --upgrade pip setuptools wheel",
                    ".venv/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0",
-                   '.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev]"',
+                   '.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[verl,dev]"',
                    ".venv/bin/python -m pip install -q --no-deps bfcl-eval==2026.3.23"]
     assert not any("gpu" in line or "flash" in line for line in cpu)
-    # the TRL environment beside it (docs/trl.md): CPU torch, then TRL, then the project without verl
+    # the TRL environment beside it (docs/trl.md): CPU torch, then the project through its trl extra (no verl)
     trl = [line for line in cpu if "pip install" in line and line.startswith(".venv-trl/")]
     assert trl[1] == ".venv-trl/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0"
-    assert '"trl>=1.16,<1.17"' in trl[2] and trl[3] == ".venv-trl/bin/python -m pip install -q --no-deps -e ."
+    assert trl[2].startswith('.venv-trl/bin/python -m pip install -q -c constraints/cpu.txt -e ".[trl]"')
+    assert len(trl) == 3
     assert not any("trl" in line and "pip install" in line for line in cpu if line.startswith(".venv/"))

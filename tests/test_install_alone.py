@@ -1,0 +1,114 @@
+"""The estimator library installs alone: a plain `pip install .` in a fresh venv (no system site-packages) brings
+torch and numpy, no verl, Ray, Hydra or TRL; `dara.estimators` computes advantages there (a module of one's own
+too), and the verl side says, in one line, which extra to install.
+
+The venv gets CPU torch 2.13.0 first (`pip install torch==2.13.0`, the project's CPU pin), then `pip install`
+of a copy of the package's files (the checkout itself is left untouched: pip builds in the source folder).
+The metadata half of the check (what `pip install .` would bring) runs without a venv.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+import dara
+
+ROOT = dara.PROJECT_ROOT
+PACKAGES = ("dara", "rewards", "data_prep", "recipes", "results", "tasks")  # pyproject's packages.find
+STACKS = ("verl", "ray", "hydra-core", "omegaconf", "trl", "transformers", "wandb", "datasets", "matplotlib",
+          "pandas", "vllm")
+
+
+def copy_project(target: Path) -> Path:
+    target.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, target / name)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return target
+
+
+def requirements(metadata: str) -> tuple[list[str], dict[str, list[str]]]:
+    """(unconditional Requires-Dist names, {extra: names}) of a METADATA text."""
+    message = email.parser.Parser().parsestr(metadata)
+    plain, extras = [], {}
+    for line in message.get_all("Requires-Dist") or []:
+        spec, _, marker = line.partition(";")
+        name = spec.split("[")[0].split(">")[0].split("<")[0].split("=")[0].split("!")[0].strip().lower()
+        if "extra ==" in marker:
+            extra = marker.split("extra ==")[1].strip().strip("'\"")
+            extras.setdefault(extra, []).append(name)
+        else:
+            plain.append(name)
+    return plain, extras
+
+
+def test_the_metadata_requires_torch_and_numpy_alone_and_puts_the_stacks_in_extras(tmp_path):
+    project = copy_project(tmp_path / "project")
+    subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; import sys; "
+                    "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))", str(tmp_path)],
+                   cwd=project, check=True, capture_output=True, text=True)
+    (metadata,) = tmp_path.glob("*.dist-info/METADATA")
+    plain, extras = requirements(metadata.read_text())
+    assert sorted(plain) == ["numpy", "torch"]
+    assert {"verl", "ray", "hydra-core", "wandb", "hydra-submitit-launcher"} <= set(extras["verl"])
+    assert {"trl", "transformers", "datasets"} <= set(extras["trl"]) and "verl" not in extras["trl"]
+    assert extras["gpu"] == ["vllm"] and "pytest" in extras["dev"]
+
+
+CHECK = r"""
+import sys, torch
+from dara.estimators import BUILTIN_ESTIMATORS, compute_advantages, load_estimator_module
+scores = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]] * 2)
+index = [0, 0, 1, 1, 2, 2, 3, 3]
+for name in BUILTIN_ESTIMATORS:
+    options = {"weights": [1.0, 5.0]} if name == "static" else {}
+    if name in ("saw", "sa_mrpo"):
+        options["reward_ranges"] = {"c0": [0, 1], "c1": [0, 1]}
+    advantages, metrics = compute_advantages(name, scores, index, torch.ones(8, 3), **options)
+    assert advantages.shape == (8, 3) and torch.isfinite(advantages).all(), name
+load_estimator_module(sys.argv[1])
+_, metrics = compute_advantages("density_power", scores, index, torch.ones(8, 3))
+print("weight", metrics["weight/c1"])
+stacks = sorted(m for m in ("verl", "ray", "hydra", "omegaconf", "trl", "transformers") if m in sys.modules)
+print("imported", stacks)
+"""
+
+
+@pytest.mark.slow  # a fresh venv: CPU torch (about 30 s), then the project
+def test_a_plain_install_brings_no_verl_ray_or_hydra_and_computes_advantages(tmp_path):
+    venv.create(tmp_path / "venv", with_pip=True, system_site_packages=False)
+    python = str(tmp_path / "venv" / "bin" / "python")
+
+    def run(*args, check=True):
+        return subprocess.run([python, *args], cwd=tmp_path, capture_output=True, text=True, timeout=900, check=check)
+
+    run("-m", "pip", "install", "-q", "torch==2.13.0")
+    run("-m", "pip", "install", "-q", str(copy_project(tmp_path / "project")))
+    installed = {line.split("==")[0].split(" @ ")[0].strip().lower()
+                 for line in run("-m", "pip", "freeze").stdout.splitlines()}
+    assert "dara-rl" in installed and "torch" in installed and "numpy" in installed
+    assert not installed & set(STACKS), installed & set(STACKS)
+    out = run("-c", CHECK, str(ROOT / "examples" / "my_estimator" / "density_power.py")).stdout
+    assert "weight 1.414" in out and "imported []" in out  # density 1/2 against 1: (1 / 0.5)^0.5
+    listing = run("-m", "dara.estimators", "list").stdout
+    assert "dara_asym: DARA-Asym" in listing and "rvpo: RVPO" in listing
+    # the verl side without its extra: one line naming the extra
+    train = run("-m", "dara.train", check=False)
+    assert train.returncode != 0 and train.stderr.strip().splitlines() == [
+        "[dara] python -m dara.train needs the 'verl' extra (verl, ray, hydra, omegaconf not installed): pip install "
+        "'dara-rl[verl]' (from a checkout: pip install -e '.[verl]'); the estimator library alone (dara.estimators) "
+        "needs neither"]
+    imported = run("-c", "import dara.verl", check=False)
+    assert imported.returncode != 0
+    assert imported.stderr.strip().splitlines()[-1].startswith(
+        "ImportError: dara.verl (training through verl) needs the 'verl' extra")
+    trl = run("-c", "import dara.trl", check=False)
+    assert "needs the 'trl' extra" in trl.stderr.strip().splitlines()[-1]
