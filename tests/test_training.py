@@ -9,9 +9,11 @@ everything it can:
    run folder, the metrics (DARA's instruments per channel, in our JSONL, verl's tracker and the wandb offline
    run), the quiet console, the unclipped-update warnings (`run.expect_clipped_updates` with a clip no gradient
    norm reaches), rollout/trainer log-prob agreement and the checks `recipes gpu_smoke` applies to its steps;
-3. a run of another configuration (a reward module of one's own, flaky, with a third channel) on the same folder
-   is refused in one line naming the differing key, and runs beside it under the name the line suggests; the
-   flaky items are counted, the run goes on;
+3. a run of another configuration (a reward module of one's own, flaky, with a third channel, and an estimator of
+   one's own: a copy of examples/my_estimator outside the checkout through algorithm.dara.estimator_module, with
+   an option of its own) on the same folder is refused in one line naming the differing keys, and runs 3 steps
+   beside it under the name the line suggests; the flaky items are counted, the run goes on; every step logs the
+   library's diagnostics for the estimator, and run_info.json records the module's path and sha256;
 4. the first run resumed to 5 steps: every step logged once, exactly the newest two checkpoints, the wandb rows of
    the resumed start above the first start's (the verl binding's resume; the library's is in test_estimators,
    Slurm's in test_slurm);
@@ -20,10 +22,12 @@ everything it can:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -32,6 +36,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+import dara
 from dara.run_folder import (
     CHECKPOINT_TRACKER,
     CHECKPOINTS,
@@ -49,6 +54,7 @@ from dara.tracking import inspect_records, read_offline_history, wandb_run_files
 pytestmark = pytest.mark.slow  # four CPU training starts (1-4 minutes each) and three refused ones
 
 RUN = "smoke-tiny-dara_asym-s0"
+EXAMPLE_ESTIMATOR = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
 CHANNELS = ["format", "correctness"]
 KEEP_TWO = ["trainer.save_freq=1", "run.checkpoint.keep_last=2"]
 # part of every run's configuration here: every update expected clipped, by a clip no gradient norm reaches
@@ -240,13 +246,19 @@ def test_the_gpu_smokes_step_checks_pass_on_the_cpu_run(root, first):
 
 @pytest.fixture(scope="module")
 def variant(root, train, first):
-    """A reward module of one's own on the same folder: refused, then run under the name the refusal gives."""
+    """A reward module and an estimator of one's own (a copy of examples/my_estimator outside the checkout, with an
+    option of its own) on the same folder: refused, then run 3 steps under the name the refusal gives."""
     flaky = reward_module(root, always_fail=False)
-    own = [f"reward.custom_reward_function.path={flaky}", "trainer.total_training_steps=1"]
-    refused = train(*own)
+    estimator = root / "own_estimator" / EXAMPLE_ESTIMATOR.name
+    estimator.parent.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLE_ESTIMATOR, estimator)
+    own = [f"reward.custom_reward_function.path={flaky}", f"algorithm.dara.estimator_module={estimator}",
+           "algorithm.adv_estimator=density_power", "algorithm.dara.options.power=1.0",
+           "trainer.total_training_steps=3"]
+    refused = train(*own, f"run.name={RUN}")  # the first run's folder, named explicitly
     name = re.search(r"run\.name=(\S+)", refused.stderr)
     ran = train(*own, f"run.name={name.group(1)}") if name else None
-    return {"refused": refused, "name": name and name.group(1), "ran": ran}
+    return {"refused": refused, "name": name and name.group(1), "ran": ran, "estimator": estimator}
 
 
 def test_another_configuration_is_refused_and_runs_beside_it_under_its_own_name(root, first, variant):
@@ -254,17 +266,37 @@ def test_another_configuration_is_refused_and_runs_beside_it_under_its_own_name(
     assert refused.returncode != 0
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "holds a run of another configuration, differing in" in lines[0], refused.stderr
-    assert "reward.custom_reward_function.path" in lines[0]
+    assert "reward.custom_reward_function.path" in lines[0] and "algorithm.dara.estimator_module" in lines[0]
     ran = variant["ran"]
     assert ran is not None and ran.returncode == 0, ran and (ran.stdout[-3000:] + ran.stderr[-3000:])
     assert (run_dir / METRICS_FILE).read_bytes() == first["metrics_bytes"]  # nothing of the first run was touched
     configs = [json.loads((folder / RUN_INFO).read_text())["config"] for folder in (run_dir, root / variant["name"])]
-    assert "reward.custom_reward_function.path" in config_differences(*configs)
+    assert {"reward.custom_reward_function.path", "algorithm.dara.estimator_module",
+            "algorithm.adv_estimator"} <= set(config_differences(*configs))
 
 
 def test_a_flaky_reward_of_ones_own_never_stops_the_run_and_its_third_channel_is_logged(root, variant):
-    [record] = read_metrics(root / variant["name"] / METRICS_FILE)
-    assert record["reward/errors"] > 0 and {"dara/density/brevity", "reward/brevity/mean"} <= set(record)
+    records = read_metrics(root / variant["name"] / METRICS_FILE)
+    assert sum(r["reward/errors"] for r in records) > 0
+    assert all({"dara/density/brevity", "reward/brevity/mean"} <= set(r) for r in records)
+
+
+def test_an_estimator_of_ones_own_trains_every_step_with_the_librarys_diagnostics(root, variant):
+    run_dir = root / variant["name"]
+    records = read_metrics(run_dir / METRICS_FILE)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    channels = [*CHANNELS, "brevity"]
+    for record in records:  # density_power with power=1: w_k = pi_ref / pi_k (1 for a dead channel)
+        density = [record[f"dara/density/{c}"] for c in channels]
+        weight = [record[f"dara/weight/{c}"] for c in channels]
+        assert weight == pytest.approx([max(density) / d if d > 0 else 1.0 for d in density])
+        assert all(f"dara/{m}/{c}" in record for m in ("energy", "energy_weighted", "active_groups") for c in channels)
+    info = json.loads((run_dir / RUN_INFO).read_text())
+    module = info["estimator_module"]
+    assert info["estimator"] == "density_power" and module["estimators"] == ["density_power"]
+    assert module["path"] == str(variant["estimator"].resolve())
+    assert module["sha256"] == hashlib.sha256(variant["estimator"].read_bytes()).hexdigest()
+    assert "estimator density_power" in variant["ran"].stdout  # the header
 
 
 @pytest.fixture(scope="module")
