@@ -125,7 +125,7 @@ def test_provenance_quotes_source_md_whole_and_links_it(authors_page):
 
     items = source_items(REFERENCE / "SOURCE.md")
     method_note = next(i for i in items if i.startswith("Method names"))
-    assert method_note.endswith("not used in this project.")  # continuation lines joined: the whole sentence
+    assert method_note.endswith("(this project's `rvpo`, recipe `rvpo`).")  # continuation lines joined: the whole sentence
     assert f"SOURCE.md: {method_note}" in page.footer
     assert sum(item.startswith("SOURCE.md: Commits:") for item in page.footer) == 1
     assert f'<a href="{(REFERENCE / "SOURCE.md").resolve().as_uri()}">' in (out / "index.html").read_text()
