@@ -395,3 +395,13 @@ def test_dara_with_either_convention_matches_the_loop_reference(batch, dead):
         density = ref.densities(ref.per_reward_advantages(scores, index), index)
         weights = ref.dara_weights(density, 5.0, dead)
         assert [metrics[f"weight/c{c}"] for c in range(3)] == pytest.approx(weights)
+
+
+@pytest.mark.slow  # a pytest process (a few seconds)
+def test_the_examples_own_tests_pass_as_documented():
+    """docs/estimators.md: `pytest examples/my_estimator/` (its own process: the example registers at import)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE.parent)],
+                         cwd=dara.PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "5 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
