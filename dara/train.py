@@ -280,14 +280,19 @@ _users_hydra_full_error: str | None = None  # main() sets HYDRA_FULL_ERROR=1 for
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
-    # composed: the run's own errors get Hydra's usual report again, and its workers the user's environment
-    os.environ.pop("HYDRA_FULL_ERROR", None)
-    if _users_hydra_full_error is not None:
-        os.environ["HYDRA_FULL_ERROR"] = _users_hydra_full_error
+    _restore_hydra_full_error()  # composed: the run's own errors get Hydra's usual report again, and its workers
+    # the user's environment
     try:
         train(cfg)
     except ConfigError as error:
         raise SystemExit(f"[dara] invalid configuration: {error}") from None
+
+
+def _restore_hydra_full_error() -> None:
+    """HYDRA_FULL_ERROR as the user had it (main() sets it for the composition only)."""
+    os.environ.pop("HYDRA_FULL_ERROR", None)
+    if _users_hydra_full_error is not None:
+        os.environ["HYDRA_FULL_ERROR"] = _users_hydra_full_error
 
 
 def main() -> None:
@@ -312,6 +317,8 @@ def main() -> None:
         if _users_hydra_full_error is not None:
             raise
         raise SystemExit(f"[dara] invalid override: {composition_error_line(error)}") from None
+    finally:  # on every way out (an in-process caller, a test, goes on with its own environment)
+        _restore_hydra_full_error()
 
 
 if __name__ == "__main__":

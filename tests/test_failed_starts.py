@@ -190,11 +190,14 @@ def test_ctrl_c_in_dara_train_is_one_line_and_exit_130(monkeypatch, capsys):
 
     monkeypatch.setattr(train, "_hydra_main", interrupted)
     monkeypatch.setattr(sys, "argv", ["dara.train"])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     with pytest.raises(SystemExit) as stop:
         train.main()
     assert stop.value.code == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("[dara] interrupted (Ctrl-C): what Ray started is stopped")
+    # main() set HYDRA_FULL_ERROR for the composition only: gone again, so later commands shorten their errors
+    assert "HYDRA_FULL_ERROR" not in os.environ
 
 
 @pytest.mark.slow  # a real Ray head node (~10-20 s on a busy machine)
