@@ -34,7 +34,8 @@ from dara.estimators import ESTIMATOR_NAMES, DaraAlgoConfig
 from dara.estimators.registry import VERL_PREFIX
 from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 
-CONF_DIR = dara.PROJECT_ROOT / "conf"
+# conf/ of the checkout, through the link dara/conf (a non-editable install ships it there: pyproject.toml)
+CONF_DIR = Path(dara.__file__).resolve().parent / "conf"
 CONFIG_NAME = "train"
 JOB_NAME = "train"
 ALGO_SCHEMA = "dara_algo_schema"  # conf/train.yaml's defaults list names both schemas

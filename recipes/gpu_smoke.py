@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from dara.config import CONF_DIR
 from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, HF_KEPT, METRICS_FILE
 from recipes.runner import PROJECT_ROOT, RecipeError, Run, group_value
 
@@ -228,7 +229,7 @@ def matching_clusters(gpu_name: str, memory_gib: float) -> list[str]:
     """Cluster files whose `run.hardware.gpu` (e.g. "H100-80GB") is this GPU: its model in the name, its memory
     within 10% of the card's."""
     found = []
-    for path in sorted((PROJECT_ROOT / "conf" / "cluster").glob("*.yaml")):
+    for path in sorted((CONF_DIR / "cluster").glob("*.yaml")):
         label = str(group_value("cluster", path.stem, "run.hardware.gpu", "") or "")
         model, _, size = label.partition("-")
         if model and size.upper().endswith("GB") and model.upper() in gpu_name.upper().replace(" ", ""):

@@ -112,3 +112,36 @@ def test_a_plain_install_brings_no_verl_ray_or_hydra_and_computes_advantages(tmp
         "ImportError: dara.verl (training through verl) needs the 'verl' extra")
     trl = run("-c", "import dara.trl", check=False)
     assert "needs the 'trl' extra" in trl.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow  # builds a wheel (~15 s) and composes a run from it (~10 s)
+def test_a_non_editable_install_carries_the_hydra_configs_and_composes_a_run_outside_the_checkout(tmp_path):
+    """The wheel holds conf/ as dara/conf, so `python -m dara.train` composes from the installed package alone
+    (unpacked here into a folder of its own, run from a folder outside the checkout, with this environment's
+    verl stack)."""
+    import zipfile
+
+    project = copy_project(tmp_path / "project")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".",
+                            "-w", str(tmp_path / "wheel")], cwd=project, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheel").glob("dara_rl-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "dara/conf/train.yaml" in names and "dara/conf/task/smoke.yaml" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    where = subprocess.run([sys.executable, "-c", "import dara, dara.config; print(dara.__file__); "
+                            "print(dara.config.CONF_DIR)"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    module, conf = where.stdout.split()
+    assert module.startswith(str(site)) and conf == str(site / "dara" / "conf"), where.stdout + where.stderr
+    out = subprocess.run([sys.executable, "-m", "dara.train", "estimator=gdpo", "--cfg", "job", "--resolve"],
+                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(out.stdout)
+    assert cfg.run.name == "smoke-tiny-gdpo-s0" and "gdpo" in str(cfg.algorithm.adv_estimator)
+    assert cfg.reward.custom_reward_function.path == str(site / "rewards" / "verl_entry.py")  # the installed one
