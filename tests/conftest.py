@@ -97,3 +97,17 @@ def python_module():
         return subprocess.run(command, capture_output=True, timeout=timeout, **options)
 
     return run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def estimator_registry_as_it_was():
+    """A test module that registers estimators of its own (`register`, `load_estimator_module`) leaves the
+    library's registry as it found it: the next module sees only what it registers itself."""
+    from dara.estimators import registry
+
+    estimators, loaded = dict(registry.ESTIMATORS), dict(registry._LOADED)
+    yield
+    registry.ESTIMATORS.clear()
+    registry.ESTIMATORS.update(estimators)
+    registry._LOADED.clear()
+    registry._LOADED.update(loaded)
