@@ -107,6 +107,9 @@ def estimator_registry_as_it_was():
 
     estimators, loaded = dict(registry.ESTIMATORS), dict(registry._LOADED)
     yield
+    for path, module in list(registry._LOADED.items()):  # imported here: imported again by the next load
+        if path not in loaded:
+            sys.modules.pop(module.module, None)
     registry.ESTIMATORS.clear()
     registry.ESTIMATORS.update(estimators)
     registry._LOADED.clear()
