@@ -15,7 +15,9 @@ from dara import AUTHORS_REFERENCE, PROJECT_ROOT, SAMPLE_DATA
 
 DATA_FOLDERS = {SAMPLE_DATA: "README.md", AUTHORS_REFERENCE: "SOURCE.md"}
 SHA_ROW = re.compile(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|$", re.MULTILINE)
-OUTSIDE = re.compile(r"\.\./shared|/work/shared|shared/(data|reference|paper|notes)")
+# the folder beside the checkout that the repository must never read, spelled in pieces so this file does not name it
+SHARED = "shared"
+OUTSIDE = re.compile("|".join([r"\.\./" + SHARED, "/work/" + SHARED, SHARED + "/(data|reference|paper|notes)"]))
 
 
 @pytest.mark.parametrize("folder", list(DATA_FOLDERS), ids=lambda p: p.name)
@@ -36,7 +38,7 @@ def test_no_tracked_file_reads_a_folder_beside_the_checkout():
         if path.suffix in {".parquet", ".csv"} or not path.is_file():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if OUTSIDE.search(line) and path.name != Path(__file__).name:
+            if OUTSIDE.search(line):
                 offenders.append(f"{name}:{number}")
     assert not offenders, f"tracked lines that read outside the repository: {offenders[:10]}"
 
