@@ -293,3 +293,31 @@ def test_reward_flag_counts():
               {"reward_extra_info": {"format": 0.0, "reward_timeout": 1, "reward_error": 0}}]
     assert reward_flag_counts(fields) == {"reward/timeouts": 2.0, "reward/errors": 1.0}
     assert reward_flag_counts([{"reward_extra_info": {"format": 1.0}}]) == {}
+
+
+def test_seam_vllm_cpu_weight_sync():
+    """What the CPU weight sync (dara.verl.cpu.vllm_weights) and the engine watchdog use of verl and vLLM."""
+    pytest.importorskip("vllm", reason="vLLM's CPU build (make install, Linux only)")
+    from verl.workers.rollout.llm_server import LLMServerManager
+    from verl.workers.rollout.replica import RolloutReplica
+    from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
+    from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+    from vllm.entrypoints.serve.instrumentator.health import router
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    from dara.verl.cpu.vllm_weights import CPUWeightSyncExtension
+
+    assert issubclass(CPUWeightSyncExtension, vLLMColocateWorkerExtension)
+    assert {"peft_config", "base_sync_done", "use_shm"} <= set(inspect.signature(
+        vLLMColocateWorkerExtension.update_weights_from_ipc).parameters)
+    assert list(inspect.signature(vLLMColocateWorkerExtension._update_weights).parameters) == [
+        "self", "weights", "peft_config", "base_sync_done"]
+    assert callable(vLLMColocateWorkerExtension._get_zmq_handle)
+    assert {"zmq_handle", "device", "use_shm"} <= set(inspect.signature(BucketedWeightReceiver).parameters)
+    assert "on_bucket_received" in inspect.signature(BucketedWeightReceiver.receive_weights).parameters
+    assert callable(initialize_layerwise_reload) and callable(finalize_layerwise_reload)
+    assert callable(ParallelLMHead.tie_weights)
+    # the watchdog: the trainer's replicas and their host:port, and the server's /health (503: engine dead)
+    assert callable(LLMServerManager.get_replicas) and isinstance(RolloutReplica.server_address, property)
+    assert any(route.path == "/health" for route in router.routes)
