@@ -7,13 +7,14 @@ checkpoint manager's, a rollout's) call `tiny_qwen2` with their own `shape`. Sha
 
 from __future__ import annotations
 
-# The smoke model's shape: small enough for a CPU step in seconds, with grouped-query attention (2 KV heads of 4)
-# and tied embeddings like the Qwen2.5 models the paper trains.
+# The smoke model's shape: small enough for a CPU step in seconds, with grouped-query attention (1 KV head for 2
+# query heads) and tied embeddings like the Qwen2.5 models the paper trains. head_dim 32 (64 / 2): vLLM's CPU
+# attention rejects head_dim 16 ("Unsupported CPU attention configuration"), and 32 keeps the weight shapes.
 SMOKE_SHAPE = {
     "hidden_size": 64,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
     "intermediate_size": 192,
     "max_position_embeddings": 512,
 }

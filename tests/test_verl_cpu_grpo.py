@@ -76,7 +76,13 @@ def test_cluster_config_reaches_verl_keys(tmp_path):
     assert env.VERL_USE_EXTERNAL_MODULES == "dara.verl.cpu" and env.VERL_PLATFORM == "cpu"
     assert cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node == 1 and cfg.trainer.nnodes == 1
     assert cfg.ray_kwargs.ray_init.num_gpus == 1
-    assert cfg.actor_rollout_ref.rollout.name == "hf" and cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 1 and rollout.enforce_eager
+    assert not rollout.enable_sleep_mode and not rollout.free_cache_engine  # both need CUDA
+    assert rollout.engine_kwargs.vllm.worker_extension_cls == "dara.verl.cpu.vllm_weights.CPUWeightSyncExtension"
+    assert env.VLLM_TARGET_DEVICE == "cpu" and env.VLLM_CPU_OMP_THREADS_BIND == "nobind"
+    assert env.SAGEMAKER_CONTAINER_LOG_LEVEL == "WARNING"  # else vLLM's import silences every warning
+    assert all(isinstance(value, str) for value in env.values())  # Ray takes strings only
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
