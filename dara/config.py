@@ -156,6 +156,9 @@ class RunConfig:
     # every optimizer update should be clipped (tool calling reproduces the authors' always-clipped updates,
     # conf/task/toolrl.yaml): a step with an unclipped update is counted and warned about (dara.verl.grad_clip)
     expect_clipped_updates: bool = False
+    # seconds between the trainer's polls of each rollout server's /health: a dead engine ends the run in one
+    # line after three failed polls (verl would wait for ever); 0 turns the watch off (dara.verl.engine_watchdog)
+    engine_watchdog_s: float = 5.0
 
 
 def register_schemas() -> None:

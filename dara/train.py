@@ -50,6 +50,7 @@ from dara.config_checks import (
 )
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
+from dara.preflight.rollout import check_rollout
 from dara.run_folder import (
     MAIN_LOG,
     METRICS_FILE,
@@ -64,6 +65,7 @@ from dara.run_folder import (
 from dara.run_lock import run_folder_lock
 from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
+from dara.verl.engine_watchdog import read_engine_failure
 from dara.verl.retention import apply_retention
 
 VERBOSE_FLAG = "--verbose"
@@ -196,6 +198,7 @@ def train(cfg: DictConfig) -> None:
     absolute_run_paths(cfg)
     OmegaConf.resolve(cfg)  # Ray actors then see plain values, no project resolvers needed there
     check_config(cfg)
+    check_rollout(cfg)  # the rollout's name and options; on a CPU run vLLM's CPU build, head_dim and dtype
     with ExitStack() as claim:
         _claim_run_folder(cfg, claim)
         if cfg.run.skip_if_finished and _finished(cfg):
@@ -257,7 +260,9 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
         except Exception as error:  # a failed ray.init, a worker that died, the trainer's error: its cause, one line
             traceback.print_exc(file=sys.stderr)  # the traceback, into logs/main.log unless --verbose
             sys.stderr.flush()
-            raise SystemExit(f"[dara] training failed: {failure_line(error)}") from None
+            # a dead rollout engine: the watchdog's line, not Ray's "actor died" (dara.verl.engine_watchdog)
+            line = read_engine_failure(cfg.run.output_dir) or failure_line(error)
+            raise SystemExit(f"[dara] training failed: {line}") from None
         finally:
             stop_local_ray()  # also the processes of a ray.init that failed halfway
 

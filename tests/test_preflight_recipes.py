@@ -52,8 +52,8 @@ def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
     for runs in groups.values():
         cfg = compose(runs[0].overrides())
         report = preflight(cfg, skip_env=True)
-        assert [s.title for s in report.sections] == ["configuration", "allocation", "memory", "checkpoints",
-                                                     "time limit"]
+        assert [s.title for s in report.sections] == ["configuration", "rollout", "allocation", "memory",
+                                                     "checkpoints", "time limit"]
         (time_section,) = [s for s in report.sections if s.title == "time limit"]
         if cfg.trainer.device == "cuda":  # the step time was found for every GPU run
             assert "min/step ESTIMATE" in time_section.lines[0], report.text()

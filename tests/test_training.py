@@ -14,9 +14,11 @@ everything it can:
    an option of its own) on the same folder is refused in one line naming the differing keys, and runs 3 steps
    beside it under the name the line suggests; the flaky items are counted, the run goes on; every step logs the
    library's diagnostics for the estimator, and run_info.json records the module's path and sha256;
-4. the first run resumed to 5 steps: every step logged once, exactly the newest two checkpoints, the wandb rows of
-   the resumed start above the first start's (the verl binding's resume; the library's is in test_estimators,
-   Slurm's in test_slurm);
+4. the first run resumed towards 6 steps, its vLLM engine process killed once step 4 is logged: the run ends in
+   one line naming the rollout engine and the resume, with step 4 its last step and checkpoint (nothing trained
+   on the lost samples); then the same command resumes it to 6: every step logged once, exactly the newest two
+   checkpoints, the wandb rows of the resumed start above the earlier starts' (the verl binding's resume; the
+   library's is in test_estimators, Slurm's in test_slurm);
 5. a reward module that fails on every item stops the run at step 1 with one line and no traceback.
 """
 
@@ -51,7 +53,7 @@ from dara.run_lock import read_holder
 from dara.run_log import read_metrics
 from dara.tracking import inspect_records, read_offline_history, wandb_run_files, wandb_run_id
 
-pytestmark = pytest.mark.slow  # four CPU training starts (1-4 minutes each) and three refused ones
+pytestmark = pytest.mark.slow  # five CPU training starts (1-4 minutes each) and three refused ones
 
 RUN = "smoke-tiny-dara_asym-s0"
 EXAMPLE_ESTIMATOR = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
@@ -299,25 +301,62 @@ def test_an_estimator_of_ones_own_trains_every_step_with_the_librarys_diagnostic
     assert "estimator density_power" in variant["ran"].stdout  # the header
 
 
+def engine_processes(pid: int) -> list:
+    """The vLLM engine-core processes among a run's descendants (a local Ray's workers are the driver's)."""
+    import psutil
+
+    return [p for p in psutil.Process(pid).children(recursive=True) if p.name().startswith("VLLM::EngineCore")]
+
+
 @pytest.fixture(scope="module")
-def resumed(root, train, first, variant):
-    return train(*KEEP_TWO, "trainer.total_training_steps=5")
+def engine_killed(root, train, first, variant):
+    """The first run resumed towards 6 steps, its rollout engine killed (SIGKILL) once step 4 is logged."""
+    run_dir = root / RUN
+    proc = train(*KEEP_TWO, "trainer.total_training_steps=6", wait=False)
+    while len(read_metrics(run_dir / METRICS_FILE)) < 4:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    engines = engine_processes(proc.pid)
+    for engine in engines:
+        engine.kill()
+    killed = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=600)  # a guard: verl alone waits for ever
+    print(f"\nengine killed: the run ended {time.monotonic() - killed:.0f}s later (rc {proc.returncode})")
+    return {"engines": engines, "returncode": proc.returncode, "stderr": stderr,
+            "steps": [r["step"] for r in read_metrics(run_dir / METRICS_FILE)], "checkpoints": checkpoints(run_dir)}
+
+
+def test_a_killed_rollout_engine_ends_the_run_in_one_line_that_says_it_resumes(engine_killed):
+    assert len(engine_killed["engines"]) == 1  # one replica, one engine
+    assert engine_killed["returncode"] not in (0, None)
+    last = engine_killed["stderr"].strip().splitlines()[-1]
+    assert last.startswith("[dara] training failed: RolloutEngineDied: the rollout engine (vllm, server "), last
+    assert "start the same command again to resume" in last
+    assert "Traceback" not in engine_killed["stderr"]
+    # the step after the kill generated nothing the trainer used: no step 5, no checkpoint of it
+    assert engine_killed["steps"] == [1, 2, 3, 4]
+    assert engine_killed["checkpoints"] == ["global_step_3", "global_step_4"]
+
+
+@pytest.fixture(scope="module")
+def resumed(root, train, engine_killed):
+    return train(*KEEP_TWO, "trainer.total_training_steps=6")
 
 
 def test_a_resumed_run_logs_every_step_once_and_keeps_exactly_the_newest_two_checkpoints(root, resumed):
     run_dir = root / RUN
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert [r["step"] for r in read_metrics(run_dir / METRICS_FILE)] == [1, 2, 3, 4, 5]
-    assert checkpoints(run_dir) == ["global_step_4", "global_step_5"]
-    assert all((run_dir / CHECKPOINTS / f"global_step_{s}" / "actor").is_dir() for s in (4, 5))
-    assert (run_dir / CHECKPOINTS / CHECKPOINT_TRACKER).read_text().strip() == "5"
-    # wandb: the resumed start's rows continue above the first start's _step, by training step 4 and 5
+    assert [r["step"] for r in read_metrics(run_dir / METRICS_FILE)] == [1, 2, 3, 4, 5, 6]
+    assert checkpoints(run_dir) == ["global_step_5", "global_step_6"]
+    assert all((run_dir / CHECKPOINTS / f"global_step_{s}" / "actor").is_dir() for s in (5, 6))
+    assert (run_dir / CHECKPOINTS / CHECKPOINT_TRACKER).read_text().strip() == "6"
+    # wandb: one offline run per start; the last start's rows continue above the earlier ones' _step
     files = wandb_run_files(run_dir)
-    assert len(files) == 2
+    assert len(files) == 3
     rows = [[(r["history"]["step"]["num"], r["history"]["item"].get("training/global_step"))
              for r in inspect_records(path) if r.get("type") == "history"] for path in files]
-    assert [step for _, step in rows[0]] == [1, 2, 3] and [step for _, step in rows[1]] == [4, 5]
-    assert min(s for s, _ in rows[1]) > max(s for s, _ in rows[0])
+    assert [step for _, step in rows[0]] == [1, 2, 3] and [step for _, step in rows[-1]] == [5, 6]
+    assert min(s for s, _ in rows[-1]) > max(s for row in rows[:-1] for s, _ in row)
 
 
 def test_a_reward_failing_on_every_item_stops_at_the_first_step_in_one_line(root, train, resumed):

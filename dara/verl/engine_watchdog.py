@@ -1,0 +1,125 @@
+"""A run whose rollout engine died ends in one line instead of hanging (verl 0.9.1 waits forever).
+
+What verl does when a vLLM engine process dies (killed, out of memory, a failed weight load): the agent loop logs
+``EngineDeadError`` and the trainer pads the batch with synthetic samples, then waits for ever at the next weight
+sync or generation. Two guards, both reading each rollout server's ``/health`` (the OpenAI-compatible server
+verl starts answers 200 while its engine runs and 503 once it is dead; a server that is gone refuses the
+connection):
+
+- :meth:`EngineWatchdog.raise_if_dead`, called by the trainer after every generation and before any update, so a
+  step whose samples were lost (or padded) never trains or saves a checkpoint;
+- a daemon thread that polls every ``interval_s`` seconds; after ``failures`` failed polls in a row it writes
+  the line to the run folder (:data:`ENGINE_FAILURE`) and ends the trainer's process, which is the only way out
+  of a call that waits for ever. ``dara.train`` prints that line instead of Ray's "actor died".
+
+The line names the engine and its server and says the run folder resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from dara.io import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+ENGINE_FAILURE = "engine_failure.txt"  # in the run folder: the watchdog's line, read by dara.train
+# rollout backends whose server answers /health (the project's transformers fallback "hf" has none)
+HEALTH_ENDPOINT_ENGINES = ("vllm", "sglang")
+EXIT_CODE = 75  # the trainer process's exit status when the watchdog ends it
+
+
+class RolloutEngineDied(RuntimeError):
+    """A rollout server reported (or proved by not answering) that its engine is dead."""
+
+
+def health(address: str, timeout_s: float) -> str | None:
+    """None when ``http://<address>/health`` answers 200, else what went wrong (status or connection error)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/health", timeout=timeout_s) as response:
+            return None if response.status == 200 else f"/health answered {response.status}"
+    except urllib.error.HTTPError as error:
+        return f"/health answered {error.code}"
+    except (OSError, ValueError) as error:  # refused, reset, timed out, bad address
+        return f"/health unreachable ({type(error).__name__}: {error})"
+
+
+def failure_message(engine: str, address: str, problem: str) -> str:
+    return (f"the rollout engine ({engine}, server {address}) died: {problem} (its error, if any, is in "
+            "logs/main.log). The run folder keeps its last checkpoint: start the same command again to resume")
+
+
+def read_engine_failure(run_dir: str | os.PathLike | None) -> str | None:
+    """The watchdog's line from a run folder, if it wrote one."""
+    path = Path(run_dir) / ENGINE_FAILURE if run_dir else None
+    if path is None or not path.is_file():
+        return None
+    return path.read_text().strip() or None
+
+
+def clear_engine_failure(run_dir: str | os.PathLike | None) -> None:
+    """Forget an earlier start's line (a resumed run starts with a live engine)."""
+    if run_dir:
+        Path(run_dir, ENGINE_FAILURE).unlink(missing_ok=True)
+
+
+class EngineWatchdog:
+    """Watches the rollout servers at ``addresses`` (``host:port``)."""
+
+    def __init__(self, engine: str, addresses: Sequence[str], run_dir: str | None, *, interval_s: float = 5.0,
+                 failures: int = 3, end_process: Callable[[int], None] = os._exit):
+        if interval_s <= 0 or failures < 1:
+            raise ValueError(f"engine watchdog: interval_s must be > 0 and failures >= 1, got {interval_s}, "
+                             f"{failures}")
+        self.engine, self.addresses, self.run_dir = engine, list(addresses), run_dir
+        self.interval_s, self.failures = interval_s, failures
+        self._end_process = end_process
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.polls = 0  # completed rounds of the thread
+
+    def problem(self) -> tuple[str, str] | None:
+        """(address, problem) of the first server that is not healthy now, else None."""
+        for address in self.addresses:
+            found = health(address, timeout_s=self.interval_s)
+            if found is not None:
+                return address, found
+        return None
+
+    def raise_if_dead(self, cause: BaseException | None = None) -> None:
+        """Raise :class:`RolloutEngineDied` (from ``cause``, an error it explains) if a server is unhealthy now."""
+        found = self.problem()
+        if found is not None:
+            raise RolloutEngineDied(failure_message(self.engine, *found)) from cause
+
+    def start(self) -> EngineWatchdog:
+        self._thread = threading.Thread(target=self._watch, name="dara-engine-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.interval_s)
+
+    def _watch(self) -> None:
+        failed = 0
+        while not self._stop.wait(self.interval_s):
+            found = self.problem()
+            self.polls += 1
+            failed = failed + 1 if found else 0
+            if found and failed >= self.failures:
+                self._give_up(failure_message(self.engine, *found))
+                return
+
+    def _give_up(self, line: str) -> None:
+        logger.error("[dara] %s", line)
+        if self.run_dir:
+            atomic_write_text(Path(self.run_dir, ENGINE_FAILURE), line + "\n")  # whole or absent
+        self._end_process(EXIT_CODE)

@@ -1,0 +1,131 @@
+"""The rollout-engine watchdog (dara.verl.engine_watchdog) against a real HTTP server standing in for a rollout
+server's /health: healthy, then dead (503), then gone. The end of a training run whose engine is killed is in
+tests/test_training.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from dara.verl.engine_watchdog import (
+    ENGINE_FAILURE,
+    EXIT_CODE,
+    EngineWatchdog,
+    RolloutEngineDied,
+    clear_engine_failure,
+    health,
+    read_engine_failure,
+)
+
+
+class HealthServer:
+    """/health answers the statuses in `script` first, then `status` (200 while the engine runs); other paths 404."""
+
+    def __init__(self):
+        owner = self
+        self.status, self.script, self.requests = 200, [], 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                owner.requests += 1
+                status = (owner.script.pop(0) if owner.script else owner.status) if self.path == "/health" else 404
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def server():
+    s = HealthServer()
+    yield s
+    s.close()
+
+
+def unused_address() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_health_tells_a_live_a_dead_and_a_missing_server_apart(server):
+    assert health(server.address, timeout_s=5) is None
+    server.status = 503
+    assert health(server.address, timeout_s=5) == "/health answered 503"
+    assert "unreachable" in health(unused_address(), timeout_s=5)
+
+
+def test_raise_if_dead_names_the_engine_the_server_and_the_resume(server, tmp_path):
+    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path))
+    watchdog.raise_if_dead()  # healthy: nothing
+    server.status = 503
+    with pytest.raises(RolloutEngineDied) as caught:
+        watchdog.raise_if_dead(cause=ValueError("no trajectories"))
+    message = str(caught.value)
+    assert f"rollout engine (vllm, server {server.address}) died: /health answered 503" in message
+    assert "start the same command again to resume" in message
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+def wait_for(condition, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s  # a guard against a hang, not a timing assertion
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(server, tmp_path):
+    ended = []
+    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=3,
+                              end_process=ended.append).start()
+    wait_for(lambda: watchdog.polls >= 5)
+    assert ended == [] and read_engine_failure(tmp_path) is None  # healthy polls end nothing
+    server.status = 503
+    wait_for(lambda: ended)
+    assert ended == [EXIT_CODE]
+    line = read_engine_failure(tmp_path)
+    assert line.startswith("the rollout engine (vllm, server ") and "/health answered 503" in line
+    assert (tmp_path / ENGINE_FAILURE).read_text().count("\n") == 1
+    clear_engine_failure(tmp_path)
+    assert read_engine_failure(tmp_path) is None
+
+
+def test_fewer_failed_polls_in_a_row_than_the_limit_are_forgiven(server, tmp_path):
+    ended = []
+    server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
+    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=3,
+                              end_process=ended.append).start()
+    wait_for(lambda: watchdog.polls >= 10)
+    watchdog.stop()
+    assert ended == [] and read_engine_failure(tmp_path) is None
+
+
+def test_a_stopped_watchdog_ends_nothing_when_the_servers_shut_down(server, tmp_path):
+    ended = []
+    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=1,
+                              end_process=ended.append).start()
+    wait_for(lambda: watchdog.polls >= 2)
+    watchdog.stop()
+    server.status = 503
+    polls = watchdog.polls
+    time.sleep(0.2)
+    assert watchdog.polls == polls and ended == []
+
+
+@pytest.mark.parametrize("interval_s, failures", [(0, 3), (1.0, 0)])
+def test_bad_settings_are_refused(interval_s, failures):
+    with pytest.raises(ValueError, match="engine watchdog"):
+        EngineWatchdog("vllm", ["127.0.0.1:1"], None, interval_s=interval_s, failures=failures)
