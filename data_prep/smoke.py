@@ -3,8 +3,8 @@
 ``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically (same seed, same machine and
 library versions -> byte-identical files):
 
-- ``model/``: a Qwen2ForCausalLM (hidden 64, 2 layers, 4 heads, 2 KV heads, tied embeddings) with a byte-level
-  BPE tokenizer trained on the synthetic corpus, special tokens ``<|endoftext|>`` (pad), ``<|im_start|>``,
+- ``model/``: a Qwen2ForCausalLM (hidden 64, 2 layers, 2 heads, 1 KV head: head_dim 32, tied embeddings) with a
+  byte-level BPE tokenizer trained on the synthetic corpus, special tokens ``<|endoftext|>`` (pad), ``<|im_start|>``,
   ``<|im_end|>`` (eos), Qwen2.5's ChatML chat template and a generation config with the eos ids;
 - ``train.parquet`` (256 rows) and ``test.parquet`` (32 rows): verl rows, data_source "rlla", in ToolRL's
   format (short system instruction with 1-3 tools, one user request, ground truth
@@ -409,7 +409,8 @@ def measure_format_rate(model, tokenizer, records: list[dict], seed: int) -> dic
             max_new_tokens=FORMAT_PROBE["max_new_tokens"],
             num_return_sequences=group,
         )
-    texts = tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    responses = generated[:, batch["input_ids"].shape[1] :]
+    texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     scores = [scorer(text, records[i // group]["output"]) for i, text in enumerate(texts)]
     channels = {}
     for channel in scores[0]:
@@ -428,8 +429,21 @@ def measure_format_rate(model, tokenizer, records: list[dict], seed: int) -> dic
         "groups": len(records),
         "channels": channels,
         "example_sample": texts[0],
+        # what a rollout of the same model and settings should give (verl's response_length/mean)
+        "mean_response_tokens": round(mean_response_tokens(responses, model.generation_config.eos_token_id), 2),
         **FORMAT_PROBE,
     }
+
+
+def mean_response_tokens(responses, eos_token_id) -> float:
+    """Mean tokens per sampled response, up to and including its first stop token (generate pads after it)."""
+    import torch
+
+    eos = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
+    stops = torch.isin(responses, eos)
+    first_stop = torch.where(stops.any(1), stops.int().argmax(1) + 1, torch.full_like(stops[:, 0], stops.shape[1],
+                                                                                       dtype=torch.long))
+    return float(first_stop.float().mean())
 
 
 def token_lengths(tokenizer, records: list[dict]) -> dict:
