@@ -406,3 +406,11 @@ def test_toolrl_data_and_seeds(task, seed):
 def test_other_tasks_keep_the_run_seed_for_the_rollout():
     cfg = compose(["task=smoke", "run.seed=3"])
     assert cfg.actor_rollout_ref.rollout.seed == 3
+
+
+@pytest.mark.parametrize("cluster", ["cpu", "a100_40g_x4"])
+def test_every_cluster_keeps_the_root_logger_at_warning_where_vllm_is_imported(cluster):
+    """vLLM's dependency model_hosting_container_standards sets the root logger of every process importing vLLM
+    to SAGEMAKER_CONTAINER_LOG_LEVEL (ERROR by default), which would hide every warning of verl and the project."""
+    env = compose([f"cluster={cluster}"]).ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.SAGEMAKER_CONTAINER_LOG_LEVEL == "WARNING"

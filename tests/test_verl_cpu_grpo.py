@@ -80,8 +80,8 @@ def test_cluster_config_reaches_verl_keys(tmp_path):
     assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 1 and rollout.enforce_eager
     assert not rollout.enable_sleep_mode and not rollout.free_cache_engine  # both need CUDA
     assert rollout.engine_kwargs.vllm.worker_extension_cls == "dara.verl.cpu.vllm_weights.CPUWeightSyncExtension"
+    assert rollout.engine_kwargs.vllm.kv_cache_memory_bytes == 128 * 2**20  # not VLLM_CPU_KVCACHE_SPACE's 1 GiB
     assert env.VLLM_TARGET_DEVICE == "cpu" and env.VLLM_CPU_OMP_THREADS_BIND == "nobind"
-    assert env.SAGEMAKER_CONTAINER_LOG_LEVEL == "WARNING"  # else vLLM's import silences every warning
     assert all(isinstance(value, str) for value in env.values())  # Ray takes strings only
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
