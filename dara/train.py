@@ -65,7 +65,7 @@ from dara.run_folder import (
 from dara.run_lock import run_folder_lock
 from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
-from dara.verl.engine_watchdog import read_engine_failure
+from dara.verl.engine_watchdog import clear_engine_failure, read_engine_failure
 from dara.verl.retention import apply_retention
 
 VERBOSE_FLAG = "--verbose"
@@ -254,6 +254,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     check_ray_options(cfg)  # again: the wandb settings and the session's own options were added since
     with _ray_session(cfg):
         _write_verl_config(cfg)
+        clear_engine_failure(cfg.run.output_dir)  # an earlier start's line must not explain this start's failure
         try:
             with follow_progress(progress, write) if follow else nullcontext():
                 run_ppo(cfg, task_runner_class=DaraTaskRunner)

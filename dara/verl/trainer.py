@@ -31,7 +31,7 @@ from dara.config import library_estimator
 from dara.io import atomic_write_text
 from dara.run_folder import CHECKPOINT_TRACKER, REWARD_ERRORS  # the resume marker in default_local_dir
 from dara.run_log import RunLog, reward_means
-from dara.verl.engine_watchdog import HEALTH_ENDPOINT_ENGINES, EngineWatchdog, clear_engine_failure
+from dara.verl.engine_watchdog import HEALTH_ENDPOINT_ENGINES, EngineWatchdog
 from dara.verl.estimators import ChannelContext, check_reward_ranges
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
@@ -178,7 +178,6 @@ class ChannelTrainerMixin(WandbStepMixin):
         replicas = manager.get_replicas() if manager is not None else []
         addresses = [r.server_address for r in replicas if getattr(r, "server_address", None)]
         run_dir = OmegaConf.select(self.config, "run.output_dir", default=None)
-        clear_engine_failure(run_dir)
         engine = str(self.config.actor_rollout_ref.rollout.name)
         if interval <= 0 or not addresses or engine not in HEALTH_ENDPOINT_ENGINES:
             return None
