@@ -32,3 +32,18 @@ def smoke_math(assets_dir: str | Path, output_root: str | Path) -> None:
     from data_prep import deepscaler
 
     deepscaler.build_smoke(assets_dir, tiny_model(None, output_root))
+
+
+def smoke_sparse(assets_dir: str | Path, output_root: str | Path) -> None:
+    """The sparse-format smoke variant (the toy headline race): its model and rows (train 544 / test 32)."""
+    from data_prep import smoke_sparse as sparse
+
+    sparse.build(assets_dir, seed=0)
+
+
+def tiny_sparse_model(assets_dir: str | Path | None, output_root: str | Path) -> str:
+    """The sparse variant's tiny model (conf/model/tiny_sparse.yaml), built with its rows under
+    `<output_root>/assets/smoke_sparse`; returns the model folder."""
+    from data_prep import smoke_sparse as sparse
+
+    return sparse.build(Path(output_root) / "assets" / "smoke_sparse", seed=0)["model_dir"]

@@ -369,9 +369,12 @@ SPEC = register_task(TaskSpec(
     name="toolrl",
     data_sources=(DATA_SOURCE,),
     reward="rewards.task_rewards:TOOLRL",
-    datasets={"toolrl": "data_prep.toolrl", "bfcl": "data_prep.bfcl", "smoke": "data_prep.smoke"},
+    datasets={"toolrl": "data_prep.toolrl", "bfcl": "data_prep.bfcl", "smoke": "data_prep.smoke",
+              "smoke_sparse": "data_prep.smoke_sparse"},
     # the tiny offline model is trained on this task's synthetic rows (conf/model/tiny.yaml builds it)
-    assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model"},
+    assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model",
+            "smoke_sparse": "data_prep.run_assets:smoke_sparse",
+            "tiny_sparse_model": "data_prep.run_assets:tiny_sparse_model"},
     evaluations={"toolrl": "results.evaluation.benches:TOOLRL", "bfcl": "results.evaluation.benches:BFCL"},
     description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)",
 ))

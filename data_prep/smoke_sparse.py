@@ -1,0 +1,175 @@
+"""The sparse-format smoke variant: the paper's starting regime (a rare, sparse format reward beside a correctness
+reward that varies within most groups) for the toy-scale headline race (`python -m recipes cpu_headline`).
+
+The authors' step-1 logs (docs/experiments.md): format rate 0.01 / 0.05, format group density 0.02 / 0.15 and
+correctness density 0.16 / 0.75 at 1.5B / 3B. The default smoke is the opposite (format dense, correctness
+sparse), because its warm start teaches the exact format. Here the warm start teaches the calls without the
+thinking: most targets are the ground truth's tool_call / response block alone (correct content, wrong format:
+ToolRL's format needs ``<think> ... </think>`` first), and a small share ``THINK_SHARE`` keeps the whole
+ground truth. Sampled at T = 1 the model then opens with ``<think>`` about that often, and only then can the
+format hold, while correctness (which reads the first tool_call block wherever it is) varies with the
+arguments it samples. The parquet rows keep the true ground truths: the rewards are the ToolRL ones.
+
+``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically, the same layout as
+`data_prep.smoke` (model/, train.parquet, test.parquet, data_card.json): the smoke's tokenizer (trained on the
+same 256-row corpus, so the same vocabulary and model facts), 544 train rows (the smoke's 256, then 288
+further synthetic rows: 34 steps of 16 prompts), the smoke's 32 test rows. The data card's ``format_probe``
+samples the first PROBE_PROMPTS train prompts G = 4 times at T = 1 (the race's first steps) and records the
+format rate and each channel's group density (the share of groups whose rewards differ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from pathlib import Path
+
+from data_prep import smoke
+from data_prep.common import DataPrepError, atomic_folder, folder_is_complete, write_data_card, write_parquet
+from data_prep.tiny_model import model_shape
+from tasks import toolrl as protocol
+
+N_SMOKE_TRAIN = smoke.N_TRAIN       # the smoke's train rows come first (and train the tokenizer)
+N_EXTRA_TRAIN = 288                 # further rows, so 34 steps of 16 prompts see no prompt twice
+N_TEST = smoke.N_TEST
+# The share of warm-start targets that keep the thinking (and so the exact format), and the warm start's length:
+# chosen with the probe below so that the step-1 format rate is in the authors' 0.01-0.05.
+THINK_SHARE = 0.08
+WARM_START_STEPS = 200
+PROBE_PROMPTS = 96                  # six steps of 16 prompts
+PROBE_GROUP = 4                     # the race's group size (ToolRL's G)
+
+
+def without_thinking(output: str) -> str:
+    """The ground truth's tool_call and/or response blocks without the leading ``<think> ... </think>`` line."""
+    close = output.find(protocol.THINK_CLOSE)
+    if not output.startswith(protocol.THINK_OPEN) or close < 0:
+        raise DataPrepError(f"a synthetic output does not open with its thinking: {output[:80]!r}")
+    return output[close + len(protocol.THINK_CLOSE):].lstrip("\n")
+
+
+def warm_start_records(records: list[dict], seed: int, think_share: float) -> list[dict]:
+    """``records`` with each output stripped of its thinking except a seeded ``think_share`` of them."""
+    rng = random.Random(seed + 1)
+    return [record if rng.random() < think_share else {**record, "output": without_thinking(record["output"])}
+            for record in records]
+
+
+def group_density(values: list[float], group: int) -> float:
+    """The share of consecutive groups of ``group`` values that hold differing values."""
+    groups = len(values) // group
+    return smoke._groups_with_spread(values, group) / groups if groups else float("nan")
+
+
+def probe(model, tokenizer, records: list[dict], seed: int) -> dict:
+    """`smoke.measure_format_rate` on ``records`` (G = PROBE_GROUP, T = 1), plus each channel's group density."""
+    previous = dict(smoke.FORMAT_PROBE)
+    smoke.FORMAT_PROBE["samples_per_prompt"] = PROBE_GROUP
+    try:
+        result = smoke.measure_format_rate(model, tokenizer, records, seed)
+    finally:
+        smoke.FORMAT_PROBE.clear()
+        smoke.FORMAT_PROBE.update(previous)
+    for channel in result["channels"].values():
+        channel["group_density"] = round(channel["groups_with_spread"] / result["groups"], 4)
+    result["prompts"] = "the first train prompts (the race's first steps)"
+    return result
+
+
+def code_version() -> str:
+    digest = hashlib.sha256(smoke.code_version().encode())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build(out_dir, *, seed: int = 0, force: bool = False, think_share: float = THINK_SHARE,
+          warm_start_steps: int = WARM_START_STEPS) -> dict:
+    """Build (or reuse) the sparse-format assets in ``out_dir``; returns {"model_dir", "train", "test"}."""
+    out_dir = Path(out_dir).absolute()
+    paths = {"model_dir": str(out_dir / "model"), "train": str(out_dir / "train.parquet"),
+             "test": str(out_dir / "test.parquet")}
+    if not 0.0 <= think_share <= 1.0:
+        raise DataPrepError(f"think_share must be in [0, 1], got {think_share}")
+    if warm_start_steps < 0:
+        raise DataPrepError(f"warm_start_steps must be >= 0, got {warm_start_steps}")
+    expect = {"dataset": "smoke_sparse", "seed": seed, "code_version": code_version(),
+              "build_options": {"think_share": think_share, "warm_start_steps": warm_start_steps}}
+    if not force and folder_is_complete(out_dir, expect):
+        print(f"[smoke_sparse] reusing complete build in {out_dir}", flush=True)
+        return paths
+
+    import torch
+
+    started = time.perf_counter()
+    previous = smoke._deterministic_torch(smoke.WARM_START["threads"])
+    try:
+        with atomic_folder(out_dir) as staging:
+            card = _build_into(staging, seed, think_share, warm_start_steps)
+            card.update(expect)
+            card = write_data_card(staging, card)
+    finally:
+        torch.set_num_threads(previous[0])
+        torch.use_deterministic_algorithms(previous[1])
+    found = card["format_probe"]
+    density = {name: channel["group_density"] for name, channel in found["channels"].items()}
+    print(f"[smoke_sparse] built {out_dir} in {time.perf_counter() - started:.1f}s: format rate at T=1 "
+          f"{found['format_rate']:.3f}, group density {density} over {found['groups']} groups", flush=True)
+    return paths
+
+
+def _build_into(staging: Path, seed: int, think_share: float, warm_start_steps: int) -> dict:
+    records = smoke.synthetic_records(seed, N_SMOKE_TRAIN + N_TEST + N_EXTRA_TRAIN)
+    smoke_train, test = records[:N_SMOKE_TRAIN], records[N_SMOKE_TRAIN:N_SMOKE_TRAIN + N_TEST]
+    train = smoke_train + records[N_SMOKE_TRAIN + N_TEST:]
+    tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke_train))
+    lengths = smoke.token_lengths(tokenizer, records)
+    if lengths["max_prompt_tokens"] >= smoke.MAX_PROMPT_TOKENS or lengths["max_answer_tokens"] >= smoke.MAX_ANSWER_TOKENS:
+        raise DataPrepError(f"synthetic rows exceed the smoke length limits: {lengths}")
+    shape = model_shape()
+    model = smoke.new_model(tokenizer, seed, shape)
+    targets = warm_start_records(train, seed, think_share)
+    kept = sum(target["output"] == record["output"] for target, record in zip(targets, train, strict=True))
+    print(f"[smoke_sparse] warm start on {len(train)} rows, {kept} with their thinking", flush=True)
+    warm = smoke.warm_start(model, tokenizer, targets, seed, warm_start_steps)
+
+    model_dir = staging / "model"
+    model.generation_config = smoke.generation_config(tokenizer)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    loaded_model, loaded_tokenizer = smoke.load(model_dir)
+    found = probe(loaded_model, loaded_tokenizer, train[:PROBE_PROMPTS], seed)
+    write_parquet(smoke.to_rows(train, "train"), staging / "train.parquet")
+    write_parquet(smoke.to_rows(test, "test"), staging / "test.parquet")
+    return {
+        "data_source": smoke.DATA_SOURCE,
+        "splits": {"train": len(train), "test": len(test)},
+        "filters": [],
+        "inputs_sha256": {},
+        "command": f"data_prep.smoke_sparse.build(seed={seed})",
+        "tokenizer": {"kind": "byte-level BPE trained on the smoke's 256-row train corpus",
+                      "vocab_size": len(tokenizer), "special_tokens": smoke.SPECIAL_TOKENS, **lengths},
+        "model": {"architecture": "Qwen2ForCausalLM", "parameters": sum(p.numel() for p in model.parameters()),
+                  **shape},
+        "warm_start": {**warm, "think_share": think_share, "targets_with_thinking": kept},
+        "format_probe": found,
+        "versions": smoke._versions(),
+    }
+
+
+DESCRIPTION = "the smoke's tiny model warm-started so that the format reward starts rare and sparse (headline race)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
+    parser.add_argument("--think-share", type=float, default=THINK_SHARE,
+                        help=f"share of warm-start targets that keep their thinking (default {THINK_SHARE})")
+    parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS,
+                        help=f"supervised warm-start steps (default {WARM_START_STEPS})")
+
+
+def main(args) -> dict:
+    """``python -m data_prep smoke_sparse --out DIR [--seed N] [--force] [--think-share X] [--warm-start-steps N]``."""
+    return build(args.out, seed=args.seed, force=args.force, think_share=args.think_share,
+                 warm_start_steps=args.warm_start_steps)
