@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 # recipe name -> module (each defines DESCRIPTION, DEFAULT_SEEDS and runs(seeds) -> list[Run]; a module may also
-# define run_locally(runs, args), describe_plan(runs) and submit(runs, options, dry_run) for its own procedure)
+# define run_locally(runs, args), describe_plan(runs), submit(runs, options, dry_run) and pilot(args) for its own
+# procedure)
 RECIPES = {
     "toolrl_main": "recipes.toolrl_main",
     "group_size": "recipes.group_size",
@@ -22,6 +23,7 @@ RECIPES = {
     "rvpo": "recipes.rvpo",
     "smoke": "recipes.smoke",
     "gpu_smoke": "recipes.gpu_smoke",
+    "cpu_headline": "recipes.cpu_headline",
 }
 
 

@@ -6,6 +6,7 @@
     python -m recipes group_size --seeds 0 --launcher local --set trainer.total_training_steps=10
     python -m recipes math_main --preflight [--skip-env]     # would every run start and finish? starts nothing
     python -m recipes gpu_smoke                              # the first GPU run: checks and calibrates
+    python -m recipes cpu_headline --pilot                   # a recipe's pilot: writes the protocol its runs read
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                      help="a further Hydra override for every run (repeatable)")
     top.add_argument("--only", default=None, help="keep only runs whose name contains this text")
+    top.add_argument("--pilot", action="store_true",
+                     help="the recipe's pilot (cpu_headline): runs it and writes the protocol its runs read")
     top.add_argument("--preflight", action="store_true",
                      help="run python -m dara.preflight for every run (with --time); start nothing")
     top.add_argument("--skip-env", action="store_true",
@@ -62,7 +65,11 @@ def parser() -> argparse.ArgumentParser:
 def list_recipes() -> None:
     for name in RECIPES:
         module = load(name)
-        print(f"{name:16s} {len(module.runs(module.DEFAULT_SEEDS)):4d} runs  {module.DESCRIPTION}")
+        try:
+            count = f"{len(module.runs(module.DEFAULT_SEEDS)):4d} runs"
+        except RecipeError as error:  # a recipe whose runs need a file its pilot writes
+            count = f"   ? runs  ({error})"
+        print(f"{name:16s} {count}  {module.DESCRIPTION}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         module = load(args.recipe)
+        if args.pilot:
+            if not hasattr(module, "pilot"):
+                raise RecipeError(f"recipe {args.recipe!r} has no pilot")
+            args.python_exe = args.python or sys.executable
+            return module.pilot(args)
         seeds = tuple(args.seeds) if args.seeds is not None else module.DEFAULT_SEEDS
         # run.recipe is the wandb group: every run of one table or figure lands in one group
         runs = with_options(module.runs(seeds), output_root=args.output_root, cluster=args.cluster,
