@@ -1,4 +1,5 @@
-"""``python -m results <command>``: thresholds, table, plot, compare, collect, report (see docs/results.md)."""
+"""``python -m results <command>``: thresholds, table, plot, compare, collect, report, headline
+(see docs/results.md)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,12 @@ def cmd_report(args) -> None:
     print(f"wrote {page}", file=sys.stderr)
 
 
+def cmd_headline(args) -> None:
+    from results.headline import write_headline
+
+    write_headline(args.run_root, args.protocol, args.out, methods=args.methods)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -211,6 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", choices=("auto", "jsonl", "wandb"), default="auto",
                    help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("headline", help="the CPU headline race (recipes/cpu_headline.py): runs.csv, "
+                                        "thresholds.csv, summary.md, headline.png/.pdf from its run folders")
+    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root, e.g. outputs/cpu_headline "
+                                                        "(pilot runs below it are left out)")
+    p.add_argument("--protocol", default=None,
+                   help="the committed protocol (default: results/cpu_headline/protocol.json)")
+    p.add_argument("--methods", type=_csv_list, default=None,
+                   help="methods in table order (default: grpo,gdpo,dara_sym,dara_asym)")
+    p.add_argument("--out", required=True, help="output folder, e.g. results/cpu_headline")
+    p.set_defaults(func=cmd_headline)
     return parser
 
 

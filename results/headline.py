@@ -1,0 +1,239 @@
+"""The committed results of the toy headline race (recipes/cpu_headline.py): ``python -m results headline``.
+
+The race's run folders (GRPO, GDPO, DARA-Sym, DARA-Asym x 5 seeds below one output root; the pilot's runs,
+variant ``pilot``, left out) become:
+- ``runs.csv``: one row per run and step, the two reward means and the DARA density and weight per channel
+  (an empty cell where a method logs no weight);
+- ``thresholds.csv``: per run, the first step whose metric reaches the protocol's threshold (empty: never);
+- ``summary.md``: per method, the median-curve step (the first step at which the median over seeds reaches
+  the threshold, results.thresholds' ``median`` rule), the per-seed steps and how many seeds reached it;
+- ``headline.png`` / ``.pdf``: the metric, the format channel's density and its weight over steps (median
+  over seeds, min-max band).
+The metric, threshold and number of steps are the committed protocol's (results/cpu_headline/protocol.json).
+Every file is written atomically (dara.io).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dara.io import atomic_write_text
+from dara.run_folder import RUN_INFO
+from recipes.cpu_headline import METHODS, PILOT_VARIANT, PROTOCOL_FILE, load_protocol
+from results import plots
+from results.loaders import RunLogError, find_run_folders, load_runs, require_columns
+from results.tables import method_label
+from results.thresholds import seed_summary, threshold_steps
+from results.variants import BASE_METHOD
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("format", "correctness")  # the smoke_sparse task's reward channels, in its order
+REWARD_COLUMNS = ("reward/format/mean", "reward/correctness/mean")
+NEVER = "-"
+
+
+# ----------------------------------------------------------------------------------- the runs
+def is_pilot(run_dir: Path) -> bool:
+    """Whether a run folder is one of the pilot's: its run name (run_info.json, else the folder's name)
+    carries the variant ``pilot``, or run_info.json records that variant."""
+    run_dir = Path(run_dir)
+    info_path = run_dir / RUN_INFO
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    name = str(info.get("run_name") or run_dir.name)
+    return f"-{PILOT_VARIANT}-" in name or info.get("variant") == PILOT_VARIANT
+
+
+def _runs_of(part: pd.DataFrame) -> str:
+    return ", ".join(sorted(map(str, part["run"].unique())))
+
+
+def race_frame(run_root: str | Path, methods: Sequence[str], steps: int) -> pd.DataFrame:
+    """Every race run below ``run_root`` (pilot runs left out), methods in the order given, steps 1..steps.
+
+    A method without a run, a run with fewer than ``steps`` logged steps, two runs of one method and seed, or
+    runs of one method in several configurations (variants) is an error naming the runs."""
+    root, methods, steps = Path(run_root), list(methods), int(steps)
+    if not root.is_dir():
+        raise RunLogError(f"{root}: no such folder (the race's output root, e.g. outputs/cpu_headline)")
+    folders = [folder for folder in find_run_folders(root) if not is_pilot(folder)]
+    if not folders:
+        raise RunLogError(f"{root}: no race run folder (metrics.jsonl) below it; pilot runs are left out")
+    frame = load_runs(folders)
+    require_columns(frame, ["run", "method", "seed", "step"], "headline")
+    if BASE_METHOD in frame.columns:
+        variants = frame[frame[BASE_METHOD].isin(methods) & ~frame["method"].isin(methods)]
+        if not variants.empty:
+            raise RunLogError(f"{root}: runs of one method differ in more than the seed (variants "
+                              f"{sorted(variants['method'].unique())}): {_runs_of(variants)}")
+    others = sorted(set(frame["method"]) - set(methods))
+    if others:
+        log.info("headline: leaving out runs of methods %s (not among %s)", others, methods)
+    frame = frame[frame["method"].isin(methods)].copy()
+    missing = [method for method in methods if method not in set(frame["method"])]
+    if missing:
+        raise RunLogError(f"{root}: no run of method(s) {', '.join(missing)}")
+    frame["seed"] = frame["seed"].astype(int)
+    frame["step"] = frame["step"].astype(int)
+    duplicated = frame[frame.duplicated(["method", "seed", "step"], keep=False)]
+    if not duplicated.empty:
+        pairs = "; ".join(f"{method} seed {seed}: {_runs_of(part)}"
+                          for (method, seed), part in duplicated.groupby(["method", "seed"]))
+        raise RunLogError(f"{root}: several runs of one method and seed ({pairs})")
+    in_race = frame[frame["step"].between(1, steps)]
+    logged = in_race.groupby("run")["step"].nunique().reindex(sorted(set(frame["run"])), fill_value=0)
+    short = [f"{run} ({count} of steps 1-{steps} logged)" for run, count in logged.items() if count < steps]
+    if short:
+        raise RunLogError(f"{root}: run(s) with fewer than the protocol's {steps} steps: {', '.join(short)}")
+    frame = in_race
+    order = {method: index for index, method in enumerate(methods)}
+    frame = frame.assign(_order=frame["method"].map(order))
+    frame = frame.sort_values(["_order", "seed", "step"], kind="stable").drop(columns="_order")
+    return frame.reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------------- the tables
+def runs_table(frame: pd.DataFrame, channels: Sequence[str] = CHANNELS) -> pd.DataFrame:
+    """runs.csv: method, seed, step, the reward means, then density and weight per channel; one row per run
+    and step in the frame's order (a weight column a method does not log stays empty)."""
+    density = [f"dara/density/{channel}" for channel in channels]
+    require_columns(frame, ["method", "seed", "step", *REWARD_COLUMNS, *density], "headline runs.csv")
+    columns = ["method", "seed", "step", *REWARD_COLUMNS]
+    for channel in channels:
+        columns += [f"dara/density/{channel}", f"dara/weight/{channel}"]
+    table = frame.reindex(columns=columns)  # a weight no run logs: a column of NaN
+    return table.reset_index(drop=True)
+
+
+def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float) -> pd.DataFrame:
+    """thresholds.csv: method, seed, and the run's first step with ``metric`` >= ``threshold`` (<NA>:
+    never)."""
+    per_seed = threshold_steps(frame, metric, float(threshold), rule="median", per_seed=True)
+    return per_seed[["method", "seed", "step"]]
+
+
+def _step_text(step) -> str:
+    return NEVER if pd.isna(step) else str(int(step))
+
+
+def summary_table(frame: pd.DataFrame, metric: str, threshold: float) -> pd.DataFrame:
+    """Per method: the median-curve step, the per-seed steps as text (seed order, "-" for never), how many
+    seeds reached the threshold of how many runs, and the min, max and median step over those that did."""
+    per_seed = thresholds_table(frame, metric, threshold)
+    curve = threshold_steps(frame, metric, float(threshold), rule="median").set_index("method")["step"]
+    stats = seed_summary(per_seed).set_index("method")
+    rows = []
+    for method, part in per_seed.groupby("method", sort=False):
+        rows.append({"method": method, "median_curve_step": curve[method],
+                     "seed_steps": ", ".join(_step_text(step) for step in part.sort_values("seed")["step"]),
+                     "reached": int(stats.at[method, "reached"]), "runs": int(stats.at[method, "runs"]),
+                     "step_min": stats.at[method, "step_min"], "step_max": stats.at[method, "step_max"],
+                     "step_median": stats.at[method, "step_median"]})
+    table = pd.DataFrame(rows)
+    for column in ("median_curve_step", "step_min", "step_max"):
+        table[column] = table[column].astype("Int64")
+    return table
+
+
+def _cell(value) -> str:
+    if pd.isna(value):
+        return NEVER
+    if isinstance(value, float | np.floating):
+        return f"{value:g}"
+    return str(value)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A frame as a markdown table ("-" for an empty cell, floats without trailing zeros)."""
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(value) for value in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- the figure
+def _band_panel(ax, frame: pd.DataFrame, column: str, ylabel: str) -> int:
+    """Per method that logs ``column``: median over seeds (line), min-max band. Returns the methods drawn."""
+    drawn = 0
+    for index, (method, runs) in enumerate(frame.groupby("method", sort=False)):
+        runs = runs.dropna(subset=[column]) if column in runs.columns else runs.iloc[0:0]
+        if runs.empty:
+            continue
+        colour = plots.METHOD_COLOURS.get(str(method), f"C{index % 10}")
+        plots.draw_seed_band(ax, runs, column, colour, method_label(method))
+        drawn += 1
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return drawn
+
+
+def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | Path) -> list[Path]:
+    """One figure, three stacked panels over the steps: (a) the metric with the threshold (dashed),
+    (b) the format channel's density pi_format, (c) its weight w_format (the methods that log it).
+    Writes PREFIX.png and PREFIX.pdf atomically; returns their paths."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(7.0, 9.0), sharex=True)
+    _band_panel(axes[0], frame, metric, metric)
+    axes[0].axhline(float(threshold), color="black", ls="--", lw=0.9, label=f"threshold {threshold:g}")
+    axes[0].set_title(f"(a) {metric}: median over seeds, band = min-max", fontsize=9)
+    axes[0].legend(fontsize=7, loc="best")
+    _band_panel(axes[1], frame, "dara/density/format", "active-group density $\\pi_{format}$")
+    axes[1].set_title("(b) dara/density/format", fontsize=9)
+    if not _band_panel(axes[2], frame, "dara/weight/format", "weight $w_{format}$"):
+        axes[2].text(0.5, 0.5, "no method logs dara/weight/format", ha="center", va="center",
+                     transform=axes[2].transAxes, fontsize=8)
+    else:
+        axes[2].legend(fontsize=7)
+    axes[2].set_title("(c) dara/weight/format (DARA methods)", fontsize=9)
+    axes[2].set_xlabel("step")
+    fig.tight_layout()
+    return plots.save_figure(fig, out_prefix)
+
+
+# ----------------------------------------------------------------------------------- everything
+def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps: int, protocol_path) -> str:
+    """summary.md: the protocol's metric, threshold and steps, the rules, then the per-method table."""
+    return (
+        "# CPU headline race: threshold steps\n\n"
+        f"- metric: `{metric}`, threshold: {threshold:g} (>=), steps 1-{steps} "
+        f"(protocol: `{protocol_path}`)\n"
+        "- median_curve_step: the first step at which the median over seeds reaches the threshold\n"
+        f"- seed_steps: each seed's first step at or above the threshold, in seed order (`{NEVER}`: never "
+        "within the steps); reached: seeds that did, of runs; step_min/max/median: over those seeds\n\n"
+        + markdown_table(summary)
+    )
+
+
+def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_dir: str | Path,
+                   methods: Sequence[str] | None = None) -> list[Path]:
+    """Load the race, write runs.csv, thresholds.csv, summary.md and headline.png/.pdf into ``out_dir``
+    (each atomically), print one line per file and a per-method summary; returns the paths written."""
+    protocol_path = Path(protocol_path) if protocol_path is not None else PROTOCOL_FILE
+    protocol = load_protocol(protocol_path)
+    metric, threshold, steps = str(protocol["metric"]), float(protocol["threshold"]), int(protocol["steps"])
+    frame = race_frame(run_root, list(methods or METHODS), steps)
+    require_columns(frame, [metric], "headline")
+    out = Path(out_dir)
+    summary = summary_table(frame, metric, threshold)
+    csv = {"runs.csv": runs_table(frame), "thresholds.csv": thresholds_table(frame, metric, threshold)}
+    written = []
+    for name, table in csv.items():
+        atomic_write_text(out / name, table.to_csv(index=False, lineterminator="\n"))
+        written.append(out / name)
+    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, protocol_path))
+    written.append(out / "summary.md")
+    written += plot(frame, metric, threshold, out / "headline")
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{metric} >= {threshold:g} within {steps} steps:")
+    for row in summary.itertuples(index=False):
+        print(f"  {row.method:10s} median-curve step {_step_text(row.median_curve_step):>3s}, "
+              f"reached {row.reached}/{row.runs} (per seed: {row.seed_steps})")
+    return written

@@ -1,0 +1,205 @@
+"""The toy headline race without training: its sparse-format variant, the protocol's rule and loading, the dry
+run, per-request rollout seeds, and the verl seams the seeded agent loop stands on."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from data_prep import smoke, smoke_sparse
+from recipes import cpu_headline
+from recipes.__main__ import main as recipes_main
+from recipes.runner import RecipeError
+from rewards.toolrl import correctness_reward, format_reward
+
+
+# ----------------------------------------------------------------------------------- the sparse variant
+def test_the_sign_off_breaks_only_the_format():
+    for record in smoke.synthetic_records(3, 40):
+        signed = smoke_sparse.with_sign_off(record["output"])
+        assert format_reward(record["output"], record["output"]) == 1.0
+        assert format_reward(signed, record["output"]) == 0.0
+        assert correctness_reward(signed, record["output"]) == correctness_reward(record["output"], record["output"])
+
+
+def test_warm_start_leaves_about_clean_share_of_the_targets_without_the_sign_off():
+    records = smoke.synthetic_records(0, 2000)
+    targets = smoke_sparse.warm_start_records(records, seed=0, clean_share=0.04)
+    kept = sum(t["output"] == r["output"] for t, r in zip(targets, records, strict=True))
+    assert 0.025 < kept / len(records) < 0.055
+    assert all(t["output"] in (r["output"], r["output"] + smoke_sparse.SIGN_OFF)
+               for t, r in zip(targets, records, strict=True))
+    assert targets == smoke_sparse.warm_start_records(records, seed=0, clean_share=0.04)  # seeded
+
+
+def test_group_density_counts_groups_with_differing_values():
+    values = [0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1]
+    assert smoke_sparse.group_density(values, 4) == pytest.approx(1 / 3)
+
+
+@pytest.fixture(scope="module")
+def sparse_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke_sparse")
+    smoke_sparse.build(out, seed=0)
+    return out
+
+
+@pytest.mark.slow
+def test_sparse_variant_starts_in_the_authors_regime(sparse_build):
+    """The issue's starting point: format rate 0.01-0.05, format group density 0.02-0.15, correctness density
+    >= 0.2, measured by the build's own probe (G = 4, T = 1) and recorded in the data card."""
+    card = json.loads((sparse_build / "data_card.json").read_text())
+    probe = card["format_probe"]
+    assert probe["groups"] == smoke_sparse.PROBE_PROMPTS >= 16
+    assert 0.01 <= probe["format_rate"] <= 0.05
+    assert 0.02 <= probe["channels"]["format"]["group_density"] <= 0.15
+    assert probe["channels"]["correctness"]["group_density"] >= 0.2
+    assert card["splits"] == {"train": 544, "test": 32}
+    # the smoke's tokenizer (same corpus): conf/model/tiny_sparse.yaml inherits model=tiny's facts
+    assert card["tokenizer"]["vocab_size"] == OmegaConf.load("conf/model/tiny.yaml").run.model_facts.vocab_size
+    assert smoke_sparse.build(sparse_build, seed=0)["model_dir"] == str(sparse_build / "model")  # reused
+
+
+# ----------------------------------------------------------------------------------- the protocol
+def pilot_frame(curves: dict[str, list[list[float]]]) -> pd.DataFrame:
+    rows = [{"method": method, "seed": seed, "step": step, "reward/format/mean": value}
+            for method, per_seed in curves.items() for seed, values in enumerate(per_seed, 100)
+            for step, value in enumerate(values, 1)]
+    return pd.DataFrame(rows)
+
+
+def plain_threshold(curves: dict[str, list[list[float]]]) -> float:
+    """The rule of PROTOCOL_RULE, written as plain loops."""
+    levels = []
+    for per_seed in curves.values():
+        median = [statistics.median(seed[i] for seed in per_seed) for i in range(len(per_seed[0]))]
+        smoothed = [sum(median[i - 3:i]) / 3 for i in range(3, len(median) + 1)]
+        levels.append(max(smoothed))
+    raw = 0.8 * min(levels)
+    steps = 0
+    while round((steps + 1) * 0.05, 6) <= raw + 1e-9:
+        steps += 1
+    return min(0.8, max(0.1, round(steps * 0.05, 4)))
+
+
+def test_derive_protocol_follows_its_written_rule():
+    rng = random.Random(0)
+    for _ in range(30):
+        curves = {method: [[min(1.0, max(0.0, 0.03 * step * rng.uniform(0.2, 1.5) + rng.gauss(0, 0.05)))
+                            for step in range(1, 21)] for _ in range(3)]
+                  for method in cpu_headline.PILOT_METHODS}
+        found = cpu_headline.derive_protocol(pilot_frame(curves))
+        assert found["threshold"] == pytest.approx(plain_threshold(curves))
+        assert found["steps"] == 20 and found["group_size"] == 4 and found["temperature"] == 1.0
+        assert found["pilot"]["seeds"] == [100, 101, 102] and found["rule"] == cpu_headline.PROTOCOL_RULE
+
+
+def test_threshold_is_clipped_and_on_the_grid():
+    assert cpu_headline.threshold_from_levels({"grpo": 0.05, "gdpo": 0.9}) == 0.1
+    assert cpu_headline.threshold_from_levels({"grpo": 1.0, "gdpo": 1.0}) == 0.8
+    assert cpu_headline.threshold_from_levels({"grpo": 0.7, "gdpo": 0.8}) == 0.55
+
+
+def test_the_committed_protocol_loads_and_drives_every_race_run():
+    protocol_file = cpu_headline.load_protocol()
+    race = cpu_headline.runs()
+    assert [(run.method, run.seed) for run in race] == [(m, s) for m in cpu_headline.METHODS for s in range(5)]
+    for run in race:
+        assert f"trainer.total_training_steps={protocol_file['steps']}" in run.overrides()
+        assert f"actor_rollout_ref.rollout.n={protocol_file['group_size']}" in run.overrides()
+    assert protocol_file["steps"] >= 20 and 0 < protocol_file["threshold"] <= 0.8
+
+
+@pytest.mark.parametrize("broken, message", [
+    (None, "is missing"),
+    ({"metric": "reward/format/mean"}, "lacks threshold"),
+    ({**cpu_headline.PILOT_SETTINGS, "threshold": 3.0}, "not a format rate"),
+])
+def test_a_missing_or_broken_protocol_is_an_error_naming_it(tmp_path, broken, message):
+    path = tmp_path / "protocol.json"
+    if broken is not None:
+        path.write_text(json.dumps(broken))
+    with pytest.raises(RecipeError, match=message):
+        cpu_headline.load_protocol(path)
+
+
+def test_the_pilot_never_derives_the_protocol_again(tmp_path):
+    existing = tmp_path / "protocol.json"
+    existing.write_text("{}")
+    with pytest.raises(RecipeError, match="derived once"):
+        cpu_headline.pilot(None, protocol_file=existing)
+
+
+def test_dry_run_prints_the_twenty_runs_with_method_and_seed(capsys, tmp_path):
+    assert recipes_main(["cpu_headline", "--dry-run", "--output-root", str(tmp_path)]) == 0
+    plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
+    assert len(plan) == 20
+    assert {(line.split()[2], int(line.split()[4])) for line in plan} == {
+        (m, s) for m in cpu_headline.METHODS for s in cpu_headline.DEFAULT_SEEDS}
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------------- per-request seeds
+def test_request_seeds_are_stable_and_distinct():
+    from dara.verl.seeded_rollout import SEED_BITS, request_seed
+
+    seeds = {request_seed(0, step, index, session) for step in range(1, 21) for index in range(16)
+             for session in range(4)}
+    assert len(seeds) == 20 * 16 * 4 and all(0 <= s < 2 ** SEED_BITS for s in seeds)
+    assert request_seed(3, 2, 7, 1) == request_seed(3, 2, 7, 1) != request_seed(4, 2, 7, 1)
+    assert request_seed(0, 1, 0, 0) != request_seed(0, 1, 0, 0, validate=True)
+
+
+def test_seeded_agent_loop_registration_reaches_verl():
+    """The seams: verl loads agent_loop_config_path entries by name, hands each response its session_id and the
+    batch's index / global_steps, and keeps a request's own seed when it builds vLLM's SamplingParams."""
+    from verl.experimental.agent_loop import agent_loop
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.workers.rollout.vllm_rollout import vllm_async_server
+
+    from dara.config import compose
+    from dara.verl.seeded_rollout import AGENT_LOOP_CONFIG, AGENT_NAME, SeededSingleTurnAgentLoop
+
+    entries = OmegaConf.load(AGENT_LOOP_CONFIG)
+    (entry,) = [e for e in entries if e.name == AGENT_NAME]
+    module, _, name = entry._target_.rpartition(".")
+    assert getattr(__import__(module, fromlist=[name]), name) is SeededSingleTurnAgentLoop
+    assert issubclass(SeededSingleTurnAgentLoop, SingleTurnAgentLoop)
+    assert "agent_loop_config_path" in inspect.getsource(agent_loop.AgentLoopWorker.__init__)
+    assert "session_id=i" in inspect.getsource(AgentLoopWorkerTQ._run_prompt)
+    assert 'batch["index"]' in inspect.getsource(AgentLoopWorkerTQ.generate_sequences)
+    assert '"global_steps", self.global_steps' in inspect.getsource(PPOTrainer._next_train_batch)
+    assert 'setdefault("seed"' in inspect.getsource(vllm_async_server)
+    cfg = compose(["task=smoke_sparse", "model=tiny_sparse", "estimator=grpo"])
+    agent = cfg.actor_rollout_ref.rollout.agent
+    assert agent.default_agent_loop == AGENT_NAME and Path(agent.agent_loop_config_path) == AGENT_LOOP_CONFIG
+    assert cfg.actor_rollout_ref.model.path.endswith("assets/smoke_sparse/model")
+
+
+def test_run_in_turn_skips_finished_runs_and_reports_each_run_with_the_time_left(tmp_path, capsys):
+    """The race's loop: a finished run (metrics.jsonl holds its last step) is not started; every started run
+    gets one line with its status and the time left (here the interpreter is `false`: each start fails)."""
+    from recipes.runner import with_options
+
+    race = with_options(cpu_headline.runs(), output_root=str(tmp_path))[:3]
+    finished = race[0]
+    finished.output_dir.mkdir(parents=True)
+    steps = cpu_headline.load_protocol()["steps"]
+    (finished.output_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": step}) + "\n" for step in range(1, steps + 1)))
+    assert cpu_headline.run_in_turn(race, "race", python="false") == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[race] 3 runs: 1 finished (skipped), 2 to run"
+    assert [line.split(":")[0] for line in lines[1:3]] == [
+        f"[race] 1/2 {race[1].method} seed {race[1].seed}", f"[race] 2/2 {race[2].method} seed {race[2].seed}"]
+    assert all("FAILED (exit 1)" in line and "min left" in line for line in lines[1:3])
+    assert lines[3].startswith("[race] 0 ran, 1 skipped, 2 failed")
