@@ -3,12 +3,14 @@ reward that varies within most groups) for the toy-scale headline race (`python 
 
 The authors' step-1 logs (docs/experiments.md): format rate 0.01 / 0.05, format group density 0.02 / 0.15 and
 correctness density 0.16 / 0.75 at 1.5B / 3B. The default smoke is the opposite (format dense, correctness
-sparse), because its warm start teaches the exact format. Here the warm start teaches the calls without the
-thinking: most targets are the ground truth's tool_call / response block alone (correct content, wrong format:
-ToolRL's format needs ``<think> ... </think>`` first), and a small share ``THINK_SHARE`` keeps the whole
-ground truth. Sampled at T = 1 the model then opens with ``<think>`` about that often, and only then can the
-format hold, while correctness (which reads the first tool_call block wherever it is) varies with the
-arguments it samples. The parquet rows keep the true ground truths: the rewards are the ToolRL ones.
+sparse), because its warm start teaches the exact format. Here most warm-start targets are the ground truth
+followed by a short sign-off (SIGN_OFF): the same thinking, calls and response, but ToolRL's format requires the
+text to end at its last block, so a sign-off breaks it. A small share ``CLEAN_SHARE`` of the targets ends at
+the block. Sampled at T = 1 the model then stops right after its last block about that often. The decision
+comes after the calls are written, so format and correctness stay independent: a compliant response is as
+correct as any other (a first design that dropped the thinking instead made compliant responses far less
+correct, -2.1 against -0.6 on average, and the sum of the two rewards then punished the format). The parquet
+rows keep the true ground truths: the rewards are the ToolRL ones.
 
 ``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically, the same layout as
 `data_prep.smoke` (model/, train.parquet, test.parquet, data_card.json): the smoke's tokenizer (trained on the
@@ -33,26 +35,27 @@ from tasks import toolrl as protocol
 N_SMOKE_TRAIN = smoke.N_TRAIN       # the smoke's train rows come first (and train the tokenizer)
 N_EXTRA_TRAIN = 288                 # further rows, so 34 steps of 16 prompts see no prompt twice
 N_TEST = smoke.N_TEST
-# The share of warm-start targets that keep the thinking (and so the exact format), and the warm start's length:
+SIGN_OFF = "\nDone."               # plain text: no tag the format counts
+# The share of warm-start targets without the sign-off (the exact format), and the warm start's length:
 # chosen with the probe below so that the step-1 format rate is in the authors' 0.01-0.05.
-THINK_SHARE = 0.08
-WARM_START_STEPS = 200
+CLEAN_SHARE = 0.04
+WARM_START_STEPS = 250
 PROBE_PROMPTS = 96                  # six steps of 16 prompts
 PROBE_GROUP = 4                     # the race's group size (ToolRL's G)
 
 
-def without_thinking(output: str) -> str:
-    """The ground truth's tool_call and/or response blocks without the leading ``<think> ... </think>`` line."""
-    close = output.find(protocol.THINK_CLOSE)
-    if not output.startswith(protocol.THINK_OPEN) or close < 0:
-        raise DataPrepError(f"a synthetic output does not open with its thinking: {output[:80]!r}")
-    return output[close + len(protocol.THINK_CLOSE):].lstrip("\n")
+def with_sign_off(output: str) -> str:
+    """The ground truth with SIGN_OFF after its last block: the same calls and response (correctness reads the
+    first tool_call block), the wrong format (ToolRL's format ends at the last required block)."""
+    if not output.endswith((protocol.TOOL_CALL_CLOSE, protocol.RESPONSE_CLOSE)):
+        raise DataPrepError(f"a synthetic output does not end with its last block: {output[-80:]!r}")
+    return output + SIGN_OFF
 
 
-def warm_start_records(records: list[dict], seed: int, think_share: float) -> list[dict]:
-    """``records`` with each output stripped of its thinking except a seeded ``think_share`` of them."""
+def warm_start_records(records: list[dict], seed: int, clean_share: float) -> list[dict]:
+    """``records`` with SIGN_OFF after each output except a seeded ``clean_share`` of them."""
     rng = random.Random(seed + 1)
-    return [record if rng.random() < think_share else {**record, "output": without_thinking(record["output"])}
+    return [record if rng.random() < clean_share else {**record, "output": with_sign_off(record["output"])}
             for record in records]
 
 
@@ -83,18 +86,18 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def build(out_dir, *, seed: int = 0, force: bool = False, think_share: float = THINK_SHARE,
+def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = CLEAN_SHARE,
           warm_start_steps: int = WARM_START_STEPS) -> dict:
     """Build (or reuse) the sparse-format assets in ``out_dir``; returns {"model_dir", "train", "test"}."""
     out_dir = Path(out_dir).absolute()
     paths = {"model_dir": str(out_dir / "model"), "train": str(out_dir / "train.parquet"),
              "test": str(out_dir / "test.parquet")}
-    if not 0.0 <= think_share <= 1.0:
-        raise DataPrepError(f"think_share must be in [0, 1], got {think_share}")
+    if not 0.0 <= clean_share <= 1.0:
+        raise DataPrepError(f"clean_share must be in [0, 1], got {clean_share}")
     if warm_start_steps < 0:
         raise DataPrepError(f"warm_start_steps must be >= 0, got {warm_start_steps}")
     expect = {"dataset": "smoke_sparse", "seed": seed, "code_version": code_version(),
-              "build_options": {"think_share": think_share, "warm_start_steps": warm_start_steps}}
+              "build_options": {"clean_share": clean_share, "warm_start_steps": warm_start_steps}}
     if not force and folder_is_complete(out_dir, expect):
         print(f"[smoke_sparse] reusing complete build in {out_dir}", flush=True)
         return paths
@@ -105,7 +108,7 @@ def build(out_dir, *, seed: int = 0, force: bool = False, think_share: float = T
     previous = smoke._deterministic_torch(smoke.WARM_START["threads"])
     try:
         with atomic_folder(out_dir) as staging:
-            card = _build_into(staging, seed, think_share, warm_start_steps)
+            card = _build_into(staging, seed, clean_share, warm_start_steps)
             card.update(expect)
             card = write_data_card(staging, card)
     finally:
@@ -118,7 +121,7 @@ def build(out_dir, *, seed: int = 0, force: bool = False, think_share: float = T
     return paths
 
 
-def _build_into(staging: Path, seed: int, think_share: float, warm_start_steps: int) -> dict:
+def _build_into(staging: Path, seed: int, clean_share: float, warm_start_steps: int) -> dict:
     records = smoke.synthetic_records(seed, N_SMOKE_TRAIN + N_TEST + N_EXTRA_TRAIN)
     smoke_train, test = records[:N_SMOKE_TRAIN], records[N_SMOKE_TRAIN:N_SMOKE_TRAIN + N_TEST]
     train = smoke_train + records[N_SMOKE_TRAIN + N_TEST:]
@@ -128,9 +131,9 @@ def _build_into(staging: Path, seed: int, think_share: float, warm_start_steps: 
         raise DataPrepError(f"synthetic rows exceed the smoke length limits: {lengths}")
     shape = model_shape()
     model = smoke.new_model(tokenizer, seed, shape)
-    targets = warm_start_records(train, seed, think_share)
+    targets = warm_start_records(train, seed, clean_share)
     kept = sum(target["output"] == record["output"] for target, record in zip(targets, train, strict=True))
-    print(f"[smoke_sparse] warm start on {len(train)} rows, {kept} with their thinking", flush=True)
+    print(f"[smoke_sparse] warm start on {len(train)} rows, {kept} without the sign-off", flush=True)
     warm = smoke.warm_start(model, tokenizer, targets, seed, warm_start_steps)
 
     model_dir = staging / "model"
@@ -151,7 +154,7 @@ def _build_into(staging: Path, seed: int, think_share: float, warm_start_steps: 
                       "vocab_size": len(tokenizer), "special_tokens": smoke.SPECIAL_TOKENS, **lengths},
         "model": {"architecture": "Qwen2ForCausalLM", "parameters": sum(p.numel() for p in model.parameters()),
                   **shape},
-        "warm_start": {**warm, "think_share": think_share, "targets_with_thinking": kept},
+        "warm_start": {**warm, "clean_share": clean_share, "targets_without_sign_off": kept},
         "format_probe": found,
         "versions": smoke._versions(),
     }
@@ -163,13 +166,13 @@ DESCRIPTION = "the smoke's tiny model warm-started so that the format reward sta
 def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
-    parser.add_argument("--think-share", type=float, default=THINK_SHARE,
-                        help=f"share of warm-start targets that keep their thinking (default {THINK_SHARE})")
+    parser.add_argument("--clean-share", type=float, default=CLEAN_SHARE,
+                        help=f"share of warm-start targets without the sign-off (default {CLEAN_SHARE})")
     parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS,
                         help=f"supervised warm-start steps (default {WARM_START_STEPS})")
 
 
 def main(args) -> dict:
-    """``python -m data_prep smoke_sparse --out DIR [--seed N] [--force] [--think-share X] [--warm-start-steps N]``."""
-    return build(args.out, seed=args.seed, force=args.force, think_share=args.think_share,
+    """``python -m data_prep smoke_sparse --out DIR [--seed N] [--force] [--clean-share X] [--warm-start-steps N]``."""
+    return build(args.out, seed=args.seed, force=args.force, clean_share=args.clean_share,
                  warm_start_steps=args.warm_start_steps)
