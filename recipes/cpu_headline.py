@@ -23,16 +23,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from recipes.runner import PROJECT_ROOT, RecipeError, Run, is_finished, train_command
+from results import headline
 
 DESCRIPTION = "Toy headline race on a CPU: GRPO, GDPO, DARA-Sym, DARA-Asym on a sparse format reward, 5 seeds"
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-METHODS = ("grpo", "gdpo", "dara_sym", "dara_asym")
+METHODS = headline.METHODS
 PILOT_METHODS = ("grpo", "gdpo")
 PILOT_SEEDS = (100, 101, 102)  # apart from the race's seeds: the race's runs are fresh
 TASK, MODEL, CLUSTER = "smoke_sparse", "tiny_sparse", "cpu"
 OUTPUT_ROOT = "outputs/cpu_headline"
-PILOT_VARIANT = "pilot"
-PROTOCOL_FILE = PROJECT_ROOT / "results" / "cpu_headline" / "protocol.json"
+PILOT_VARIANT = headline.PILOT_VARIANT
+PROTOCOL_FILE = headline.PROTOCOL_FILE
 
 # The pilot's settings (the race takes them over): the authors' ToolRL temperature and group size
 # (EXPERIMENTS.md), the issue's minimum of 20 steps, a checkpoint every 5 steps so an interrupted run resumes.
@@ -63,17 +64,12 @@ def settings_overrides(settings: dict) -> tuple[str, ...]:
 
 
 def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
-    """The committed protocol; a missing file or key is an error naming it (run --pilot first)."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"{path} is missing: `python -m recipes cpu_headline --pilot` writes it (once)")
-    protocol = json.loads(path.read_text())
-    missing = [key for key in ("metric", "threshold", *PILOT_SETTINGS) if key not in protocol]
-    if missing:
-        raise RecipeError(f"{path} lacks {', '.join(missing)}")
-    if not 0.0 < float(protocol["threshold"]) <= 1.0:
-        raise RecipeError(f"{path}: threshold {protocol['threshold']} is not a format rate in (0, 1]")
-    return protocol
+    """The committed protocol (results.headline.load_protocol); a missing or broken file is a RecipeError naming
+    it (run --pilot first)."""
+    try:
+        return headline.load_protocol(path)
+    except headline.ProtocolError as error:
+        raise RecipeError(str(error)) from None
 
 
 def runs(seeds: Sequence[int] = DEFAULT_SEEDS, protocol: dict | None = None) -> list[Run]:

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import dara
 from dara.io import atomic_write_text
 from dara.run_folder import RUN_INFO
-from recipes.cpu_headline import METHODS, PILOT_VARIANT, PROTOCOL_FILE, load_protocol
 from results import plots
 from results.loaders import RunLogError, find_run_folders, load_runs, require_columns
 from results.tables import method_label
@@ -34,9 +34,33 @@ from results.variants import BASE_METHOD
 
 log = logging.getLogger(__name__)
 
+# The race's methods in table order, the pilot's run variant (left out) and the committed protocol
+# (recipes/cpu_headline.py writes it once from the pilot; its runs and this module read it).
+METHODS = ("grpo", "gdpo", "dara_sym", "dara_asym")
+PILOT_VARIANT = "pilot"
+PROTOCOL_FILE = dara.PROJECT_ROOT / "results" / "cpu_headline" / "protocol.json"
+PROTOCOL_KEYS = ("metric", "threshold", "steps", "temperature", "group_size", "prompts_per_step", "save_freq")
 CHANNELS = ("format", "correctness")  # the smoke_sparse task's reward channels, in its order
 REWARD_COLUMNS = ("reward/format/mean", "reward/correctness/mean")
 NEVER = "-"
+
+
+class ProtocolError(ValueError):
+    """A missing or broken protocol file."""
+
+
+def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
+    """The committed protocol; a missing file or key, or a threshold that is no rate, is an error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProtocolError(f"{path} is missing: `python -m recipes cpu_headline --pilot` writes it (once)")
+    protocol = json.loads(path.read_text())
+    missing = [key for key in PROTOCOL_KEYS if key not in protocol]
+    if missing:
+        raise ProtocolError(f"{path} lacks {', '.join(missing)}")
+    if not 0.0 < float(protocol["threshold"]) <= 1.0:
+        raise ProtocolError(f"{path}: threshold {protocol['threshold']} is not a format rate in (0, 1]")
+    return protocol
 
 
 # ----------------------------------------------------------------------------------- the runs

@@ -15,7 +15,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from recipes.cpu_headline import METHODS, RecipeError
 from results import headline
 from results.cli import main
 from results.loaders import RunLogError, load_runs
@@ -95,7 +94,7 @@ def write_protocol(path: Path, steps: int = STEPS, **changes) -> Path:
 def race(tmp_path_factory):
     """The 20 race runs and a pilot run (seed 100, which must not count); returns (root, curves)."""
     root = tmp_path_factory.mktemp("cpu_headline")
-    curves = {(method, seed): write_run(root, method, seed) for method in METHODS for seed in SEEDS}
+    curves = {(method, seed): write_run(root, method, seed) for method in headline.METHODS for seed in SEEDS}
     write_run(root, "grpo", 100, steps=4, variant="pilot", curve=[1.0] * 4)
     return root, curves
 
@@ -120,22 +119,22 @@ def test_synthetic_run_folders_load_with_the_real_loader(race):
 
 def test_race_frame_leaves_out_the_pilot_and_keeps_the_protocol_steps(race):
     root, _ = race
-    frame = headline.race_frame(root, METHODS, STEPS)
-    assert list(frame["method"].unique()) == list(METHODS)
+    frame = headline.race_frame(root, headline.METHODS, STEPS)
+    assert list(frame["method"].unique()) == list(headline.METHODS)
     assert set(frame["seed"]) == set(SEEDS)  # the pilot's seed 100 is not there
     assert not frame["run"].str.contains("-pilot-").any()
     assert sorted(frame["step"].unique()) == list(range(1, STEPS + 1))
-    assert len(frame) == len(METHODS) * len(SEEDS) * STEPS
+    assert len(frame) == len(headline.METHODS) * len(SEEDS) * STEPS
 
 
 def test_runs_table_columns_and_rows(race):
     root, curves = race
-    table = headline.runs_table(headline.race_frame(root, METHODS, STEPS))
+    table = headline.runs_table(headline.race_frame(root, headline.METHODS, STEPS))
     assert list(table.columns) == ["method", "seed", "step", "reward/format/mean", "reward/correctness/mean",
                                    "dara/density/format", "dara/weight/format",
                                    "dara/density/correctness", "dara/weight/correctness"]
-    assert len(table) == len(METHODS) * len(SEEDS) * STEPS
-    expected = [(m, s, t) for m in METHODS for s in SEEDS for t in range(1, STEPS + 1)]
+    assert len(table) == len(headline.METHODS) * len(SEEDS) * STEPS
+    expected = [(m, s, t) for m in headline.METHODS for s in SEEDS for t in range(1, STEPS + 1)]
     assert list(table[["method", "seed", "step"]].itertuples(index=False, name=None)) == expected
     assert list(table[METRIC]) == [curves[(m, s)][t - 1] for m, s, t in expected]
     baselines = table["method"].isin(["grpo", "gdpo"])
@@ -145,7 +144,7 @@ def test_runs_table_columns_and_rows(race):
 
 def test_thresholds_equal_a_plain_loop(race):
     root, curves = race
-    table = headline.thresholds_table(headline.race_frame(root, METHODS, STEPS), METRIC, THRESHOLD)
+    table = headline.thresholds_table(headline.race_frame(root, headline.METHODS, STEPS), METRIC, THRESHOLD)
     assert list(table.columns) == ["method", "seed", "step"]
     found = {(m, int(s)): (None if pd.isna(t) else int(t)) for m, s, t in table.itertuples(index=False)}
     expected = {key: first_reaching(values[:STEPS], THRESHOLD) for key, values in curves.items()}
@@ -156,8 +155,8 @@ def test_thresholds_equal_a_plain_loop(race):
 
 def test_summary_median_curve_step_equals_a_plain_loop(race):
     root, curves = race
-    summary = headline.summary_table(headline.race_frame(root, METHODS, STEPS), METRIC, THRESHOLD)
-    assert list(summary["method"]) == list(METHODS)
+    summary = headline.summary_table(headline.race_frame(root, headline.METHODS, STEPS), METRIC, THRESHOLD)
+    assert list(summary["method"]) == list(headline.METHODS)
     for row in summary.itertuples(index=False):
         medians = [statistics.median(curves[(row.method, seed)][step] for seed in SEEDS)
                    for step in range(STEPS)]
@@ -198,7 +197,7 @@ def test_a_missing_method_and_a_duplicated_run_are_errors(tmp_path):
 def test_a_bad_protocol_is_an_error(tmp_path):
     bad = tmp_path / "protocol.json"
     bad.write_text(json.dumps({"metric": METRIC}))
-    with pytest.raises(RecipeError, match="lacks threshold"):
+    with pytest.raises(headline.ProtocolError, match="lacks threshold"):
         headline.write_headline(tmp_path, bad, tmp_path / "out")
 
 
@@ -217,16 +216,16 @@ def test_cli_writes_every_file(race, tmp_path, capsys):
     assert (out / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "headline.pdf").read_bytes()[:5] == b"%PDF-"
     runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == len(METHODS) * len(SEEDS) * STEPS
+    assert len(runs) == len(headline.METHODS) * len(SEEDS) * STEPS
     assert runs.loc[runs["method"] == "grpo", "dara/weight/format"].isna().all()  # empty cells
     thresholds = pd.read_csv(out / "thresholds.csv")
-    assert len(thresholds) == len(METHODS) * len(SEEDS)
+    assert len(thresholds) == len(headline.METHODS) * len(SEEDS)
     assert pd.isna(thresholds.set_index(["method", "seed"]).at[("grpo", 3), "step"])
     summary = (out / "summary.md").read_text()
     assert f"`{METRIC}`" in summary and f"threshold: {THRESHOLD:g}" in summary
     assert f"steps 1-{STEPS}" in summary
     assert "| method | median_curve_step | seed_steps | reached | runs |" in summary
-    for method in METHODS:
+    for method in headline.METHODS:
         assert f"| {method} |" in summary
         assert any(line.strip().startswith(method) and "/5" in line for line in printed.splitlines())
 
