@@ -202,6 +202,7 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
     (b) the format channel's density pi_format, (c) its weight w_format (the methods that log it).
     Writes PREFIX.png and PREFIX.pdf atomically; returns their paths."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(3, 1, figsize=(7.0, 9.0), sharex=True)
     _band_panel(axes[0], frame, metric, metric)
@@ -215,8 +216,9 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
                      transform=axes[2].transAxes, fontsize=8)
     else:
         axes[2].legend(fontsize=7)
-    axes[2].set_title("(c) dara/weight/format (DARA methods)", fontsize=9)
+    axes[2].set_title("(c) dara/weight/format (the methods that log it)", fontsize=9)
     axes[2].set_xlabel("step")
+    axes[2].xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     return plots.save_figure(fig, out_prefix)
 
@@ -240,6 +242,8 @@ def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_d
     """Load the race, write runs.csv, thresholds.csv, summary.md and headline.png/.pdf into ``out_dir``
     (each atomically), print one line per file and a per-method summary; returns the paths written."""
     protocol_path = Path(protocol_path) if protocol_path is not None else PROTOCOL_FILE
+    shown = protocol_path.absolute()  # the committed summary names no machine's path
+    shown = shown.relative_to(dara.PROJECT_ROOT) if shown.is_relative_to(dara.PROJECT_ROOT) else shown
     protocol = load_protocol(protocol_path)
     metric, threshold, steps = str(protocol["metric"]), float(protocol["threshold"]), int(protocol["steps"])
     frame = race_frame(run_root, list(methods or METHODS), steps)
@@ -251,7 +255,7 @@ def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_d
     for name, table in csv.items():
         atomic_write_text(out / name, table.to_csv(index=False, lineterminator="\n"))
         written.append(out / name)
-    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, protocol_path))
+    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, shown))
     written.append(out / "summary.md")
     written += plot(frame, metric, threshold, out / "headline")
     for path in written:
