@@ -1,8 +1,8 @@
 """The offline assets a run builds before Ray starts: a registry lookup, or a builder of your own.
 
 `run.model_assets` (the model's, e.g. model=tiny: "tiny_model") and then `run.assets` (the task's) each name a
-builder a task registered (`tasks.registry.asset_builders()`: "smoke", "smoke_math", "tiny_model"), or an import
-path `FILE.py:FUNCTION` / `package.module:FUNCTION` of your own. A builder is called as
+builder a task registered (`tasks.registry.asset_builders()`: "smoke", "smoke_math", "tiny_model", "smoke_sparse",
+"tiny_sparse_model"), or an import path `FILE.py:FUNCTION` / `package.module:FUNCTION` of your own. A builder is called as
 `fn(assets_dir, output_root)` with the run's `run.assets_dir` and `run.output_root` and writes the files the
 config reads (e.g. `${run.assets_dir}/train.parquet`).
 """
