@@ -3,6 +3,7 @@ run, per-request rollout seeds, and the verl seams the seeded agent loop stands 
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import random
@@ -157,14 +158,17 @@ def test_request_seeds_are_stable_and_distinct():
     assert request_seed(0, 1, 0, 0) != request_seed(0, 1, 0, 0, validate=True)
 
 
+def verl_source(relative: str) -> str:
+    """A verl module's source text, read without importing it: the v1 trainer and agent-loop modules import
+    vLLM, whose dependency sets the root logger to ERROR for the rest of the process (every caplog test)."""
+    return (Path(importlib.util.find_spec("verl").origin).parent / relative).read_text()
+
+
 def test_seeded_agent_loop_registration_reaches_verl():
     """The seams: verl loads agent_loop_config_path entries by name, hands each response its session_id and the
     batch's index / global_steps, and keeps a request's own seed when it builds vLLM's SamplingParams."""
     from verl.experimental.agent_loop import agent_loop
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
-    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-    from verl.workers.rollout.vllm_rollout import vllm_async_server
 
     from dara.config import compose
     from dara.verl.seeded_rollout import AGENT_LOOP_CONFIG, AGENT_NAME, SeededSingleTurnAgentLoop
@@ -175,10 +179,10 @@ def test_seeded_agent_loop_registration_reaches_verl():
     assert getattr(__import__(module, fromlist=[name]), name) is SeededSingleTurnAgentLoop
     assert issubclass(SeededSingleTurnAgentLoop, SingleTurnAgentLoop)
     assert "agent_loop_config_path" in inspect.getsource(agent_loop.AgentLoopWorker.__init__)
-    assert "session_id=i" in inspect.getsource(AgentLoopWorkerTQ._run_prompt)
-    assert 'batch["index"]' in inspect.getsource(AgentLoopWorkerTQ.generate_sequences)
-    assert '"global_steps", self.global_steps' in inspect.getsource(PPOTrainer._next_train_batch)
-    assert 'setdefault("seed"' in inspect.getsource(vllm_async_server)
+    worker_tq = verl_source("trainer/ppo/v1/agent_loop_tq.py")
+    assert "session_id=i" in worker_tq and 'batch["index"]' in worker_tq
+    assert '"global_steps", self.global_steps' in verl_source("trainer/ppo/v1/trainer_base.py")
+    assert 'setdefault("seed"' in verl_source("workers/rollout/vllm_rollout/vllm_async_server.py")
     cfg = compose(["task=smoke_sparse", "model=tiny_sparse", "estimator=grpo"])
     agent = cfg.actor_rollout_ref.rollout.agent
     assert agent.default_agent_loop == AGENT_NAME and Path(agent.agent_loop_config_path) == AGENT_LOOP_CONFIG
