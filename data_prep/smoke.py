@@ -505,6 +505,23 @@ def _deterministic_torch(threads: int):
     return previous
 
 
+def build_deterministically(out_dir: Path, expect: dict, build_into) -> dict:
+    """``build_into(staging)`` (the data card's fields) in an atomic staging folder that replaces ``out_dir``,
+    with torch on WARM_START's threads and deterministic ops (restored after); the card, ``expect`` added, is
+    written and returned. Shared by the smoke variants' builds."""
+    import torch
+
+    previous = _deterministic_torch(WARM_START["threads"])
+    try:
+        with atomic_folder(out_dir) as staging:
+            card = build_into(staging)
+            card.update(expect)
+            return write_data_card(staging, card)
+    finally:
+        torch.set_num_threads(previous[0])
+        torch.use_deterministic_algorithms(previous[1])
+
+
 def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False, shape: dict | None = None,
           warm_start_steps: int | None = None) -> dict:
     """Build (or reuse) the smoke assets in ``out_dir``; returns {"model_dir", "train", "test"} as paths.
@@ -530,18 +547,8 @@ def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False, sha
         print(f"[smoke] reusing complete build in {out_dir}", flush=True)
         return paths
 
-    import torch
-
     started = time.perf_counter()
-    previous = _deterministic_torch(WARM_START["threads"])
-    try:
-        with atomic_folder(out_dir) as staging:
-            card = _build_into(staging, seed, shape, steps)
-            card.update(expect)
-            card = write_data_card(staging, card)
-    finally:
-        torch.set_num_threads(previous[0])
-        torch.use_deterministic_algorithms(previous[1])
+    card = build_deterministically(out_dir, expect, lambda staging: _build_into(staging, seed, shape, steps))
     probe = card["format_probe"]
     print(
         f"[smoke] built {out_dir} in {time.perf_counter() - started:.1f}s: train {card['splits']['train']} rows, "

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from data_prep import smoke
-from data_prep.common import DataPrepError, atomic_folder, folder_is_complete, write_data_card, write_parquet
+from data_prep.common import DataPrepError, folder_is_complete, write_parquet
 from data_prep.tiny_model import model_shape
 from tasks import toolrl as protocol
 
@@ -102,18 +102,9 @@ def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = C
         print(f"[smoke_sparse] reusing complete build in {out_dir}", flush=True)
         return paths
 
-    import torch
-
     started = time.perf_counter()
-    previous = smoke._deterministic_torch(smoke.WARM_START["threads"])
-    try:
-        with atomic_folder(out_dir) as staging:
-            card = _build_into(staging, seed, clean_share, warm_start_steps)
-            card.update(expect)
-            card = write_data_card(staging, card)
-    finally:
-        torch.set_num_threads(previous[0])
-        torch.use_deterministic_algorithms(previous[1])
+    card = smoke.build_deterministically(
+        out_dir, expect, lambda staging: _build_into(staging, seed, clean_share, warm_start_steps))
     found = card["format_probe"]
     density = {name: channel["group_density"] for name, channel in found["channels"].items()}
     print(f"[smoke_sparse] built {out_dir} in {time.perf_counter() - started:.1f}s: format rate at T=1 "
