@@ -47,3 +47,20 @@ def tiny_sparse_model(assets_dir: str | Path | None, output_root: str | Path) ->
     from data_prep import smoke_sparse as sparse
 
     return sparse.build(Path(output_root) / "assets" / "smoke_sparse", seed=0)["model_dir"]
+
+
+def smoke_rare(assets_dir: str | Path, output_root: str | Path) -> None:
+    """The format race's rarer-format build of the sparse variant (task=smoke_rare): clean share
+    RARE_CLEAN_SHARE, probed on RARE_PROBE_PROMPTS prompts."""
+    from data_prep import smoke_sparse as sparse
+
+    sparse.build(assets_dir, seed=0, clean_share=sparse.RARE_CLEAN_SHARE, probe_prompts=sparse.RARE_PROBE_PROMPTS)
+
+
+def tiny_rare_model(assets_dir: str | Path | None, output_root: str | Path) -> str:
+    """The rarer-format build's model (conf/model/tiny_rare.yaml), under `<output_root>/assets/smoke_rare`."""
+    from data_prep import smoke_sparse as sparse
+
+    folder = Path(output_root) / "assets" / "smoke_rare"
+    return sparse.build(folder, seed=0, clean_share=sparse.RARE_CLEAN_SHARE,
+                        probe_prompts=sparse.RARE_PROBE_PROMPTS)["model_dir"]

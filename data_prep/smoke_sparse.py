@@ -41,6 +41,12 @@ SIGN_OFF = "\nDone."               # plain text: no tag the format counts
 CLEAN_SHARE = 0.04
 WARM_START_STEPS = 250
 PROBE_PROMPTS = 96                  # six steps of 16 prompts
+# The format race's build (task=smoke_rare, recipes/race_format.py): a rarer format, probed on more prompts.
+# Clean shares tried before any race run, with the format rate over 352 prompts x 4 (the card's 96, then 256
+# more): 0.04 -> 0.031 (96 only), 0.03 -> 0.015, 0.025 -> 0.003 (96 only), 0.02 -> 0.030, 0.015 -> 0.022. The
+# rate is not monotone in the share (which few targets are clean matters); 0.015 sits nearest the race's 0.02.
+RARE_CLEAN_SHARE = 0.015
+RARE_PROBE_PROMPTS = 256            # eight steps of 32 prompts
 PROBE_GROUP = 4                     # the race's group size (ToolRL's G)
 
 
@@ -87,7 +93,7 @@ def code_version() -> str:
 
 
 def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = CLEAN_SHARE,
-          warm_start_steps: int = WARM_START_STEPS) -> dict:
+          warm_start_steps: int = WARM_START_STEPS, probe_prompts: int = PROBE_PROMPTS) -> dict:
     """Build (or reuse) the sparse-format assets in ``out_dir``; returns {"model_dir", "train", "test"}."""
     out_dir = Path(out_dir).absolute()
     paths = {"model_dir": str(out_dir / "model"), "train": str(out_dir / "train.parquet"),
@@ -96,15 +102,20 @@ def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = C
         raise DataPrepError(f"clean_share must be in [0, 1], got {clean_share}")
     if warm_start_steps < 0:
         raise DataPrepError(f"warm_start_steps must be >= 0, got {warm_start_steps}")
-    expect = {"dataset": "smoke_sparse", "seed": seed, "code_version": code_version(),
-              "build_options": {"clean_share": clean_share, "warm_start_steps": warm_start_steps}}
+    if not PROBE_GROUP <= probe_prompts <= N_SMOKE_TRAIN + N_EXTRA_TRAIN:
+        raise DataPrepError(f"probe_prompts must be in [{PROBE_GROUP}, {N_SMOKE_TRAIN + N_EXTRA_TRAIN}] (the train "
+                            f"rows), got {probe_prompts}")
+    options = {"clean_share": clean_share, "warm_start_steps": warm_start_steps}
+    if probe_prompts != PROBE_PROMPTS:  # the first race's builds keep their recorded options
+        options["probe_prompts"] = probe_prompts
+    expect = {"dataset": "smoke_sparse", "seed": seed, "code_version": code_version(), "build_options": options}
     if not force and folder_is_complete(out_dir, expect):
         print(f"[smoke_sparse] reusing complete build in {out_dir}", flush=True)
         return paths
 
     started = time.perf_counter()
     card = smoke.build_deterministically(
-        out_dir, expect, lambda staging: _build_into(staging, seed, clean_share, warm_start_steps))
+        out_dir, expect, lambda staging: _build_into(staging, seed, clean_share, warm_start_steps, probe_prompts))
     found = card["format_probe"]
     density = {name: channel["group_density"] for name, channel in found["channels"].items()}
     print(f"[smoke_sparse] built {out_dir} in {time.perf_counter() - started:.1f}s: format rate at T=1 "
@@ -112,7 +123,7 @@ def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = C
     return paths
 
 
-def _build_into(staging: Path, seed: int, clean_share: float, warm_start_steps: int) -> dict:
+def _build_into(staging: Path, seed: int, clean_share: float, warm_start_steps: int, probe_prompts: int) -> dict:
     records = smoke.synthetic_records(seed, N_SMOKE_TRAIN + N_TEST + N_EXTRA_TRAIN)
     smoke_train, test = records[:N_SMOKE_TRAIN], records[N_SMOKE_TRAIN:N_SMOKE_TRAIN + N_TEST]
     train = smoke_train + records[N_SMOKE_TRAIN + N_TEST:]
@@ -132,7 +143,7 @@ def _build_into(staging: Path, seed: int, clean_share: float, warm_start_steps: 
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     loaded_model, loaded_tokenizer = smoke.load(model_dir)
-    found = probe(loaded_model, loaded_tokenizer, train[:PROBE_PROMPTS], seed)
+    found = probe(loaded_model, loaded_tokenizer, train[:probe_prompts], seed)
     write_parquet(smoke.to_rows(train, "train"), staging / "train.parquet")
     write_parquet(smoke.to_rows(test, "test"), staging / "test.parquet")
     return {
@@ -161,9 +172,13 @@ def add_arguments(parser) -> None:
                         help=f"share of warm-start targets without the sign-off (default {CLEAN_SHARE})")
     parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS,
                         help=f"supervised warm-start steps (default {WARM_START_STEPS})")
+    parser.add_argument("--probe-prompts", type=int, default=PROBE_PROMPTS,
+                        help=f"train prompts the data card's probe samples G = {PROBE_GROUP} times (default "
+                             f"{PROBE_PROMPTS})")
 
 
 def main(args) -> dict:
-    """``python -m data_prep smoke_sparse --out DIR [--seed N] [--force] [--clean-share X] [--warm-start-steps N]``."""
+    """``python -m data_prep smoke_sparse --out DIR [--seed N] [--force] [--clean-share X] [--warm-start-steps N]
+    [--probe-prompts N]``."""
     return build(args.out, seed=args.seed, force=args.force, clean_share=args.clean_share,
-                 warm_start_steps=args.warm_start_steps)
+                 warm_start_steps=args.warm_start_steps, probe_prompts=args.probe_prompts)

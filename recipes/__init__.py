@@ -24,6 +24,7 @@ RECIPES = {
     "smoke": "recipes.smoke",
     "gpu_smoke": "recipes.gpu_smoke",
     "cpu_headline": "recipes.cpu_headline",
+    "race_format": "recipes.race_format",
 }
 
 

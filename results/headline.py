@@ -1,16 +1,23 @@
-"""The committed results of the toy headline race (recipes/cpu_headline.py): ``python -m results headline``.
+"""The committed results of a CPU race (recipes/cpu_headline.py, recipes/race_format.py):
+``python -m results headline RUNS --out results/<race> [--protocol FILE]``.
 
-The race's run folders (GRPO, GDPO, DARA-Sym, DARA-Asym x 5 seeds below one output root; the pilot's runs,
+The race's run folders (GRPO, GDPO, DARA-Sym, DARA-Asym x seeds below one output root; the pilot's runs,
 variant ``pilot``, left out) become:
-- ``runs.csv``: one row per run and step, the two reward means and the DARA density and weight per channel
+- ``runs.csv``: one row per run and step, the reward means and the DARA density and weight per channel
   (an empty cell where a method logs no weight);
-- ``thresholds.csv``: per run, the first step whose metric reaches the protocol's threshold (empty: never);
+- ``thresholds.csv``: per run, the first step whose metric reaches the protocol's threshold (empty: never),
+  the steps before it at which DARA's weight on the sparse channel was above 1.05, and the channels that
+  collapsed (density 0 for 5 steps in a row; results.race_stats);
+- ``statistics.csv``: the paired comparisons (results.race_stats.COMPARISONS) on the primary endpoint
+  (threshold step, never = steps + 1) and the secondary one (the metric's mean over the protocol's
+  secondary steps, default 1-20);
 - ``summary.md``: per method, the median-curve step (the first step at which the median over seeds reaches
-  the threshold, results.thresholds' ``median`` rule), the per-seed steps and how many seeds reached it;
-- ``headline.png`` / ``.pdf``: the metric, the format channel's density and its weight over steps (median
+  the threshold, results.thresholds' ``median`` rule), the per-seed steps and how many seeds reached it; the
+  statistics as a table;
+- ``headline.png`` / ``.pdf``: the metric, the sparse channel's density and its weight over steps (median
   over seeds, min-max band).
-The metric, threshold and number of steps are the committed protocol's (results/cpu_headline/protocol.json).
-Every file is written atomically (dara.io).
+The metric, threshold, steps, channels and endpoints are the committed protocol's (``protocol.json`` beside
+the outputs). Every file is written atomically (dara.io).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import pandas as pd
 import dara
 from dara.io import atomic_write_text
 from dara.run_folder import RUN_INFO
-from results import plots
+from results import plots, race_stats
 from results.loaders import RunLogError, find_run_folders, load_runs, require_columns
 from results.tables import method_label
 from results.thresholds import seed_summary, threshold_steps
@@ -40,8 +47,9 @@ METHODS = ("grpo", "gdpo", "dara_sym", "dara_asym")
 PILOT_VARIANT = "pilot"
 PROTOCOL_FILE = dara.PROJECT_ROOT / "results" / "cpu_headline" / "protocol.json"
 PROTOCOL_KEYS = ("metric", "threshold", "steps", "temperature", "group_size", "prompts_per_step", "save_freq")
-CHANNELS = ("format", "correctness")  # the smoke_sparse task's reward channels, in its order
-REWARD_COLUMNS = ("reward/format/mean", "reward/correctness/mean")
+CHANNELS = ("format", "correctness")  # the smoke_sparse task's reward channels, in its order (a protocol's default)
+SPARSE_CHANNEL = "format"
+SECONDARY_STEPS = (1, 20)  # the secondary endpoint's default window: the metric's mean over these steps
 NEVER = "-"
 
 
@@ -53,7 +61,7 @@ def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
     """The committed protocol; a missing file or key, or a threshold that is no rate, is an error naming it."""
     path = Path(path)
     if not path.is_file():
-        raise ProtocolError(f"{path} is missing: `python -m recipes cpu_headline --pilot` writes it (once)")
+        raise ProtocolError(f"{path} is missing: the race's `python -m recipes <race> --pilot` writes it (once)")
     protocol = json.loads(path.read_text())
     missing = [key for key in PROTOCOL_KEYS if key not in protocol]
     if missing:
@@ -127,19 +135,41 @@ def runs_table(frame: pd.DataFrame, channels: Sequence[str] = CHANNELS) -> pd.Da
     """runs.csv: method, seed, step, the reward means, then density and weight per channel; one row per run
     and step in the frame's order (a weight column a method does not log stays empty)."""
     density = [f"dara/density/{channel}" for channel in channels]
-    require_columns(frame, ["method", "seed", "step", *REWARD_COLUMNS, *density], "headline runs.csv")
-    columns = ["method", "seed", "step", *REWARD_COLUMNS]
+    rewards = [f"reward/{channel}/mean" for channel in channels]
+    require_columns(frame, ["method", "seed", "step", *rewards, *density], "headline runs.csv")
+    columns = ["method", "seed", "step", *rewards]
     for channel in channels:
         columns += [f"dara/density/{channel}", f"dara/weight/{channel}"]
     table = frame.reindex(columns=columns)  # a weight no run logs: a column of NaN
     return table.reset_index(drop=True)
 
 
-def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float) -> pd.DataFrame:
-    """thresholds.csv: method, seed, and the run's first step with ``metric`` >= ``threshold`` (<NA>:
-    never)."""
+def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float, steps: int | None = None,
+                     channels: Sequence[str] = CHANNELS, sparse_channel: str = SPARSE_CHANNEL) -> pd.DataFrame:
+    """thresholds.csv: method, seed, the run's first step with ``metric`` >= ``threshold`` (<NA>: never),
+    the steps before it with DARA's ``sparse_channel`` weight above 1.05 (empty: no weight logged; a run that
+    never reached it counts all its steps) and the channels that collapsed (";"-joined)."""
     per_seed = threshold_steps(frame, metric, float(threshold), rule="median", per_seed=True)
-    return per_seed[["method", "seed", "step"]]
+    steps = int(steps if steps is not None else frame["step"].max())
+    reached = race_stats.threshold_endpoint(frame, metric, float(threshold), steps)
+    active = race_stats.dara_active_steps(frame, reached, sparse_channel)
+    runs = dict(iter(frame.groupby(["method", "seed"], sort=False)))
+    table = per_seed[["method", "seed", "step"]].copy()
+    table["dara_active_steps"] = pd.array([active[(m, int(s))] for m, s in zip(table["method"], table["seed"],
+                                                                                strict=True)], dtype="Int64")
+    table["collapsed"] = [";".join(race_stats.collapsed_channels(runs[(m, s)], channels))
+                          for m, s in zip(table["method"], table["seed"], strict=True)]
+    return table
+
+
+def statistics_table(frame: pd.DataFrame, metric: str, threshold: float, steps: int,
+                     secondary_steps: Sequence[int] = SECONDARY_STEPS) -> pd.DataFrame:
+    """statistics.csv: the paired comparisons on the primary endpoint (threshold step) and the secondary one
+    (the metric's mean over ``secondary_steps``, clipped to the race's steps)."""
+    first, last = int(secondary_steps[0]), min(int(secondary_steps[1]), int(steps))
+    return race_stats.comparisons_table({
+        "threshold step": race_stats.threshold_endpoint(frame, metric, float(threshold), int(steps)),
+        f"mean {metric} steps {first}-{last}": race_stats.mean_endpoint(frame, metric, first, last)})
 
 
 def _step_text(step) -> str:
@@ -149,7 +179,7 @@ def _step_text(step) -> str:
 def summary_table(frame: pd.DataFrame, metric: str, threshold: float) -> pd.DataFrame:
     """Per method: the median-curve step, the per-seed steps as text (seed order, "-" for never), how many
     seeds reached the threshold of how many runs, and the min, max and median step over those that did."""
-    per_seed = thresholds_table(frame, metric, threshold)
+    per_seed = threshold_steps(frame, metric, float(threshold), rule="median", per_seed=True)
     curve = threshold_steps(frame, metric, float(threshold), rule="median").set_index("method")["step"]
     stats = seed_summary(per_seed).set_index("method")
     rows = []
@@ -197,9 +227,10 @@ def _band_panel(ax, frame: pd.DataFrame, column: str, ylabel: str) -> int:
     return drawn
 
 
-def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | Path) -> list[Path]:
+def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | Path,
+         channel: str = SPARSE_CHANNEL) -> list[Path]:
     """One figure, three stacked panels over the steps: (a) the metric with the threshold (dashed),
-    (b) the format channel's density pi_format, (c) its weight w_format (the methods that log it).
+    (b) the sparse channel's density pi_channel, (c) its weight w_channel (the methods that log it).
     Writes PREFIX.png and PREFIX.pdf atomically; returns their paths."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -209,14 +240,14 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
     axes[0].axhline(float(threshold), color="black", ls="--", lw=0.9, label=f"threshold {threshold:g}")
     axes[0].set_title(f"(a) {metric}: median over seeds, band = min-max", fontsize=9)
     axes[0].legend(fontsize=7, loc="best")
-    _band_panel(axes[1], frame, "dara/density/format", "active-group density $\\pi_{format}$")
-    axes[1].set_title("(b) dara/density/format", fontsize=9)
-    if not _band_panel(axes[2], frame, "dara/weight/format", "weight $w_{format}$"):
-        axes[2].text(0.5, 0.5, "no method logs dara/weight/format", ha="center", va="center",
+    _band_panel(axes[1], frame, f"dara/density/{channel}", f"active-group density $\\pi_{{{channel}}}$")
+    axes[1].set_title(f"(b) dara/density/{channel}", fontsize=9)
+    if not _band_panel(axes[2], frame, f"dara/weight/{channel}", f"weight $w_{{{channel}}}$"):
+        axes[2].text(0.5, 0.5, f"no method logs dara/weight/{channel}", ha="center", va="center",
                      transform=axes[2].transAxes, fontsize=8)
     else:
         axes[2].legend(fontsize=7)
-    axes[2].set_title("(c) dara/weight/format (the methods that log it)", fontsize=9)
+    axes[2].set_title(f"(c) dara/weight/{channel} (the methods that log it)", fontsize=9)
     axes[2].set_xlabel("step")
     axes[2].xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
@@ -224,44 +255,60 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
 
 
 # ----------------------------------------------------------------------------------- everything
-def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps: int, protocol_path) -> str:
-    """summary.md: the protocol's metric, threshold and steps, the rules, then the per-method table."""
+def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps: int, protocol_path,
+                     statistics: pd.DataFrame | None = None) -> str:
+    """summary.md: the protocol's metric, threshold and steps, the rules, the per-method table, then the
+    paired statistics."""
+    paired = "" if statistics is None or statistics.empty else (
+        "\n## Paired by seed (A - B)\n\n- threshold step: a run that never reached it counts as "
+        f"{steps + 1}; lower/higher: seeds where A's value is below/above B's (for the threshold step, lower is "
+        "faster); sign_p: two-sided exact sign test, ties dropped; ci: 95% percentile bootstrap interval of the "
+        "mean over seeds (10,000 resamples)\n\n" + markdown_table(statistics))
     return (
-        "# CPU headline race: threshold steps\n\n"
+        f"# {Path(str(protocol_path)).parent.name} race: threshold steps\n\n"
         f"- metric: `{metric}`, threshold: {threshold:g} (>=), steps 1-{steps} "
         f"(protocol: `{protocol_path}`)\n"
         "- median_curve_step: the first step at which the median over seeds reaches the threshold\n"
         f"- seed_steps: each seed's first step at or above the threshold, in seed order (`{NEVER}`: never "
         "within the steps); reached: seeds that did, of runs; step_min/max/median: over those seeds\n\n"
-        + markdown_table(summary)
+        + markdown_table(summary) + paired
     )
 
 
 def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_dir: str | Path,
                    methods: Sequence[str] | None = None) -> list[Path]:
-    """Load the race, write runs.csv, thresholds.csv, summary.md and headline.png/.pdf into ``out_dir``
-    (each atomically), print one line per file and a per-method summary; returns the paths written."""
-    protocol_path = Path(protocol_path) if protocol_path is not None else PROTOCOL_FILE
+    """Load the race, write runs.csv, thresholds.csv, statistics.csv, summary.md and headline.png/.pdf into
+    ``out_dir`` (each atomically), print one line per file and a per-method summary; returns the paths written.
+    The protocol is ``protocol_path``, else ``out_dir``/protocol.json (the race's committed one)."""
+    out = Path(out_dir)
+    protocol_path = Path(protocol_path) if protocol_path is not None else out / "protocol.json"
     shown = protocol_path.absolute()  # the committed summary names no machine's path
     shown = shown.relative_to(dara.PROJECT_ROOT) if shown.is_relative_to(dara.PROJECT_ROOT) else shown
     protocol = load_protocol(protocol_path)
     metric, threshold, steps = str(protocol["metric"]), float(protocol["threshold"]), int(protocol["steps"])
-    frame = race_frame(run_root, list(methods or METHODS), steps)
+    channels = tuple(protocol.get("channels", CHANNELS))
+    sparse = str(protocol.get("sparse_channel", SPARSE_CHANNEL))
+    frame = race_frame(run_root, list(methods or protocol.get("methods", METHODS)), steps)
     require_columns(frame, [metric], "headline")
-    out = Path(out_dir)
     summary = summary_table(frame, metric, threshold)
-    csv = {"runs.csv": runs_table(frame), "thresholds.csv": thresholds_table(frame, metric, threshold)}
+    statistics = statistics_table(frame, metric, threshold, steps, protocol.get("secondary_steps", SECONDARY_STEPS))
+    csv = {"runs.csv": runs_table(frame, channels),
+           "thresholds.csv": thresholds_table(frame, metric, threshold, steps, channels, sparse),
+           "statistics.csv": statistics}
     written = []
     for name, table in csv.items():
         atomic_write_text(out / name, table.to_csv(index=False, lineterminator="\n"))
         written.append(out / name)
-    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, shown))
+    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, shown, statistics))
     written.append(out / "summary.md")
-    written += plot(frame, metric, threshold, out / "headline")
+    written += plot(frame, metric, threshold, out / "headline", sparse)
     for path in written:
         print(f"wrote {path}")
     print(f"{metric} >= {threshold:g} within {steps} steps:")
     for row in summary.itertuples(index=False):
         print(f"  {row.method:10s} median-curve step {_step_text(row.median_curve_step):>3s}, "
               f"reached {row.reached}/{row.runs} (per seed: {row.seed_steps})")
+    for row in statistics.itertuples(index=False):
+        print(f"  {row.endpoint}: {row.comparison} mean {row.mean:+.3g} [{row.ci_low:+.3g}, {row.ci_high:+.3g}], "
+              f"lower/higher/tied {row.lower}/{row.higher}/{row.tied}, sign p {row.sign_p:.3g}")
     return written

@@ -1,10 +1,15 @@
-"""`python scripts/testbed_headline.py`: the pure-torch testbed's answer for the toy headline race's setting.
+"""`python scripts/testbed_headline.py [--race cpu_headline|race_format]`: the pure-torch testbed's answer for a
+CPU race's setting.
 
-The race's batch and groups (16 prompts x G = 4, 2 updates per step), its starting format rate (0.03, the
-sparse variant's probe), its four methods and five seeds, and its protocol's metric and threshold
-(results/cpu_headline/protocol.json), with the testbed's own policy, task, learning rate and a longer horizon
-(the testbed learns slower per step). Writes results/cpu_headline/testbed_curves.csv (one row per run and step)
-and prints, per method, the median-curve step and the per-seed steps, as the race's summary does.
+The race's batch and groups (prompts per step x G, 2 updates per step), its starting format rate (the variant's
+probe), its four methods and seeds, and its metric, with the testbed's own policy, task, learning rate and
+horizon (the testbed learns slower per step). Writes ``testbed_curves.csv`` (one row per run and step) into the
+race's results folder and prints, per method, the median-curve step and per-seed steps at each threshold asked
+for, and the paired statistics of DARA-Asym, DARA-Sym and GDPO against their baseline (results.paired).
+
+- ``cpu_headline`` (the first race): 16 prompts, format 0.03 at init, 5 seeds, its protocol's threshold.
+- ``race_format``: 32 prompts, format 0.02 at init, 12 seeds, thresholds 0.3-0.8 (written before its pilot
+  chose one: the prediction is committed whatever the pilot picks).
 """
 
 from __future__ import annotations
@@ -21,38 +26,48 @@ sys.path.insert(0, str(ROOT))
 from dara.io import atomic_write_text  # noqa: E402
 from dara.testbed.task import TaskConfig  # noqa: E402
 from dara.testbed.train import RunConfig, estimator_options, train_run  # noqa: E402
-from results import headline  # noqa: E402
+from results import headline, race_stats  # noqa: E402
+
+RACES = {
+    "cpu_headline": {"prompts": 16, "format_init_rate": 0.03, "seeds": 5, "thresholds": None},
+    "race_format": {"prompts": 32, "format_init_rate": 0.02, "seeds": 12,
+                    "thresholds": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)},
+}
+METRIC = "reward/format/mean"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--race", choices=sorted(RACES), default="cpu_headline")
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--format-init-rate", type=float, default=0.03)
-    parser.add_argument("--out", default=str(ROOT / "results" / "cpu_headline" / "testbed_curves.csv"))
     args = parser.parse_args(argv)
-    protocol = headline.load_protocol()
-    task = TaskConfig(format_init_rate=args.format_init_rate)
+    race = RACES[args.race]
+    out_dir = ROOT / "results" / args.race
+    thresholds = race["thresholds"] or (float(headline.load_protocol(out_dir / "protocol.json")["threshold"]),)
+    task = TaskConfig(format_init_rate=race["format_init_rate"])
     rows = []
     for method in headline.METHODS:
-        for seed in range(args.seeds):
-            config = RunConfig(estimator=method, seed=seed, num_prompts=int(protocol["prompts_per_step"]),
-                               group_size=int(protocol["group_size"]), steps=args.steps,
-                               options=estimator_options(method, task))
+        for seed in range(race["seeds"]):
+            config = RunConfig(estimator=method, seed=seed, num_prompts=race["prompts"], group_size=4,
+                               steps=args.steps, options=estimator_options(method, task))
             records, _ = train_run(task, config)
             rows += [{"method": method, "seed": seed, "step": step, **record}
                      for step, record in enumerate(records, 1)]
-            last = records[-1][protocol["metric"]]
-            print(f"[testbed] {method} seed {seed}: {args.steps} steps, final {protocol['metric']} {last:.3f}",
+            print(f"[testbed] {method} seed {seed}: {args.steps} steps, final {METRIC} {records[-1][METRIC]:.3f}",
                   flush=True)
     frame = pd.DataFrame(rows)
     columns = ["method", "seed", "step", *[c for c in frame.columns if c.startswith(("reward/", "density/",
                                                                                       "weight/"))]]
-    atomic_write_text(Path(args.out), frame[columns].to_csv(index=False, lineterminator="\n"))
-    summary = headline.summary_table(frame, protocol["metric"], float(protocol["threshold"]))
-    print(f"wrote {args.out}\n{protocol['metric']} >= {protocol['threshold']} (testbed, B=16, G=4, "
-          f"format at init {args.format_init_rate}):")
-    print(headline.markdown_table(summary[["method", "median_curve_step", "seed_steps", "reached", "runs"]]))
+    out = out_dir / "testbed_curves.csv"
+    atomic_write_text(out, frame[columns].to_csv(index=False, lineterminator="\n"))
+    print(f"wrote {out}")
+    for threshold in thresholds:
+        summary = headline.summary_table(frame, METRIC, threshold)
+        print(f"\n{METRIC} >= {threshold:g} (testbed, B={race['prompts']}, G=4, format at init "
+              f"{race['format_init_rate']}, {args.steps} steps):")
+        print(headline.markdown_table(summary[["method", "median_curve_step", "seed_steps", "reached", "runs"]]))
+        steps = race_stats.threshold_endpoint(frame, METRIC, threshold, args.steps)
+        print(headline.markdown_table(race_stats.comparisons_table({"threshold step": steps})))
     return 0
 
 

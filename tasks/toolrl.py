@@ -374,7 +374,8 @@ SPEC = register_task(TaskSpec(
     # the tiny offline model is trained on this task's synthetic rows (conf/model/tiny.yaml builds it)
     assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model",
             "smoke_sparse": "data_prep.run_assets:smoke_sparse",
-            "tiny_sparse_model": "data_prep.run_assets:tiny_sparse_model"},
+            "tiny_sparse_model": "data_prep.run_assets:tiny_sparse_model",
+            "smoke_rare": "data_prep.run_assets:smoke_rare", "tiny_rare_model": "data_prep.run_assets:tiny_rare_model"},
     evaluations={"toolrl": "results.evaluation.benches:TOOLRL", "bfcl": "results.evaluation.benches:BFCL"},
     description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)",
 ))

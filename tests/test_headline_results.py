@@ -145,8 +145,8 @@ def test_runs_table_columns_and_rows(race):
 def test_thresholds_equal_a_plain_loop(race):
     root, curves = race
     table = headline.thresholds_table(headline.race_frame(root, headline.METHODS, STEPS), METRIC, THRESHOLD)
-    assert list(table.columns) == ["method", "seed", "step"]
-    found = {(m, int(s)): (None if pd.isna(t) else int(t)) for m, s, t in table.itertuples(index=False)}
+    assert list(table.columns) == ["method", "seed", "step", "dara_active_steps", "collapsed"]
+    found = {(m, int(s)): (None if pd.isna(t) else int(t)) for m, s, t, *_ in table.itertuples(index=False)}
     expected = {key: first_reaching(values[:STEPS], THRESHOLD) for key, values in curves.items()}
     assert found == expected
     assert found[("grpo", 3)] is None  # the run that never gets there
@@ -208,7 +208,7 @@ def test_cli_writes_every_file(race, tmp_path, capsys):
     out = tmp_path / "results"
     assert main(["headline", str(root), "--protocol", str(protocol), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    names = ("runs.csv", "thresholds.csv", "summary.md", "headline.png", "headline.pdf")
+    names = ("runs.csv", "thresholds.csv", "statistics.csv", "summary.md", "headline.png", "headline.pdf")
     for name in names:
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
         assert f"wrote {out / name}" in printed
@@ -225,6 +225,9 @@ def test_cli_writes_every_file(race, tmp_path, capsys):
     assert f"`{METRIC}`" in summary and f"threshold: {THRESHOLD:g}" in summary
     assert f"steps 1-{STEPS}" in summary
     assert "| method | median_curve_step | seed_steps | reached | runs |" in summary
+    stats = pd.read_csv(out / "statistics.csv")
+    assert list(stats["comparison"]) == ["dara_asym - gdpo", "dara_sym - gdpo", "gdpo - grpo"] * 2
+    assert set(stats["n"]) == {len(SEEDS)} and "## Paired by seed" in summary
     for method in headline.METHODS:
         assert f"| {method} |" in summary
         assert any(line.strip().startswith(method) and "/5" in line for line in printed.splitlines())

@@ -1,0 +1,193 @@
+"""The format race: GRPO, GDPO, DARA-Sym and DARA-Asym x 12 paired seeds on a format reward that stays the sparser
+channel for many steps (task=smoke_rare, model=tiny_rare), on a CPU through verl + vLLM. The regime, endpoints,
+seed count and abort rule below were committed before the pilot ran (docs/headline_cpu.md, "The format race").
+
+    python -m recipes race_format --pilot      # GRPO and GDPO on PILOT_SEEDS: checks the regime, writes protocol.json
+    python -m recipes race_format --dry-run    # the 48 runs in their order, with method and seed
+    python -m recipes race_format [--commit]   # the race: skips finished runs, resumes an interrupted one; keeps each
+                                               # finished run's logs in results/race_format/logs (--commit: commits them)
+    python -m results headline results/race_format/logs --out results/race_format
+
+Pre-registration (the whole of it is REGISTRATION, copied into protocol.json):
+- regime: the sparse-format variant with a rarer format (data card: format rate 0.0195, format density 0.074,
+  correctness density 0.72 over 256 prompts x G = 4), 32 prompts x G = 4 per step, 2 updates per step, lr 2.5e-4,
+  40 steps, T = 1, per-request sampling seeds (conf/task/smoke_rare.yaml);
+- what a seed varies: the data order and every response's sampling seed; every run starts from the same
+  warm-start checkpoint, so a seed does not vary the initial weights;
+- threshold rule (the pilot's, recipes.race): 0.8 x the lower of GRPO's and GDPO's smoothed levels of the
+  seed-median reward/format/mean, rounded down to 0.05, clipped to [0.1, 0.8];
+- primary endpoint: the paired difference in threshold step (first step with reward/format/mean >= threshold; a
+  run that never reaches it counts as steps + 1), DARA-Asym - GDPO, over 12 seeds: mean, sign test (two-sided,
+  exact, ties dropped), 95% percentile bootstrap interval (10,000 resamples, results.paired);
+- secondary endpoint: the paired difference in mean reward/format/mean over steps 1-20, DARA-Asym - GDPO;
+  DARA-Sym - GDPO and GDPO - GRPO are reported on both endpoints;
+- seeds: 0-11 for the race, 100-102 for the pilot (GRPO and GDPO only);
+- abort rule: if the pilot's GDPO seed-median format density reaches its seed-median correctness density before
+  step 8, the regime is changed (the learning rate halved), the change recorded in REGIME_CHANGES, and the pilot
+  rerun, all before any DARA run; the pilot refuses to write protocol.json until the regime passes;
+- order: seed by seed (gdpo, dara_asym, dara_sym, grpo within a seed), so the runs committed so far are paired;
+- the testbed's prediction at the same setting (scripts/testbed_headline.py --race race_format, committed before
+  the pilot): see docs/headline_cpu.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from dara.io import atomic_write_text
+from recipes.race import (
+    LEVEL_SHARE,
+    SMOOTHING_STEPS,
+    THRESHOLD_GRID,
+    THRESHOLD_RANGE,
+    describe_plan,  # noqa: F401  (the recipe's plan in --dry-run)
+    pilot_levels,
+    run_in_turn,
+    settings_overrides,
+    threshold_from_levels,
+)
+from recipes.runner import PROJECT_ROOT, RecipeError, Run, is_finished
+from results import headline
+
+DESCRIPTION = "Format race on a CPU: GRPO, GDPO, DARA-Sym, DARA-Asym x 12 paired seeds, format sparse for many steps"
+NAME = "race_format"
+METHODS = ("gdpo", "dara_asym", "dara_sym", "grpo")   # the order within a seed (the primary pair first)
+DEFAULT_SEEDS = tuple(range(12))
+PILOT_METHODS = ("grpo", "gdpo")
+PILOT_SEEDS = (100, 101, 102)
+PILOT_VARIANT = headline.PILOT_VARIANT
+TASK, MODEL, CLUSTER = "smoke_rare", "tiny_rare", "cpu"
+OUTPUT_ROOT = f"outputs/{NAME}"
+RESULTS_DIR = PROJECT_ROOT / "results" / NAME
+PROTOCOL_FILE = RESULTS_DIR / "protocol.json"
+LOGS_DIR = RESULTS_DIR / "logs"       # each finished run's logs, committed as the race goes (resume from a clone)
+LOG_FILES = ("metrics.jsonl", "run_info.json")
+
+SETTINGS = {"metric": "reward/format/mean", "steps": 40, "temperature": 1.0, "group_size": 4,
+            "prompts_per_step": 32, "save_freq": 10}
+CROSSING_STEP_MIN = 8      # the abort rule: GDPO's format must stay the sparser channel for steps 1-7 at least
+REGISTRATION = {
+    "race": NAME, "task": TASK, "model": MODEL, "methods": list(METHODS), "seeds": list(DEFAULT_SEEDS),
+    "channels": ["format", "correctness"], "sparse_channel": "format", "secondary_steps": [1, 20],
+    "learning_rate": 2.5e-4, "updates_per_step": 2,
+    "seed_varies": "the data order and every response's sampling seed (one warm-start checkpoint for all runs)",
+    "threshold_rule": (f"{LEVEL_SHARE} x the lower of grpo's and gdpo's levels (the maximum of the trailing "
+                       f"{SMOOTHING_STEPS}-step mean of the seed-median metric over the pilot's steps), rounded down "
+                       f"to {THRESHOLD_GRID}, clipped to {list(THRESHOLD_RANGE)}"),
+    "primary_endpoint": ("threshold step (first step with the metric >= threshold; never = steps + 1), paired "
+                         "dara_asym - gdpo over the seeds: mean, two-sided exact sign test (ties dropped), 95% "
+                         "percentile bootstrap interval of the mean (10,000 resamples)"),
+    "secondary_endpoint": "mean of the metric over steps 1-20, paired dara_asym - gdpo, the same statistics",
+    "abort_rule": (f"if the pilot's gdpo seed-median dara/density/format reaches its seed-median "
+                   f"dara/density/correctness before step {CROSSING_STEP_MIN}, halve the learning rate, record it "
+                   "in REGIME_CHANGES and rerun the pilot, before any DARA run"),
+}
+# Each change of regime the abort rule forced: (what changed, the pilot's crossing step that forced it).
+REGIME_CHANGES: tuple[tuple[str, int], ...] = ()
+
+
+def _race_run(method: str, seed: int, settings: dict, variant: str = "") -> Run:
+    return Run(task=TASK, model=MODEL, estimator=method, cluster=CLUSTER, seed=seed, variant=variant,
+               output_root=OUTPUT_ROOT, extra=settings_overrides(settings))
+
+
+def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
+    try:
+        return headline.load_protocol(path)
+    except headline.ProtocolError as error:
+        raise RecipeError(str(error)) from None
+
+
+def runs(seeds: Sequence[int] = DEFAULT_SEEDS, protocol: dict | None = None) -> list[Run]:
+    """The race, seed by seed, with the protocol's settings."""
+    protocol = protocol or load_protocol()
+    return [_race_run(method, seed, protocol) for seed in seeds for method in METHODS]
+
+
+def pilot_runs(seeds: Sequence[int] = PILOT_SEEDS) -> list[Run]:
+    return [_race_run(method, seed, SETTINGS, PILOT_VARIANT) for method in PILOT_METHODS for seed in seeds]
+
+
+# ----------------------------------------------------------------------------------- the pilot's rules
+def crossing_step(frame, method: str = "gdpo", sparse: str = "format", dense: str = "correctness") -> int | None:
+    """The first step at which ``method``'s seed-median density of ``sparse`` reaches that of ``dense``."""
+    part = frame[frame["method"] == method]
+    medians = part.groupby("step")[[f"dara/density/{sparse}", f"dara/density/{dense}"]].median().sort_index()
+    reached = medians[medians[f"dara/density/{sparse}"] >= medians[f"dara/density/{dense}"]]
+    return int(reached.index[0]) if len(reached) else None
+
+
+def derive_protocol(frame) -> dict:
+    """The race's protocol from the pilot's per-step frame; a regime that fails the abort rule is a RecipeError
+    with the numbers (change the regime, record it in REGIME_CHANGES, rerun the pilot)."""
+    crossing = crossing_step(frame)
+    if crossing is not None and crossing < CROSSING_STEP_MIN:
+        raise RecipeError(f"abort rule: the pilot's GDPO format density reaches its correctness density at step "
+                          f"{crossing} (< {CROSSING_STEP_MIN}); halve the learning rate in conf/task/{TASK}.yaml, "
+                          f"record it in REGIME_CHANGES, delete the pilot's runs and rerun --pilot")
+    metric = SETTINGS["metric"]
+    levels, curves = pilot_levels(frame, metric, PILOT_METHODS)
+    return {**SETTINGS, "threshold": threshold_from_levels(levels), **REGISTRATION,
+            "regime_changes": [list(change) for change in REGIME_CHANGES],
+            "pilot": {"methods": list(PILOT_METHODS), "seeds": sorted({int(s) for s in frame["seed"]}),
+                      "levels": levels, "gdpo_crossing_step": crossing, "median_curves": curves}}
+
+
+# ----------------------------------------------------------------------------------- running
+def keep_logs(run: Run, logs_dir: Path = LOGS_DIR) -> Path:
+    """Copy a finished run's metrics.jsonl and run_info.json into the committed logs folder (atomically)."""
+    target = logs_dir / run.name
+    for name in LOG_FILES:
+        atomic_write_text(target / name, (run.output_dir / name).read_text())
+    return target
+
+
+def restore_logs(batch: Sequence[Run], logs_dir: Path = LOGS_DIR) -> int:
+    """A run whose logs are committed but whose folder is gone (a fresh clone) gets them back, so it counts as
+    finished and is skipped. Returns how many were restored."""
+    restored = 0
+    for run in batch:
+        kept = logs_dir / run.name
+        if (kept / "metrics.jsonl").is_file() and not is_finished(run):
+            run.output_dir.mkdir(parents=True, exist_ok=True)
+            for name in LOG_FILES:
+                shutil.copyfile(kept / name, run.output_dir / name)
+            restored += 1
+    return restored
+
+
+def commit_logs(run: Run) -> None:
+    """Keep the run's logs and commit them (a session may end at any time; nothing else is staged)."""
+    target = keep_logs(run)
+    relative = target.relative_to(PROJECT_ROOT)
+    subprocess.run(["git", "add", "--", str(relative)], cwd=PROJECT_ROOT, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", f"results/{NAME}: {run.method} seed {run.seed} ({run.name})",
+                    "--", str(relative)], cwd=PROJECT_ROOT, check=True)
+
+
+def run_locally(race: Sequence[Run], args) -> int:
+    restored = restore_logs(race)
+    if restored:
+        print(f"[{NAME}] {restored} finished runs restored from {LOGS_DIR.relative_to(PROJECT_ROOT)}", flush=True)
+    after = commit_logs if getattr(args, "commit", False) else keep_logs
+    return 1 if run_in_turn(race, NAME, args.python_exe, after_run=after) else 0
+
+
+def pilot(args, protocol_file: Path = PROTOCOL_FILE) -> int:
+    """Run the pilot, apply the abort rule, then write the protocol once."""
+    from results.loaders import load_runs
+
+    if protocol_file.exists():
+        raise RecipeError(f"{protocol_file} exists: the protocol is derived once and committed")
+    batch = pilot_runs()
+    if run_in_turn(batch, f"{NAME} pilot", args.python_exe):
+        return 1
+    protocol = derive_protocol(load_runs([str(run.output_dir) for run in batch]))
+    atomic_write_text(protocol_file, json.dumps(protocol, indent=2) + "\n")
+    print(f"[{NAME} pilot] wrote {protocol_file}: {protocol['metric']} >= {protocol['threshold']} (levels "
+          f"{protocol['pilot']['levels']}; GDPO crossing step {protocol['pilot']['gdpo_crossing_step']})", flush=True)
+    return 0

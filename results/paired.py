@@ -1,0 +1,56 @@
+"""Paired statistics over seeds: method A against method B, run for run with the same seed.
+
+A race gives every method the same seeds; a seed fixes the data order and the rollouts' sampling seeds, so
+runs of one seed are paired and the comparison is the per-seed difference A - B:
+- ``sign_test``: the exact two-sided binomial test of "A is as often faster as slower" (ties dropped);
+- ``bootstrap_interval``: the percentile interval of the mean difference over resampled seeds;
+- ``paired_summary``: both, with the mean and the faster / slower / tied counts, for one endpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from results.evaluation.bootstrap import bootstrap_ci
+
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0   # fixed: the committed interval is reproducible
+CONFIDENCE = 0.95
+
+
+def sign_test(differences: Sequence[float]) -> float:
+    """Two-sided exact sign test p-value of the differences' signs (zeros dropped): twice the binomial(n, 1/2)
+    tail at the rarer sign, capped at 1. No non-zero difference gives p = 1."""
+    positive = sum(1 for value in differences if value > 0)
+    negative = sum(1 for value in differences if value < 0)
+    n = positive + negative
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(positive, negative) + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
+
+
+def bootstrap_interval(differences: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = BOOTSTRAP_SEED, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile interval of the mean difference over ``resamples`` resamples of the seeds."""
+    values = np.asarray(differences, dtype=float)
+    if values.size == 0 or not np.isfinite(values).all():
+        raise ValueError(f"paired differences must be finite and non-empty, got {list(differences)}")
+    return bootstrap_ci(values, np.random.default_rng(seed), resamples, confidence)
+
+
+def paired_summary(a: dict[int, float], b: dict[int, float]) -> dict:
+    """A - B over the seeds both have: n, mean, faster (A below B: fewer steps), slower, tied, sign-test p and
+    the bootstrap interval. A seed only one side has is an error naming it (the race pairs every seed)."""
+    unpaired = sorted(set(a) ^ set(b))
+    if unpaired:
+        raise ValueError(f"seeds {unpaired} are not in both methods' runs: a paired comparison needs both")
+    differences = [float(a[seed]) - float(b[seed]) for seed in sorted(a)]
+    low, high = bootstrap_interval(differences)
+    return {"n": len(differences), "mean": float(np.mean(differences)),
+            "lower": sum(d < 0 for d in differences), "higher": sum(d > 0 for d in differences),
+            "tied": sum(d == 0 for d in differences), "sign_p": sign_test(differences),
+            "ci_low": low, "ci_high": high}

@@ -1,0 +1,95 @@
+"""A race's endpoints and paired comparisons, and the per-run facts that say whether DARA could act.
+
+- ``threshold_endpoint``: per method and seed, the first step the metric reaches the threshold; a run that
+  never does is censored at steps + 1 (the pre-registered rule: it counts as slower than any run that did).
+- ``mean_endpoint``: per method and seed, the metric's mean over a step range (the secondary endpoint).
+- ``comparisons_table``: for each endpoint and each comparison (A - B, paired by seed), results.paired's
+  mean, lower / higher / tied counts, sign-test p and bootstrap interval.
+- ``dara_active_steps``: per run, the steps before its threshold step at which DARA up-weighted the sparse
+  channel (its weight above ``ACTIVE_WEIGHT``); ``collapsed_channels``: the channels whose density stayed 0
+  for ``COLLAPSE_STEPS`` steps in a row (the run stopped telling responses apart on that channel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from results.loaders import require_columns
+from results.paired import paired_summary
+from results.thresholds import first_step_reaching
+
+# A - B, paired by seed: DARA against the baseline it refines, and GDPO against GRPO
+COMPARISONS = (("dara_asym", "gdpo"), ("dara_sym", "gdpo"), ("gdpo", "grpo"))
+ACTIVE_WEIGHT = 1.05
+COLLAPSE_STEPS = 5
+
+Endpoint = dict[str, dict[int, float]]  # method -> seed -> value
+
+
+def threshold_endpoint(frame: pd.DataFrame, metric: str, threshold: float, steps: int) -> Endpoint:
+    """method -> seed -> first step with metric >= threshold within steps 1..steps (never: steps + 1)."""
+    require_columns(frame, ["method", "seed", "step", metric], "threshold endpoint")
+    out: Endpoint = {}
+    for (method, seed), run in frame[frame["step"] <= steps].groupby(["method", "seed"], sort=False):
+        run = run.sort_values("step")
+        step = first_step_reaching(run["step"].to_numpy(), run[metric].to_numpy(), threshold)
+        out.setdefault(str(method), {})[int(seed)] = float(steps + 1 if step is None else step)
+    return out
+
+
+def mean_endpoint(frame: pd.DataFrame, metric: str, first: int, last: int) -> Endpoint:
+    """method -> seed -> mean of metric over steps first..last (every one of them logged)."""
+    require_columns(frame, ["method", "seed", "step", metric], "mean endpoint")
+    out: Endpoint = {}
+    window = frame[frame["step"].between(first, last)]
+    for (method, seed), run in window.groupby(["method", "seed"], sort=False):
+        values = run[metric].dropna()
+        if len(values) != last - first + 1:
+            raise ValueError(f"{method} seed {seed}: {len(values)} of steps {first}-{last} log {metric}")
+        out.setdefault(str(method), {})[int(seed)] = float(values.mean())
+    return out
+
+
+def comparisons_table(endpoints: dict[str, Endpoint],
+                      comparisons: Sequence[tuple[str, str]] = COMPARISONS) -> pd.DataFrame:
+    """One row per endpoint and comparison whose two methods both ran (paired by seed)."""
+    rows = []
+    for name, endpoint in endpoints.items():
+        for a, b in comparisons:
+            if a in endpoint and b in endpoint:
+                common = sorted(set(endpoint[a]) & set(endpoint[b]))
+                summary = paired_summary({s: endpoint[a][s] for s in common}, {s: endpoint[b][s] for s in common})
+                rows.append({"endpoint": name, "comparison": f"{a} - {b}", **summary})
+    table = pd.DataFrame(rows)
+    return table.round({"mean": 4, "sign_p": 4, "ci_low": 4, "ci_high": 4}) if rows else table
+
+
+def dara_active_steps(frame: pd.DataFrame, threshold_steps: Endpoint, channel: str,
+                      bar: float = ACTIVE_WEIGHT) -> dict[tuple[str, int], int | None]:
+    """(method, seed) -> steps before the run's threshold step with weight/<channel> > bar (None: the method
+    logs no weight)."""
+    column = f"dara/weight/{channel}"
+    out = {}
+    for (method, seed), run in frame.groupby(["method", "seed"], sort=False):
+        weights = run[column].dropna() if column in run.columns else pd.Series(dtype=float)
+        if weights.empty:
+            out[(str(method), int(seed))] = None
+            continue
+        before = run[(run["step"] < threshold_steps[str(method)][int(seed)]) & run[column].notna()]
+        out[(str(method), int(seed))] = int((before[column] > bar).sum())
+    return out
+
+
+def collapsed_channels(run: pd.DataFrame, channels: Sequence[str], steps_in_a_row: int = COLLAPSE_STEPS) -> list[str]:
+    """The channels whose dara/density/<channel> is 0 at ``steps_in_a_row`` consecutive steps or more."""
+    collapsed = []
+    for channel in channels:
+        longest = streak = 0
+        for value in run.sort_values("step")[f"dara/density/{channel}"]:
+            streak = streak + 1 if value == 0 else 0
+            longest = max(longest, streak)
+        if longest >= steps_in_a_row:
+            collapsed.append(channel)
+    return collapsed

@@ -1,0 +1,202 @@
+"""The format race without training: its pre-registration and abort rule, the dry run's order, the logs it keeps
+and restores, and the paired statistics and per-run facts (results.paired, results.race_stats) against plain
+loops."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import statistics
+
+import pandas as pd
+import pytest
+
+from recipes import race_format
+from recipes.__main__ import main as recipes_main
+from recipes.runner import RecipeError, with_options
+from results import paired, race_stats
+
+
+# ----------------------------------------------------------------------------------- paired statistics
+def plain_sign_test(differences: list[float]) -> float:
+    """Enumerate every sign pattern of the non-zero differences: the share at least as extreme as observed."""
+    signs = [d > 0 for d in differences if d != 0]
+    n, positive = len(signs), sum(signs)
+    if n == 0:
+        return 1.0
+    extreme = min(positive, n - positive)
+    hits = sum(1 for pattern in itertools.product((0, 1), repeat=n)
+               if min(sum(pattern), n - sum(pattern)) <= extreme)
+    return min(1.0, hits / 2**n)
+
+
+@pytest.mark.parametrize("differences", [[-1, -2, -2, 0, 0], [1, -2, -2, 0, 0], [-3] * 12, [1, -1] * 6,
+                                         [0, 0, 0], [-1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 0, 0]])
+def test_sign_test_equals_an_enumeration_of_sign_patterns(differences):
+    assert paired.sign_test(differences) == pytest.approx(plain_sign_test(differences))
+
+
+def test_bootstrap_interval_equals_a_plain_resampling_loop():
+    import numpy as np
+
+    differences = [1.0, -2.0, -2.0, 0.0, 0.0, -3.0, 4.0]
+    rng = np.random.default_rng(paired.BOOTSTRAP_SEED)
+    draws = rng.integers(0, len(differences), size=(paired.BOOTSTRAP_RESAMPLES, len(differences)))
+    means = sorted(sum(differences[i] for i in row) / len(row) for row in draws)
+    low, high = paired.bootstrap_interval(differences)
+    assert low == pytest.approx(float(np.percentile(means, 2.5)))
+    assert high == pytest.approx(float(np.percentile(means, 97.5)))
+    assert low <= statistics.mean(differences) <= high
+    with pytest.raises(ValueError, match="finite and non-empty"):
+        paired.bootstrap_interval([])
+
+
+def test_paired_summary_counts_and_refuses_an_unpaired_seed():
+    summary = paired.paired_summary({0: 5, 1: 4, 2: 6}, {0: 6, 1: 4, 2: 9})
+    assert (summary["n"], summary["lower"], summary["higher"], summary["tied"]) == (3, 2, 0, 1)
+    assert summary["mean"] == pytest.approx(-4 / 3)
+    with pytest.raises(ValueError, match=r"seeds \[2\]"):
+        paired.paired_summary({0: 1, 2: 1}, {0: 1})
+
+
+# ----------------------------------------------------------------------------------- per-run facts
+def race_frame(seed: int = 0) -> pd.DataFrame:
+    """Four methods x 6 seeds x 12 steps of noisy rising format curves, with densities and DARA weights."""
+    rng = random.Random(seed)
+    rows = []
+    for method, speed in (("grpo", 0.04), ("gdpo", 0.05), ("dara_sym", 0.06), ("dara_asym", 0.07)):
+        for run_seed in range(6):
+            for step in range(1, 13):
+                value = min(1.0, max(0.0, speed * step + rng.uniform(-0.15, 0.15)))
+                row = {"method": method, "seed": run_seed, "step": step, "reward/format/mean": value,
+                       "dara/density/format": 0.0 if (method, run_seed) == ("grpo", 2) and step > 4 else value,
+                       "dara/density/correctness": rng.choice([0.0, 0.5])}
+                if method.startswith("dara"):
+                    row["dara/weight/format"] = rng.choice([1.0, 1.04, 1.06, 1.5])
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_endpoints_and_comparisons_equal_plain_loops():
+    frame = race_frame()
+    steps, threshold = 12, 0.4
+    found = race_stats.threshold_endpoint(frame, "reward/format/mean", threshold, steps)
+    means = race_stats.mean_endpoint(frame, "reward/format/mean", 1, 8)
+    for (method, seed), run in frame.groupby(["method", "seed"]):
+        values = list(run.sort_values("step")["reward/format/mean"])
+        first = next((step for step, value in enumerate(values, 1) if value >= threshold), steps + 1)
+        assert found[method][seed] == first
+        assert means[method][seed] == pytest.approx(sum(values[:8]) / 8)
+    table = race_stats.comparisons_table({"threshold step": found})
+    assert list(table["comparison"]) == ["dara_asym - gdpo", "dara_sym - gdpo", "gdpo - grpo"]
+    row = table.iloc[0]
+    differences = [found["dara_asym"][s] - found["gdpo"][s] for s in range(6)]
+    assert row["mean"] == pytest.approx(statistics.mean(differences), abs=1e-4)
+    assert (row["lower"], row["higher"], row["tied"]) == (sum(d < 0 for d in differences),
+                                                          sum(d > 0 for d in differences),
+                                                          sum(d == 0 for d in differences))
+    assert row["sign_p"] == pytest.approx(plain_sign_test(differences), abs=1e-4)
+
+
+def test_dara_active_steps_and_collapse_flags_equal_plain_loops():
+    frame = race_frame(1)
+    reached = race_stats.threshold_endpoint(frame, "reward/format/mean", 0.4, 12)
+    active = race_stats.dara_active_steps(frame, reached, "format")
+    for (method, seed), run in frame.groupby(["method", "seed"]):
+        if not method.startswith("dara"):
+            assert active[(method, seed)] is None
+            continue
+        weights = list(run.sort_values("step")["dara/weight/format"])
+        assert active[(method, seed)] == sum(1 for step, weight in enumerate(weights, 1)
+                                             if step < reached[method][seed] and weight > 1.05)
+    run = frame[(frame["method"] == "grpo") & (frame["seed"] == 2)]
+    assert "format" in race_stats.collapsed_channels(run, ["format", "correctness"])  # 8 zero steps in a row
+    streak = pd.DataFrame({"step": range(1, 9), "dara/density/format": [0, 0, 0, 0, 0.5, 0, 0, 0]})
+    assert race_stats.collapsed_channels(streak, ["format"]) == []  # 4 and 3 in a row, never 5
+
+
+# ----------------------------------------------------------------------------------- the recipe
+def pilot_frame(crossing_at: int | None) -> pd.DataFrame:
+    rows = []
+    for method in race_format.PILOT_METHODS:
+        for seed in race_format.PILOT_SEEDS:
+            for step in range(1, 41):
+                format_density = 0.9 if crossing_at is not None and step >= crossing_at else 0.1
+                rows.append({"method": method, "seed": seed, "step": step,
+                             "reward/format/mean": min(1.0, 0.02 * step),
+                             "dara/density/format": format_density, "dara/density/correctness": 0.6})
+    return pd.DataFrame(rows)
+
+
+def test_the_abort_rule_refuses_a_regime_where_the_format_turns_dense_before_step_8():
+    with pytest.raises(RecipeError, match="abort rule.*step 7"):
+        race_format.derive_protocol(pilot_frame(7))
+    for crossing in (8, None):
+        protocol = race_format.derive_protocol(pilot_frame(crossing))
+        assert protocol["pilot"]["gdpo_crossing_step"] == crossing
+        # levels 0.8 (max trailing 3-step mean of 0.02 x step), threshold 0.8 x 0.8 = 0.64 -> 0.6 on the grid
+        assert protocol["threshold"] == 0.6 and protocol["pilot"]["levels"] == {"grpo": 0.78, "gdpo": 0.78}
+        assert protocol["seeds"] == list(range(12)) and protocol["steps"] == 40
+        assert protocol["abort_rule"] == race_format.REGISTRATION["abort_rule"]
+
+
+def test_the_registered_regime_is_the_task_file(tmp_path):
+    from omegaconf import OmegaConf
+
+    task = OmegaConf.load("conf/task/smoke_rare.yaml")
+    assert task.actor_rollout_ref.actor.optim.lr == race_format.REGISTRATION["learning_rate"]
+    assert task.data.train_batch_size == race_format.SETTINGS["prompts_per_step"]
+    # 2 updates per step: the mini-batch is half the step's prompts
+    assert task.data.train_batch_size // task.actor_rollout_ref.actor.ppo_mini_batch_size == 2
+    assert task.trainer.total_training_steps == race_format.SETTINGS["steps"] >= 40
+    rows_per_epoch = 544
+    assert task.trainer.total_epochs * rows_per_epoch >= race_format.SETTINGS["steps"] * task.data.train_batch_size
+
+
+def test_dry_run_lists_the_48_runs_seed_by_seed(capsys, tmp_path):
+    protocol = {**race_format.SETTINGS, "threshold": 0.5}
+    (tmp_path / "protocol.json").write_text(json.dumps(protocol))
+    race = race_format.runs(protocol=race_format.load_protocol(tmp_path / "protocol.json"))
+    assert [(run.method, run.seed) for run in race] == [
+        (method, seed) for seed in range(12) for method in race_format.METHODS]
+    assert all("trainer.total_training_steps=40" in run.overrides() for run in race)
+    if race_format.PROTOCOL_FILE.exists():  # once the pilot has written it, the command lists the same runs
+        assert recipes_main(["race_format", "--dry-run", "--output-root", str(tmp_path / "out")]) == 0
+        plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
+        assert len(plan) == 48
+    else:
+        assert recipes_main(["race_format", "--dry-run"]) == 2
+        assert "--pilot" in capsys.readouterr().err
+
+
+def test_finished_runs_keep_their_logs_and_a_fresh_clone_skips_them(tmp_path):
+    protocol = {**race_format.SETTINGS, "threshold": 0.5}
+    race = with_options(race_format.runs(seeds=(0,), protocol=protocol), output_root=str(tmp_path / "out"))
+    finished = race[0]
+    finished.output_dir.mkdir(parents=True)
+    records = "".join(json.dumps({"step": step}) + "\n" for step in range(1, 41))
+    (finished.output_dir / "metrics.jsonl").write_text(records)
+    (finished.output_dir / "run_info.json").write_text("{}")
+    kept = race_format.keep_logs(finished, tmp_path / "logs")
+    assert (kept / "metrics.jsonl").read_text() == records
+    (finished.output_dir / "metrics.jsonl").unlink()  # the run folder is gone, as in a fresh clone
+    assert race_format.restore_logs(race, tmp_path / "logs") == 1
+    from recipes.runner import is_finished
+
+    assert [is_finished(run) for run in race] == [True, False, False, False]
+    assert race_format.restore_logs(race, tmp_path / "logs") == 0  # nothing more to restore
+
+
+@pytest.mark.slow
+def test_the_rare_variant_starts_in_the_registered_regime(tmp_path):
+    """The data card of the race's build: format rate 0.01-0.03, correctness density >= 0.5 (the issue's regime),
+    probed on RARE_PROBE_PROMPTS prompts x G = 4 at T = 1; the task's asset builder makes the same build."""
+    from data_prep import run_assets, smoke_sparse
+
+    run_assets.smoke_rare(tmp_path / "rare", tmp_path)
+    probe = json.loads((tmp_path / "rare" / "data_card.json").read_text())["format_probe"]
+    assert probe["groups"] == smoke_sparse.RARE_PROBE_PROMPTS
+    assert 0.01 <= probe["format_rate"] <= 0.03
+    assert probe["channels"]["format"]["group_density"] < 0.15
+    assert probe["channels"]["correctness"]["group_density"] >= 0.5
