@@ -159,6 +159,10 @@ class RunConfig:
     # seconds between the trainer's polls of each rollout server's /health: a dead engine ends the run in one
     # line after three failed polls (verl would wait for ever); 0 turns the watch off (dara.verl.engine_watchdog)
     engine_watchdog_s: float = 5.0
+    # per-request sampling seeds (dara.verl.seeded_rollout): every response gets its own vLLM seed from the run
+    # seed, step, row and place in its group, so a run seed fixes its rollouts; validation is seeded apart from
+    # training. Off by default: vLLM samples seeded requests one generator at a time (docs/training.md)
+    seeded_rollout: bool = False
 
 
 def register_schemas() -> None:

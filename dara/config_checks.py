@@ -325,10 +325,21 @@ def _check_trl(cfg: DictConfig) -> None:
         raise ConfigError(problem)
 
 
+def _check_determinism(cfg: DictConfig) -> None:
+    """verl's full_determinism seeds every request of a step alike: without per-request seeds the G responses of
+    a group are one response and every advantage is 0, with no error from verl."""
+    rollout = cfg.actor_rollout_ref.rollout
+    seeded = rollout.agent.default_agent_loop == "dara_seeded_single_turn"
+    if OmegaConf.select(rollout, "full_determinism", default=False) and not seeded and rollout.n > 1:
+        raise ConfigError("actor_rollout_ref.rollout.full_determinism=true gives every request of a step the same "
+                          f"vLLM seed, so the {rollout.n} responses of a group would be identical and every "
+                          "advantage 0: add run.seeded_rollout=true (a seed per response)")
+
+
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_estimator_module, check_ray_options,
                                                       _check_allocation, _check_channels, _check_estimator,
-                                                      check_assets, _check_trl]
+                                                      check_assets, _check_trl, _check_determinism]
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -51,6 +51,7 @@ from dara.config_checks import (
 from dara.console import follow_progress, quiet_output
 from dara.io import atomic_path, atomic_write_json, run_finished
 from dara.preflight.rollout import check_rollout
+from dara.reaper import adopt_orphans, end_descendants, now_ticks
 from dara.run_folder import (
     MAIN_LOG,
     METRICS_FILE,
@@ -252,6 +253,8 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)
     check_ray_options(cfg)  # again: the wandb settings and the session's own options were added since
+    started = now_ticks()
+    adopt_orphans()  # a Ray worker's orphaned forks come to this process, not init (dara.reaper)
     with _ray_session(cfg):
         _write_verl_config(cfg)
         clear_engine_failure(cfg.run.output_dir)  # an earlier start's line must not explain this start's failure
@@ -266,6 +269,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
             raise SystemExit(f"[dara] training failed: {line}") from None
         finally:
             stop_local_ray()  # also the processes of a ray.init that failed halfway
+            end_descendants(since_ticks=started)  # what Ray's shutdown does not know: its workers' forks
 
 
 def failure_line(error: BaseException) -> str:

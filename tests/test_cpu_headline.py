@@ -158,6 +158,43 @@ def test_request_seeds_are_stable_and_distinct():
     assert request_seed(0, 1, 0, 0) != request_seed(0, 1, 0, 0, validate=True)
 
 
+def test_a_validation_row_is_seeded_apart_from_the_same_training_row():
+    """The trainer's validation loader marks its rows (ValidationTagged); the mark reaches the loop's keywords and
+    changes the seed; a request's own seed and a greedy request are left alone."""
+    import numpy as np
+
+    from dara.verl.seeded_rollout import VALIDATION_KEY, ValidationTagged, request_seed, seeded_params
+
+    request = {"index": np.int64(5), "global_steps": 3, "session_id": 2}
+    train = seeded_params({"temperature": 1.0}, 7, request)["seed"]
+    assert train == request_seed(7, 3, 5, 2)
+    loader = ValidationTagged([{"index": np.arange(3), "raw_prompt": np.array(["a", "b", "c"], dtype=object)}])
+    (batch,) = list(loader)
+    assert len(loader) == 1 and list(batch[VALIDATION_KEY]) == [True, True, True]
+    val = seeded_params({"temperature": 1.0}, 7, {**request, VALIDATION_KEY: batch[VALIDATION_KEY][0]})["seed"]
+    assert val == request_seed(7, 3, 5, 2, validate=True) != train
+    assert seeded_params({"temperature": 1.0, "seed": 11}, 7, request)["seed"] == 11
+    assert "seed" not in seeded_params({"temperature": 0.0}, 7, request)
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["actor_rollout_ref.rollout.full_determinism=true"], True),
+    (["actor_rollout_ref.rollout.full_determinism=true", "run.seeded_rollout=true"], False),
+    (["actor_rollout_ref.rollout.full_determinism=true", "actor_rollout_ref.rollout.n=1"], False),
+    (["run.seeded_rollout=true"], False),
+])
+def test_full_determinism_without_per_request_seeds_is_refused_in_one_line(overrides, refused):
+    from dara.config import compose
+    from dara.config_checks import ConfigError, _check_determinism
+
+    cfg = compose(["task=smoke", *overrides])
+    if refused:
+        with pytest.raises(ConfigError, match="identical and every advantage 0: add run.seeded_rollout=true"):
+            _check_determinism(cfg)
+    else:
+        _check_determinism(cfg)
+
+
 def verl_source(relative: str) -> str:
     """A verl module's source text, read without importing it: the v1 trainer and agent-loop modules import
     vLLM, whose dependency sets the root logger to ERROR for the rest of the process (every caplog test)."""
@@ -182,6 +219,10 @@ def test_seeded_agent_loop_registration_reaches_verl():
     worker_tq = verl_source("trainer/ppo/v1/agent_loop_tq.py")
     assert "session_id=i" in worker_tq and 'batch["index"]' in worker_tq
     assert '"global_steps", self.global_steps' in verl_source("trainer/ppo/v1/trainer_base.py")
+    # validation: verl drops its own mark before the loops run; every key of a validation loader's batch reaches
+    # them as a row keyword (ValidationTagged's mark rides there)
+    assert 'batch.pop("validate", None)' in worker_tq and "prompt[k] = v[i].data" in worker_tq
+    assert "for batch_dict in self.val_dataloader:" in verl_source("trainer/ppo/v1/trainer_base.py")
     assert 'setdefault("seed"' in verl_source("workers/rollout/vllm_rollout/vllm_async_server.py")
     cfg = compose(["task=smoke_sparse", "model=tiny_sparse", "estimator=grpo"])
     agent = cfg.actor_rollout_ref.rollout.agent

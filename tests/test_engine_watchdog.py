@@ -68,6 +68,17 @@ def test_health_tells_a_live_a_dead_and_a_missing_server_apart(server):
     assert "unreachable" in health(unused_address(), timeout_s=5)
 
 
+def test_health_asks_the_server_directly_whatever_proxy_the_environment_names(server, monkeypatch):
+    """A cluster's proxy settings: http_proxy at a dead port, the node's subnet in CIDR form in no_proxy (which
+    Python's no_proxy matching ignores). A healthy server must still read healthy."""
+    dead_proxy = f"http://{unused_address()}"
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, dead_proxy)
+    monkeypatch.setenv("no_proxy", "10.0.0.0/8,192.0.2.0/24")
+    assert health(server.address, timeout_s=5) is None
+    assert server.requests == 1
+
+
 def test_raise_if_dead_names_the_engine_the_server_and_the_resume(server, tmp_path):
     watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path))
     watchdog.raise_if_dead()  # healthy: nothing

@@ -19,7 +19,9 @@ everything it can:
    on the lost samples); then the same command resumes it to 6: every step logged once, exactly the newest two
    checkpoints, the wandb rows of the resumed start above the earlier starts' (the verl binding's resume; the
    library's is in test_estimators, Slurm's in test_slurm);
-5. a reward module that fails on every item stops the run at step 1 with one line and no traceback.
+5. a reward module that fails on every item stops the run at step 1 with one line and no traceback;
+6. a fresh run whose engine is killed before its first step ends in one line; no run (finished, or ended by a
+   dead engine before or after its first step) leaves a process of its own alive (dara.reaper).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from dara.run_lock import read_holder
 from dara.run_log import read_metrics
 from dara.tracking import inspect_records, read_offline_history, wandb_run_files, wandb_run_id
 
-pytestmark = pytest.mark.slow  # five CPU training starts (1-4 minutes each) and three refused ones
+pytestmark = pytest.mark.slow  # six CPU training starts (1-4 minutes each) and three refused ones
 
 RUN = "smoke-tiny-dara_asym-s0"
 EXAMPLE_ESTIMATOR = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
@@ -98,6 +100,35 @@ def train(root, python_module):
     return start
 
 
+def follow(proc, stop=lambda: False, timeout_s: float = 900) -> list:
+    """Wait until ``proc`` ends or ``stop()`` holds, collecting every process that was its descendant meanwhile
+    (Ray's daemons and workers, vLLM's server and engine, their forks)."""
+    import psutil
+
+    seen, deadline = {}, time.monotonic() + timeout_s
+    while proc.poll() is None and not stop() and time.monotonic() < deadline:
+        try:
+            seen.update((child.pid, child) for child in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(1)
+    return list(seen.values())
+
+
+def still_alive(processes) -> list[str]:
+    """Those of ``processes`` still running (the same process: psutil checks its start time), as 'pid name'."""
+    import psutil
+
+    left = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{process.pid} {process.name()}")
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
 def checkpoints(run_dir: Path) -> list[str]:
     return sorted(p.name for p in (run_dir / CHECKPOINTS).glob("global_step_*"))
 
@@ -134,13 +165,14 @@ def first(root, train, failed_start):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
     second = train(*KEEP_TWO)
+    seen = follow(proc)
     stdout, stderr = proc.communicate(timeout=900)
     print(f"\nsmoke run: {time.monotonic() - started:.0f}s wall (rc {proc.returncode})")
     silent.close()
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
     return {"proc": proc, "stdout": stdout, "stderr": stderr, "second": second, "wandb_host": wandb_host,
             "records": read_metrics(run_dir / METRICS_FILE), "checkpoints": checkpoints(run_dir),
-            "metrics_bytes": (run_dir / METRICS_FILE).read_bytes()}
+            "metrics_bytes": (run_dir / METRICS_FILE).read_bytes(), "left": still_alive(seen)}
 
 
 def test_a_start_ray_would_refuse_is_one_line_and_the_next_start_of_the_folder_trains(first, failed_start):
@@ -324,17 +356,23 @@ def engine_killed(root, train, first, variant):
     """The first run resumed towards 6 steps, its rollout engine killed (SIGKILL) once step 4 is logged."""
     run_dir = root / RUN
     proc = train(*KEEP_TWO, "trainer.total_training_steps=6", wait=False)
-    while len(read_metrics(run_dir / METRICS_FILE)) < 4:
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)
+    seen = follow(proc, stop=lambda: len(read_metrics(run_dir / METRICS_FILE)) >= 4)
+    assert proc.poll() is None, proc.communicate()
+    return kill_engine_and_wait(proc, run_dir, seen)
+
+
+def kill_engine_and_wait(proc, run_dir: Path, seen: list) -> dict:
     engines = engine_processes(proc.pid)
     for engine in engines:
         engine.kill()
     killed = time.monotonic()
+    seen += follow(proc, timeout_s=600)
     stdout, stderr = proc.communicate(timeout=600)  # a guard: verl alone waits for ever
     print(f"\nengine killed: the run ended {time.monotonic() - killed:.0f}s later (rc {proc.returncode})")
-    return {"engines": engines, "returncode": proc.returncode, "stderr": stderr,
-            "steps": [r["step"] for r in read_metrics(run_dir / METRICS_FILE)], "checkpoints": checkpoints(run_dir)}
+    metrics = run_dir / METRICS_FILE
+    return {"engines": engines, "returncode": proc.returncode, "stderr": stderr, "left": still_alive(seen),
+            "steps": [r["step"] for r in read_metrics(metrics)] if metrics.exists() else [],
+            "checkpoints": checkpoints(run_dir)}
 
 
 def test_a_killed_rollout_engine_ends_the_run_in_one_line_that_says_it_resumes(engine_killed):
@@ -347,6 +385,29 @@ def test_a_killed_rollout_engine_ends_the_run_in_one_line_that_says_it_resumes(e
     # the step after the kill generated nothing the trainer used: no step 5, no checkpoint of it
     assert engine_killed["steps"] == [1, 2, 3, 4]
     assert engine_killed["checkpoints"] == ["global_step_3", "global_step_4"]
+    assert engine_killed["left"] == []  # no Ray, vLLM or forked process of the run outlives it
+
+
+@pytest.fixture(scope="module")
+def engine_killed_before_the_first_step(root, train, resumed):
+    """A fresh run (another seed) whose rollout engine is killed as soon as it exists, before any step."""
+    proc = train("run.seed=7", "trainer.total_training_steps=2", wait=False)
+    seen = follow(proc, stop=lambda: bool(engine_processes(proc.pid)))
+    assert proc.poll() is None, proc.communicate()
+    return kill_engine_and_wait(proc, root / RUN.replace("-s0", "-s7"), seen)
+
+
+def test_an_engine_killed_before_the_first_step_ends_the_run_in_one_line_and_leaves_no_process(
+        engine_killed_before_the_first_step):
+    found = engine_killed_before_the_first_step
+    assert len(found["engines"]) == 1 and found["returncode"] not in (0, None)
+    last = found["stderr"].strip().splitlines()[-1]
+    assert last.startswith("[dara] training failed: ") and "rollout engine (vllm, server " in last, last
+    assert found["steps"] == [] and found["left"] == []
+
+
+def test_a_finished_run_leaves_no_process_behind(first):
+    assert first["left"] == []
 
 
 @pytest.fixture(scope="module")

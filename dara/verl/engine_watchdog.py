@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dara.io import atomic_write_text
+from dara.reaper import end_descendants
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,10 @@ ENGINE_FAILURE = "engine_failure.txt"  # in the run folder: the watchdog's line,
 # rollout backends whose server answers /health (the project's transformers fallback "hf" has none)
 HEALTH_ENDPOINT_ENGINES = ("vllm", "sglang")
 EXIT_CODE = 75  # the trainer process's exit status when the watchdog ends it
+# The rollout servers are on the run's own nodes: never through a proxy. urlopen would follow http_proxy, and
+# Python's no_proxy matching ignores the CIDR entries (10.0.0.0/8) clusters write there, so a proxied cluster's
+# healthy engine looked dead. An empty ProxyHandler ignores every proxy variable.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class RolloutEngineDied(RuntimeError):
@@ -40,9 +45,10 @@ class RolloutEngineDied(RuntimeError):
 
 
 def health(address: str, timeout_s: float) -> str | None:
-    """None when ``http://<address>/health`` answers 200, else what went wrong (status or connection error)."""
+    """None when ``http://<address>/health`` answers 200, else what went wrong (status or connection error);
+    asked directly, whatever proxy the environment names."""
     try:
-        with urllib.request.urlopen(f"http://{address}/health", timeout=timeout_s) as response:
+        with _DIRECT.open(f"http://{address}/health", timeout=timeout_s) as response:
             return None if response.status == 200 else f"/health answered {response.status}"
     except urllib.error.HTTPError as error:
         return f"/health answered {error.code}"
@@ -69,11 +75,18 @@ def clear_engine_failure(run_dir: str | os.PathLike | None) -> None:
         Path(run_dir, ENGINE_FAILURE).unlink(missing_ok=True)
 
 
+def end_trainer_process(code: int) -> None:
+    """End the trainer's process and, first, its forks: they would keep its sockets open, so Ray would see the
+    actor alive until its keepalive timeout (minutes), and they would outlive the run."""
+    end_descendants(grace_s=2.0)
+    os._exit(code)
+
+
 class EngineWatchdog:
     """Watches the rollout servers at ``addresses`` (``host:port``)."""
 
     def __init__(self, engine: str, addresses: Sequence[str], run_dir: str | None, *, interval_s: float = 5.0,
-                 failures: int = 3, end_process: Callable[[int], None] = os._exit):
+                 failures: int = 3, end_process: Callable[[int], None] = end_trainer_process):
         if interval_s <= 0 or failures < 1:
             raise ValueError(f"engine watchdog: interval_s must be > 0 and failures >= 1, got {interval_s}, "
                              f"{failures}")

@@ -36,6 +36,8 @@ from dara.verl.estimators import ChannelContext, check_reward_ranges
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
+from dara.verl.seeded_rollout import AGENT_NAME as SEEDED_AGENT
+from dara.verl.seeded_rollout import ValidationTagged
 from dara.verl.stop_request import StopAtStepBoundaryMixin
 from dara.verl.wandb_steps import WandbStepMixin
 from rewards.spec import ERROR_KEY, TIMEOUT_KEY
@@ -168,6 +170,8 @@ class ChannelTrainerMixin(WandbStepMixin):
 
     def init(self):
         super().init()
+        if self.config.actor_rollout_ref.rollout.agent.default_agent_loop == SEEDED_AGENT:
+            self.val_dataloader = ValidationTagged(self.val_dataloader)  # validation seeded apart from training
         self.run_log = RunLog.from_config(self.config, resumed_step=self.global_steps)
         self.engine_watchdog = self._start_engine_watchdog()
 
