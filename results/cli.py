@@ -219,14 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("headline", help="the CPU headline race (recipes/cpu_headline.py): runs.csv, "
-                                        "thresholds.csv, summary.md, headline.png/.pdf from its run folders")
-    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root, e.g. outputs/cpu_headline "
-                                                        "(pilot runs below it are left out)")
-    p.add_argument("--protocol", default=None,
-                   help="the committed protocol (default: results/cpu_headline/protocol.json)")
+    p = sub.add_parser("headline", help="a CPU race (recipes/cpu_headline.py, recipes/race_format.py): runs.csv, "
+                                        "thresholds.csv, statistics.csv, summary.md, headline.png/.pdf")
+    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root, e.g. outputs/cpu_headline (pilot "
+                                                        "runs below it are left out), or its committed runs.csv")
+    p.add_argument("--protocol", default=None, help="the committed protocol (default: OUT/protocol.json)")
     p.add_argument("--methods", type=_csv_list, default=None,
-                   help="methods in table order (default: grpo,gdpo,dara_sym,dara_asym)")
+                   help="methods in table order (default: the protocol's, else grpo,gdpo,dara_sym,dara_asym)")
     p.add_argument("--out", required=True, help="output folder, e.g. results/cpu_headline")
     p.set_defaults(func=cmd_headline)
     return parser

@@ -1,5 +1,6 @@
 """The committed results of a CPU race (recipes/cpu_headline.py, recipes/race_format.py):
-``python -m results headline RUNS --out results/<race> [--protocol FILE]``.
+``python -m results headline RUNS --out results/<race> [--protocol FILE]`` (RUNS: the race's output root, or a
+committed ``runs.csv``, which rebuilds every other file without the run folders).
 
 The race's run folders (GRPO, GDPO, DARA-Sym, DARA-Asym x seeds below one output root; the pilot's runs,
 variant ``pilot``, left out) become:
@@ -128,6 +129,25 @@ def race_frame(run_root: str | Path, methods: Sequence[str], steps: int) -> pd.D
     frame = frame.assign(_order=frame["method"].map(order))
     frame = frame.sort_values(["_order", "seed", "step"], kind="stable").drop(columns="_order")
     return frame.reset_index(drop=True)
+
+
+def frame_from_runs_csv(path: str | Path, methods: Sequence[str], steps: int) -> pd.DataFrame:
+    """A race's committed runs.csv as the frame ``race_frame`` gives (its methods in order, steps 1..steps), so
+    the tables and statistics can be rebuilt without the run folders; a method or step missing is an error."""
+    frame = pd.read_csv(path)
+    require_columns(frame, ["method", "seed", "step"], f"headline {path}")
+    frame = frame[frame["method"].isin(methods) & frame["step"].between(1, steps)].copy()
+    missing = [method for method in methods if method not in set(frame["method"])]
+    if missing:
+        raise RunLogError(f"{path}: no rows of method(s) {', '.join(missing)}")
+    logged = frame.groupby(["method", "seed"])["step"].nunique()
+    short = [f"{method} seed {seed}" for (method, seed), count in logged.items() if count < steps]
+    if short:
+        raise RunLogError(f"{path}: run(s) with fewer than the protocol's {steps} steps: {', '.join(short)}")
+    frame["run"] = frame["method"] + "-s" + frame["seed"].astype(str)
+    order = {method: index for index, method in enumerate(methods)}
+    frame = frame.assign(_order=frame["method"].map(order)).sort_values(["_order", "seed", "step"], kind="stable")
+    return frame.drop(columns="_order").reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------------- the tables
@@ -288,7 +308,11 @@ def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_d
     metric, threshold, steps = str(protocol["metric"]), float(protocol["threshold"]), int(protocol["steps"])
     channels = tuple(protocol.get("channels", CHANNELS))
     sparse = str(protocol.get("sparse_channel", SPARSE_CHANNEL))
-    frame = race_frame(run_root, list(methods or protocol.get("methods", METHODS)), steps)
+    methods = list(methods or protocol.get("methods", METHODS))
+    if Path(run_root).suffix == ".csv":  # a committed runs.csv: the tables again without the run folders
+        frame = frame_from_runs_csv(run_root, methods, steps)
+    else:
+        frame = race_frame(run_root, methods, steps)
     require_columns(frame, [metric], "headline")
     summary = summary_table(frame, metric, threshold)
     statistics = statistics_table(frame, metric, threshold, steps, protocol.get("secondary_steps", SECONDARY_STEPS))

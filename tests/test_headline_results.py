@@ -246,3 +246,19 @@ def test_cli_errors_are_one_line_and_a_nonzero_exit(race, tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     assert "nowhere" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_committed_runs_csv_rebuilds_the_same_tables(race, tmp_path):
+    """`python -m results headline RUNS.csv`: the race's committed runs.csv gives the same thresholds, statistics
+    and runs.csv as its run folders did (the first race's folders are not committed)."""
+    root, _ = race
+    protocol = write_protocol(tmp_path / "protocol.json")
+    first, again = tmp_path / "from_folders", tmp_path / "from_csv"
+    assert main(["headline", str(root), "--protocol", str(protocol), "--out", str(first)]) == 0
+    assert main(["headline", str(first / "runs.csv"), "--protocol", str(protocol), "--out", str(again)]) == 0
+    for name in ("runs.csv", "thresholds.csv", "statistics.csv"):
+        assert (again / name).read_text() == (first / name).read_text(), name
+    short = pd.read_csv(first / "runs.csv").query("not (method == 'gdpo' and seed == 1 and step == 3)")
+    short.to_csv(tmp_path / "short.csv", index=False)
+    with pytest.raises(RunLogError, match="gdpo seed 1"):
+        headline.frame_from_runs_csv(tmp_path / "short.csv", headline.METHODS, STEPS)

@@ -5,7 +5,7 @@ everything it can:
 1. a start that Ray would refuse (a non-string env var) is one short line and leaves nothing behind, and a stale
    folder at the run's Ray alias in /tmp (what an older crash leaves) does not stop the next start;
 2. the first run (3 steps, saving every step, keeping two checkpoints, a wandb key and a wandb host that never
-   answers): while it trains, a second start on its folder exits in one line naming the holder; afterwards the
+   answers, behind a proxy at a dead port with the node's subnet in CIDR form in no_proxy): while it trains, a second start on its folder exits in one line naming the holder; afterwards the
    run folder, the metrics (DARA's instruments per channel, in our JSONL, verl's tracker and the wandb offline
    run), the quiet console, the unclipped-update warnings (`run.expect_clipped_updates` with a clip no gradient
    norm reaches), rollout/trainer log-prob agreement and the checks `recipes gpu_smoke` applies to its steps;
@@ -129,6 +129,21 @@ def still_alive(processes) -> list[str]:
     return left
 
 
+def behind_a_dead_proxy() -> dict[str, str]:
+    """A cluster's proxy settings as users write them: http_proxy at a port nobody answers, the node's subnet in
+    CIDR form in no_proxy (which Python's urllib ignores): the run must not read its healthy engine as dead."""
+    import ipaddress
+
+    import ray
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    subnet = str(ipaddress.ip_network(f"{ray.util.get_node_ip_address()}/24", strict=False))
+    no_proxy = f"localhost,127.0.0.1,{subnet}"
+    return {"http_proxy": dead, "HTTP_PROXY": dead, "no_proxy": no_proxy, "NO_PROXY": no_proxy}
+
+
 def checkpoints(run_dir: Path) -> list[str]:
     return sorted(p.name for p in (run_dir / CHECKPOINTS).glob("global_step_*"))
 
@@ -157,7 +172,7 @@ def first(root, train, failed_start):
     """The first run, and the second dara.train started on its folder while it trained."""
     silent = socket.create_server(("127.0.0.1", 0))  # a wandb host that accepts and never answers
     wandb_host = f"http://127.0.0.1:{silent.getsockname()[1]}"
-    env = {"WANDB_API_KEY": "0" * 40, "WANDB_BASE_URL": wandb_host}
+    env = {"WANDB_API_KEY": "0" * 40, "WANDB_BASE_URL": wandb_host, **behind_a_dead_proxy()}
     started = time.monotonic()
     proc = train(*KEEP_TWO, env=env, wait=False)
     run_dir = root / RUN
