@@ -1,5 +1,7 @@
-"""What the CPU races share (recipes/cpu_headline.py, recipes/race_format.py): the settings a protocol fixes,
-the threshold rule a pilot applies, and running a batch of runs in turn with progress and a summary.
+"""What the CPU races share (recipes/cpu_headline.py, recipes/race_format.py, recipes/race_length.py): the settings
+a protocol fixes, the threshold rule a pilot applies, the abort rule's density crossing, writing the protocol once
+from the pilot, running a batch of runs in turn with progress and a summary, and keeping each finished run's logs
+in the results folder (committed as the race goes, restored in a fresh clone).
 
 A race is run like a study: its rule, endpoints, seeds and abort rule are committed in its recipe module before
 the pilot; the pilot (the baselines only, on seeds apart from the race's) writes protocol.json once; every race
@@ -8,13 +10,19 @@ run reads its settings from that file, so nothing is tuned after a DARA run is s
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from dara.io import atomic_write_text
 from recipes.runner import PROJECT_ROOT, RecipeError, Run, is_finished, train_command
+from results import headline
 
 SMOOTHING_STEPS = 3       # trailing mean over steps of the seed-median curve (per-step rates are noisy)
 LEVEL_SHARE = 0.8         # the threshold sits at this share of the slower baseline's best level
@@ -88,3 +96,91 @@ def run_in_turn(batch: Sequence[Run], label: str, python: str = sys.executable,
 def describe_plan(race: Sequence[Run]) -> str:
     return "\n".join(f"{index:2d}. method {run.method:10s} seed {run.seed}  {run.name}"
                      for index, run in enumerate(race, 1))
+
+
+def load_protocol(path: str | Path) -> dict:
+    """The committed protocol (results.headline.load_protocol); a missing or broken file is a RecipeError naming
+    it (run the race's --pilot first)."""
+    try:
+        return headline.load_protocol(path)
+    except headline.ProtocolError as error:
+        raise RecipeError(str(error)) from None
+
+
+# ----------------------------------------------------------------------------------- the pilot
+def crossing_step(frame, method: str, sparse: str, dense: str) -> int | None:
+    """The first step at which ``method``'s seed-median density of ``sparse`` reaches that of ``dense``."""
+    part = frame[frame["method"] == method]
+    medians = part.groupby("step")[[f"dara/density/{sparse}", f"dara/density/{dense}"]].median().sort_index()
+    reached = medians[medians[f"dara/density/{sparse}"] >= medians[f"dara/density/{dense}"]]
+    return int(reached.index[0]) if len(reached) else None
+
+
+def run_pilot(args, protocol_file: Path, batch: Sequence[Run], derive: Callable, label: str) -> dict | None:
+    """A race's pilot: refuse when the protocol exists, run ``batch`` in turn, derive the protocol from its runs
+    (``derive(frame)``, which applies the abort rule) and write it once. Returns the protocol, None when a pilot
+    run failed."""
+    from results.loaders import load_runs
+
+    if protocol_file.exists():
+        raise RecipeError(f"{protocol_file} exists: the protocol is derived once and committed")
+    if run_in_turn(batch, f"{label} pilot", args.python_exe):
+        return None
+    protocol = derive(load_runs([str(run.output_dir) for run in batch]))
+    atomic_write_text(protocol_file, json.dumps(protocol, indent=2) + "\n")
+    return protocol
+
+
+# ----------------------------------------------------------------------------------- the logs a race keeps
+LOG_FILES = ("metrics.jsonl", "run_info.json")
+
+
+def keep_logs(run: Run, logs_dir: Path) -> Path:
+    """Copy a finished run's metrics.jsonl and run_info.json into the committed logs folder (atomically)."""
+    target = logs_dir / run.name
+    for name in LOG_FILES:
+        atomic_write_text(target / name, (run.output_dir / name).read_text())
+    return target
+
+
+def restore_logs(batch: Sequence[Run], logs_dir: Path) -> int:
+    """A run whose logs are committed but whose folder is gone (a fresh clone) gets them back, so it counts as
+    finished and is skipped. Returns how many were restored."""
+    restored = 0
+    for run in batch:
+        kept = logs_dir / run.name
+        if (kept / "metrics.jsonl").is_file() and not is_finished(run):
+            run.output_dir.mkdir(parents=True, exist_ok=True)
+            for name in LOG_FILES:
+                shutil.copyfile(kept / name, run.output_dir / name)
+            restored += 1
+    return restored
+
+
+def commit_logs(run: Run, logs_dir: Path, label: str, attempts: int = 5) -> bool:
+    """Keep the run's logs and commit that folder alone (a session may end at any time). Another git command
+    holding the index is waited out; a commit that still fails is one line and the race goes on (the logs stay
+    kept: a person, or the next run's commit, commits them)."""
+    relative = str(keep_logs(run, logs_dir).relative_to(PROJECT_ROOT))
+    message = f"results/{label}: {run.method} seed {run.seed} ({run.name})"
+    for attempt in range(attempts):
+        added = subprocess.run(["git", "add", "--", relative], cwd=PROJECT_ROOT, capture_output=True)
+        if added.returncode == 0 and subprocess.run(["git", "commit", "-q", "-m", message, "--", relative],
+                                                    cwd=PROJECT_ROOT, capture_output=True).returncode == 0:
+            return True
+        time.sleep(2 * (attempt + 1))
+    print(f"[{label}] could not commit {relative}: kept there, commit it by hand", flush=True)
+    return False
+
+
+def run_keeping_logs(race: Sequence[Run], args, label: str, logs_dir: Path) -> int:
+    """The race in turn: committed logs restored first, each finished run's logs kept (``args.commit``: and
+    committed). Returns the exit code."""
+    restored = restore_logs(race, logs_dir)
+    if restored:
+        print(f"[{label}] {restored} finished runs restored from {logs_dir.relative_to(PROJECT_ROOT)}", flush=True)
+    if getattr(args, "commit", False):
+        after = functools.partial(commit_logs, logs_dir=logs_dir, label=label)
+    else:
+        after = functools.partial(keep_logs, logs_dir=logs_dir)
+    return 1 if run_in_turn(race, label, args.python_exe, after_run=after) else 0

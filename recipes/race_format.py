@@ -32,13 +32,10 @@ Pre-registration (the whole of it is REGISTRATION, copied into protocol.json):
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from dara.io import atomic_write_text
+from recipes import race
 from recipes.race import (
     LEVEL_SHARE,
     SMOOTHING_STEPS,
@@ -46,11 +43,10 @@ from recipes.race import (
     THRESHOLD_RANGE,
     describe_plan,  # noqa: F401  (the recipe's plan in --dry-run)
     pilot_levels,
-    run_in_turn,
     settings_overrides,
     threshold_from_levels,
 )
-from recipes.runner import PROJECT_ROOT, RecipeError, Run, is_finished
+from recipes.runner import PROJECT_ROOT, RecipeError, Run
 from results import headline
 
 DESCRIPTION = "Format race on a CPU: GRPO, GDPO, DARA-Sym, DARA-Asym x 12 paired seeds, format sparse for many steps"
@@ -65,7 +61,7 @@ OUTPUT_ROOT = f"outputs/{NAME}"
 RESULTS_DIR = PROJECT_ROOT / "results" / NAME
 PROTOCOL_FILE = RESULTS_DIR / "protocol.json"
 LOGS_DIR = RESULTS_DIR / "logs"       # each finished run's logs, committed as the race goes (resume from a clone)
-LOG_FILES = ("metrics.jsonl", "run_info.json")
+LOG_FILES = race.LOG_FILES
 
 SETTINGS = {"metric": "reward/format/mean", "steps": 40, "temperature": 1.0, "group_size": 4,
             "prompts_per_step": 32, "save_freq": 10}
@@ -96,10 +92,7 @@ def _race_run(method: str, seed: int, settings: dict, variant: str = "") -> Run:
 
 
 def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
-    try:
-        return headline.load_protocol(path)
-    except headline.ProtocolError as error:
-        raise RecipeError(str(error)) from None
+    return race.load_protocol(path)
 
 
 def runs(seeds: Sequence[int] = DEFAULT_SEEDS, protocol: dict | None = None) -> list[Run]:
@@ -115,10 +108,7 @@ def pilot_runs(seeds: Sequence[int] = PILOT_SEEDS) -> list[Run]:
 # ----------------------------------------------------------------------------------- the pilot's rules
 def crossing_step(frame, method: str = "gdpo", sparse: str = "format", dense: str = "correctness") -> int | None:
     """The first step at which ``method``'s seed-median density of ``sparse`` reaches that of ``dense``."""
-    part = frame[frame["method"] == method]
-    medians = part.groupby("step")[[f"dara/density/{sparse}", f"dara/density/{dense}"]].median().sort_index()
-    reached = medians[medians[f"dara/density/{sparse}"] >= medians[f"dara/density/{dense}"]]
-    return int(reached.index[0]) if len(reached) else None
+    return race.crossing_step(frame, method, sparse, dense)
 
 
 def derive_protocol(frame) -> dict:
@@ -140,54 +130,29 @@ def derive_protocol(frame) -> dict:
 # ----------------------------------------------------------------------------------- running
 def keep_logs(run: Run, logs_dir: Path = LOGS_DIR) -> Path:
     """Copy a finished run's metrics.jsonl and run_info.json into the committed logs folder (atomically)."""
-    target = logs_dir / run.name
-    for name in LOG_FILES:
-        atomic_write_text(target / name, (run.output_dir / name).read_text())
-    return target
+    return race.keep_logs(run, logs_dir)
 
 
 def restore_logs(batch: Sequence[Run], logs_dir: Path = LOGS_DIR) -> int:
     """A run whose logs are committed but whose folder is gone (a fresh clone) gets them back, so it counts as
     finished and is skipped. Returns how many were restored."""
-    restored = 0
-    for run in batch:
-        kept = logs_dir / run.name
-        if (kept / "metrics.jsonl").is_file() and not is_finished(run):
-            run.output_dir.mkdir(parents=True, exist_ok=True)
-            for name in LOG_FILES:
-                shutil.copyfile(kept / name, run.output_dir / name)
-            restored += 1
-    return restored
+    return race.restore_logs(batch, logs_dir)
 
 
 def commit_logs(run: Run) -> None:
     """Keep the run's logs and commit them (a session may end at any time; nothing else is staged)."""
-    target = keep_logs(run)
-    relative = target.relative_to(PROJECT_ROOT)
-    subprocess.run(["git", "add", "--", str(relative)], cwd=PROJECT_ROOT, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", f"results/{NAME}: {run.method} seed {run.seed} ({run.name})",
-                    "--", str(relative)], cwd=PROJECT_ROOT, check=True)
+    race.commit_logs(run, LOGS_DIR, NAME)
 
 
-def run_locally(race: Sequence[Run], args) -> int:
-    restored = restore_logs(race)
-    if restored:
-        print(f"[{NAME}] {restored} finished runs restored from {LOGS_DIR.relative_to(PROJECT_ROOT)}", flush=True)
-    after = commit_logs if getattr(args, "commit", False) else keep_logs
-    return 1 if run_in_turn(race, NAME, args.python_exe, after_run=after) else 0
+def run_locally(batch: Sequence[Run], args) -> int:
+    return race.run_keeping_logs(batch, args, NAME, LOGS_DIR)
 
 
 def pilot(args, protocol_file: Path = PROTOCOL_FILE) -> int:
     """Run the pilot, apply the abort rule, then write the protocol once."""
-    from results.loaders import load_runs
-
-    if protocol_file.exists():
-        raise RecipeError(f"{protocol_file} exists: the protocol is derived once and committed")
-    batch = pilot_runs()
-    if run_in_turn(batch, f"{NAME} pilot", args.python_exe):
+    protocol = race.run_pilot(args, protocol_file, pilot_runs(), derive_protocol, NAME)
+    if protocol is None:
         return 1
-    protocol = derive_protocol(load_runs([str(run.output_dir) for run in batch]))
-    atomic_write_text(protocol_file, json.dumps(protocol, indent=2) + "\n")
     print(f"[{NAME} pilot] wrote {protocol_file}: {protocol['metric']} >= {protocol['threshold']} (levels "
           f"{protocol['pilot']['levels']}; GDPO crossing step {protocol['pilot']['gdpo_crossing_step']})", flush=True)
     return 0

@@ -7,7 +7,8 @@ followed by the keys where the variants differ and this variant's values (``dara
 part of a dotted key, or more of it where two keys would read alike); the method as trained stays in
 ``base_method``, and ``config_id`` names the configuration (the identity and the configuration without the
 seed), so seeds are counted within a variant. Runs without a recorded configuration (older run folders,
-CSVs) keep their method as it is.
+CSVs) keep their method as it is; a key only some runs of a method recorded (added to the code after the
+others ran) is left out of the comparison.
 """
 
 from __future__ import annotations
@@ -80,16 +81,37 @@ def variant_labels(method: str, configs: Sequence[Mapping[str, Any]]) -> list[st
     return labels
 
 
+def _keys_taken_as_unchanged(runs) -> dict[tuple, set[str]]:
+    """Per identity, the keys some runs lack (the code added them after those ran) while every run that has one
+    records the same value: the runs without it are taken as having that value (as dara.train takes such a
+    folder as unchanged), so the key tells nothing apart. A key recorded with two values still does."""
+    runs_of: dict[tuple, int] = {}
+    seen: dict[tuple, dict[str, tuple[set[str], int]]] = {}  # identity -> key -> (values, runs recording it)
+    for frame, config in runs:
+        if config is None or "method" not in frame.columns:
+            continue
+        identity = _identity(frame)
+        runs_of[identity] = runs_of.get(identity, 0) + 1
+        keys = seen.setdefault(identity, {})
+        for key, value in without_seed(config).items():
+            found, count = keys.get(key, (set(), 0))
+            keys[key] = (found | {_canonical(value)}, count + 1)
+    return {identity: {key for key, (found, count) in keys.items() if len(found) == 1 and count < runs_of[identity]}
+            for identity, keys in seen.items()}
+
+
 def name_variants(runs: Sequence[tuple[pd.DataFrame, Mapping[str, Any] | None]]) -> list[pd.DataFrame]:
     """The runs' frames with ``method`` naming their variant, ``base_method`` and ``config_id`` added (for runs
     with a recorded configuration; the others unchanged)."""
+    unrecorded = _keys_taken_as_unchanged(runs)
     groups: dict[tuple, dict[str, Mapping[str, Any]]] = {}
     keyed = []
     for frame, config in runs:
         if config is None or "method" not in frame.columns:
             keyed.append((frame, None, None))
             continue
-        identity, variant = _identity(frame), without_seed(config)
+        identity = _identity(frame)
+        variant = {key: value for key, value in without_seed(config).items() if key not in unrecorded[identity]}
         text = _canonical(variant)
         groups.setdefault(identity, {})[text] = variant
         keyed.append((frame, identity, text))

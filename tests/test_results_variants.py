@@ -83,6 +83,20 @@ def test_seeds_of_one_variant_are_one_row_and_old_folders_keep_todays_behaviour(
     assert table[["method", "n"]].values.tolist() == [["dara_asym", 2]]  # nothing recorded: pooled as before
 
 
+def test_a_key_only_newer_runs_recorded_tells_no_variant_apart(tmp_path):
+    """A run recorded before the code added a key (run.seeded_rollout) and one after, otherwise alike: one
+    method; a key two runs recorded with different values still tells all three apart."""
+    root = tmp_path / "added"
+    write_run(root, "old-s0", 0, [0.5])
+    write_run(root, "new-s1", 1, [0.7], **{"run.seeded_rollout": True})
+    frame = load_runs([root / "old-s0", root / "new-s1"])
+    assert set(frame["method"]) == {"dara_asym"}
+    write_run(root, "other-s2", 2, [0.9], **{"run.seeded_rollout": False})
+    frame = load_runs([root / "old-s0", root / "new-s1", root / "other-s2"])
+    assert sorted(set(frame["method"])) == ["dara_asym seeded_rollout=false", "dara_asym seeded_rollout=null",
+                                            "dara_asym seeded_rollout=true"]
+
+
 def test_pooling_runs_of_two_models_under_one_method_is_refused(tmp_path):
     root = tmp_path / "models"
     write_run(root, "tiny", 0, [0.5])
