@@ -1,7 +1,7 @@
 """Command line: ``python -m data_prep <dataset> --out DIR [options]``.
 
 Datasets: those the registered tasks name (`tasks.registry.datasets()`: toolrl, bfcl, smoke, smoke_sparse, deepscaler,
-math_eval). Each data_prep module gives its one-line `DESCRIPTION`, its options (`add_arguments`) and
+math_eval, smoke_length). Each data_prep module gives its one-line `DESCRIPTION`, its options (`add_arguments`) and
 `main(args)`; each writes verl parquet files and data_card.json into ``--out`` (atomically: the folder appears
 complete or not at all). See docs/data.md for the expected counts.
 """

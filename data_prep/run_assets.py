@@ -64,3 +64,18 @@ def tiny_rare_model(assets_dir: str | Path | None, output_root: str | Path) -> s
     folder = Path(output_root) / "assets" / "smoke_rare"
     return sparse.build(folder, seed=0, clean_share=sparse.RARE_CLEAN_SHARE,
                         probe_prompts=sparse.RARE_PROBE_PROMPTS)["model_dir"]
+
+
+def smoke_length(assets_dir: str | Path, output_root: str | Path) -> None:
+    """The length smoke variant (the length race, task=smoke_length): its model and rows (train 640 / val 8)."""
+    from data_prep import smoke_length as length
+
+    length.build(assets_dir, seed=0)
+
+
+def tiny_length_model(assets_dir: str | Path | None, output_root: str | Path) -> str:
+    """The length variant's tiny model (conf/model/tiny_length.yaml), built with its rows under
+    `<output_root>/assets/smoke_length`; returns the model folder."""
+    from data_prep import smoke_length as length
+
+    return length.build(Path(output_root) / "assets" / "smoke_length", seed=0)["model_dir"]

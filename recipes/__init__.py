@@ -25,6 +25,7 @@ RECIPES = {
     "gpu_smoke": "recipes.gpu_smoke",
     "cpu_headline": "recipes.cpu_headline",
     "race_format": "recipes.race_format",
+    "race_length": "recipes.race_length",
 }
 
 

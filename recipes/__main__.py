@@ -42,9 +42,9 @@ def parser() -> argparse.ArgumentParser:
                      help="a further Hydra override for every run (repeatable)")
     top.add_argument("--only", default=None, help="keep only runs whose name contains this text")
     top.add_argument("--pilot", action="store_true",
-                     help="the recipe's pilot (cpu_headline, race_format): runs it and writes the protocol its runs read")
+                     help="the recipe's pilot (cpu_headline, race_format, race_length): runs it and writes the protocol its runs read")
     top.add_argument("--commit", action="store_true",
-                     help="the recipe's race (race_format): git-commit each finished run's kept logs as it goes")
+                     help="the recipe's race (race_format, race_length): git-commit each finished run's kept logs as it goes")
     top.add_argument("--preflight", action="store_true",
                      help="run python -m dara.preflight for every run (with --time); start nothing")
     top.add_argument("--skip-env", action="store_true",

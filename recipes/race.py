@@ -107,6 +107,13 @@ def load_protocol(path: str | Path) -> dict:
         raise RecipeError(str(error)) from None
 
 
+def race_settings(protocol_file: Path, settings: dict) -> dict:
+    """The settings a race's runs take: the committed protocol's; before the pilot has written it (listing, a
+    dry run), the pre-registered ones the protocol copies. Running the race needs the protocol
+    (``run_keeping_logs``)."""
+    return load_protocol(protocol_file) if Path(protocol_file).exists() else dict(settings)
+
+
 # ----------------------------------------------------------------------------------- the pilot
 def crossing_step(frame, method: str, sparse: str, dense: str) -> int | None:
     """The first step at which ``method``'s seed-median density of ``sparse`` reaches that of ``dense``."""
@@ -173,9 +180,10 @@ def commit_logs(run: Run, logs_dir: Path, label: str, attempts: int = 5) -> bool
     return False
 
 
-def run_keeping_logs(race: Sequence[Run], args, label: str, logs_dir: Path) -> int:
-    """The race in turn: committed logs restored first, each finished run's logs kept (``args.commit``: and
-    committed). Returns the exit code."""
+def run_keeping_logs(race: Sequence[Run], args, label: str, logs_dir: Path, protocol_file: Path) -> int:
+    """The race in turn, once its pilot has written the protocol: committed logs restored first, each finished
+    run's logs kept (``args.commit``: and committed). Returns the exit code."""
+    load_protocol(protocol_file)  # no race run before the protocol: a RecipeError naming --pilot
     restored = restore_logs(race, logs_dir)
     if restored:
         print(f"[{label}] {restored} finished runs restored from {logs_dir.relative_to(PROJECT_ROOT)}", flush=True)

@@ -97,7 +97,7 @@ def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
 
 def runs(seeds: Sequence[int] = DEFAULT_SEEDS, protocol: dict | None = None) -> list[Run]:
     """The race, seed by seed, with the protocol's settings."""
-    protocol = protocol or load_protocol()
+    protocol = protocol or race.race_settings(PROTOCOL_FILE, SETTINGS)
     return [_race_run(method, seed, protocol) for seed in seeds for method in METHODS]
 
 
@@ -145,7 +145,7 @@ def commit_logs(run: Run) -> None:
 
 
 def run_locally(batch: Sequence[Run], args) -> int:
-    return race.run_keeping_logs(batch, args, NAME, LOGS_DIR)
+    return race.run_keeping_logs(batch, args, NAME, LOGS_DIR, PROTOCOL_FILE)
 
 
 def pilot(args, protocol_file: Path = PROTOCOL_FILE) -> int:

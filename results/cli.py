@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("headline", help="a CPU race (recipes/cpu_headline.py, recipes/race_format.py): runs.csv, "
+    p = sub.add_parser("headline", help="a CPU race (recipes/cpu_headline.py, race_format.py, race_length.py): runs.csv, "
                                         "thresholds.csv, statistics.csv, summary.md, headline.png/.pdf")
     p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root, e.g. outputs/cpu_headline (pilot "
                                                         "runs below it are left out), or its committed runs.csv")

@@ -1,4 +1,4 @@
-"""The committed results of a CPU race (recipes/cpu_headline.py, recipes/race_format.py):
+"""The committed results of a CPU race (recipes/cpu_headline.py, recipes/race_format.py, recipes/race_length.py):
 ``python -m results headline RUNS --out results/<race> [--protocol FILE]`` (RUNS: the race's output root, or a
 committed ``runs.csv``, which rebuilds every other file without the run folders).
 
@@ -6,19 +6,21 @@ The race's run folders (GRPO, GDPO, DARA-Sym, DARA-Asym x seeds below one output
 variant ``pilot``, left out) become:
 - ``runs.csv``: one row per run and step, the reward means and the DARA density and weight per channel
   (an empty cell where a method logs no weight);
-- ``thresholds.csv``: per run, the first step whose metric reaches the protocol's threshold (empty: never),
-  the steps before it at which DARA's weight on the sparse channel was above 1.05, and the channels that
+- ``thresholds.csv``: per run, its threshold step (empty: never): the first step whose metric reaches the
+  protocol's threshold, or under a protocol's ``"threshold_rule": "sustained"`` (with its ``window`` and
+  ``hold``) the first step whose trailing window-step mean reaches it and stays there for hold more steps;
+  then the steps before it at which DARA's weight on the sparse channel was above 1.05, and the channels that
   collapsed (density 0 for 5 steps in a row; results.race_stats);
 - ``statistics.csv``: the paired comparisons (results.race_stats.COMPARISONS) on the primary endpoint
   (threshold step, never = steps + 1) and the secondary one (the metric's mean over the protocol's
   secondary steps, default 1-20);
-- ``summary.md``: per method, the median-curve step (the first step at which the median over seeds reaches
-  the threshold, results.thresholds' ``median`` rule), the per-seed steps and how many seeds reached it; the
-  statistics as a table;
+- ``summary.md``: per method, the median-curve step (the same rule on the median over seeds: results.thresholds'
+  ``median`` or ``sustained`` rule), the per-seed steps and how many seeds reached it; the statistics as a
+  table;
 - ``headline.png`` / ``.pdf``: the metric, the sparse channel's density and its weight over steps (median
   over seeds, min-max band).
-The metric, threshold, steps, channels and endpoints are the committed protocol's (``protocol.json`` beside
-the outputs). Every file is written atomically (dara.io).
+The metric, threshold, its rule, steps, channels and endpoints are the committed protocol's (``protocol.json``
+beside the outputs). Every file is written atomically (dara.io).
 """
 
 from __future__ import annotations
@@ -56,6 +58,27 @@ NEVER = "-"
 
 class ProtocolError(ValueError):
     """A missing or broken protocol file."""
+
+
+def step_rule(protocol: dict) -> dict:
+    """How a protocol finds a run's threshold step, as keyword arguments of results.thresholds.threshold_steps:
+    ``{"rule": "sustained", "window": W, "hold": H}`` when its ``threshold_rule`` is "sustained" (window and hold
+    fixed in the protocol: a missing one is a ProtocolError); otherwise ``{"rule": "median"}``, the first step at or
+    above the threshold (the format race's ``threshold_rule`` is the text of how its pilot set the threshold)."""
+    if protocol.get("threshold_rule") != "sustained":
+        return {"rule": "median"}
+    missing = [key for key in ("window", "hold") if key not in protocol]
+    if missing:
+        raise ProtocolError(f"a sustained threshold rule needs its {' and '.join(missing)} in the protocol")
+    return {"rule": "sustained", "window": int(protocol["window"]), "hold": int(protocol["hold"])}
+
+
+def rule_text(rule: dict) -> str:
+    """The rule in words: the step at which a curve counts as reaching the threshold."""
+    if rule["rule"] != "sustained":
+        return "the first step at or above the threshold"
+    return (f"the first step whose trailing {rule['window']}-step mean is at or above the threshold and stays "
+            f"there at each of the next {rule['hold']} steps")
 
 
 def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
@@ -165,13 +188,16 @@ def runs_table(frame: pd.DataFrame, channels: Sequence[str] = CHANNELS) -> pd.Da
 
 
 def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float, steps: int | None = None,
-                     channels: Sequence[str] = CHANNELS, sparse_channel: str = SPARSE_CHANNEL) -> pd.DataFrame:
-    """thresholds.csv: method, seed, the run's first step with ``metric`` >= ``threshold`` (<NA>: never),
-    the steps before it with DARA's ``sparse_channel`` weight above 1.05 (empty: no weight logged; a run that
-    never reached it counts all its steps) and the channels that collapsed (";"-joined)."""
-    per_seed = threshold_steps(frame, metric, float(threshold), rule="median", per_seed=True)
+                     channels: Sequence[str] = CHANNELS, sparse_channel: str = SPARSE_CHANNEL,
+                     rule: dict | None = None) -> pd.DataFrame:
+    """thresholds.csv: method, seed, the run's threshold step under ``rule`` (``step_rule``'s form; default: the
+    first step with ``metric`` >= ``threshold``; <NA>: never), the steps before it with DARA's ``sparse_channel``
+    weight above 1.05 (empty: no weight logged; a run that never reached it counts all its steps) and the
+    channels that collapsed (";"-joined)."""
+    rule = rule or {"rule": "median"}
+    per_seed = threshold_steps(frame, metric, float(threshold), per_seed=True, **rule)
     steps = int(steps if steps is not None else frame["step"].max())
-    reached = race_stats.threshold_endpoint(frame, metric, float(threshold), steps)
+    reached = race_stats.threshold_endpoint(frame, metric, float(threshold), steps, **rule)
     active = race_stats.dara_active_steps(frame, reached, sparse_channel)
     runs = dict(iter(frame.groupby(["method", "seed"], sort=False)))
     table = per_seed[["method", "seed", "step"]].copy()
@@ -183,12 +209,14 @@ def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float, steps: 
 
 
 def statistics_table(frame: pd.DataFrame, metric: str, threshold: float, steps: int,
-                     secondary_steps: Sequence[int] = SECONDARY_STEPS) -> pd.DataFrame:
-    """statistics.csv: the paired comparisons on the primary endpoint (threshold step) and the secondary one
-    (the metric's mean over ``secondary_steps``, clipped to the race's steps)."""
+                     secondary_steps: Sequence[int] = SECONDARY_STEPS, rule: dict | None = None) -> pd.DataFrame:
+    """statistics.csv: the paired comparisons on the primary endpoint (threshold step under ``rule``, default
+    first reaching) and the secondary one (the metric's mean over ``secondary_steps``, clipped to the race's
+    steps)."""
     first, last = int(secondary_steps[0]), min(int(secondary_steps[1]), int(steps))
+    reached = race_stats.threshold_endpoint(frame, metric, float(threshold), int(steps), **(rule or {}))
     return race_stats.comparisons_table({
-        "threshold step": race_stats.threshold_endpoint(frame, metric, float(threshold), int(steps)),
+        "threshold step": reached,
         f"mean {metric} steps {first}-{last}": race_stats.mean_endpoint(frame, metric, first, last)})
 
 
@@ -196,11 +224,13 @@ def _step_text(step) -> str:
     return NEVER if pd.isna(step) else str(int(step))
 
 
-def summary_table(frame: pd.DataFrame, metric: str, threshold: float) -> pd.DataFrame:
+def summary_table(frame: pd.DataFrame, metric: str, threshold: float, rule: dict | None = None) -> pd.DataFrame:
     """Per method: the median-curve step, the per-seed steps as text (seed order, "-" for never), how many
-    seeds reached the threshold of how many runs, and the min, max and median step over those that did."""
-    per_seed = threshold_steps(frame, metric, float(threshold), rule="median", per_seed=True)
-    curve = threshold_steps(frame, metric, float(threshold), rule="median").set_index("method")["step"]
+    seeds reached the threshold of how many runs, and the min, max and median step over those that did; each
+    step under ``rule`` (``step_rule``'s form; default: the first step at or above the threshold)."""
+    rule = rule or {"rule": "median"}
+    per_seed = threshold_steps(frame, metric, float(threshold), per_seed=True, **rule)
+    curve = threshold_steps(frame, metric, float(threshold), **rule).set_index("method")["step"]
     stats = seed_summary(per_seed).set_index("method")
     rows = []
     for method, part in per_seed.groupby("method", sort=False):
@@ -276,9 +306,14 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
 
 # ----------------------------------------------------------------------------------- everything
 def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps: int, protocol_path,
-                     statistics: pd.DataFrame | None = None) -> str:
+                     statistics: pd.DataFrame | None = None, rule: dict | None = None) -> str:
     """summary.md: the protocol's metric, threshold and steps, the rules, the per-method table, then the
     paired statistics."""
+    if rule is None or rule["rule"] == "median":
+        curve = "the first step at which the median over seeds reaches the threshold"
+        per_seed = "each seed's first step at or above the threshold"
+    else:
+        curve, per_seed = f"on the median over seeds, {rule_text(rule)}", f"on each seed's curve, {rule_text(rule)}"
     paired = "" if statistics is None or statistics.empty else (
         "\n## Paired by seed (A - B)\n\n- threshold step: a run that never reached it counts as "
         f"{steps + 1}; lower/higher: seeds where A's value is below/above B's (for the threshold step, lower is "
@@ -288,8 +323,8 @@ def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps
         f"# {Path(str(protocol_path)).parent.name} race: threshold steps\n\n"
         f"- metric: `{metric}`, threshold: {threshold:g} (>=), steps 1-{steps} "
         f"(protocol: `{protocol_path}`)\n"
-        "- median_curve_step: the first step at which the median over seeds reaches the threshold\n"
-        f"- seed_steps: each seed's first step at or above the threshold, in seed order (`{NEVER}`: never "
+        f"- median_curve_step: {curve}\n"
+        f"- seed_steps: {per_seed}, in seed order (`{NEVER}`: never "
         "within the steps); reached: seeds that did, of runs; step_min/max/median: over those seeds\n\n"
         + markdown_table(summary) + paired
     )
@@ -314,21 +349,24 @@ def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_d
     else:
         frame = race_frame(run_root, methods, steps)
     require_columns(frame, [metric], "headline")
-    summary = summary_table(frame, metric, threshold)
-    statistics = statistics_table(frame, metric, threshold, steps, protocol.get("secondary_steps", SECONDARY_STEPS))
+    rule = step_rule(protocol)
+    summary = summary_table(frame, metric, threshold, rule)
+    statistics = statistics_table(frame, metric, threshold, steps, protocol.get("secondary_steps", SECONDARY_STEPS),
+                                  rule)
     csv = {"runs.csv": runs_table(frame, channels),
-           "thresholds.csv": thresholds_table(frame, metric, threshold, steps, channels, sparse),
+           "thresholds.csv": thresholds_table(frame, metric, threshold, steps, channels, sparse, rule),
            "statistics.csv": statistics}
     written = []
     for name, table in csv.items():
         atomic_write_text(out / name, table.to_csv(index=False, lineterminator="\n"))
         written.append(out / name)
-    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, shown, statistics))
+    atomic_write_text(out / "summary.md", summary_markdown(summary, metric, threshold, steps, shown, statistics,
+                                                           rule))
     written.append(out / "summary.md")
     written += plot(frame, metric, threshold, out / "headline", sparse)
     for path in written:
         print(f"wrote {path}")
-    print(f"{metric} >= {threshold:g} within {steps} steps:")
+    print(f"{metric} >= {threshold:g} within {steps} steps ({rule_text(rule)}):")
     for row in summary.itertuples(index=False):
         print(f"  {row.method:10s} median-curve step {_step_text(row.median_curve_step):>3s}, "
               f"reached {row.reached}/{row.runs} (per seed: {row.seed_steps})")

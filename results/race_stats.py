@@ -1,7 +1,9 @@
 """A race's endpoints and paired comparisons, and the per-run facts that say whether DARA could act.
 
-- ``threshold_endpoint``: per method and seed, the first step the metric reaches the threshold; a run that
-  never does is censored at steps + 1 (the pre-registered rule: it counts as slower than any run that did).
+- ``threshold_endpoint``: per method and seed, the first step the metric reaches the threshold (or, under the
+  ``sustained`` rule, the first step whose trailing ``window``-step mean reaches it and stays there for ``hold``
+  more steps: results.thresholds); a run that never does is censored at steps + 1 (the pre-registered rule: it
+  counts as slower than any run that did).
 - ``mean_endpoint``: per method and seed, the metric's mean over a step range (the secondary endpoint).
 - ``comparisons_table``: for each endpoint and each comparison (A - B, paired by seed), results.paired's
   mean, lower / higher / tied counts, sign-test p and bootstrap interval.
@@ -18,7 +20,7 @@ import pandas as pd
 
 from results.loaders import require_columns
 from results.paired import paired_summary
-from results.thresholds import first_step_reaching
+from results.thresholds import step_by_rule
 
 # A - B, paired by seed: DARA against the baseline it refines, and GDPO against GRPO
 COMPARISONS = (("dara_asym", "gdpo"), ("dara_sym", "gdpo"), ("gdpo", "grpo"))
@@ -28,13 +30,15 @@ COLLAPSE_STEPS = 5
 Endpoint = dict[str, dict[int, float]]  # method -> seed -> value
 
 
-def threshold_endpoint(frame: pd.DataFrame, metric: str, threshold: float, steps: int) -> Endpoint:
-    """method -> seed -> first step with metric >= threshold within steps 1..steps (never: steps + 1)."""
+def threshold_endpoint(frame: pd.DataFrame, metric: str, threshold: float, steps: int, rule: str = "median",
+                       window: int = 10, hold: int = 20) -> Endpoint:
+    """method -> seed -> the run's step under ``rule`` within steps 1..steps (never: steps + 1): "median" = the
+    first step with metric >= threshold, "sustained" = results.thresholds.first_sustained_step."""
     require_columns(frame, ["method", "seed", "step", metric], "threshold endpoint")
     out: Endpoint = {}
     for (method, seed), run in frame[frame["step"] <= steps].groupby(["method", "seed"], sort=False):
-        run = run.sort_values("step")
-        step = first_step_reaching(run["step"].to_numpy(), run[metric].to_numpy(), threshold)
+        run = run.dropna(subset=[metric]).sort_values("step")
+        step = step_by_rule(run["step"].to_numpy(), run[metric].to_numpy(), threshold, rule, window, hold)
         out.setdefault(str(method), {})[int(seed)] = float(steps + 1 if step is None else step)
     return out
 

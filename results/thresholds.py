@@ -68,7 +68,10 @@ def seed_median_curve(frame: pd.DataFrame, metric: str, group_cols: Sequence[str
     return curve.rename(columns={"median": metric, "count": "n_seeds"}).sort_values(keys, kind="stable")
 
 
-def _rule_step(steps, values, rule: str, threshold: float, window: int, hold: int) -> int | None:
+def step_by_rule(steps, values, threshold: float, rule: str = "median", window: int = 10,
+                 hold: int = 20) -> int | None:
+    """One curve's step under ``rule``: "median" = the first step at or above the threshold, "sustained" =
+    ``first_sustained_step`` with ``window`` and ``hold`` (steps ascending); None when never."""
     if rule == "median":
         return first_step_reaching(steps, values, threshold)
     if rule == "sustained":
@@ -107,7 +110,7 @@ def threshold_steps(
     rows = []
     for key, part in curves.groupby(group_cols, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        step = _rule_step(part["step"].to_numpy(), part[metric].to_numpy(), rule, threshold, window, hold)
+        step = step_by_rule(part["step"].to_numpy(), part[metric].to_numpy(), threshold, rule, window, hold)
         rows.append({**dict(zip(group_cols, key, strict=True)), "step": step})
     found = pd.DataFrame(rows, columns=[*group_cols, "step"])
     out = order.merge(found, on=group_cols, how="left")

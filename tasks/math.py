@@ -39,7 +39,7 @@ DEFAULT_GRADER = "hendrycks"
 BENCHMARK_ROWS = {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 674}
 OLYMPIAD_LOCAL_ROWS = 675
 BENCHMARKS = tuple(BENCHMARK_ROWS)
-SMOKE_DATA_SOURCE = "smoke_math"  # the CPU smoke run's synthetic problems
+SMOKE_DATA_SOURCE = "smoke_math"  # the CPU smoke runs' synthetic problems (task=smoke_math, task=smoke_length)
 MATH_SOURCES = frozenset({DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS})
 
 
@@ -65,8 +65,11 @@ SPEC = register_task(TaskSpec(
     name="math",
     data_sources=(DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS),
     reward="rewards.task_rewards:MATH",
-    datasets={"deepscaler": "data_prep.deepscaler", "math_eval": "data_prep.math_eval"},
-    assets={"smoke_math": "data_prep.run_assets:smoke_math"},
+    datasets={"deepscaler": "data_prep.deepscaler", "math_eval": "data_prep.math_eval",
+              "smoke_length": "data_prep.smoke_length"},
+    # the length variant's tiny model is trained on this task's synthetic sums (conf/model/tiny_length.yaml)
+    assets={"smoke_math": "data_prep.run_assets:smoke_math", "smoke_length": "data_prep.run_assets:smoke_length",
+            "tiny_length_model": "data_prep.run_assets:tiny_length_model"},
     evaluations={"math": "results.evaluation.benches:MATH"},
     description="math reasoning with a length constraint, DeepScaleR setup (five benchmarks)",
 ))

@@ -161,13 +161,20 @@ def test_dry_run_lists_the_48_runs_seed_by_seed(capsys, tmp_path):
     assert [(run.method, run.seed) for run in race] == [
         (method, seed) for seed in range(12) for method in race_format.METHODS]
     assert all("trainer.total_training_steps=40" in run.overrides() for run in race)
-    if race_format.PROTOCOL_FILE.exists():  # once the pilot has written it, the command lists the same runs
-        assert recipes_main(["race_format", "--dry-run", "--output-root", str(tmp_path / "out")]) == 0
-        plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
-        assert len(plan) == 48
-    else:
-        assert recipes_main(["race_format", "--dry-run"]) == 2
-        assert "--pilot" in capsys.readouterr().err
+    assert recipes_main(["race_format", "--dry-run", "--output-root", str(tmp_path / "out")]) == 0
+    plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
+    assert len(plan) == 48
+
+
+def test_no_race_run_starts_before_the_protocol(tmp_path):
+    from types import SimpleNamespace
+
+    from recipes import race
+
+    with pytest.raises(RecipeError, match="--pilot"):
+        race.run_keeping_logs([], SimpleNamespace(python_exe="false"), "race", tmp_path, tmp_path / "protocol.json")
+    # before the pilot the runs are listed with the pre-registered settings the protocol copies
+    assert race.race_settings(tmp_path / "protocol.json", race_format.SETTINGS) == race_format.SETTINGS
 
 
 def test_finished_runs_keep_their_logs_and_a_fresh_clone_skips_them(tmp_path):

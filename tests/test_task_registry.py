@@ -38,8 +38,8 @@ def test_every_part_a_task_names_loads():
     assert {task_for_source(s).name for s in math_task.MATH_SOURCES} == {"math"}
     assert data_sources() == {toolrl_task.DATA_SOURCE, *math_task.MATH_SOURCES}
     assert set(asset_builders()) == {"smoke", "smoke_math", "tiny_model", "smoke_sparse", "tiny_sparse_model",
-                                     "smoke_rare", "tiny_rare_model"}
-    assert set(datasets()) == {"toolrl", "bfcl", "smoke", "smoke_sparse", "deepscaler", "math_eval"}
+                                     "smoke_rare", "tiny_rare_model", "smoke_length", "tiny_length_model"}
+    assert set(datasets()) == {"toolrl", "bfcl", "smoke", "smoke_sparse", "deepscaler", "math_eval", "smoke_length"}
     assert set(evaluations()) == {"toolrl", "bfcl", "math"}
 
 

@@ -1,0 +1,330 @@
+"""The length race without training: the length variant's two channels stay independent (correctness is decided
+before the re-check tail), its probe's figures against plain loops, the registered settings against the task file,
+the pilot's threshold rule and abort rule, the dry run's order, and the sustained endpoint (results.race_stats,
+results.headline) against plain loops; a slow test builds the variant and checks its data card's regime."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+import pytest
+
+from data_prep import smoke_length
+from recipes import race_length
+from recipes.__main__ import main as recipes_main
+from recipes.runner import RecipeError
+from results import headline, race_stats
+from rewards import math as math_reward
+
+
+# ----------------------------------------------------------------------------------- the variant
+def test_correctness_is_decided_before_the_tail():
+    """On 2,000 problems, right and wrong answers alike: the grader gives the same verdict with and without the
+    re-check tail, and the tail holds no boxed answer."""
+    items = smoke_length.problems(3, 2000, smoke_length.MAX_OPERAND)
+    for item in items:
+        tail = smoke_length.re_check_tail(*map(int, item["problem"].split("What is ")[1].rstrip("?").split(" + ")),
+                                          item["tail_lines"])
+        assert item["target"].endswith(tail) and "\\boxed" not in tail and "\\fbox" not in tail
+        wrong = item["target"].replace(f"\\boxed{{{item['answer']}}}", f"\\boxed{{{int(item['answer']) + 1}}}")
+        for response, correct in ((item["target"], 1.0), (wrong, 0.0)):
+            cut = smoke_length.without_tail(response)
+            assert cut == response[:len(response) - len(tail)]
+            assert math_reward.correctness(response, item["answer"]) == correct
+            assert math_reward.correctness(cut, item["answer"]) == correct
+
+
+def test_one_prompt_in_four_asks_for_a_check_and_only_those_targets_have_a_tail():
+    items = smoke_length.problems(0, 400, 9)
+    for block in range(0, 400, 4):
+        assert sum(item["asks_check"] for item in items[block:block + 4]) == 1
+    for item in items:
+        asks = item["problem"].startswith(smoke_length.CHECK_REQUEST)
+        assert asks == item["asks_check"] == (item["tail_lines"] in smoke_length.TAIL_LINES)
+        assert ("Re-check" in item["target"]) == asks and item["problem"].endswith("?")
+    lines = [item["tail_lines"] for item in items if item["asks_check"]]
+    assert 0.35 < lines.count(2) / len(lines) < 0.65   # chosen evenly: the second line about half the time
+
+
+def test_the_warm_start_renders_the_math_prompt_the_run_sees():
+    """The warm start writes the template's default system turn out; the run's rows have none: the same ids."""
+    from data_prep import smoke
+
+    items = smoke_length.problems(0, 8, 9)
+    records = [smoke_length.warm_start_record(item) for item in items]
+    tokenizer = smoke.train_tokenizer(smoke.chat_texts(records))
+    for item, record, row in zip(items, records, smoke_length.to_rows(items, "train"), strict=True):
+        explicit = [{"role": "system", "content": record["instruction"]}, {"role": "user", "content": record["input"]}]
+        assert row["prompt"] == [{"role": "user", "content": record["input"]}]
+        assert record["input"].endswith("within \\boxed{}.") and row["reward_model"]["ground_truth"] == item["answer"]
+        assert (tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True)
+                == tokenizer.apply_chat_template(explicit, add_generation_prompt=True))
+
+
+def test_the_probe_summary_equals_plain_loops():
+    rng = random.Random(5)
+    samples = []
+    for group in range(30):
+        asks = group % 4 == 0
+        for _ in range(8):
+            tokens = rng.choice([20, 30, 40]) if asks else 16
+            correct = float(rng.random() < 0.5)
+            samples.append({"asks_check": asks, "tokens": tokens, "correctness": correct,
+                            "length": float(tokens <= smoke_length.LENGTH_LIMIT),
+                            "correct_without_tail": correct if group != 3 else 1.0 - correct, "text": "x"})
+    found = smoke_length.summarise(samples, 8)
+    groups = [samples[i:i + 8] for i in range(0, len(samples), 8)]
+
+    def density(part, channel):
+        return sum(len({s[channel] for s in g}) > 1 for g in part) / len(part)
+
+    assert found["correct_rate"] == round(sum(s["correctness"] for s in samples) / len(samples), 4)
+    assert found["length_violation_rate"] == round(sum(s["length"] == 0 for s in samples) / len(samples), 4)
+    for channel in ("correctness", "length"):
+        assert found["channels"][channel]["group_density"] == round(density(groups, channel), 4)
+        family = [g for g in groups if g[0]["asks_check"]]
+        assert found["asks_check"]["channels"][channel]["group_density"] == round(density(family, channel), 4)
+    over = [s["correctness"] for s in samples if s["length"] == 0]
+    assert found["independence"]["correct_rate_over_limit"] == round(sum(over) / len(over), 4)
+    assert found["independence"]["responses_whose_tail_changes_correctness"] == 8
+    summed = [[s["correctness"] + s["length"] for s in g] for g in groups]
+    assert found["informative_group_share"] == round(sum(len(set(g)) > 1 for g in summed) / len(groups), 4)
+    assert found["no_check"]["channels"]["length"]["group_density"] == 0.0
+
+
+@pytest.mark.slow
+def test_the_length_variant_starts_in_the_registered_regime(tmp_path):
+    """The data card of the race's build (the task's asset builder): correct rate 0.4-0.6 with correctness density
+    >= 0.6, length density 0.15-0.35 with the violations on the family that asks for a check, correctness as often
+    over the limit as within it (the channels independent), and the model facts of conf/model/tiny_length.yaml."""
+    from omegaconf import OmegaConf
+
+    from dara.preflight.facts import facts_from_config_json, facts_from_mapping
+    from data_prep import run_assets
+    from recipes.runner import group_value
+
+    run_assets.smoke_length(tmp_path / "length", tmp_path)
+    card = json.loads((tmp_path / "length" / "data_card.json").read_text())
+    probe = card["length_probe"]
+    assert (probe["groups"], probe["group_size"]) == (smoke_length.PROBE_PROMPTS, race_length.SETTINGS["group_size"])
+    assert 0.4 <= probe["correct_rate"] <= 0.6 and probe["channels"]["correctness"]["group_density"] >= 0.6
+    assert 0.15 <= probe["channels"]["length"]["group_density"] <= 0.35
+    assert probe["asks_check"]["channels"]["length"]["group_density"] >= 0.8
+    assert probe["no_check"]["channels"]["length"]["rate"] >= 0.98
+    independence = probe["independence"]
+    assert abs(independence["correct_rate_over_limit"] - independence["correct_rate_within_limit"]) <= 0.1
+    assert independence["responses_whose_tail_changes_correctness"] <= 0.01 * probe["samples"]
+    assert card["splits"] == {"train": smoke_length.N_TRAIN, "val": smoke_length.N_VAL}
+    model = tmp_path / "length" / "model"
+    config = json.loads((model / "config.json").read_text())
+    node = group_value("model", "tiny_length", "run.model_facts")   # merged over model=tiny's, as Hydra does
+    expected = facts_from_mapping(OmegaConf.to_container(node))
+    assert facts_from_config_json(config, card["model"]["parameters"]) == expected
+
+
+# ----------------------------------------------------------------------------------- the settings
+def test_the_registered_regime_is_the_task_file():
+    from omegaconf import OmegaConf
+
+    task = OmegaConf.load("conf/task/smoke_length.yaml")
+    settings, registration = race_length.SETTINGS, race_length.REGISTRATION
+    assert task.actor_rollout_ref.actor.optim.lr == registration["learning_rate"]
+    assert task.data.train_batch_size == settings["prompts_per_step"] and 16 <= settings["prompts_per_step"] <= 32
+    assert task.actor_rollout_ref.rollout.n == settings["group_size"] == smoke_length.PROBE_GROUP
+    assert task.data.train_batch_size // task.actor_rollout_ref.actor.ppo_mini_batch_size == 2
+    assert task.trainer.total_training_steps == settings["steps"] >= 40
+    assert task.trainer.total_epochs * smoke_length.N_TRAIN >= settings["steps"] * settings["prompts_per_step"]
+    assert task.reward.custom_reward_function.reward_kwargs.max_response_tokens == smoke_length.LENGTH_LIMIT
+    assert task.run.seeded_rollout is True and task.run.dynamic_sampling.mode is None
+    assert registration["dynamic_sampling"] is None and registration["batch_norm"] == "response"
+    # the sustained rule of the authors' math curves (10 and 20 over 200 steps), scaled to the race's steps
+    assert (registration["window"], registration["hold"]) == (10 * settings["steps"] // 200,
+                                                              20 * settings["steps"] // 200)
+
+
+@pytest.mark.slow  # composes one run per method (~2 s each)
+def test_each_method_composes_with_the_task_settings_and_passes_the_checks():
+    from dara.config import compose
+    from dara.config_checks import check_config
+
+    for method in (*race_length.METHODS, *race_length.EXTRA_METHODS):
+        run = race_length._race_run(method, 0, race_length.SETTINGS)
+        cfg = compose(tuple(run.overrides()))
+        check_config(cfg)
+        # GRPO defines its own normalisation (the group z-score of the summed reward, as the authors' math code)
+        assert cfg.run.method == method and cfg.algorithm.dara.batch_norm == (None if method == "grpo" else "response")
+        assert cfg.data.gen_batch_size is None and cfg.algorithm.filter_groups.enable is False
+        assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "dara_seeded_single_turn"
+        assert (cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (16, 8)
+        if method.startswith("static_"):
+            assert list(cfg.algorithm.dara.weights) == [1.0, 5.0]
+            assert list(cfg.algorithm.reward_channels or ["correctness", "length"]) == ["correctness", "length"]
+
+
+# ----------------------------------------------------------------------------------- the pilot's rules
+def plain_sustained_level(values, window, hold):
+    means = [sum(values[i - window + 1:i + 1]) / window if i >= window - 1 else None for i in range(len(values))]
+    best = None
+    for start in range(len(values) - hold):
+        span = means[start:start + hold + 1]
+        if None not in span:
+            best = min(span) if best is None else max(best, min(span))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sustained_level_equals_a_plain_loop_and_the_rule_confirms_it(seed):
+    from results.thresholds import first_sustained_step
+
+    rng = random.Random(seed)
+    values = [min(1.0, 0.85 + 0.004 * step + rng.uniform(-0.03, 0.03)) for step in range(40)]
+    level = race_length.sustained_level(values)
+    assert level == pytest.approx(plain_sustained_level(values, race_length.WINDOW, race_length.HOLD_STEPS))
+    steps = list(range(1, 41))
+    kwargs = {"window": race_length.WINDOW, "hold": race_length.HOLD_STEPS}
+    assert first_sustained_step(steps, values, level, **kwargs) is not None
+    assert first_sustained_step(steps, values, level + 1e-9, **kwargs) is None
+
+
+def pilot_frame(crossing_at: int | None, rise: float = 0.004) -> pd.DataFrame:
+    rows = []
+    for seed in race_length.PILOT_SEEDS:
+        for step in range(1, 41):
+            length_density = 0.95 if crossing_at is not None and step >= crossing_at else 0.25
+            rows.append({"method": "gdpo", "seed": seed, "step": step,
+                         "reward/length/mean": min(1.0, 0.88 + rise * (step - 1)),
+                         "dara/density/length": length_density, "dara/density/correctness": 0.9})
+    return pd.DataFrame(rows)
+
+
+def test_the_abort_rule_refuses_an_early_crossing_and_a_pilot_that_learns_nothing():
+    with pytest.raises(RecipeError, match="abort rule.*step 7"):
+        race_length.derive_protocol(pilot_frame(7))
+    with pytest.raises(RecipeError, match="abort rule.*no race"):
+        race_length.derive_protocol(pilot_frame(None, rise=0.0))
+    for crossing in (8, None):
+        protocol = race_length.derive_protocol(pilot_frame(crossing))
+        assert protocol["pilot"]["gdpo_crossing_step"] == crossing
+        # start 0.88; the curve min(1, 0.88 + 0.004 (step - 1)) is 1 from step 31, so its 2-step mean holds 1.0
+        assert protocol["pilot"]["start"] == 0.88 and protocol["pilot"]["level"] == 1.0
+        assert protocol["threshold"] == 0.97   # 0.88 + 0.8 x 0.12 = 0.976, rounded down to 0.01
+        assert protocol["threshold_rule"] == "sustained" and headline.step_rule(protocol) == {
+            "rule": "sustained", "window": 2, "hold": 4}
+        assert protocol["seeds"] == list(range(12)) and protocol["steps"] == 40
+        assert protocol["abort_rule"] == race_length.REGISTRATION["abort_rule"]
+
+
+def test_the_pilot_never_derives_the_protocol_again(tmp_path):
+    (tmp_path / "protocol.json").write_text("{}")
+    with pytest.raises(RecipeError, match="derived once"):
+        race_length.pilot(None, tmp_path / "protocol.json")
+
+
+# ----------------------------------------------------------------------------------- the recipe
+def test_dry_run_lists_the_main_three_seed_by_seed_then_the_extras(capsys, tmp_path):
+    protocol = {**race_length.SETTINGS, "threshold": 0.97}
+    race = race_length.runs(protocol=protocol)
+    main = [(method, seed) for seed in range(12) for method in race_length.METHODS]
+    extras = [(method, seed) for seed in range(12) for method in race_length.EXTRA_METHODS]
+    assert [(run.method, run.seed) for run in race] == main + extras
+    assert all("trainer.total_training_steps=40" in run.overrides() for run in race)
+    static = [run for run in race if run.method.startswith("static_")]
+    assert all(race_length.STATIC_WEIGHTS in run.overrides() and "estimator=static" in run.overrides()
+               for run in static)
+    assert {run.method for run in static} == {"static_asym", "static_sym"}
+    assert recipes_main(["race_length", "--dry-run", "--output-root", str(tmp_path / "out")]) == 0
+    plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
+    assert len(plan) == len(race)
+
+
+# ----------------------------------------------------------------------------------- the sustained endpoint
+def plain_sustained_step(values, threshold, window, hold):
+    """Steps 1..n: the first step whose trailing window-mean is >= threshold there and at each of the next hold."""
+    means = [sum(values[i - window + 1:i + 1]) / window if i >= window - 1 else None for i in range(len(values))]
+    ok = [mean is not None and mean >= threshold for mean in means]
+    for i in range(len(values) - hold):
+        if all(ok[i:i + hold + 1]):
+            return i + 1
+    return None
+
+
+def length_frame(seed: int = 0) -> pd.DataFrame:
+    rng = random.Random(seed)
+    rows = []
+    for method, speed in (("gdpo", 0.004), ("dara_sym", 0.005), ("dara_asym", 0.006)):
+        for run_seed in range(6):
+            for step in range(1, 21):
+                value = min(1.0, 0.88 + speed * step + rng.uniform(-0.03, 0.03))
+                row = {"method": method, "seed": run_seed, "step": step, "reward/length/mean": value,
+                       "reward/correctness/mean": 0.5, "dara/density/length": 0.25,
+                       "dara/density/correctness": 0.9}
+                if method.startswith("dara"):
+                    row["dara/weight/length"] = rng.choice([1.0, 1.5, 1.9])
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_the_sustained_endpoint_and_tables_equal_plain_loops():
+    frame, threshold, steps = length_frame(), 0.93, 20
+    rule = headline.step_rule({"threshold_rule": "sustained", "window": 2, "hold": 4})
+    found = race_stats.threshold_endpoint(frame, "reward/length/mean", threshold, steps, **rule)
+    table = headline.thresholds_table(frame, "reward/length/mean", threshold, steps, ("correctness", "length"),
+                                      "length", rule)
+    summary = headline.summary_table(frame, "reward/length/mean", threshold, rule).set_index("method")
+    for (method, seed), run in frame.groupby(["method", "seed"]):
+        values = list(run.sort_values("step")["reward/length/mean"])
+        step = plain_sustained_step(values, threshold, 2, 4)
+        assert found[method][seed] == (steps + 1 if step is None else step)
+        row = table[(table["method"] == method) & (table["seed"] == seed)].iloc[0]
+        assert (None if pd.isna(row["step"]) else int(row["step"])) == step
+    for method, runs in frame.groupby("method"):
+        median = list(runs.groupby("step")["reward/length/mean"].median().sort_index())
+        expected = plain_sustained_step(median, threshold, 2, 4)
+        assert (None if pd.isna(summary.at[method, "median_curve_step"])
+                else int(summary.at[method, "median_curve_step"])) == expected
+    statistics = headline.statistics_table(frame, "reward/length/mean", threshold, steps, (1, 10), rule)
+    primary = statistics[statistics["endpoint"] == "threshold step"].set_index("comparison")
+    differences = [found["dara_asym"][s] - found["gdpo"][s] for s in range(6)]
+    assert primary.at["dara_asym - gdpo", "mean"] == pytest.approx(sum(differences) / 6, abs=1e-4)
+    text = headline.summary_markdown(headline.summary_table(frame, "reward/length/mean", threshold, rule),
+                                     "reward/length/mean", threshold, steps, "results/race_length/protocol.json",
+                                     statistics, rule)
+    assert "trailing 2-step mean" in text and "next 4 steps" in text
+
+
+def test_the_step_rule_defaults_to_first_reaching_and_needs_its_window():
+    from recipes import race_format
+
+    assert headline.step_rule(race_format.REGISTRATION) == {"rule": "median"}   # its text says how it was set
+    assert headline.step_rule({}) == {"rule": "median"}
+    with pytest.raises(headline.ProtocolError, match="window"):
+        headline.step_rule({"threshold_rule": "sustained", "hold": 4})
+    frame = length_frame(1)
+    first = race_stats.threshold_endpoint(frame, "reward/length/mean", 0.93, 20)
+    for (method, seed), run in frame.groupby(["method", "seed"]):
+        values = list(run.sort_values("step")["reward/length/mean"])
+        assert first[method][seed] == next((s for s, v in enumerate(values, 1) if v >= 0.93), 21)
+
+
+def test_the_results_command_applies_a_sustained_protocol(tmp_path, capsys):
+    """`python -m results headline` on a committed runs.csv with the length race's kind of protocol: thresholds.csv
+    holds each run's sustained step (a loop's), and the summary names the rule."""
+    from results.cli import main as results_main
+
+    frame = length_frame(2)
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    protocol = {**race_length.SETTINGS, "steps": 20, "threshold": 0.93, **race_length.REGISTRATION,
+                "secondary_steps": [1, 10]}
+    (tmp_path / "protocol.json").write_text(json.dumps(protocol))
+    assert results_main(["headline", str(tmp_path / "runs.csv"), "--out", str(tmp_path)]) == 0
+    written = pd.read_csv(tmp_path / "thresholds.csv")
+    assert set(written["method"]) == set(race_length.METHODS)
+    for row in written.itertuples(index=False):
+        run = frame[(frame["method"] == row.method) & (frame["seed"] == row.seed)].sort_values("step")
+        step = plain_sustained_step(list(run["reward/length/mean"]), 0.93, race_length.WINDOW, race_length.HOLD_STEPS)
+        assert (None if pd.isna(row.step) else int(row.step)) == step
+    assert list(pd.read_csv(tmp_path / "runs.csv").columns[3:5]) == ["reward/correctness/mean", "reward/length/mean"]
+    assert "trailing 2-step mean" in (tmp_path / "summary.md").read_text()
+    assert "dara_asym - gdpo" in (tmp_path / "statistics.csv").read_text()
