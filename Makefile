@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 # CPU machines keep the CPU torch build. `make install GPU=1` installs verl 0.9.1's FSDP + vLLM stack on a GPU node
 # through scripts/install_gpu.sh: the CUDA line from the node's driver (>= 580: CUDA 13.0, lock
 # constraints/gpu-cu130.txt; 525-579: CUDA 12.9 builds of torch and vLLM from their own indexes, lock
-# constraints/gpu-cu129.txt; CUDA=12.9|13.0 chooses), flash-attn from a prebuilt wheel when one matches (else
-# runs use run.attention=sdpa until `make flash-attn` builds it), then bfcl-eval whatever happened to flash-attn.
+# constraints/gpu-cu129.txt; CUDA=12.9|13.0 chooses), flash-attn from a prebuilt wheel when one matches (else the
+# install ends naming `make flash-attn` and its cost: no paper run fits its cluster under run.attention=sdpa), then
+# bfcl-eval whatever happened to flash-attn.
 # WHEELS=DIR installs from downloaded wheels (the install names them when the node cannot reach the indexes).
 GPU    ?=
 CUDA   ?=
@@ -60,7 +61,7 @@ $(STAMP): pyproject.toml constraints/gpu-cu129.txt constraints/gpu-cu130.txt scr
 endif
 
 # FlashAttention 2.8.3 built from source against the installed CUDA torch (needs nvcc of torch's CUDA major
-# version, CUDA_HOME; 40-90 min at MAX_JOBS=32, ~9 GB RAM per job; MAX_JOBS=4 by default)
+# version, CUDA_HOME; 40-90 min at MAX_JOBS=32, ~9 GB RAM per job; MAX_JOBS from the node's cores and RAM by default)
 flash-attn:
 	$(GPU_INSTALL) flash-attn
 

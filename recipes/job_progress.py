@@ -1,4 +1,5 @@
-"""Did this Slurm job make progress? scripts/slurm/train.sbatch asks at the job's end, before requeueing itself.
+"""Did this Slurm job make progress? scripts/slurm/train.sbatch asks at the job's end (a stop at the pre-timeout
+signal, or Slurm ending it at its time limit), before requeueing itself.
 
     python -m recipes.job_progress --run-dir DIR --checkpoint-dir DIR --since-checkpoint N --job-start EPOCH
         [--total-steps S] [--time-limit T] [--save-freq F] [--signal-lead MIN]
@@ -63,7 +64,7 @@ def verdict(*, since: int, latest: int, records: list[dict], elapsed_min: float,
     pace = f"{step_min:.1f} min/step" if step_min is not None else "no step timing"
     if latest > since:
         return PROGRESS, (f"progress: checkpoint global_step_{latest} is new (this job: {ran} step(s), {pace}, "
-                      f"{elapsed_min:.0f} min): requeueing")
+                      f"{elapsed_min:.0f} min)")
     limit = time_limit or "its time limit"
     if step_min is None:
         return NO_PROGRESS, (f"not requeued: no checkpoint since this job started (latest: step {since}) and no step "

@@ -1,18 +1,19 @@
 """Helpers that scripts/slurm/train.sbatch calls on the job's first node.
 
-    python -m recipes.slurm job-env [--time-limit T] [--calibration FILE] [hydra overrides...]
+    python -m recipes.slurm job-env [--time-limit T] [--calibration FILE] [--cpus N] [hydra overrides...]
     python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
 
 `job-env` is the job's first step. It composes the run's config exactly as `python -m dara.train` will (same
 conf/, same overrides), fails in one line when another job holds the run folder (so a duplicate job exits
 before it starts Ray; dara.train takes the lock itself and checks the folder's configuration), checks this node
 (`dara.preflight.node_checks`: torch's build against the driver, vllm and flash_attn for the chosen attention,
-free disk at the checkpoint folder, progress within the job's actual time limit `--time-limit`) and exits 3
-naming each problem (the job then fails in seconds and is not requeued), else prints what the batch script
-needs: the run folder, its checkpoint folder and save frequency, and the Ray resources per node that the config
-asks for (`ray_kwargs.ray_init.num_cpus / num_gpus / object_store_memory`: a CPU run asks for logical CPUs and
-one logical GPU; a GPU cluster leaves them null and the allocation decides). The batch script starts Ray with
-them and hands the trainer the cluster's address.
+free disk at the checkpoint folder, progress within the job's actual time limit `--time-limit`, the Ray port
+plan for the node's CPUs `--cpus`) and exits 3 naming each problem (the job then fails in seconds and is not
+requeued), else prints what the batch script needs: the run folder, its checkpoint folder and save frequency,
+the Ray resources per node that the config asks for (`ray_kwargs.ray_init.num_cpus / num_gpus /
+object_store_memory`: a CPU run asks for logical CPUs and one logical GPU; a GPU cluster leaves them null and
+the allocation decides), Ray's CPUs and the size of the job's Ray port range for them (`dara.preflight.ray_ports`).
+The batch script starts Ray with them and hands the trainer the cluster's address.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ def compose_run(overrides: list[str]):
     return compose(overrides)
 
 
-def job_env(cfg) -> dict[str, str]:
-    """Shell variables for the batch script (empty string = not set by the config)."""
+def job_env(cfg, cpus: int | None = None) -> dict[str, str]:
+    """Shell variables for the batch script (empty string = not set by the config); `cpus`: the node's allocated
+    CPUs (default: this process's)."""
+    from dara.preflight import ray_ports
+
     ray_init = OmegaConf.select(cfg, "ray_kwargs.ray_init", default={}) or {}
+    ports = ray_ports.plan(cfg, cpus if cpus is not None else len(os.sched_getaffinity(0)))
 
     def text(value) -> str:
         return "" if value is None else str(value)
@@ -52,6 +57,14 @@ def job_env(cfg) -> dict[str, str]:
         "CONFIG_RAY_NUM_CPUS": text(ray_init.get("num_cpus")),
         "CONFIG_RAY_NUM_GPUS": text(ray_init.get("num_gpus")),
         "CONFIG_RAY_OBJECT_STORE_MEMORY": text(ray_init.get("object_store_memory")),
+        "RAY_CPUS": str(ports.cpus),
+        # the port range: RAY_PORT_UNITS consecutive units of RAY_PORT_UNIT ports from RAY_PORT_BASE, starting at
+        # one of RAY_PORT_PLACES units; Ray's fixed ports are its first RAY_FIXED_PORTS, the rest its workers'
+        "RAY_PORT_BASE": str(ray_ports.PORT_BASE),
+        "RAY_PORT_UNIT": str(ray_ports.PORT_UNIT),
+        "RAY_PORT_UNITS": str(ports.units),
+        "RAY_PORT_PLACES": str(ports.places),
+        "RAY_FIXED_PORTS": str(ray_ports.FIXED_PORTS),
     }
 
 
@@ -66,7 +79,7 @@ def check_run_folder(cfg) -> None:
         raise SystemExit(f"[dara-slurm] {error}") from None
 
 
-def check_node(cfg, time_limit: str | None, calibration: str | None) -> bool:
+def check_node(cfg, time_limit: str | None, calibration: str | None, cpus: int | None = None) -> bool:
     """The node checks of the job's first step, printed to stderr (the job's log); False on a problem."""
     from dara.preflight import CalibrationError, load_calibration, node_checks, parse_time_limit
 
@@ -75,7 +88,7 @@ def check_node(cfg, time_limit: str | None, calibration: str | None) -> bool:
     except CalibrationError as error:
         print(f"[dara-slurm] {error}", file=sys.stderr, flush=True)
         return False
-    report = node_checks(cfg, time_limit_minutes=parse_time_limit(time_limit), calibration=measured)
+    report = node_checks(cfg, time_limit_minutes=parse_time_limit(time_limit), calibration=measured, cpus=cpus)
     for section in report.sections:
         for line in section.lines:
             print(f"[dara-slurm] node check, {section.title}: {line}", file=sys.stderr)
@@ -128,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     env = commands.add_parser("job-env", help="check this node, then print the run's shell variables")
     env.add_argument("--time-limit", default=None, help="the job's time limit (squeue %%l); default: the cluster's")
     env.add_argument("--calibration", default=None, help="a gpu_smoke calibration file (step minutes)")
+    env.add_argument("--cpus", type=int, default=None, help="the node's allocated CPUs (default: this process's)")
     env.add_argument("overrides", nargs="*")
     wait = commands.add_parser("wait-nodes", help="wait until every node of the allocation joined Ray")
     wait.add_argument("--address", required=True, help="the Ray head's HOST:PORT")
@@ -138,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "job-env":
         cfg = compose_run(args.overrides)
         check_run_folder(cfg)
-        if not check_node(cfg, args.time_limit, args.calibration):
+        cpus = args.cpus if args.cpus is not None else len(os.sched_getaffinity(0))
+        if not check_node(cfg, args.time_limit, args.calibration, cpus):
             return 3
-        for key, value in job_env(cfg).items():
+        for key, value in job_env(cfg, cpus).items():
             print(f"{key}={shlex.quote(value)}")
     else:
         wait_for_nodes(args.address, parse_expected(args.expect), args.timeout, args.node_ip)

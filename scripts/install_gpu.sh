@@ -11,15 +11,18 @@
 #     the command that installs from them (WHEELS=DIR: pip's --find-links).
 #  3. torch, torchvision, torchaudio; vllm; the project with verl 0.9.1 (`-e .[verl,dev,gpu]`, verl[verl-core]: not
 #     verl's [fsdp] extra, whose cupy-cuda13x pin is CUDA 13 only and which adds nothing these runs import).
-#  4. optional: flash-attn 2.8.3 from a prebuilt wheel only (FLASH_ATTN_WHEEL, or verl's wheelhouse on the CUDA
-#     13.0 line), kept only when it imports against this torch. Without one the install says so and goes on:
-#     runs use run.attention=sdpa until `make flash-attn` has built it.
+#  4. flash-attn 2.8.3 from a prebuilt wheel only (FLASH_ATTN_WHEEL, or verl's wheelhouse on the CUDA 13.0 line),
+#     kept only when it imports against this torch. Without one the install goes on, and its summary says that
+#     no paper run can start before flash-attn is there (the paper runs' memory plans need flash_attention_2:
+#     under run.attention=sdpa they do not fit their clusters' token budgets) and names the command that builds
+#     it on this node, with its cost (`make flash-attn`: MAX_JOBS from this node's cores and RAM).
 #  5. bfcl-eval (--no-deps: its numpy pin conflicts with verl's; only its data and checkers are used). It runs
-#     whatever happened to the optional step.
-#  6. a summary (ok / FAILED / skipped per step) and this node's environment check.
+#     whatever happened to flash-attn.
+#  6. a summary (ok / FAILED / NOT INSTALLED per step) and this node's environment check.
 # flash-attn: builds flash-attn 2.8.3 from source against the installed torch (--no-build-isolation), after
-# checking for nvcc of torch's CUDA major version: 40-90 min at MAX_JOBS=32 (MAX_JOBS=4 here by default: each
-# compile job takes about 9 GB of RAM), only for this GPU's architecture (FLASH_ATTN_CUDA_ARCHS, from nvidia-smi).
+# checking for nvcc of torch's CUDA major version: reported 40-90 min at MAX_JOBS=32, longer with fewer jobs;
+# each compile job takes about 9 GB of RAM, so MAX_JOBS defaults to min(cores, RAM / 9 GB) of this node; only
+# for this GPU's architecture (FLASH_ATTN_CUDA_ARCHS, from nvidia-smi).
 #
 # DRY_RUN=1 prints the commands instead of running them (the indexes are then probed only with PROBE=1):
 # tests/test_preflight_lock.py checks the install this way, without downloading CUDA wheels.
@@ -39,6 +42,7 @@ TORCH_INDEX_CU129="${TORCH_INDEX_CU129:-https://download.pytorch.org/whl/cu129}"
 VLLM_INDEX_CU129="${VLLM_INDEX_CU129:-https://wheels.vllm.ai/0.24.0/cu129}"
 FLASH_ATTN_INDEX_CU130="${FLASH_ATTN_INDEX_CU130:-https://verl-project.github.io/verl-wheelhouse/simple}"
 FLASH_ATTN_VERSION=2.8.3
+FLASH_ATTN_MAKE="make flash-attn"
 BFCL_EVAL=bfcl-eval==2026.3.23
 
 say() { echo "[install] $*"; }
@@ -115,6 +119,29 @@ probe_indexes() {
 STEPS=()
 record() { STEPS+=("$1: $2"); }
 
+build_jobs() {  # compile jobs this node's RAM carries (about 9 GB each), at most one per core
+  local cores mem_gb
+  cores="$(nproc 2>/dev/null || echo 4)"
+  mem_gb="$(awk '/^MemTotal:/ {print int($2 / 1000000)}' /proc/meminfo 2>/dev/null || echo 36)"
+  local jobs=$((mem_gb / 9))
+  ((jobs > cores)) && jobs=$cores
+  ((jobs < 1)) && jobs=1
+  echo "$jobs"
+}
+
+no_flash_attn() {  # what the first paper run needs, with the command and its cost
+  local jobs
+  jobs="${MAX_JOBS:-$(build_jobs)}"
+  say "flash-attn is NOT installed: no paper run can start without it. The paper runs' cluster files plan"
+  say "  flash_attention_2; under run.attention=sdpa their memory plans do not fit their clusters' token budgets"
+  say "  per GPU (python -m recipes toolrl_main --preflight --skip-env --set run.attention=sdpa names those that do)."
+  say "  Before the first paper run, build it here (nvcc ${LINE:2:2}.x; reported 40-90 min at MAX_JOBS=32, longer"
+  say "  with fewer jobs; about 9 GB of RAM per job, $((jobs * 9)) GB at MAX_JOBS=$jobs):"
+  say "    CUDA_HOME=<CUDA ${LINE:2:2}.x toolkit> MAX_JOBS=$jobs $FLASH_ATTN_MAKE"
+  say "  or install a flash-attn $FLASH_ATTN_VERSION wheel built for torch 2.11 + CUDA ${LINE:2:2}:" \
+      "make install GPU=1 CUDA=${CUDA_VERSION} FLASH_ATTN_WHEEL=FILE|URL"
+}
+
 install_flash_attn_wheel() {  # optional: a prebuilt wheel only, kept only when it imports
   local source=()
   if [[ -n "$FLASH_ATTN_WHEEL" ]]; then
@@ -153,15 +180,15 @@ install() {
     record "flash-attn $FLASH_ATTN_VERSION (prebuilt)" ok
   else
     attention=sdpa
-    record "flash-attn $FLASH_ATTN_VERSION" "not installed (optional)"
-    say "no flash-attn: runs use torch's SDPA attention with run.attention=sdpa (padded micro-batches; the" \
-        "preflight plans their memory) until \`make flash-attn\` builds it (40-90 min, nvcc ${LINE:2:2}.x)"
+    record "flash-attn $FLASH_ATTN_VERSION" "NOT INSTALLED: needed by every paper run ($FLASH_ATTN_MAKE)"
   fi
   # bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
   if run "$PY" -m pip install -q --no-deps "$BFCL_EVAL"; then record "$BFCL_EVAL" ok; else record "$BFCL_EVAL" FAILED; fi
   say "summary (CUDA ${CUDA_VERSION}, lock $LOCK):"
   for step in "${STEPS[@]}"; do say "  $step"; done
-  ((DRY_RUN)) || PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m dara.preflight.environment --attention "$attention"
+  # the paper runs' attention: without flash-attn the check names it, and the last lines say what to run
+  ((DRY_RUN)) || PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m dara.preflight.environment
+  [[ "$attention" == sdpa ]] && no_flash_attn
   [[ "${STEPS[*]}" != *FAILED* ]]
 }
 
@@ -180,13 +207,13 @@ build_flash_attn() {
   have="$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
   [[ "$have" == "$major" ]] || die "nvcc is CUDA $have.x but torch is built for CUDA $cuda: point CUDA_HOME at a CUDA $major.x toolkit"
   arch="${FLASH_ATTN_CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')}"
+  export MAX_JOBS="${MAX_JOBS:-$(build_jobs)}" FLASH_ATTN_CUDA_ARCHS="${arch}"
   say "building flash-attn $FLASH_ATTN_VERSION for torch CUDA $cuda, GPU architecture ${arch:-default 80;90;100;120}," \
-      "MAX_JOBS=${MAX_JOBS:-4}: 40-90 min at MAX_JOBS=32, longer with fewer jobs; about 9 GB of RAM per job"
+      "MAX_JOBS=$MAX_JOBS: reported 40-90 min at MAX_JOBS=32, longer with fewer jobs; about 9 GB of RAM per job"
   run "$PY" -m pip install -q ninja psutil packaging einops || die "build tools failed to install"
-  export MAX_JOBS="${MAX_JOBS:-4}" FLASH_ATTN_CUDA_ARCHS="${arch}"
   echo "+ MAX_JOBS=$MAX_JOBS FLASH_ATTN_CUDA_ARCHS=$FLASH_ATTN_CUDA_ARCHS"
   run "$PY" -m pip install -c "$LOCK" --no-build-isolation --no-binary flash-attn "flash-attn==$FLASH_ATTN_VERSION" \
-    || die "the flash-attn build failed (see above); runs keep run.attention=sdpa"
+    || die "the flash-attn build failed (see above); no paper run can start without it"
   ((DRY_RUN)) || "$PY" -c "import flash_attn; print('[install] flash-attn', flash_attn.__version__, 'imports')" \
     || die "flash-attn was built but does not import"
   say "flash-attn built: runs can use run.attention=flash_attention_2 (the GPU clusters' default)"

@@ -20,6 +20,7 @@ from recipes.gpu_smoke import (
     CHECKS,
     Checklist,
     Measured,
+    attention_check,
     calibrate,
     checkpoint_resume_check,
     matching_clusters,
@@ -43,6 +44,19 @@ def test_checklist_says_ok_or_fail_for_each_part():
     for name in CHECKS:
         checks.add(name, True, "fine")
     assert checks.ok and json.loads(json.dumps(checks.as_json()))["rollout"] == {"ok": True, "detail": "fine"}
+
+
+def test_the_sdpa_fallback_fails_the_attention_check():
+    """The smoke still trains on sdpa (the rest of the GPU path is checked), but no paper run fits its cluster
+    under sdpa, so the attention check fails and names the build."""
+    steps = [{"step": 1}, {"step": 2}]
+    assert attention_check("flash_attention_2", steps) == (True, "flash_attention_2 (flash_attn imports), 2 steps "
+                                                                 "trained with it")
+    ok, detail = attention_check("sdpa", steps)
+    assert not ok and detail.startswith("sdpa (no flash_attn), 2 steps trained with it; no paper run can start")
+    assert "make flash-attn (40-90 min at MAX_JOBS=32" in detail and "--set run.attention=sdpa" in detail
+    assert attention_check("flash_attention_2", []) == (False, "flash_attention_2 (flash_attn imports), 0 steps "
+                                                               "trained with it")
 
 
 def test_clusters_are_matched_to_the_gpu_by_name_and_memory():

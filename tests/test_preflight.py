@@ -17,7 +17,7 @@ from dara.preflight import compose, preflight
 from dara.preflight.allocation import with_allocation
 from dara.preflight.environment import Environment, check_environment
 from dara.preflight.facts import model_facts
-from dara.preflight.memory import GIB, plan
+from dara.preflight.memory import GIB, check_memory, logits_bytes, plan
 from dara.preflight.report import Section
 
 MATH = ("task=deepscaler", "cluster=h100_x8")
@@ -78,7 +78,8 @@ def test_environment_names_each_broken_install_with_its_fix():
     assert environment_problems(cfg, CU129) == []
     (flash,) = environment_problems(cfg, replace(CU129, flash_attn="not installed"))
     assert flash == ("flash_attn not installed and run.attention=flash_attention_2; fix: make flash-attn (builds it "
-                     "against this torch), or run with run.attention=sdpa")
+                     "against this torch); run.attention=sdpa runs without it only at the smaller token budget per "
+                     "GPU that the preflight's memory section names")
     sdpa = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa")
     assert environment_problems(sdpa, replace(CU129, flash_attn="not installed")) == []
     (cpu,) = environment_problems(cfg, replace(CU129, torch="2.13.0+cpu", torch_cuda=None))
@@ -115,13 +116,27 @@ def test_sdpa_plans_padded_micro_batches_and_says_so():
     assert plan(sdpa, facts).micro_batch_tokens == 2 * plan(flash, facts).micro_batch_tokens == 2 * 16384
     text = preflight(sdpa, skip_env=True).text()
     assert "attention: sdpa" in text and "planned at 2.0 x 16384 = 32768 tokens" in text
-    # the padded logits no longer fit a 40 GB card: the preflight says which token budget would
+    # the padded logits no longer fit a 40 GB card: the preflight names the budgets that do, and the override
     (problem,) = problems_of(preflight(sdpa, skip_env=True), "memory")
-    assert problem.startswith("training phase (vLLM asleep) needs") and "actor.ppo_max_token_len_per_gpu <= " in problem
-    fits = int(problem.split("actor.ppo_max_token_len_per_gpu <= ")[1].split()[0])
-    smaller = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa",
-                       f"run.hardware.small.max_token_len_per_gpu={fits}")
-    assert not problems_of(preflight(smaller, skip_env=True), "memory")  # the budget it names does fit
+    assert problem.startswith("training phase (vLLM asleep) needs")
+    fits = int(problem.split("log-prob budgets <= ")[1].split()[0])
+    override = problem.split(": ")[-1].split()[0]
+    assert override == "run.hardware.small.max_token_len_per_gpu=4096" and problem.endswith("keeps 10% free)")
+    card = plan(sdpa, facts).card_gib * GIB
+
+    def training(tokens):  # the plan at another PPO token budget (the key the plan reads)
+        cfg = sdpa.copy()
+        cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu = tokens
+        result = plan(cfg, facts)
+        return result.total(result.training)
+
+    assert training(fits) <= card < training(fits + 16)  # the largest that fits
+    assert training(4096) <= 0.9 * card < training(4096 + 1024)  # the largest multiple of 1,024 keeping 10% free
+    suggested = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa", override)
+    assert suggested.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 4096
+    assert suggested.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu == 4096
+    assert suggested.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 4096
+    assert preflight(suggested, skip_env=True).ok
     sequence_parallel = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa",
                                  "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
     assert any("needs model.use_remove_padding" in p for p in problems_of(preflight(sequence_parallel, skip_env=True),
@@ -143,13 +158,46 @@ def test_job_that_cannot_write_a_checkpoint_in_its_time_is_rejected():
     assert "cannot finish one 45-min step" in short and "--time to >= 1:50:00" in short
 
 
+def test_time_limit_verdict_says_how_each_job_progresses_and_agrees_with_its_arithmetic():
+    """A math step (12 min) + its save outlast the 5-min signal lead: the verdict is the requeue at the limit from
+    the newest save_freq checkpoint, never "ok" beside a lead that does not fit; a tool-calling step fits."""
+    cfg = composed(*MATH, "model=deepseek-r1-distill-qwen-1.5b")
+    report = preflight(cfg, skip_env=True)
+    (section,) = [s for s in report.sections if s.title == "time limit"]
+    save = 16 * model_facts(cfg).num_parameters / 1e9 / 60  # 16 B/param at 1 GB/s, in minutes
+    per_job = (1440 - 20) // 12  # 118 steps; checkpoints every 10 -> the newest at step 110 of the job
+    assert 12 + save > 5 and per_job == 118
+    assert section.verdict == ("each job requeues itself when Slurm ends it at the limit, from its newest save_freq "
+                               "checkpoint")
+    assert f"a step + a save = 12 + {save:.1f} min (at 1 GB/s, estimate) = {12 + save:.1f} min > 5 min" in section.lines[1]
+    assert section.lines[2] == ("each job: about 118 steps, checkpointed every 10: the newest at its step 110, so "
+                                "about 8 step(s) (96 min) and the step in flight are redone by the next job; 200 "
+                                "steps = 200 / 110 -> about 2 jobs")
+    assert "== time limit: ok: each job requeues itself when Slurm ends it at the limit" in report.text()
+    seven = [s for s in preflight(composed(*MATH, "model=deepseek-r1-distill-qwen-7b"), skip_env=True).sections
+             if s.title == "time limit"][0]
+    assert seven.lines[2].endswith("the newest at its step 30, so about 1 step(s) (45 min) and the step in flight "
+                                   "are redone by the next job; 200 steps = 200 / 30 -> about 7 jobs")
+    # tool calling on 4 x A100-40GB: 4 min + 0.4 fit in the lead; 100 steps fit in one 24 h job, not in 4 h
+    toolrl = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct")
+    (one_job,) = [s for s in preflight(toolrl, skip_env=True).sections if s.title == "time limit"]
+    assert one_job.verdict == "all 100 steps fit in one job" and "= 4.4 min <= 5 min" in one_job.lines[1]
+    (short,) = [s for s in preflight(toolrl, time_limit_minutes=240, skip_env=True).sections if s.title == "time limit"]
+    assert short.verdict == "each job stops at the pre-timeout signal with a checkpoint and requeues itself"
+    assert short.lines[2] == ("each job: about 55 steps, the last one checkpointed at the signal; 100 steps = "
+                              "100 / 55 -> about 2 jobs")
+
+
 # Hand calculations per paper model on its paper cluster (GiB per GPU), written out here independently of
 # dara/preflight/memory.py from verl 0.9.1's facts: fp32 actor AND reference (model_dtype fp32), a 2 GiB weight-sync
 # bucket, a sleeping vLLM keeping 1 GiB. P parameters, W GPUs, T tokens per micro-batch, V vocabulary, h hidden,
 # L layers, I MLP width, q / kv the query / key-value widths (heads x head_dim), E = V h the embedding (the
 # largest FSDP unit of every model here).
 # training = (4 params + 4 grads + 8 Adam [+ 4 resident reference]) P / W + 4 E + T h 2 L
-#            + T (6 h + 2 (q + 2 kv) + 6 I) 2 + 10 T V + 1 (vLLM asleep) + 0.5 (context) + 1.5 (overhead) GiB;
+#            + T (6 h + 2 (q + 2 kv) + 6 I) 2 + 6 T V + 1 (vLLM asleep) + 0.5 (context) + 1.5 (overhead) GiB;
+# 6 B per token x vocabulary entry: the larger of the update (bf16 logits 2, and with entropy_coeff != 0, as in
+# tool calling, a not-in-place cross-entropy gradient 2 + the entropy's gradient 2) and the log-prob pass (bf16
+# logits 2 + the compiled entropy's fp32 softmax 4, in both tasks);
 # rollout = (4 unless params offloaded + 8 unless Adam offloaded + 4 resident reference) P / W + util x card + 2 GiB;
 # weight sync = (4 + 8 unless Adam offloaded + 4 resident reference) P / W + 2 P / TP + 2 GiB bucket + 2 E + 2 GiB;
 # KV per token = 2 L kv 2 B / TP.
@@ -164,7 +212,7 @@ def hand(P, W, T, V, h, L, q, kv, intermediate, resident, util, card):
     """(training, rollout, weight sync) bytes; `resident` = B/param of FSDP state kept while vLLM is awake."""
     E = V * h
     training = (16 + (4 if resident["ref"] else 0)) * P / W + 4 * E + T * h * 2 * L \
-        + T * width(h, q, kv, intermediate) * 2 + 10 * T * V + 3 * G
+        + T * width(h, q, kv, intermediate) * 2 + 6 * T * V + 3 * G
     rollout = ((0 if resident["params_offloaded"] else 4) + (0 if resident["adam_offloaded"] else 8)
                + (4 if resident["ref"] else 0)) * P / W + util * card * G + 2 * G
     sync = (4 + (0 if resident["adam_offloaded"] else 8) + (4 if resident["ref"] else 0)) * P / W + 2 * P \
@@ -207,11 +255,114 @@ def test_memory_plan_matches_a_hand_calculation(model):
     assert result.total(result.training) < result.card_gib * GIB  # and the paper's setting fits
     report = preflight(cfg, skip_env=True)
     text = report.text()
-    assert "logits peak" in text and f"x {cfg.run.model_facts.vocab_size} x 10 B" in text  # arithmetic shown
+    assert "logits peak" in text and f"x {cfg.run.model_facts.vocab_size} x 6 B" in text  # arithmetic shown
+    assert "logits bytes per token x vocabulary entry (verl 0.9.1's prepare_model_outputs): update " in text
+    assert "; log-prob pass 6 B = " in text
     for key in ("actor.fsdp_config.model_dtype fp32", "update_weights_bucket_megabytes", "rollout.free_cache_engine",
                 "rollout.gpu_memory_utilization", "model.enable_gradient_checkpointing"):
         assert key in text  # each line names the verl key it comes from
     assert report.ok, text
+
+
+def with_values(cfg, **values):
+    """A copy of a composed run with dotted keys set (the plan reads the resolved values)."""
+    from omegaconf import OmegaConf
+
+    copy = cfg.copy()
+    for key, value in values.items():
+        OmegaConf.update(copy, key.replace("__", "."), value)
+    return copy
+
+
+def test_logits_bytes_follow_verls_code_paths():
+    """Bytes per token x vocabulary entry of each pass, by hand from verl 0.9.1's FSDP engine: bf16 logits 2;
+    with padding removed the flash-attn cross-entropy gradient is written into them unless the entropy has
+    gradients (entropy_coeff != 0: +2, and +2 for the entropy's gradient); the compiled entropy's forward holds one
+    fp32 softmax (4) in the log-prob pass; uncompiled it keeps that softmax (4) and its fp32 input copy (4);
+    padded (sdpa, no flash-attn): + the unpadded copy 2 + the kept fp32 log-softmax 4 + its gradient 2."""
+    toolrl = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct")
+    math = composed(*MATH, "model=deepseek-r1-distill-qwen-1.5b")
+    assert toolrl.actor_rollout_ref.actor.entropy_coeff == 0.001 and math.actor_rollout_ref.actor.entropy_coeff == 0
+    assert toolrl.actor_rollout_ref.actor.fsdp_config.use_torch_compile is True  # verl's default, kept
+
+    def passes(cfg):
+        found = logits_bytes(cfg)
+        return sum(b for b, _ in found.update), sum(b for b, _ in found.log_prob), found.peak
+
+    assert passes(toolrl) == (2 + 2 + 2, 2 + 4, 6)
+    assert passes(math) == (2, 2 + 4, 6)
+    assert "not in place: entropy_coeff 0.001" in logits_bytes(toolrl).text()
+    assert "written into them" in logits_bytes(math).text()
+    eager = with_values(toolrl, actor_rollout_ref__actor__fsdp_config__use_torch_compile=False)
+    assert passes(eager) == (2 + 2 + 2 + 4, 2 + 4 + 4, 10)
+    assert passes(with_values(math, actor_rollout_ref__rollout__temperature=0.6)) == (2 + 2, 2 + 2 + 4, 8)
+    sdpa = composed(*TOOLRL, "model=qwen2.5-1.5b-instruct", "run.attention=sdpa")
+    assert passes(sdpa) == (2 + 2 + 4 + 2 + 4 + 2, 2 + 4 + 4, 16)
+    assert passes(with_values(sdpa, actor_rollout_ref__actor__entropy_coeff=0.0)) == (2 + 2 + 4 + 2, 2 + 4 + 4, 10)
+
+
+def test_verl_facts_behind_the_logits_bytes():
+    """The lines of verl 0.9.1 that `logits_bytes` reads (source text: importing the FSDP engine imports vLLM)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    verl = Path(importlib.util.find_spec("verl").origin).parent
+    engine = (verl / "workers/engine/fsdp/transformer_impl.py").read_text()
+    # padding removed: the cross-entropy gradient goes in place unless the entropy is computed
+    assert re.search(r"inplace_backward = True\s+if calculate_entropy:\s+inplace_backward = False", engine)
+    assert "torch.compile(entropy_from_logits, dynamic=True)" in engine  # fsdp_config.use_torch_compile
+    # padded (no remove padding): the entropy is called uncompiled on the padded logits
+    assert "entropy = verl_F.entropy_from_logits(logits)" in engine
+    assert "logits_rmpad = torch.cat([t for t in logits.unbind()])" in engine
+    functional = (verl / "utils/torch_functional.py").read_text()
+    assert "logprobs_from_logits_flash_attn(logits, labels, inplace_backward=inplace_backward)" in functional
+    assert "output = logprobs_from_logits_v2(logits, labels)" in functional  # without flash-attn
+    trainer = (verl / "trainer/ppo/v1/trainer_base.py").read_text()
+    assert re.search(r"calculate_entropy = self\.config\.actor_rollout_ref\.actor\.calculate_entropy or \(\s+"
+                     r"self\.config\.actor_rollout_ref\.actor\.entropy_coeff != 0\.0", trainer)  # _update_actor
+    assert '"calculate_entropy": True,' in trainer  # _compute_old_log_prob: the log-prob pass computes it
+
+
+@pytest.mark.slow  # torch.compile on a CPU
+def test_compiled_entropy_keeps_only_its_input_for_the_backward():
+    """verl's entropy_from_logits under torch.compile (as its FSDP engine runs it) saves its input and per-row
+    scalars for the backward; eager it also keeps vocabulary-sized tensors (the softmax)."""
+    import torch
+    from verl.utils.torch_functional import entropy_from_logits
+
+    logits = torch.randn(8, 512, dtype=torch.bfloat16, requires_grad=True)
+
+    def kept(fn):
+        shapes = []
+        with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: shapes.append((t.shape[-1], t.data_ptr() == logits.data_ptr())) or t, lambda t: t):
+            fn(logits).sum().backward()
+        return shapes
+
+    vocabulary_sized = [same for width, same in kept(torch.compile(entropy_from_logits, dynamic=True)) if width == 512]
+    assert vocabulary_sized == [True]  # only the logits themselves
+    assert any(width == 512 and not same for width, same in kept(entropy_from_logits))
+
+
+def test_a100_40gb_tool_calling_keeps_ten_percent_free():
+    for model in ("qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct"):
+        cfg = composed(*TOOLRL, f"model={model}")
+        result = plan(cfg, model_facts(cfg))
+        for phase, terms in result.phases():
+            assert result.total(terms) <= 0.9 * result.card_gib * GIB, (model, phase)
+        section = Section("memory")
+        check_memory(cfg, model_facts(cfg), section)
+        assert section.problems == section.notes == []
+        assert any(line.endswith("28% free" if model.startswith("qwen2.5-1.5b") else "25% free")
+                   for line in section.lines if "total" in line)
+    # a phase planned within 10% of the card is noted (it fits, with no margin for the estimates)
+    tight = with_values(composed(*TOOLRL, "model=qwen2.5-1.5b-instruct"),
+                        actor_rollout_ref__rollout__gpu_memory_utilization=0.78)
+    section = Section("memory")
+    check_memory(tight, model_facts(tight), section)
+    (note,) = section.notes
+    assert not section.problems and note.startswith("rollout phase (vLLM awake) leaves 2% of the card free")
 
 
 def test_checkpoint_policy_caps_checkpoints_and_keeps_the_evaluated_steps(tmp_path):

@@ -1,9 +1,10 @@
 """The CPU smoke run on a real one-node Slurm cluster, through the recipes' Slurm launcher and
-scripts/slurm/train.sbatch (Ray head started by the job, trainer against it), stopped by the pre-timeout signal,
-requeued by the job itself and resumed from its checkpoint with every step exactly once (the Slurm layer's resume
-test; two training starts, ~6-7 minutes on 2 cores). tests/slurm_cluster.py installs (apt-get) and starts Slurm;
-skipped only where it cannot be installed. The job's end-of-job decision (requeue only with a new checkpoint, and
-the line saying why not) is tested without Slurm in tests/test_job_progress.py.
+scripts/slurm/train.sbatch (Ray head started by the job on its sized port range, trainer against it): stopped by
+the pre-timeout signal, then ended by Slurm at its time limit in the middle of a step, requeued by the job itself
+both times and resumed from its checkpoint with every step exactly once (the Slurm layer's resume test; three
+training starts, ~9-10 minutes on 2 cores). tests/slurm_cluster.py installs (apt-get) and starts Slurm; skipped
+only where it cannot be installed. The job's end-of-job decision (requeue only with a new checkpoint, and the line
+saying why not) is tested without Slurm in tests/test_job_progress.py, the port range in tests/test_ray_ports.py.
 
 Also the pieces of scripts/slurm/ that a multi-node job relies on, without Slurm: a worker node's ray_node.sh
 gives up with a clear error when the head never answers, `wait-nodes` names the nodes that never joined, and
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,11 +27,15 @@ from pathlib import Path
 
 import pytest
 
+from dara.preflight import compose
+from dara.preflight.ray_ports import plan
 from dara.run_log import read_metrics
+from recipes.job_progress import latest_checkpoint
 from recipes.runner import PROJECT_ROOT
 from recipes.slurm import parse_expected, wait_for_nodes
 from tests.slurm_cluster import LocalSlurm
 from tests.slurm_jobs import (
+    DONE,
     RUNNING,
     assert_completed,
     cluster_for_jobs,
@@ -37,7 +43,7 @@ from tests.slurm_jobs import (
     steps_of,
 )
 
-JOB_TIMEOUT_S = 480
+JOB_TIMEOUT_S = 900  # each wait: a start and a few steps take ~2-8 min on 2 shared cores
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # a real Slurm cluster and CPU training jobs
@@ -77,33 +83,93 @@ def wait_for_log(run_dir: Path, text: str, job_id: str, slurm: LocalSlurm, timeo
         time.sleep(0.5)
 
 
+def processes() -> list[tuple[int, int, str]]:
+    out = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    return [(int(pid), int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in out.splitlines())]
+
+
+def raylet(slurm: LocalSlurm) -> tuple[int, str]:
+    """(pid, command line) of the raylet of this cluster's job (its Ray temp folders are under the job's TMPDIR)."""
+    (found,) = [(pid, args) for pid, _, args in processes()
+                if args.split()[0].endswith("/raylet") and f"{slurm.env['TMPDIR']}/ray_dara_" in args]
+    return found
+
+
+def task_runner_pid(slurm: LocalSlurm) -> int:
+    """The process running verl's training loop of this cluster's job: the TaskRunner actor, a worker of its
+    raylet (not of another Ray on this machine)."""
+    parent = raylet(slurm)[0]
+    (pid,) = [pid for pid, ppid, args in processes() if ppid == parent and args.startswith("ray::DaraTaskRunner")]
+    return pid
+
+
+def wait_for_checkpoint(run_dir: Path, step: int, job_id: str, slurm: LocalSlurm) -> None:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while latest_checkpoint(run_dir / "checkpoints") < step:
+        assert slurm.job_state(job_id) in RUNNING and time.monotonic() < deadline, job_log(run_dir)[-4000:]
+        time.sleep(0.5)
+
+
+def release(slurm: LocalSlurm, job_id: str) -> None:
+    """Start a requeued job now (Slurm holds it back for a while: reason BeginTime)."""
+    assert slurm.job_field(job_id, "Reason") == "BeginTime"
+    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
+
+
 def test_cpu_smoke_through_sbatch_checkpoints_on_the_pre_timeout_signal_requeues_itself_and_resumes(
         slurm, output_root):
-    """The smoke recipe through the Slurm launcher, 4 steps. SIGUSR1 (what --signal=B:USR1@300 sends before the
-    time limit) after step 1: the trainer saves at the next step boundary (the smoke task has no save_freq: the
-    checkpoint is the stop's), the job requeues itself, and the rerun resumes from that checkpoint with every
-    step once; the run folder, the job logs and the Ray teardown are those of a finished job, and a rerun of the
-    recipe submits nothing."""
-    steps = 4
-    job_id = submit_recipe(slurm, output_root, "--steps", str(steps))
+    """The smoke recipe through the Slurm launcher, 5 steps, a checkpoint every step.
+    Job 1: SIGUSR1 (what --signal=B:USR1@300 sends before the time limit) after step 1: the trainer saves at the
+    next step boundary and stops, the job requeues itself. Job 2, a step that outlasts the signal lead: after its
+    first step (checkpointed), its trainer is held in the next step (SIGSTOP) and the job's time limit cut to one
+    minute; Slurm ends the job at the limit in the middle of that step, and the job requeues itself from the
+    checkpoint. Job 3 resumes and finishes: every step once; the run folder, the job logs and the Ray teardown
+    are those of a finished job, and a rerun of the recipe submits nothing. Ray ran on the port range
+    dara.preflight.ray_ports sizes for its CPUs, pre-starting one worker per CPU."""
+    steps = 5
+    ports = plan(compose(["task=smoke"]), None)  # composed first: after step 1 the test must not lose time
+    job_id = submit_recipe(slurm, output_root, "--steps", str(steps), "--set", "trainer.save_freq=1")
     run_dir = output_root / "smoke-tiny-dara_asym-s0"
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not ((run_dir / "metrics.jsonl").exists() and steps_of(run_dir)):
         assert slurm.job_state(job_id) in RUNNING and time.monotonic() < deadline, job_log(run_dir)[-4000:]
         time.sleep(0.5)
+    args = raylet(slurm)[1]
+
+    # job 1: the pre-timeout signal, a clean stop at the next step boundary
     assert slurm.command(["scancel", "--batch", "--signal=USR1", job_id]).returncode == 0
+    # the port range: job-env's size for the smoke's 16 logical CPUs, given to the raylet, which pre-starts 16
+    first, last, units = (int(x) for x in re.search(r"ports (\d+)-(\d+) \((\d+) x 256;", job_log(run_dir)).groups())
+    assert (ports.cpus, units, last - first + 1) == (16, ports.units, ports.ports)
+    assert f"--min_worker_port={first + 16} " in args and f"--max_worker_port={last} " in args
+    assert "--num_prestart_python_workers=16 " in args
     slurm.wait_state(job_id, {"PENDING"}, JOB_TIMEOUT_S)  # requeued by the job itself
     log, lines_before = job_log(run_dir), (run_dir / "metrics.jsonl").read_text().splitlines()
     stopped = steps_of(run_dir)[-1]
-    assert 1 < stopped < steps and steps_of(run_dir) == list(range(1, stopped + 1))
+    assert 1 < stopped < steps - 1 and steps_of(run_dir) == list(range(1, stopped + 1))
     assert "time limit near (SIGUSR1)" in log
     assert f"progress: checkpoint global_step_{stopped} is new (this job: {stopped} step(s)" in log
     assert f"job {job_id} requeues itself (scontrol requeue)" in log
-    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(stopped)
-    assert slurm.job_field(job_id, "Reason") == "BeginTime"
-    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "StartTime=now"]).returncode == 0
+    assert latest_checkpoint(run_dir / "checkpoints") == stopped
+    release(slurm, job_id)
+
+    # job 2: its trainer held in a step after one checkpointed step, Slurm ends the job at its time limit
+    wait_for_checkpoint(run_dir, stopped + 1, job_id, slurm)
+    os.kill(task_runner_pid(slurm), signal.SIGSTOP)  # verl's training loop held: a step longer than the time left
+    time_limit = slurm.job_field(job_id, "TimeLimit")
+    assert slurm.command(["scontrol", "update", f"jobid={job_id}", "TimeLimit=1"]).returncode == 0
+    state = slurm.wait_state(job_id, {"PENDING"} | DONE, JOB_TIMEOUT_S)
+    log, checkpoint = job_log(run_dir), latest_checkpoint(run_dir / "checkpoints")
+    assert state == "PENDING", log[-4000:]  # requeued by the job itself in Slurm's KillWait
+    assert checkpoint > stopped and steps_of(run_dir) == list(range(1, checkpoint + 1)), log[-4000:]
+    assert f"progress: checkpoint global_step_{checkpoint} is new (this job: {checkpoint - stopped} step(s)" in log
+    assert f"job {job_id} ended at its time limit in the middle of a step: it requeues itself (scontrol requeue)" in log
+    assert slurm.command(["scontrol", "update", f"jobid={job_id}", f"TimeLimit={time_limit}"]).returncode == 0
+    release(slurm, job_id)
+
+    # job 3: resumes from that checkpoint and finishes
     log = assert_completed(slurm, job_id, run_dir, JOB_TIMEOUT_S)
-    assert slurm.job_field(job_id, "Restarts") == "1" and steps_of(run_dir) == list(range(1, steps + 1))
+    assert slurm.job_field(job_id, "Restarts") == "2" and steps_of(run_dir) == list(range(1, steps + 1))
     assert (run_dir / "metrics.jsonl").read_text().splitlines()[:len(lines_before)] == lines_before  # kept as logged
 
     for record in read_metrics(run_dir / "metrics.jsonl"):

@@ -12,7 +12,9 @@ run exactly as `python -m dara.train` does (same conf/, same overrides), then ch
   cache (`dara.preflight.memory`);
 - checkpoints: disk per save and per run (`dara.preflight.budget`);
 - time limit: whether a job makes progress (a checkpoint) within the time requested (`--time`, else the cluster
-  file's `job_time_limit_minutes`), from the cluster file's step estimate or a gpu_smoke calibration file;
+  file's `job_time_limit_minutes`), from the cluster file's step estimate or a gpu_smoke calibration file, and
+  how: a clean stop at the pre-timeout signal, or a requeue at the limit from the newest checkpoint;
+- ray ports: verl's Ray workers and the port range a job's Ray gets for them (`dara.preflight.ray_ports`);
 - unless `--skip-env` (the checks of this machine): environment (torch's build against the driver, vllm,
   flash_attn for the chosen attention; on a CPU run vLLM's CPU build at its pinned version, importing; each with
   its fixing command: `dara.preflight.environment`) and disk
@@ -31,6 +33,7 @@ from dara.preflight.calibration import Calibration, CalibrationError, load_calib
 from dara.preflight.environment import check_environment
 from dara.preflight.facts import ModelFacts, model_facts
 from dara.preflight.memory import check_memory
+from dara.preflight.ray_ports import check_ray_ports
 from dara.preflight.report import Report
 from dara.preflight.rollout import check_rollout_section
 from dara.slurm_time import format_time_limit, parse_time_limit
@@ -66,6 +69,7 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
     check_memory(cfg, facts, report.section("memory"))
     check_checkpoints(cfg, facts, report.section("checkpoints"))
     check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)
+    check_ray_ports(cfg, report.section("ray ports"))
     if not skip_env:
         check_environment(cfg, report.section("environment"))
         check_disk(cfg, facts, report.section("disk"))
@@ -73,12 +77,14 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
 
 
 def node_checks(cfg: DictConfig, *, time_limit_minutes: float | None = None,
-                calibration: Calibration | None = None) -> Report:
+                calibration: Calibration | None = None, cpus: int | None = None) -> Report:
     """What the first step of a job checks on its compute node: the environment, free disk at the checkpoint
-    folder, and progress within the job's actual time limit (the allocation is the job's own)."""
+    folder, progress within the job's actual time limit, and the Ray port range for the node's `cpus` (the
+    allocation is the job's own)."""
     report = Report(str(cfg.run.name), "this node")
     facts = model_facts(cfg)
     check_environment(cfg, report.section("environment"))
     check_disk(cfg, facts, report.section("disk"))
     check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)
+    check_ray_ports(cfg, report.section("ray ports"), cpus)
     return report

@@ -10,13 +10,16 @@ written the previous ones are still there, so the disk must hold the retained pl
 
 The minutes per step are the cluster file's `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE, printed as
 one), or a `python -m recipes gpu_smoke` calibration file's figure for the cluster and model (`--calibration`).
-A job makes progress when it writes a checkpoint before its time limit: at a `save_freq` step, or at the first
-step boundary after the pre-timeout signal (`run.hardware.signal_lead_minutes` before the limit: the trainer
-saves there, dara.verl.stop_request), which finishes in time only when a step plus a save fit in the lead.
+A job makes progress when it writes a checkpoint before its time limit: at the first step boundary after the
+pre-timeout signal (`run.hardware.signal_lead_minutes` before the limit: the trainer saves there and stops,
+dara.verl.stop_request), which is in time only when a step plus a save fit in the lead, or else at its newest
+`save_freq` step: Slurm then ends the job at the limit in the middle of a step and train.sbatch requeues it from
+that checkpoint. The section's verdict says which of the two each job relies on, and how many jobs the run takes.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -165,24 +168,38 @@ def check_time(cfg: DictConfig, facts: ModelFacts | None, section: Section, time
                  f"({'--time' if requested else 'the cluster file job_time_limit_minutes'}) - start-up {startup:g} min "
                  f"-> {per_job} steps per job; save_freq {freq}; {steps} steps = about {steps * step / 60:.1f} h")
     save = _save_bytes(cfg, facts) / GB / SAVE_GB_PER_S / 60
-    signal_save = step + save < lead
-    section.line(f"pre-timeout signal {lead:g} min before the limit: the trainer saves at the next step boundary; "
-                 f"a step + a save ({save:.1f} min at {SAVE_GB_PER_S:g} GB/s, estimate) "
-                 f"{'fit' if signal_save else 'do not fit'} in it")
-    regular = freq > 0 and per_job >= freq
+    in_flight = round(step + save, 1)  # decided on the printed figure, so the line and the verdict agree
+    clean = in_flight <= lead
+    section.line(f"pre-timeout signal {lead:g} min before the limit: the trainer stops at its next step boundary "
+                 f"with a checkpoint; a step + a save = {step:g} + {save:.1f} min (at {SAVE_GB_PER_S:g} GB/s, "
+                 f"estimate) = {in_flight:.1f} min {'<=' if clean else '>'} {lead:g} min: "
+                 + ("it stops before the limit" if clean else "the step in flight may outlast the limit"))
     if per_job < 1:
         section.fail(f"a job of {format_time_limit(limit)} spends {startup:g} min starting and cannot finish one "
                      f"{step:g}-min step: it would end without a checkpoint and is not requeued (raise --time to >= "
                      f"{format_time_limit(startup + 2 * step)})")
-    elif not regular and not signal_save:
+        return
+    kept = per_job if clean else (per_job // freq * freq if freq > 0 else 0)  # steps a job keeps
+    if not kept:
         needed = startup + (freq if freq > 0 else steps) * step
         section.fail(f"a job runs about {per_job} steps but saves every {freq if freq > 0 else 'never'}, and a "
                      f"{step:g}-min step + save outlasts the {lead:g}-min warning: a job could end without a new "
                      f"checkpoint and is then not requeued (trainer.save_freq <= {per_job}, or --time >= "
                      f"{format_time_limit(needed)})")
-    elif not regular:
-        section.note(f"jobs run about {per_job} steps, fewer than save_freq {freq}: each job's progress is the "
-                     "checkpoint saved at the pre-timeout signal")
+        return
+    jobs = math.ceil(steps / kept)
+    if per_job >= steps:
+        section.verdict = f"all {steps} steps fit in one job"
+    elif clean:
+        section.verdict = "each job stops at the pre-timeout signal with a checkpoint and requeues itself"
+        section.line(f"each job: about {per_job} steps, the last one checkpointed at the signal; {steps} steps = "
+                     f"{steps} / {per_job} -> about {jobs} jobs")
+    else:
+        section.verdict = ("each job requeues itself when Slurm ends it at the limit, from its newest save_freq "
+                           "checkpoint")
+        section.line(f"each job: about {per_job} steps, checkpointed every {freq}: the newest at its step {kept}, "
+                     f"so about {per_job - kept} step(s) ({(per_job - kept) * step:g} min) and the step in flight are "
+                     f"redone by the next job; {steps} steps = {steps} / {kept} -> about {jobs} jobs")
 
 
 def _save_bytes(cfg: DictConfig, facts: ModelFacts | None) -> float:

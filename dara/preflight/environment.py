@@ -155,7 +155,8 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
                      f"different CUDA builds; fix: {GPU_INSTALL} {cuda_line(env.torch_cuda)}")
     if attention == "flash_attention_2" and env.flash_attn is not None:
         found.append(f"flash_attn {env.flash_attn} and run.attention=flash_attention_2; fix: {FLASH_ATTN_BUILD} "
-                     f"(builds it against this torch), or run with {SDPA_FALLBACK}")
+                     f"(builds it against this torch); {SDPA_FALLBACK} runs without it only at the smaller token "
+                     "budget per GPU that the preflight's memory section names")
     return found
 
 

@@ -17,11 +17,31 @@ comes from (keys under `actor_rollout_ref.`), and the facts below were read in v
   step), the reference unless offloaded, the FSDP all-gather of the largest unit (current + prefetch, bf16
   compute), checkpointed activations, one recomputed decoder layer (its hidden, attention and MLP tensors at the
   model's real `intermediate_size`) and the logits of a dynamic micro-batch of `actor.ppo_max_token_len_per_gpu`
-  tokens. Under SDPA (`run.attention=sdpa`, `model.use_remove_padding=false`) verl pads each micro-batch to its
-  longest sequence (`prepare_model_inputs`, `to_padded_tensor`): the token terms are planned at
-  SDPA_PADDING_FACTOR x the budget.
-The constants below are estimates (not measured here); each term is printed with its arithmetic.
-`python -m recipes gpu_smoke` measures the phases on a real GPU next to this plan.
+  tokens, at the bytes per token x vocabulary entry of `logits_bytes` (read in verl's code, below). Under SDPA
+  (`run.attention=sdpa`, `model.use_remove_padding=false`) verl pads each micro-batch to its longest sequence
+  (`prepare_model_inputs`, `to_padded_tensor`): the token terms are planned at SDPA_PADDING_FACTOR x the budget.
+The constants below are estimates (not measured here); each term is printed with its arithmetic, and a phase
+that leaves less than HEADROOM of the card free gets a note. `python -m recipes gpu_smoke` measures the phases on
+a real GPU next to this plan.
+
+The logits' bytes (`logits_bytes`), from verl 0.9.1's FSDP engine (`workers/engine/fsdp/transformer_impl.py`:
+`FSDPEngineWithLMHead.prepare_model_outputs`, `forward_step`) and `utils/torch_functional.py`: the logits are
+bf16 (FSDP's mixed-precision param_dtype and `forward_step`'s autocast); a copy when rollout.temperature != 1
+(`_scale_logits_by_temperature`). With padding removed (flash_attention_2): `logprobs_from_logits` runs
+flash-attn's Triton cross-entropy, whose backward writes the gradient into the logits when `inplace_backward`
+(`dlogits = logits if ctx.inplace_backward else torch.empty_like(logits)` in flash_attn/ops/triton/cross_entropy.py);
+`prepare_model_outputs` turns that off when the entropy is computed, which the update does when
+`actor.entropy_coeff != 0` (`trainer/ppo/v1/trainer_base.py` `_update_actor`): then a bf16 cross-entropy gradient
+and the entropy's bf16 gradient sit beside the logits. The entropy (`entropy_from_logits`: softmax, logsumexp)
+runs under `torch.compile` (`fsdp_config.use_torch_compile`, true in verl's config), which keeps only its bf16
+input for the backward (eager keeps the fp32 softmax: CUDA autocast runs softmax in fp32); its forward may hold
+one fp32 softmax buffer, which is the peak of the forward-only log-prob pass (the actor's old log-probs always
+compute the entropy: `_compute_old_log_prob`). With padding (sdpa) `prepare_model_outputs` calls the entropy
+uncompiled on the padded logits (fp32 input copy and softmax), copies the real tokens out (`logits_rmpad`), and
+without flash-attn (sdpa's reason) `logprobs_from_logits_v2` keeps each row's fp32 log-softmax for the backward.
+`entropy_from_logits_with_chunking` and `entropy_checkpointing` do not lower the update's peak: chunking keeps
+each chunk's fp32 copies for the backward, and checkpointing recomputes the entropy in the backward, where the
+peak is. Each pass's bytes are the sum of what can be alive at once (an upper bound).
 """
 
 from __future__ import annotations
@@ -38,7 +58,9 @@ CUDA_CONTEXT_GIB = 0.5  # one process's CUDA context (the trainer rank's; vLLM's
 RUNTIME_OVERHEAD_GIB = 1.5  # NCCL buffers, allocator fragmentation
 VLLM_WORKSPACE_GIB = 2.0  # vLLM's activation peak and CUDA graphs, taken from its share before the KV cache
 VLLM_ASLEEP_GIB = 1.0  # a sleeping vLLM worker: its CUDA context + CUDA graph pools (0.5 with enforce_eager)
-LOGITS_BYTES = 10  # per token x vocabulary entry: bf16 logits 2 + fp32 log-softmax 4 + fp32 gradient 4
+BF16, FP32 = 2, 4  # bytes of the logits' tensors per token x vocabulary entry (`logits_bytes`)
+HEADROOM = 0.10  # a phase planned above (1 - HEADROOM) x card gets a note: the plan's constants are estimates
+TOKEN_STEP = 1024  # a suggested token budget is a multiple of this
 SDPA_PADDING_FACTOR = 2.0  # padded / real tokens of a dynamic micro-batch without remove-padding
 ACTIVATION_BYTES = 2  # bf16 compute (FSDP mixed precision param_dtype)
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
@@ -114,6 +136,52 @@ def micro_batch_tokens(cfg: DictConfig) -> tuple[int, int]:
     return tokens, tokens if remove_padding else int(tokens * SDPA_PADDING_FACTOR)
 
 
+@dataclass(frozen=True)
+class LogitsBytes:
+    """Bytes per token x vocabulary entry alive at once in a training micro-batch (`update`) and in a forward-only
+    log-prob micro-batch (`log_prob`), each as (bytes, what) parts; the plan takes the larger pass."""
+
+    update: tuple[tuple[int, str], ...]
+    log_prob: tuple[tuple[int, str], ...]
+
+    @property
+    def peak(self) -> int:
+        return max(sum(b for b, _ in self.update), sum(b for b, _ in self.log_prob))
+
+    def text(self) -> str:
+        return "; ".join(f"{name} {sum(b for b, _ in parts)} B = " + " + ".join(f"{b} {what}" for b, what in parts)
+                         for name, parts in (("update", self.update), ("log-prob pass", self.log_prob)))
+
+
+def logits_bytes(cfg: DictConfig) -> LogitsBytes:
+    """The logits' bytes per token x vocabulary entry of each pass, read in verl 0.9.1's code (module docstring)."""
+    arr = cfg.actor_rollout_ref
+    entropy_grads = float(arr.actor.entropy_coeff) != 0 or bool(arr.actor.get("calculate_entropy", False))
+    compiled = bool(arr.actor.fsdp_config.get("use_torch_compile", True))
+    _, remove_padding = attention_of(cfg)
+    logits = [(BF16, "bf16 logits")]
+    if float(arr.rollout.temperature) != 1.0:
+        logits.append((BF16, "temperature-scaled copy"))
+    eager_entropy = (2 * FP32, "fp32 input copy and softmax of the uncompiled entropy")
+    if remove_padding:
+        update = list(logits)
+        if entropy_grads:
+            update += [(BF16, f"cross-entropy gradient (not in place: entropy_coeff {arr.actor.entropy_coeff})"),
+                       (BF16, "entropy gradient")]
+            if not compiled:
+                update.append((FP32, "fp32 softmax the uncompiled entropy keeps"))
+        else:
+            update[0] = (BF16, "bf16 logits (the cross-entropy gradient is written into them)")
+        log_prob = [*logits, (FP32, "fp32 softmax of the compiled entropy") if compiled else eager_entropy]
+    else:
+        update = [*logits, (BF16, "unpadded copy"), (FP32, "fp32 log-softmax kept (no flash-attn)"),
+                  (BF16, "its gradient")]
+        if entropy_grads:
+            update += [(FP32, "fp32 softmax the uncompiled entropy keeps"), (BF16, "entropy gradient")]
+        log_prob = [*logits, eager_entropy]
+    return LogitsBytes(tuple(update), tuple(log_prob))
+
+
 def _state_terms(cfg: DictConfig, facts: ModelFacts, world: int, *, with_grads: bool, params_always: bool):
     """The FSDP state on one GPU: actor params (+ grads), Adam, the reference, by offload choice."""
     arr = cfg.actor_rollout_ref
@@ -187,9 +255,10 @@ def plan(cfg: DictConfig, facts: ModelFacts) -> MemoryPlan:
     else:
         training.append(Term("activations of every layer (no checkpointing; estimate)",
                              tokens * width * ACTIVATION_BYTES * L, f"{tokens} tok x {width} x 2 B x {L} layers"))
+    per_entry = logits_bytes(cfg).peak
     training += [
-        Term("logits peak (actor.ppo_max_token_len_per_gpu)", tokens * facts.vocab_size * LOGITS_BYTES,
-             f"{tokens} tok x {facts.vocab_size} x {LOGITS_BYTES} B"),
+        Term("logits peak (actor.ppo_max_token_len_per_gpu; bytes: below)", tokens * facts.vocab_size * per_entry,
+             f"{tokens} tok x {facts.vocab_size} x {per_entry} B"),
         Term("vLLM asleep: context + graphs (rollout.free_cache_engine; estimate)", asleep,
              f"{asleep / GIB} GiB"),
         *_runtime_terms(),
@@ -198,14 +267,30 @@ def plan(cfg: DictConfig, facts: ModelFacts) -> MemoryPlan:
                       max_model_len * kv_per_token, kv_per_token, max_model_len, attention, tokens)
 
 
-def token_budget_that_fits(result: MemoryPlan, cfg: DictConfig) -> int:
-    """The largest actor.ppo_max_token_len_per_gpu whose training phase fits the card (the token terms scale
-    linearly with the budget)."""
+def token_budget_that_fits(result: MemoryPlan, cfg: DictConfig, free: float = 0.0) -> int:
+    """The largest actor.ppo_max_token_len_per_gpu whose training phase fits (1 - free) x the card (the token terms
+    scale linearly with the budget)."""
     real, planned = micro_batch_tokens(cfg)
     per_token = sum(t.bytes for t in result.training if " tok " in t.formula) / planned
     fixed = result.total(result.training) - per_token * planned
     scale = planned / real
-    return max(0, int((result.card_gib * GIB - fixed) / (per_token * scale)))
+    return max(0, int(((1 - free) * result.card_gib * GIB - fixed) / (per_token * scale)))
+
+
+def token_budget_hint(result: MemoryPlan, cfg: DictConfig) -> str:
+    """The token budget per GPU to set when the training phase does not fit (or keeps less than HEADROOM free):
+    the cluster key that sets the PPO and both log-prob budgets, at a multiple of TOKEN_STEP keeping HEADROOM free
+    (else one prompt + response), or that no budget holds one sequence."""
+    sequence = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
+    fits = token_budget_that_fits(result, cfg)
+    if fits < sequence:
+        return (f"no token budget per GPU fits: it must hold one prompt + response ({sequence} tokens) and at most "
+                f"{fits} fit" + ("; flash_attention_2 (make flash-attn) removes the padding" if
+                                 result.attention != "flash_attention_2" else ""))
+    keep = token_budget_that_fits(result, cfg, HEADROOM) // TOKEN_STEP * TOKEN_STEP
+    key = f"run.hardware.{cfg.run.model_scale}.max_token_len_per_gpu"
+    return (f"actor.ppo_max_token_len_per_gpu and the log-prob budgets <= {fits} fit: {key}="
+            f"{max(keep, sequence)} sets the three" + (f" and keeps {HEADROOM:.0%} free" if keep >= sequence else ""))
 
 
 def check_memory(cfg: DictConfig, facts: ModelFacts | None, section: Section) -> MemoryPlan | None:
@@ -230,15 +315,21 @@ def check_memory(cfg: DictConfig, facts: ModelFacts | None, section: Section) ->
                      "model.use_remove_padding, which needs flash_attention_2: run.attention=flash_attention_2")
     for phase, terms in result.phases():
         total = MemoryPlan.total(terms)
+        training = phase.startswith("training")
         section.line(f"{phase}, per GPU:")
         section.lines += [f"  {t.line()}" for t in terms]
-        section.line(f"  {'total':64s} {'':42s} = {total / GIB:7.2f} GiB of {result.card_gib} GiB ({gpu})")
+        free = f"{1 - total / card:.0%} free" if total <= card else f"{(total - card) / GIB:.2f} GiB over"
+        section.line(f"  {'total':64s} {'':42s} = {total / GIB:7.2f} GiB of {result.card_gib} GiB ({gpu}), {free}")
+        if training:
+            section.line(f"  logits bytes per token x vocabulary entry (verl 0.9.1's prepare_model_outputs): "
+                         f"{logits_bytes(cfg).text()}")
         if total > card:
-            hint = ("more GPUs, offloading or a smaller token budget" if not phase.startswith("training") else
-                    f"more GPUs, offloading, or actor.ppo_max_token_len_per_gpu <= {token_budget_that_fits(result, cfg)}"
-                    f" (the cluster's run.hardware.<scale>.max_token_len_per_gpu)")
+            hint = token_budget_hint(result, cfg) if training else "more GPUs, offloading or a smaller token budget"
             section.fail(f"{phase} needs {total / GIB:.1f} GiB per GPU, more than the {result.card_gib} GiB of a {gpu} "
                          f"({hint})")
+        elif total > (1 - HEADROOM) * card:
+            section.note(f"{phase} leaves {1 - total / card:.0%} of the card free, less than the {HEADROOM:.0%} margin "
+                         "for the plan's estimates" + (f" ({token_budget_hint(result, cfg)})" if training else ""))
     tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
     weights = next(t for t in result.weight_sync if t.name.startswith("vLLM weights"))
     share = next(t for t in result.rollout if t.name.startswith("vLLM share"))

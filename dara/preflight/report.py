@@ -11,6 +11,7 @@ class Section:
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    verdict: str = ""  # what "ok" means here, printed after it (the time limit: how a job makes progress)
 
     def line(self, text: str) -> None:
         self.lines.append(text)
@@ -43,7 +44,7 @@ class Report:
     def text(self) -> str:
         out = [f"[preflight] {self.run_name} on {self.allocation}"]
         for section in self.sections:
-            verdict = "FAIL" if section.problems else "ok"
+            verdict = "FAIL" if section.problems else ("ok: " + section.verdict if section.verdict else "ok")
             out.append(f"== {section.title}: {verdict}")
             out += [f"   {line}" for line in section.lines]
             out += [f"   note: {note}" for note in section.notes]

@@ -29,8 +29,9 @@ log() { echo "[dara-ray-node] $(date -u +%H:%M:%S) ${NODE}: $*"; }
 
 ray_pids() {  # this node's Ray: the process tree of `ray start`, and every process naming its temp folder
   # one `ps` per call (a `ps` per descendant takes seconds on a loaded node, past Slurm's KillWait); the folder
-  # goes through the environment so that awk's own command line does not name it
-  ps -e -o pid=,ppid=,args= 2>/dev/null |
+  # goes through the environment so that awk's own command line does not name it; -ww: whole command lines
+  # (without it ps may cut them at 80 columns, before the folder, when it cannot tell the output's width)
+  ps -ww -e -o pid=,ppid=,args= 2>/dev/null |
     RAY_NODE_SESSIONS="${TEMP}/session_" awk -v root="${RAY_PID:-0}" '
       { pid[NR] = $1; parent[$1] = $2; if (index($0, ENVIRON["RAY_NODE_SESSIONS"])) mark[$1] = 1 }
       END {
