@@ -220,7 +220,7 @@ def test_a_ray_init_that_ray_refuses_leaves_no_process_and_nothing_in_tmp(tmp_pa
                          cwd=dara.PROJECT_ROOT)
     assert "refused" in out.stdout and "node None" in out.stdout, out.stdout + out.stderr[-3000:]
     assert not os.path.lexists(alias)  # neither the link nor a folder Ray's exit hook recreated there
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(deep) not in ps and alias.name not in ps  # no Ray process of that session runs on
 
 

@@ -2,9 +2,10 @@
 scripts/slurm/train.sbatch (Ray head started by the job on its sized port range, trainer against it): stopped by
 the pre-timeout signal, then ended by Slurm at its time limit in the middle of a step, requeued by the job itself
 both times and resumed from its checkpoint with every step exactly once (the Slurm layer's resume test; three
-training starts, ~9-10 minutes on 2 cores). tests/slurm_cluster.py installs (apt-get) and starts Slurm; skipped
-only where it cannot be installed. The job's end-of-job decision (requeue only with a new checkpoint, and the line
-saying why not) is tested without Slurm in tests/test_job_progress.py, the port range in tests/test_ray_ports.py.
+training starts, 12 minutes on 2 cores at load ~2). tests/slurm_cluster.py installs (apt-get) and starts Slurm;
+skipped only where it cannot be installed. The job's end-of-job decision (requeue only with a new checkpoint, and
+the line saying why not) is tested without Slurm in tests/test_job_progress.py, the port range in
+tests/test_ray_ports.py.
 
 Also the pieces of scripts/slurm/ that a multi-node job relies on, without Slurm: a worker node's ray_node.sh
 gives up with a clear error when the head never answers, `wait-nodes` names the nodes that never joined, and

@@ -199,7 +199,7 @@ def test_a_start_ray_would_refuse_is_one_line_and_the_next_start_of_the_folder_t
     assert not failed_start["left_after_refusal"]  # the refused start left nothing in /tmp
     assert first["proc"].returncode == 0 and [r["step"] for r in first["records"]] == [1, 2, 3]
     assert not os.path.lexists(alias)  # the stale folder was replaced by the run's alias, and that is gone too
-    processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    processes = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
     assert not [line for line in processes if str(alias) in line]  # no Ray process of the run is left
 
 
