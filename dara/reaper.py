@@ -97,7 +97,7 @@ def end_descendants(since_ticks: int = 0, grace_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         _reap(alive)
-        left = [pid for pid in descendants(since_ticks=since_ticks) if _running(pid)]
+        left = [pid for pid in descendants(since_ticks=since_ticks) if running(pid)]
         if not left:
             return alive
         time.sleep(0.2)
@@ -107,7 +107,7 @@ def end_descendants(since_ticks: int = 0, grace_s: float = 10.0) -> list[int]:
     return alive
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not a zombie."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -49,7 +49,8 @@ ray_pids() {  # this node's Ray: the process tree of `ray start`, and every proc
 RAY_PID=""
 stop_node() {
   local code=$? pids pid deadline
-  trap - EXIT TERM INT
+  trap - EXIT
+  trap '' TERM INT  # a second SIGTERM (Slurm's and the job's cleanup both send one) must not end this or ps
   pids="$(ray_pids)"
   for pid in $pids; do kill -TERM "$pid" 2>/dev/null; done
   # Ray's `--block` answers SIGTERM by draining for up to 30 s; Slurm's SIGKILL comes KillWait after its
