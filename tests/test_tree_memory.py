@@ -33,7 +33,7 @@ def test_counts_the_commands_tree_with_its_orphans_and_not_other_work(tmp_path):
         other.kill()
         other.wait()
     result = json.loads(out.read_text())
-    assert result["exit_code"] == 0 and result["wall_s"] >= 5
+    assert result["exit_code"] == 0 and result["finished"]
     # 150 MiB and the interpreters' own few tens; the other work's 400 MiB would put it above 0.5 GiB
     assert 0.14 <= result["peak_summed_pss_gib"] < 0.35, result
 

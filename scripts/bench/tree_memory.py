@@ -8,7 +8,6 @@ process's tree instead, until that process ends. Linux only."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from dara.io import atomic_write_json
 from dara.reaper import adopt_orphans, descendants, running
 
 
@@ -35,12 +35,6 @@ def tree_pss_kib(root: int, with_root: bool) -> int:
         except (OSError, ValueError, IndexError):
             continue  # a process that ended while being read
     return total
-
-
-def write_atomically(path: Path, result: dict) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(partial, path)
 
 
 def wait_for_exit(pid: int, interval: float) -> None:
@@ -78,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 peak[0] = pss
                 result["peak_summed_pss_gib"] = round(pss / 2**20, 2)
                 if args.out:
-                    write_atomically(args.out, result)
+                    atomic_write_json(args.out, result)
             done.wait(args.interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -95,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[tree_memory] exit {result['exit_code']}, wall {wall / 60:.1f} min, peak summed PSS "
           f"{result['peak_summed_pss_gib']} GiB", flush=True)
     if args.out:
-        write_atomically(args.out, result)
+        atomic_write_json(args.out, result)
     return result["exit_code"] or 0
 
 
