@@ -7,6 +7,7 @@ least any token-level estimator must do.
     python scripts/bench/estimators.py                      # tool-calling and math shapes
     python scripts/bench/estimators.py --shapes 256x128     # a quick look
     python scripts/bench/estimators.py --device cuda
+    python scripts/bench/estimators.py --device cuda --compare-cpu   # same inputs on the CPU: the largest differences
 """
 
 from __future__ import annotations
@@ -102,6 +103,25 @@ def bench_shape(label, n, t, group_size, device, repeats):
     return rows
 
 
+def compare_with_cpu(shapes, device) -> int:
+    """Every estimator on `device` against the same inputs on the CPU; returns how many differ by 1e-4 or more."""
+    worst = []
+    for label, (n, t, g) in shapes.items():
+        for name in ESTIMATOR_NAMES:
+            opts = dict(OPTIONS.get(name, {}), channel_names=["correctness", "format"])
+            (adv, metrics), (cpu_adv, cpu_metrics) = (
+                compute_advantages(name, *make_batch(n, t, g, d, seed=n), **opts) for d in (device, "cpu"))
+            if set(metrics) != set(cpu_metrics):
+                raise AssertionError(f"{name}: metric names differ on {device} and the CPU")
+            worst.append((float((adv.cpu() - cpu_adv).abs().max()),
+                          max(abs(metrics[k] - cpu_metrics[k]) for k in metrics), name, label))
+    for adv_diff, metric_diff, name, label in sorted(worst, reverse=True)[:5]:
+        print(f"  {label} {name:<12} advantages {adv_diff:.2e}  metrics {metric_diff:.2e}")
+    off = sum(a >= 1e-4 or m >= 1e-4 for a, m, _, _ in worst)
+    print(f"{len(worst)} comparisons on {device} against the CPU, {off} differ by 1e-4 or more")
+    return off
+
+
 def print_table(label, n, t, rows):
     verl = next((r for r in rows if r[0].startswith("verl")), None)
     print(f"\n### {label}: {n} responses x {t} tokens, K = 2\n")
@@ -121,6 +141,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", nargs="*", help="NxT[xG] shapes instead of the paper's two")
+    parser.add_argument("--compare-cpu", action="store_true", help="compare with the CPU instead of timing")
     args = parser.parse_args()
     shapes = PAPER_SHAPES
     if args.shapes:
@@ -128,6 +149,8 @@ def main() -> None:
         for spec in args.shapes:
             parts = [int(p) for p in spec.split("x")]
             shapes[spec] = (parts[0], parts[1], parts[2] if len(parts) > 2 else 4)
+    if args.compare_cpu:
+        raise SystemExit(1 if compare_with_cpu(shapes, args.device) else 0)
     print(f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats}", flush=True)
     summary = []
