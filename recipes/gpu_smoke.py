@@ -311,7 +311,7 @@ class MemorySampler:
 # ----------------------------------------------------------------------------- evaluation
 def eval_commands(hf_dir: Path, out: Path, python: str = sys.executable) -> dict[str, list[str]]:
     """The real evaluation path (results.evaluation, vLLM backend) on 20 BFCL cases and 20 math questions."""
-    common = ["--model", str(hf_dir), "--backend", "vllm", "--limit", str(EVAL_CASES), "--boot", "200"]
+    common = ["--model", str(hf_dir), "--device", "cuda", "--limit", str(EVAL_CASES), "--boot", "200"]
     return {
         "bfcl": [python, "-m", "results.evaluation", "bfcl", "all", "--out", str(out / "bfcl"),
                  "--categories", "simple_python", "--max-new-tokens", "2048", *common],

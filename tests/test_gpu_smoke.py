@@ -110,7 +110,7 @@ def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
     assert main(["gpu_smoke", "--dry-run", "--launcher", "slurm", "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "stop request once step 2 is logged: checkpoint at step 3" in out
-    assert "results.evaluation bfcl all" in out and "--limit 20" in out and "--backend vllm" in out
+    assert "results.evaluation bfcl all" in out and "--limit 20" in out and "--device cuda" in out
     (sbatch,) = [line for line in out.splitlines() if line.startswith("[recipes] sbatch")]
     assert "--gpus-per-node=1" in sbatch and "--time=1:00:00" in sbatch and "scripts/slurm/gpu_smoke.sbatch" in sbatch
     assert load("gpu_smoke").runs()[0].cluster == "one_gpu"

@@ -1,7 +1,7 @@
-"""Pluggable generation backends: HF transformers (CPU, the tiny smoke model) and vLLM (GPUs).
+"""Generation through vLLM's offline engine, on a CPU (training's CPU rollout settings) or a GPU.
 
-Both take chat conversations, apply the model's own chat template (add_generation_prompt=True),
-and return, per conversation, ``n`` completions with the decoded text, the number of generated
+It takes chat conversations, applies the model's own chat template (add_generation_prompt=True),
+and returns, per conversation, ``n`` completions with the decoded text, the number of generated
 tokens (the end-of-sequence token not counted) and why generation stopped: ``"stop"`` (an eos
 token), ``"length"`` (the token budget ran out, i.e. the response is truncated) or ``"over_window"`` (the
 prompt leaves no room in the context window, ``SamplingConfig.context_window``; nothing is generated).
@@ -10,9 +10,12 @@ prompt leaves no room in the context window, ``SamplingConfig.context_window``; 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Protocol
+
+from dara import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -84,66 +87,47 @@ class Backend(Protocol):
         ...
 
 
-class HFBackend:
-    """transformers ``generate`` one conversation at a time (the tiny CPU model; any HF folder)."""
+class EngineStartError(RuntimeError):
+    """vLLM's engine did not start; the message is one line naming the setting to change."""
 
-    name = "hf"
 
-    def __init__(self, model_dir: str, *, device: str = "cpu", dtype: str = "float32", threads: int | None = None):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+# training's CPU cluster file: its rollout settings are the evaluation's on a CPU too (one place for them)
+CPU_CLUSTER = PROJECT_ROOT / "conf" / "cluster" / "cpu.yaml"
+# the rollout keys of CPU_CLUSTER that an offline `vllm.LLM` takes under the same name
+CPU_ENGINE_KEYS = ("dtype", "enforce_eager", "enable_chunked_prefill", "enable_sleep_mode")
+# engine_kwargs.vllm keys that serve training only: the trainer's weight stream into the engine
+TRAINING_ONLY_KWARGS = ("worker_extension_cls",)
 
-        if threads:
-            torch.set_num_threads(threads)
-        self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
-        self.device = device
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        if eos is None:
-            raise ValueError(f"{model_dir}: neither the generation config nor the tokenizer names an eos token")
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
 
-    def _completion(self, token_ids: list[int], max_new_tokens: int) -> Completion:
-        stop_at = next((i for i, t in enumerate(token_ids) if t in self.eos_ids), None)
-        kept = token_ids if stop_at is None else token_ids[:stop_at]
-        truncated = stop_at is None and len(token_ids) >= max_new_tokens
-        text = self.tokenizer.decode(kept, skip_special_tokens=True)
-        return Completion(text=text, n_tokens=len(kept), finish_reason="length" if truncated else "stop")
+def cpu_engine_settings() -> tuple[dict, dict]:
+    """(vLLM engine arguments, vLLM environment variables) of training's CPU rollout, from CPU_CLUSTER."""
+    from omegaconf import OmegaConf
 
-    def chat(self, conversations, sampling: SamplingConfig, seeds) -> list[list[Completion]]:
-        torch = self.torch
-        out = []
-        for messages, seed in zip(conversations, seeds, strict=True):
-            prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(self.device)
-            budget = sampling.token_budget(enc["input_ids"].shape[1])
-            if budget < 1:
-                out.append(over_window(sampling.n))
-                continue
-            torch.manual_seed(seed)
-            sample = sampling.temperature > 0
-            extra = {"temperature": sampling.temperature, "top_p": sampling.top_p} if sample else {}
-            with torch.no_grad():
-                generated = self.model.generate(
-                    **enc,
-                    do_sample=sample,
-                    max_new_tokens=budget,
-                    num_return_sequences=sampling.n,
-                    eos_token_id=sorted(self.eos_ids),
-                    pad_token_id=self.pad_id,
-                    **extra,
-                )
-            new_tokens = generated[:, enc["input_ids"].shape[1] :].tolist()
-            out.append([self._completion(row, budget) for row in new_tokens])
-        return out
+    cluster = OmegaConf.load(CPU_CLUSTER)
+    rollout = cluster.actor_rollout_ref.rollout
+    engine = {key: rollout[key] for key in CPU_ENGINE_KEYS}
+    engine["tensor_parallel_size"] = rollout.tensor_model_parallel_size
+    kwargs = OmegaConf.to_container(rollout.engine_kwargs.vllm)
+    engine.update({key: value for key, value in kwargs.items() if key not in TRAINING_ONLY_KWARGS})
+    env = cluster.ray_kwargs.ray_init.runtime_env.env_vars
+    return engine, {key: str(value) for key, value in env.items() if key.startswith("VLLM_")}
+
+
+def model_positions(model_dir: str) -> int | None:
+    from transformers import AutoConfig
+
+    return getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
 
 
 class VLLMBackend:
-    """vLLM offline engine (GPU). Prompts are rendered with the tokenizer's chat template, as in HFBackend."""
+    """vLLM's offline engine. On a CPU with training's CPU rollout settings (CPU_CLUSTER); on a GPU in bf16 with
+    ``gpu_memory_utilization`` and ``tensor_parallel_size``. Prompts are rendered with the tokenizer's chat
+    template.
+
+    ``max_model_len``: the engine's window (None: the model's). A window longer than the model's
+    ``max_position_embeddings`` (BFCL's ``--context-window``) extends the model's positions, as the window asks.
+    New tokens are clamped to the engine's window too; a prompt that fills it is not sent (``over_window``).
+    """
 
     name = "vllm"
 
@@ -151,21 +135,36 @@ class VLLMBackend:
         self,
         model_dir: str,
         *,
+        device: str,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
-        dtype: str = "bfloat16",
     ):
-        from vllm import LLM  # imported here: vLLM is a GPU-only extra
+        if device == "cpu":
+            engine, env = cpu_engine_settings()
+            for key, value in env.items():
+                os.environ.setdefault(key, value)
+            setting = ("kv_cache_memory_bytes (actor_rollout_ref.rollout.engine_kwargs.vllm in "
+                       f"{CPU_CLUSTER.relative_to(PROJECT_ROOT)})")
+        else:
+            engine = {"dtype": "bfloat16", "tensor_parallel_size": tensor_parallel_size,
+                      "gpu_memory_utilization": gpu_memory_utilization}
+            setting = "--gpu-memory-utilization"
+        if max_model_len is not None and max_model_len > (model_positions(model_dir) or max_model_len):
+            engine["hf_overrides"] = {"max_position_embeddings": max_model_len}
+        # the engine core in this process: a failed start raises its own error here, not a child process's
+        # traceback followed by "Engine core initialization failed. See root cause above."
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM  # imported here: the scoring stages need no vLLM
 
-        self.llm = LLM(
-            model=model_dir,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            dtype=dtype,
-        )
+        try:
+            self.llm = LLM(model=model_dir, max_model_len=max_model_len, **engine)
+        except Exception as error:  # any failure to start (memory, model, platform): one line, what to change
+            cause = str(error).split(" Try ")[0].strip() or type(error).__name__  # vLLM's own hint names GPU flags
+            raise EngineStartError(f"vLLM could not start on {device} for {model_dir}: {cause} "
+                                   f"(the setting to change: {setting})") from None
         self.tokenizer = self.llm.get_tokenizer()
+        self.window = self.llm.model_config.max_model_len  # vLLM refuses a request whose prompt + tokens exceed it
 
     def chat(self, conversations, sampling: SamplingConfig, seeds) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -178,8 +177,11 @@ class VLLMBackend:
             )["input_ids"]
             for m in conversations
         ]
-        budgets = [sampling.token_budget(len(ids)) for ids in prompt_ids]
+        budgets = [min(sampling.token_budget(len(ids)), self.window - len(ids)) for ids in prompt_ids]
         fits = [i for i, budget in enumerate(budgets) if budget >= 1]  # an over-window prompt is not sent
+        if len(fits) < len(prompt_ids):
+            log.warning("%d of %d prompts leave no room in the window (%d tokens): not generated (finish_reason %s)",
+                        len(prompt_ids) - len(fits), len(prompt_ids), self.window, OVER_WINDOW)
         params = [
             SamplingParams(
                 n=sampling.n,
@@ -203,12 +205,3 @@ class VLLMBackend:
                 completions.append(Completion(text=o.text, n_tokens=n_tokens, finish_reason=reason))
             out[i] = completions
         return out
-
-
-def make_backend(kind: str, model_dir: str, **options) -> Backend:
-    """``hf`` or ``vllm``; options go to the backend's constructor."""
-    if kind == "hf":
-        return HFBackend(model_dir, **options)
-    if kind == "vllm":
-        return VLLMBackend(model_dir, **options)
-    raise ValueError(f"unknown backend {kind!r}; choose hf or vllm")

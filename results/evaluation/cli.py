@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dara.io import atomic_write_json, atomic_write_jsonl
 from results.evaluation import bfcl_eval, math_eval
-from results.evaluation.backends import SamplingConfig, make_backend
+from results.evaluation.backends import Backend, EngineStartError, SamplingConfig, VLLMBackend
 from results.evaluation.benches import Bench, benches
 from results.evaluation.runner import run_cases
 from results.evaluation.store import CaseStore
@@ -42,7 +42,7 @@ def sampling_of(args) -> SamplingConfig:
                           context_window=getattr(args, "context_window", None))
 
 
-def generate(args, cases: list[dict]) -> int:
+def generate(args, cases: list[dict], backend: Backend | None = None) -> int:
     bench_of(args).complete_generation_args(args)
     sampling = sampling_of(args)
     settings = {"bench": args.bench, "model": str(Path(args.model).resolve()), "sampling": sampling.as_dict(),
@@ -52,9 +52,16 @@ def generate(args, cases: list[dict]) -> int:
     if not todo:
         print(f"[generate] all {len(cases)} cases already generated", file=sys.stderr)
         return 0
-    options = {"device": args.device} if args.backend == "hf" else {"tensor_parallel_size": args.tp,
-                                                                    "max_model_len": args.context_window}
-    backend = make_backend(args.backend, args.model, **options)
+    if backend is None:
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            backend = VLLMBackend(args.model, device=device, tensor_parallel_size=args.tp,
+                                  gpu_memory_utilization=args.gpu_memory_utilization,
+                                  max_model_len=args.context_window)
+        except EngineStartError as error:
+            raise SystemExit(str(error)) from None
     summary = run_cases(cases, store, bench_of(args).producer(backend, sampling), batch_size=args.batch_size,
                         retries=args.retries, backoff_s=args.backoff, label=f"{args.bench} generate")
     return 1 if summary.missing else 0
@@ -128,9 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("stage", choices=("generate", "score", "aggregate", "all", "prompts"))
     parser.add_argument("--out", required=True, help="output folder of this evaluation")
     parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
-    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    parser.add_argument("--device", default="cpu", help="hf backend device")
-    parser.add_argument("--tp", type=int, default=1, help="vllm tensor-parallel size")
+    parser.add_argument("--device", choices=("cpu", "cuda"),
+                        help="where vLLM generates (default: cuda when torch sees one); cpu takes the CPU rollout "
+                             "settings of conf/cluster/cpu.yaml")
+    parser.add_argument("--tp", type=int, default=1, help="cuda: tensor-parallel size")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85,
+                        help="cuda: share of GPU memory vLLM takes (weights + KV cache)")
     parser.add_argument("--data", nargs="*", help="math: benchmark .json/.parquet files; toolrl: .parquet files")
     parser.add_argument("--categories", nargs="*", default=None, help="bfcl categories (default: the 14 of the paper)")
     parser.add_argument("--limit", type=int, help="first N cases per file/category (smoke runs)")
@@ -139,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, help="cases per backend call (default: hf 8, vllm 512)")
+    parser.add_argument("--batch-size", type=int, default=512,
+                        help="cases per engine call (large batches keep the engine busy)")
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--backoff", type=float, default=5.0, help="seconds before the first retry (doubling)")
     parser.add_argument("--length-limit", type=int, default=math_eval.LENGTH_LIMIT, help="math: Exceed/Joint limit")
@@ -158,15 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
+    """``backend``: an engine already started for ``--model`` (the tests share one); None starts one."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     bench = bench_of(args)
     for key, value in bench.defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.batch_size is None:
-        args.batch_size = 8 if args.backend == "hf" else 512
     bench.complete_args(args)
     if args.stage == "prompts" and not bench.has_prompts:
         raise SystemExit(f"the prompts stage is for {', '.join(n for n, b in benches().items() if b.has_prompts)} "
@@ -188,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("generate", "all"):
         if not args.model:
             raise SystemExit("generate needs --model")
-        status |= generate(args, cases)
+        status |= generate(args, cases, backend)
     if args.stage in ("score", "all"):
         status |= score(args, cases)
     if args.stage in ("aggregate", "all"):

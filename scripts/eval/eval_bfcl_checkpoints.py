@@ -7,7 +7,7 @@ RUNS are run folders or folders of run folders (each holding run_info.json). Eve
 ``<run>/hf_checkpoints/global_step_<N>`` is evaluated into ``EVAL/<run_name>/step_<N>`` with
 ``python -m results.evaluation bfcl all --run-dir <run> --run-step N``; ``--base-model`` adds the base model
 as ``EVAL/base/step_0`` (``--run-method base --run-model NAME``), step 0 of every curve. Options after ``--``
-go to each evaluation (e.g. ``--backend vllm --tp 1``). An evaluation whose summary.json has no missing case
+go to each evaluation (e.g. ``--tp 2 --gpu-memory-utilization 0.9``). An evaluation whose summary.json has no missing case
 is skipped, an unfinished one resumed (the evaluation itself is resumable). One process per checkpoint, so
 each engine's memory is freed. Then: ``python -m results plot dynamics EVAL --out PREFIX`` (results.dynamics).
 """
