@@ -37,6 +37,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from dara.config import library_estimator
+
 MODES = ("auto", "offline", "online", "disabled")
 OFFLINE_GLOB = "wandb/offline-run-*/run-*.wandb"
 ONLINE_GLOB = "wandb/run-*/run-*.wandb"
@@ -117,7 +119,8 @@ def _tag(key: str, value) -> str:
 def wandb_tags(cfg) -> list[str]:
     run = cfg.run
     return [_tag("task", run.task), _tag("model", run.model), _tag("method", run.method),
-            _tag("estimator", cfg.algorithm.adv_estimator), _tag("seed", run.seed)]
+            _tag("estimator", library_estimator(str(cfg.algorithm.adv_estimator)) or cfg.algorithm.adv_estimator),
+            _tag("seed", run.seed)]
 
 
 def wandb_enabled(cfg) -> bool:

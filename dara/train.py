@@ -8,7 +8,8 @@ Order of work: check the config (fails before Ray starts); claim the run folder:
 (dara.run_lock; a second job on it exits at once naming the holder), refuse a folder that holds another
 experiment configuration (dara.run_folder), apply the checkpoint retention policy (dara.verl.retention);
 choose wandb's mode (dara.tracking); build offline assets if the task asks, write run_info.json, then verl's
-own `run_ppo` with the project's TaskRunner; Ray is started and stopped by the run.
+own `run_ppo` with its own TaskRunner (the project's verl plugin registers the trainer it selects); Ray is
+started and stopped by the run.
 
 The console shows a header (task, model, estimator, cluster, output folder, where the logs are), one line
 per step with the time elapsed and left, warnings from the step records, and a summary. verl's full
@@ -81,9 +82,6 @@ def _apply_runtime_env(cfg: DictConfig) -> None:
     env_vars = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
     for key, value in env_vars.items():
         os.environ[str(key)] = str(value)
-    modules = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
-    for module in filter(None, (m.strip() for m in modules.split(","))):
-        __import__(module)
 
 
 def _module_record(cfg: DictConfig) -> dict | None:
@@ -236,13 +234,12 @@ def _train_claimed(cfg: DictConfig) -> None:
 
 
 def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
-    """verl's own run_ppo with the project's TaskRunner in a local (or the job's) Ray; with `follow`, a
+    """verl's own run_ppo and TaskRunner in a local (or the job's) Ray; with `follow`, a
     progress line per step is passed to `write` while it runs."""
-    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
     from dara.verl.cpu.ray_local import stop_local_ray
-    from dara.verl.task_runner import DaraTaskRunner
 
     if cfg.trainer.device == "cpu":
         from dara.verl.cpu import use_cpu_platform
@@ -260,7 +257,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
         clear_engine_failure(cfg.run.output_dir)  # an earlier start's line must not explain this start's failure
         try:
             with follow_progress(progress, write) if follow else nullcontext():
-                run_ppo(cfg, task_runner_class=DaraTaskRunner)
+                run_ppo(cfg, task_runner_class=TaskRunnerV1)
         except Exception as error:  # a failed ray.init, a worker that died, the trainer's error: its cause, one line
             traceback.print_exc(file=sys.stderr)  # the traceback, into logs/main.log unless --verbose
             sys.stderr.flush()

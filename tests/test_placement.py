@@ -4,7 +4,6 @@ by tests/test_multinode.py."""
 
 from __future__ import annotations
 
-import inspect
 import json
 from types import SimpleNamespace
 
@@ -12,30 +11,17 @@ import ray
 import torch
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.base import RayWorkerGroup
-from verl.trainer.main_ppo import TaskRunnerV1
 
 from dara.run_folder import RAY_NODES
 from dara.verl.placement import (
-    PlacementRecorderMixin,
     _merge,
     count_work,
     record_placement,
     worker_groups,
 )
-from dara.verl.task_runner import DaraTaskRunner
 
 
-def test_seam_task_runner_hooks_and_worker_handles():
-    base = TaskRunnerV1.__ray_actor_class__
-    # the hooks the mixin overrides and calls through super(), with the arguments it passes (Ray's actor class
-    # adds its own tracing keyword)
-    def parameters(method):
-        return [name for name in inspect.signature(method).parameters if not name.startswith("_ray")]
-
-    assert parameters(base.init_agent_loop_manager) == ["self"] and parameters(base.run) == ["self", "config"]
-    runner = base()
-    assert runner.trainer is None and runner.config is None  # the attributes the mixin reads
-    assert issubclass(DaraTaskRunner.__ray_actor_class__, PlacementRecorderMixin)
+def test_seam_worker_group_handles():
     # the actor handles of a worker group (verl's WorkerGroup keeps them in `_workers`), read by locate_workers
     assert issubclass(RayWorkerGroup, WorkerGroup)
     assert WorkerGroup(resource_pool=None)._workers == []

@@ -19,10 +19,8 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import PPOTrainerSync
 
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages
-from dara.verl import register
-from dara.verl.trainer import DaraTrainerSync
-
-register()
+from dara.verl.estimators import CURRENT_CHANNELS
+from dara.verl.trainer import DaraTrainer
 
 CHANNELS = ["correctness", "format"]
 GROUPS, GROUP_SIZE, RESPONSE_LEN = 5, 4, 6
@@ -78,10 +76,12 @@ def make_table(seed: int, padding: int = 0) -> tuple[KVTable, KVBatchMeta]:
     return table, KVBatchMeta(keys=keys, tags=tags, partition_id="train")
 
 
-def trainer_config(estimator: str, norm_by_std: bool = True):
+def trainer_config(estimator: str, norm_by_std: bool = True, verl_own: bool = False):
+    """The step's config; `verl_own`: verl's estimator of that name, else the library's (verl's registry key)."""
+    registry_key = estimator if verl_own else {"grpo": "dara_grpo", "gdpo": "dara_gdpo"}.get(estimator, estimator)
     return OmegaConf.create({
         "algorithm": {
-            "adv_estimator": estimator, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": norm_by_std,
+            "adv_estimator": registry_key, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": norm_by_std,
             "use_kl_in_reward": True, "kl_penalty": "kl", "kl_ctrl": {"type": "fixed", "kl_coef": 0.05},
             "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
             "reward_channels": CHANNELS,
@@ -101,7 +101,7 @@ def run_step(cls, config, seed: int, monkeypatch, padding: int = 0):
     trainer.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
     metrics: dict = {}
     cls._compute_advantage(trainer, batch, metrics)
-    assert trainer.config is config
+    assert trainer.config is config and CURRENT_CHANNELS.get() is None  # the channels were the step's only
     return table, batch, metrics
 
 
@@ -110,8 +110,9 @@ FIELDS = ["advantages", "returns", "token_level_rewards", "response_mask", "roll
 
 @pytest.mark.parametrize("norm_by_std", [True, False])
 def test_grpo_step_equals_verls_own_step(monkeypatch, norm_by_std):
-    ours, batch, our_metrics = run_step(DaraTrainerSync, trainer_config("grpo", norm_by_std), 0, monkeypatch)
-    theirs, _, their_metrics = run_step(PPOTrainerSync, trainer_config("grpo", norm_by_std), 0, monkeypatch)
+    ours, batch, our_metrics = run_step(DaraTrainer, trainer_config("grpo", norm_by_std), 0, monkeypatch)
+    theirs, _, their_metrics = run_step(PPOTrainerSync, trainer_config("grpo", norm_by_std, verl_own=True), 0,
+                                           monkeypatch)
     for key in batch.keys:
         for field in FIELDS:
             torch.testing.assert_close(ours.rows[key][field], theirs.rows[key][field], msg=f"{field} of {key}")
@@ -121,8 +122,9 @@ def test_grpo_step_equals_verls_own_step(monkeypatch, norm_by_std):
 
 @pytest.mark.parametrize("name", [n for n in ESTIMATOR_NAMES if n != "grpo"])
 def test_channel_estimator_step_differs_from_verls_only_in_the_advantage(monkeypatch, name):
-    ours, batch, our_metrics = run_step(DaraTrainerSync, trainer_config(name), 1, monkeypatch, padding=3)
-    theirs, _, their_metrics = run_step(PPOTrainerSync, trainer_config("grpo"), 1, monkeypatch, padding=3)
+    ours, batch, our_metrics = run_step(DaraTrainer, trainer_config(name), 1, monkeypatch, padding=3)
+    theirs, _, their_metrics = run_step(PPOTrainerSync, trainer_config("grpo", verl_own=True), 1, monkeypatch,
+                                           padding=3)
     for key in batch.keys:
         for field in ("token_level_rewards", "response_mask", "rollout_is_weights"):
             torch.testing.assert_close(ours.rows[key][field], theirs.rows[key][field], msg=f"{field} of {key}")
@@ -146,34 +148,4 @@ def test_missing_channel_fails_naming_it_and_the_rewards_keys(monkeypatch):
     config = trainer_config("dara_asym")
     config.algorithm.reward_channels = ["correctness", "length"]
     with pytest.raises(ValueError, match=r"'length'.*returned keys \['correctness', 'format', 'score'\]"):
-        run_step(DaraTrainerSync, config, 0, monkeypatch)
-
-
-def test_seam_verl_step_reads_the_algorithm_of_self_config_when_it_runs(monkeypatch):
-    """The project's step swaps `self.config` for the call (a config whose `algorithm` is the channel context):
-    verl's own step must read the estimator, its config and norm_adv_by_std_in_grpo from `self.config.algorithm`
-    as it runs, and write the advantages back through TransferQueue's kv_batch_put."""
-    from dara.verl.trainer import _WithAlgorithm
-
-    received = []
-
-    def probe(token_level_rewards, response_mask, config=None, **kwargs):
-        received.append(config)
-        advantages = response_mask * torch.arange(1, len(response_mask) + 1)[:, None]  # row i: i + 1
-        return advantages, advantages
-
-    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "seam_probe", probe)
-    base = trainer_config("grpo")
-    swapped = OmegaConf.merge(base.algorithm, {"adv_estimator": "seam_probe"})
-    table, batch, _ = run_step(PPOTrainerSync, _WithAlgorithm(base, swapped), 0, monkeypatch)
-    assert len(received) == 1 and received[0] is swapped  # the swapped node itself, not the base config's
-    for i, key in enumerate(batch.keys):  # the probe's advantages reached the table, row by row
-        assert torch.equal(table.rows[key]["advantages"], torch.full_like(table.rows[key]["advantages"], i + 1.0))
-    # verl's GRPO reads norm_adv_by_std_in_grpo from the swapped node too
-    plain = run_step(PPOTrainerSync, trainer_config("grpo"), 0, monkeypatch)[0]
-    unscaled = run_step(PPOTrainerSync, _WithAlgorithm(base, trainer_config("grpo", norm_by_std=False).algorithm),
-                        0, monkeypatch)[0]
-    reference = run_step(PPOTrainerSync, trainer_config("grpo", norm_by_std=False), 0, monkeypatch)[0]
-    for key in batch.keys:
-        torch.testing.assert_close(unscaled.rows[key]["advantages"], reference.rows[key]["advantages"])
-    assert not all(torch.equal(unscaled.rows[k]["advantages"], plain.rows[k]["advantages"]) for k in batch.keys)
+        run_step(DaraTrainer, config, 0, monkeypatch)

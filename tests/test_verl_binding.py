@@ -1,11 +1,13 @@
-"""The verl binding: every estimator through verl's own advantage path, and a test on each seam.
+"""The verl binding: the plugin's registrations, every estimator through verl's own advantage path, the trainer.
 
-A seam test pins what the binding relies on in verl 0.9.1, so an upgrade that moves it fails here.
+The private verl and vLLM names the binding relies on are pinned in tests/test_verl_seams.py.
 """
 
 from __future__ import annotations
 
-import inspect
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,11 +19,14 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages
-from dara.verl import register
-from dara.verl.estimators import ChannelContext, estimator_options, verl_estimator_name
-from dara.verl.trainer import ChannelTrainerMixin, channel_scores_from_extra_fields
-
-register()
+from dara.verl.estimators import (
+    CURRENT_CHANNELS,
+    ChannelBatch,
+    channels_for_step,
+    estimator_options,
+    verl_estimator_name,
+)
+from dara.verl.trainer import DaraTrainer, channel_scores_from_extra_fields
 
 CHANNELS = ["correctness", "format"]
 
@@ -64,8 +69,8 @@ def real_batch(seed=0, groups=6, group_size=4, prompt_len=5, response_len=7):
 def test_every_estimator_through_verl_compute_advantage(name):
     data, scores = real_batch()
     algorithm = algorithm_config(adv_estimator=name, weights=[1.0, 5.0] if name == "static" else None)
-    context = ChannelContext(algorithm, scores, CHANNELS)
-    out = compute_advantage(data, adv_estimator=verl_estimator_name(name), config=context)
+    with channels_for_step(ChannelBatch(scores, CHANNELS)) as channels:
+        out = compute_advantage(data, adv_estimator=verl_estimator_name(name), config=algorithm)
     mask = data.batch["response_mask"]
     if name == "grpo":  # verl's meaning: the summed token-level reward
         expected, _ = compute_advantages("grpo", data.batch["token_level_rewards"].sum(-1), data.non_tensor_batch["uid"],
@@ -75,21 +80,22 @@ def test_every_estimator_through_verl_compute_advantage(name):
                                          **estimator_options(algorithm, CHANNELS))
     torch.testing.assert_close(out.batch["advantages"], expected)
     torch.testing.assert_close(out.batch["returns"], expected)
-    assert f"density/{CHANNELS[1]}" in context.metrics and f"energy/{CHANNELS[0]}" in context.metrics
+    assert f"density/{CHANNELS[1]}" in channels.metrics and f"energy/{CHANNELS[0]}" in channels.metrics
+    assert CURRENT_CHANNELS.get() is None  # published for the step only
 
 
 def test_grpo_matches_verl_own_grpo():
     data, scores = real_batch(seed=1)
-    ours = compute_advantage(data, adv_estimator=verl_estimator_name("grpo"),
-                             config=ChannelContext(algorithm_config(), scores, CHANNELS)).batch["advantages"].clone()
+    with channels_for_step(ChannelBatch(scores, CHANNELS)):
+        ours = compute_advantage(data, adv_estimator="dara_grpo", config=algorithm_config()).batch["advantages"].clone()
     theirs = compute_advantage(data, adv_estimator="grpo", config=algorithm_config()).batch["advantages"]
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
 def test_gdpo_matches_verl_builtin_gdpo():
     data, scores = real_batch(seed=2)
-    ours = compute_advantage(data, adv_estimator=verl_estimator_name("gdpo"),
-                             config=ChannelContext(algorithm_config(), scores, CHANNELS)).batch["advantages"].clone()
+    with channels_for_step(ChannelBatch(scores, CHANNELS)):
+        ours = compute_advantage(data, adv_estimator="dara_gdpo", config=algorithm_config()).batch["advantages"].clone()
     verl_cfg = OmegaConf.create({"gdpo_reward_keys": CHANNELS, "norm_adv_by_std_in_grpo": True})
     theirs = compute_advantage(data, adv_estimator="gdpo", config=verl_cfg).batch["advantages"]
     torch.testing.assert_close(ours, theirs * data.batch["response_mask"], rtol=1e-4, atol=1e-4)
@@ -99,6 +105,68 @@ def test_registered_estimator_refuses_a_call_without_channels():
     data, _ = real_batch()
     with pytest.raises(ValueError, match="needs per-channel rewards"):
         compute_advantage(data, adv_estimator="dara_asym", config=algorithm_config())
+
+
+def test_plugin_registers_with_verl_on_import():
+    """`import verl` loaded the package's entry point (dara.verl.plugin): verl's own lookups find everything."""
+    from hydra.core.config_store import ConfigStore
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+    from verl.plugin.platform import PlatformRegistry
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from dara.verl.cpu.platform import PlatformCPU
+    from dara.verl.reward_manager import DaraParallelRewardManager
+
+    assert get_trainer_cls("dara_sync") is DaraTrainer
+    assert PlatformRegistry.get("cpu") is PlatformCPU
+    assert get_reward_manager_cls("dara_parallel") is DaraParallelRewardManager
+    assert {"dara_run_schema.yaml", "dara_algo_schema.yaml"} <= set(ConfigStore.instance().list("/"))
+
+
+def test_plugin_imports_nothing_of_verl_until_verl_asks():
+    """At `import verl` the plugin only registers hooks; the trainer arrives with verl's trainer registry."""
+    probe = ("import sys, verl; before = sorted(m for m in sys.modules if m.startswith('dara.verl.'));"
+             "import verl.trainer.ppo.v1; print(before, 'dara.verl.trainer' in sys.modules)")
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "VERL_PLATFORM": "cpu"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = done.stdout.strip().rsplit(" ", 1)
+    assert before == "['dara.verl.cpu', 'dara.verl.cpu.platform', 'dara.verl.cpu.ray_local', 'dara.verl.plugin']"
+    assert after == "True"
+
+
+def test_trainer_is_verls_sync_trainer_without_rewriting_its_mode():
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    from dara.config import compose
+    from dara.verl.prefilter import PrefilterRecorder
+
+    cfg = compose(["algorithm.reward_channels=[format,correctness]"])
+    trainer = DaraTrainer(cfg)
+    assert isinstance(trainer, PPOTrainerSync) and trainer.trainer_mode == "sync"
+    assert cfg.trainer.v1.trainer_mode == "dara_sync"  # the config keeps the name that selected the class
+    buffer = trainer.replay_buffer  # verl chose its synchronous buffer by the mode's name
+    assert type(buffer).__mro__[1:3] == (PrefilterRecorder, ReplayBuffer) and buffer.trainer_mode == "sync"
+
+
+def test_cpu_worker_classes_replace_verls_only_on_cpu():
+    """verl's own _init_resource_pool_mgr picks the workers; the trainer swaps in the gloo ones when device=cpu."""
+    from omegaconf import open_dict
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    from dara.config import compose
+    from dara.verl.cpu.workers import CPUActorRolloutRefWorker
+
+    cfg = compose([])
+    for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
+        with open_dict(cfg):
+            cfg.trainer.device = device
+        trainer = object.__new__(DaraTrainer)  # only the config is read by this step
+        trainer.config = cfg
+        trainer._init_resource_pool_mgr()
+        classes = [worker.__ray_actor_class__ for worker in trainer.role_worker_mapping.values()]
+        assert classes and all(cls is expected for cls in classes), (device, classes)
 
 
 def test_seam_registry_names():
@@ -124,28 +192,6 @@ def test_seam_compute_advantage_passes_config_and_index():
     assert seen["config"] is marker
     assert list(seen["index"]) == list(data.non_tensor_batch["uid"])
     assert set(seen) == {"token_level_rewards", "response_mask", "config", "index"}
-
-
-def test_seam_v1_trainer_methods_and_fields():
-    from verl.trainer.ppo.v1 import PPOTrainer, get_trainer_cls
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer as Base
-
-    # the methods the project's trainer overrides and calls through super(), with the arguments it passes
-    # (what they do: tests/test_verl_advantage_seam.py and the CPU training runs)
-    assert list(inspect.signature(PPOTrainer.init).parameters) == ["self"]
-    assert list(inspect.signature(PPOTrainer._compute_advantage).parameters) == ["self", "batch", "metrics"]
-    from dara.verl.cpu.workers import CPUWorkersMixin
-    from dara.verl.trainer import trainer_mode_for_device
-
-    for mode in ("dara_sync", "dara_colocate_async", "dara_separate_async"):
-        assert issubclass(get_trainer_cls(mode), ChannelTrainerMixin)
-        # the CPU worker classes join only on the CPU platform
-        assert not issubclass(get_trainer_cls(mode), CPUWorkersMixin)
-        assert trainer_mode_for_device(mode, "cuda") == mode
-        cpu = get_trainer_cls(trainer_mode_for_device(mode, "cpu"))
-        assert issubclass(cpu, CPUWorkersMixin) and issubclass(cpu, get_trainer_cls(mode))
-    params = inspect.signature(Base._compute_metrics).parameters
-    assert list(params) == ["self", "batch", "metrics", "timing_raw", "global_steps", "epoch"]
 
 
 def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
@@ -191,14 +237,6 @@ def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
     assert [row.tolist() for row in call["fields"]["rm_scores"].unbind()] == [[0.0, 4.0], [4.0]]
 
 
-def test_seam_task_runner_class_is_subclassable():
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-
-    assert "task_runner_class" in inspect.signature(run_ppo).parameters
-    run = inspect.signature(TaskRunnerV1.__ray_actor_class__.run).parameters  # what DaraTaskRunner.run overrides
-    assert [name for name in run if not name.startswith("_ray")] == ["self", "config"]
-
-
 def test_channel_scores_from_extra_fields():
     fields = [{"reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0}},
               {"reward_extra_info": {"correctness": -3.0, "format": 0.0, "score": -3.0}}]
@@ -211,38 +249,9 @@ def test_channel_scores_from_extra_fields():
         channel_scores_from_extra_fields(fields, CHANNELS)
 
 
-def test_seam_trainer_modes_are_verls_names():
-    """verl branches on trainer_mode == "sync" etc.: each dara trainer hands verl the mode it implements."""
-    from verl.trainer.ppo.v1 import get_trainer_cls
-    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
-
-    from dara.config import compose
-    from dara.config_checks import check_config
-    from dara.verl.prefilter import PrefilterRecorder
-
-    # what verl's separate-async trainer asserts of a config (one sync step per batch, its own rollout node, nccl)
-    cfg = compose(["trainer.v1.separate_async.parameter_sync_step=1", "actor_rollout_ref.rollout.nnodes=1",
-                   "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"])
-    check_config(cfg)
-    for mode in ("sync", "colocate_async", "separate_async"):
-        ours = get_trainer_cls(f"dara_{mode}")
-        assert ours.VERL_MODE == mode and issubclass(ours, get_trainer_cls(mode))
-        # verl builds its buffer by the mode's name: the synchronous one for "sync" only, for ours as for its own
-        buffers = []
-        for name in (mode, f"dara_{mode}"):
-            run = cfg.copy()
-            run.trainer.v1.trainer_mode = name
-            trainer = get_trainer_cls(name)(run)
-            assert trainer.trainer_mode == mode
-            buffers.append(trainer.replay_buffer)
-        stock, built = buffers
-        assert type(stock) is (ReplayBuffer if mode == "sync" else ReplayBufferAsync)
-        assert isinstance(built, type(stock)) and built.trainer_mode == mode
-        assert isinstance(built, PrefilterRecorder)  # built by the project's _build_replay_buffer, in verl's __init__
-
-
 def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
     from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainerSync
 
     from dara.verl.trainer import CHECKPOINT_TRACKER, group_filter_counts
 
@@ -252,14 +261,14 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
                                          "training/filter_groups/discarded_surplus_samples": 1})
     assert counts == {"filter/kept_groups": 2.0, "filter/drawn_groups": 6.0}
 
-    class VerlLikeSave:  # what verl's _save_checkpoint does to the marker, in isolation
+    class VerlLikeSave(PPOTrainerSync):  # what verl's _save_checkpoint does to the marker, in isolation
         def _save_checkpoint(self):
             (tmp_path / CHECKPOINT_TRACKER).write_text(str(self.global_steps))
 
         def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
             pass
 
-    class Trainer(ChannelTrainerMixin, VerlLikeSave):
+    class Trainer(DaraTrainer, VerlLikeSave):  # DaraTrainer's super() is VerlLikeSave, then verl's
         def __init__(self):
             self.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)},
                                             "algorithm": {"reward_channels": CHANNELS,
@@ -295,29 +304,3 @@ def test_reward_flag_counts():
     assert reward_flag_counts([{"reward_extra_info": {"format": 1.0}}]) == {}
 
 
-def test_seam_vllm_cpu_weight_sync():
-    """What the CPU weight sync (dara.verl.cpu.vllm_weights) and the engine watchdog use of verl and vLLM."""
-    pytest.importorskip("vllm", reason="vLLM's CPU build (make install, Linux only)")
-    from verl.workers.rollout.llm_server import LLMServerManager
-    from verl.workers.rollout.replica import RolloutReplica
-    from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
-    from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
-    from vllm.entrypoints.serve.instrumentator.health import router
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
-
-    from dara.verl.cpu.vllm_weights import CPUWeightSyncExtension
-
-    assert issubclass(CPUWeightSyncExtension, vLLMColocateWorkerExtension)
-    assert {"peft_config", "base_sync_done", "use_shm"} <= set(inspect.signature(
-        vLLMColocateWorkerExtension.update_weights_from_ipc).parameters)
-    assert list(inspect.signature(vLLMColocateWorkerExtension._update_weights).parameters) == [
-        "self", "weights", "peft_config", "base_sync_done"]
-    assert callable(vLLMColocateWorkerExtension._get_zmq_handle)
-    assert {"zmq_handle", "device", "use_shm"} <= set(inspect.signature(BucketedWeightReceiver).parameters)
-    assert "on_bucket_received" in inspect.signature(BucketedWeightReceiver.receive_weights).parameters
-    assert callable(initialize_layerwise_reload) and callable(finalize_layerwise_reload)
-    assert callable(ParallelLMHead.tie_weights)
-    # the watchdog: the trainer's replicas and their host:port, and the server's /health (503: engine dead)
-    assert callable(LLMServerManager.get_replicas) and isinstance(RolloutReplica.server_address, property)
-    assert any(route.path == "/health" for route in router.routes)

@@ -30,7 +30,7 @@ def compose_cpu_grpo_config(assets: dict, run_dir: Path):
     overrides = [
         f"hydra.searchpath=[file://{PROJECT_ROOT / 'conf'}]",
         "+cluster=cpu",
-        "trainer.v1.trainer_mode=cpu_sync",
+        "trainer.v1.trainer_mode=dara_sync",
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=false",
         f"data.train_files={assets['train']}",
@@ -73,7 +73,7 @@ def test_cluster_config_reaches_verl_keys(tmp_path):
     """conf/cluster/cpu.yaml composes onto verl's own config and sets what the CPU path needs."""
     cfg = compose_cpu_grpo_config(UNBUILT_ASSETS, tmp_path)
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env.VERL_USE_EXTERNAL_MODULES == "dara.verl.cpu" and env.VERL_PLATFORM == "cpu"
+    assert env.VERL_PLATFORM == "cpu" and "VERL_USE_EXTERNAL_MODULES" not in env  # the plugin registers it
     assert cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node == 1 and cfg.trainer.nnodes == 1
     assert cfg.ray_kwargs.ray_init.num_gpus == 1
     rollout = cfg.actor_rollout_ref.rollout
@@ -86,22 +86,3 @@ def test_cluster_config_reaches_verl_keys(tmp_path):
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
-
-
-def test_cpu_workers_mixin_swaps_verl_workers_only_on_cpu(tmp_path):
-    """verl's own _init_resource_pool_mgr picks the workers; the mixin swaps in the gloo ones when device=cpu."""
-    from omegaconf import open_dict
-    from verl.workers.engine_workers import ActorRolloutRefWorker
-
-    from dara.verl.cpu.workers import CPUActorRolloutRefWorker, CPUPPOTrainerSync
-
-    cfg = compose_cpu_grpo_config(UNBUILT_ASSETS, tmp_path)
-    for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
-        with open_dict(cfg):
-            cfg.trainer.device = device
-        trainer = object.__new__(CPUPPOTrainerSync)  # only the config is read by this step
-        trainer.config = cfg
-        trainer._init_resource_pool_mgr()
-        classes = [worker.__ray_actor_class__ for worker in trainer.role_worker_mapping.values()]
-        assert classes and all(cls is expected for cls in classes), (device, classes)
-

@@ -1,69 +1,61 @@
 """The project's estimators inside verl's advantage registry.
 
-verl 0.9.1 calls a registered estimator as ``fn(token_level_rewards, response_mask, config, index)``,
-where ``config`` is whatever its advantage step holds as ``self.config.algorithm``: no per-channel
-rewards reach it (only verl's own "gdpo" gets the raw batch). The project's trainer (`dara.verl.trainer`)
-therefore runs verl's own advantage step with a `ChannelContext` in that place: the algorithm config
-(every key verl reads there, unchanged) plus the batch's channel scores, which rows are verl's
-divisibility padding, and the project's options as a `DaraAlgoConfig`. The registered functions read the
-channels from it and write their diagnostics back into it.
+verl 0.9.1 calls a registered estimator as ``fn(token_level_rewards, response_mask, config, index)``, where
+``config`` is the run's ``algorithm`` node: no per-channel rewards reach it (only verl's own "gdpo" gets the raw
+batch). The project's trainer (`dara.verl.trainer`) therefore publishes the batch's channel scores as a
+`ChannelBatch` in the context variable `CURRENT_CHANNELS` around verl's own advantage step (`channels_for_step`);
+the registered functions read them there, read their options from ``config.dara`` and leave their diagnostics
+in the batch for the trainer to log.
 
-Every library estimator is registered under its bare name (``dara_asym``, ``dvao``, ``rvpo``, ...) except
-``grpo`` and ``gdpo``, verl's own names: `verl_estimator_name` maps those to ``dara_grpo`` / ``dara_gdpo``
-for the project's trainer, and `dara.config.library_estimator` maps a config value back. An estimator a
-user's module registers (`algorithm.dara.estimator_module`) is registered bare by `register_all`, which
-every process that computes advantages calls after loading the module; a user's name that verl already
-has is refused (`verl_owned_names`, `EstimatorNameTaken`).
+Every library estimator is registered under its bare name (``dara_asym``, ``dvao``, ``rvpo``, ...) except where
+verl owns the name: ``grpo`` and ``gdpo`` are ``dara_grpo`` / ``dara_gdpo`` (conf/estimator/grpo.yaml and
+gdpo.yaml name those), and `dara.config.library_estimator` maps a config value back. An estimator a user's module
+registers (`algorithm.dara.estimator_module`) is registered bare by `register_all`, which every process that
+computes advantages calls after loading the module; a user's name that verl already has is refused
+(`verl_owned_names`, `EstimatorNameTaken`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
 from dara.config import LIBRARY_PREFIX as PREFIX
-from dara.config import library_estimator
 from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig, compute_advantages, diagnose
 
 
-class ChannelContext:
-    """The algorithm config as the project's trainer hands it to verl's advantage step.
+class ChannelBatch:
+    """One step's reward channels as the trainer publishes them to the registered estimators."""
 
-    Attribute and `get` access fall through to the algorithm node, so verl's step reads use_kl_in_reward,
-    kl_penalty, rollout_correction, gamma, lam and norm_adv_by_std_in_grpo from the run's config as it
-    would without the project; only `adv_estimator` reads as the registry key of the library estimator.
-    """
-
-    def __init__(self, algorithm: Any, channel_scores: torch.Tensor, channel_names: list[str],
-                 real: torch.Tensor | None = None):
-        self.algorithm = algorithm  # verl's `algorithm` config node (DictConfig or dict)
-        self.channel_scores = channel_scores  # [N, K] raw channel rewards, pre-KL, in batch order
-        self.channel_names = list(channel_names)
+    def __init__(self, scores: torch.Tensor, names: list[str], real: torch.Tensor | None = None):
+        self.scores = scores  # [N, K] raw channel rewards, pre-KL, in batch order
+        self.names = list(names)
         # [N] bool: rows that are real samples (verl pads a batch to a divisible size; padding gets 0)
-        self.real = torch.ones(len(channel_scores), dtype=torch.bool) if real is None else real
-        self.options = DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
+        self.real = torch.ones(len(scores), dtype=torch.bool) if real is None else real
         self.metrics: dict[str, float] = {}  # filled by the estimator
-        name = library_estimator(str(algorithm.get("adv_estimator")))
-        self.adv_estimator = verl_estimator_name(name) if name else algorithm.get("adv_estimator")
 
-    def __getattr__(self, key: str):  # only called for names the context itself does not have
-        algorithm = self.__dict__.get("algorithm")
-        if key.startswith("__") or algorithm is None:
-            raise AttributeError(key)
-        if isinstance(algorithm, dict):
-            if key not in algorithm:
-                raise AttributeError(key)
-            return algorithm[key]
-        return getattr(algorithm, key)
 
-    def get(self, key: str, default=None):
-        if key == "adv_estimator":
-            return self.adv_estimator
-        return self.algorithm.get(key, default)
+CURRENT_CHANNELS: ContextVar[ChannelBatch | None] = ContextVar("dara_channels", default=None)
+
+
+@contextmanager
+def channels_for_step(channels: ChannelBatch):
+    """`channels` is what the registered estimators read while the block runs (verl's advantage step)."""
+    token = CURRENT_CHANNELS.set(channels)
+    try:
+        yield channels
+    finally:
+        CURRENT_CHANNELS.reset(token)
+
+
+def algo_options(algorithm: Mapping) -> DaraAlgoConfig:
+    """The project's estimator options of an `algorithm` node (`algorithm.dara`)."""
+    return DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
 
 
 class RewardRangeError(ValueError):
@@ -96,7 +88,7 @@ def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: 
 
 def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
     """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
-    return {"channel_names": list(channel_names), **DaraAlgoConfig.from_mapping(algorithm.get("dara", None)).keywords()}
+    return {"channel_names": list(channel_names), **algo_options(algorithm).keywords()}
 
 
 class EstimatorNameTaken(ValueError):
@@ -120,37 +112,44 @@ def verl_estimator_name(name: str) -> str:
 
 def _make_verl_estimator(name: str):
     def estimator(token_level_rewards, response_mask, config=None, index=None, **_unused):
-        if not isinstance(config, ChannelContext):
+        channels = CURRENT_CHANNELS.get()
+        if channels is None:
             raise ValueError(
                 f"adv_estimator {name!r} needs per-channel rewards, which verl's stock trainer does not pass: "
-                "use the project's trainer (trainer.v1.trainer_mode=dara_sync, set by `python -m dara.train`)"
+                "use the project's trainer (trainer.v1.trainer_mode=dara_sync, as conf/train.yaml sets it)"
             )
         if index is None:
             raise ValueError(f"adv_estimator {name!r} needs group ids (non_tensor_batch['uid'])")
-        if len(config.channel_scores) != len(response_mask):
-            raise ValueError(f"adv_estimator {name!r}: {len(config.channel_scores)} rows of channel scores for a "
+        if len(channels.scores) != len(response_mask):
+            raise ValueError(f"adv_estimator {name!r}: {len(channels.scores)} rows of channel scores for a "
                              f"batch of {len(response_mask)}")
-        real = config.real.to(response_mask.device)
+        real = channels.real.to(response_mask.device)
         rows = real.nonzero().squeeze(-1).cpu().numpy()
-        mask, scores, groups = response_mask[real], config.channel_scores[config.real], [index[i] for i in rows]
+        mask, scores, groups = response_mask[real], channels.scores[channels.real], [index[i] for i in rows]
+        config = config if config is not None else {}
         if name == "grpo":
             # GRPO is verl's own: the summed token-level reward (KL-penalised when KL is in the reward),
             # with verl's norm_adv_by_std_in_grpo; the channels only feed the paper's diagnostics.
             advantages, _ = core_algos.compute_grpo_outcome_advantage(
                 token_level_rewards[real], mask, index=np.array(groups, dtype=object),
                 norm_adv_by_std_in_grpo=bool(config.get("norm_adv_by_std_in_grpo", True)))
-            metrics = diagnose(scores, groups, channel_names=config.channel_names)
+            metrics = diagnose(scores, groups, channel_names=channels.names)
         else:
-            advantages, metrics = compute_advantages(name, scores, groups, mask, channel_names=config.channel_names,
-                                                     **config.options.keywords())
+            advantages, metrics = compute_advantages(name, scores, groups, mask, channel_names=channels.names,
+                                                     **algo_options(config).keywords())
         full = torch.zeros_like(response_mask, dtype=advantages.dtype)
         full[real] = advantages
-        config.metrics.update(metrics)
+        channels.metrics.update(metrics)
         return full, full
 
     estimator.__name__ = f"{PREFIX}{name}"
-    estimator.__doc__ = f"verl adapter of dara.estimators '{name}' (channel scores from a ChannelContext)."
+    estimator.__doc__ = f"verl adapter of dara.estimators '{name}' (channel scores from CURRENT_CHANNELS)."
     return estimator
+
+
+def is_ours(registry_key: str) -> bool:
+    """Whether verl's advantage registry holds one of the project's estimators under `registry_key`."""
+    return _ours(core_algos.ADV_ESTIMATOR_REGISTRY.get(str(registry_key)))
 
 
 def _ours(fn) -> bool:

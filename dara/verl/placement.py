@@ -15,8 +15,8 @@ training engine's module and a step post-hook on its optimizer, so at "end" the 
 and optimizer updates that rank ran on its node during `fit` (zero at "start"). A job requeued onto a fresh
 allocation rewrites the file with its own nodes and counts.
 
-`PlacementRecorderMixin` goes before verl's TaskRunner (dara/verl/task_runner.py); only this module knows the
-file. Recording never fails a run: an error is written into the file and logged.
+The trainer records it at the end of its `init` and of its `fit` (dara/verl/trainer.py); only this module
+knows the file. Recording never fails a run: an error is written into the file and logged.
 """
 
 from __future__ import annotations
@@ -150,15 +150,3 @@ def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start
     atomic_write_json(path, content)
     return path
 
-
-class PlacementRecorderMixin:
-    """Before verl's TaskRunner class: records ray_nodes.json once the workers are up and again after fit."""
-
-    def init_agent_loop_manager(self):
-        record_placement(self.trainer, self.config.run.output_dir, "start")
-        return super().init_agent_loop_manager()
-
-    def run(self, config):
-        result = super().run(config)
-        record_placement(self.trainer, config.run.output_dir, "end")
-        return result

@@ -9,7 +9,7 @@ save), then ends `fit` after this step's metrics are logged (verl's loop runs wh
 total_training_steps`), and deletes the request. `python -m dara.train` then returns normally with the run
 unfinished; rerunning it resumes from that checkpoint (`trainer.resume_mode=auto`).
 
-`StopAtStepBoundaryMixin` goes before the project's other mixins on each verl trainer class (dara/verl/trainer.py).
+The check itself is `DaraTrainer.on_step_end` (dara/verl/trainer.py).
 """
 
 from __future__ import annotations
@@ -38,21 +38,3 @@ def stop_requested(run_dir: str | Path) -> str | None:
 def clear_stop_request(run_dir: str | Path) -> None:
     (Path(run_dir) / STOP_REQUEST).unlink(missing_ok=True)
 
-
-class StopAtStepBoundaryMixin:
-    """Put first among a verl trainer's bases: checks for a stop request at the end of every step."""
-
-    def on_step_end(self):
-        run = self.config.get("run", None) or {}
-        reason = stop_requested(run["output_dir"]) if run.get("output_dir", None) else None
-        if reason is None or self.global_steps >= self.total_training_steps:
-            return super().on_step_end()  # no request, or the last step: verl saves and ends anyway
-        freq = int(self.config.trainer.save_freq)
-        saved = freq > 0 and self.global_steps % freq == 0  # verl saved this step already
-        if not saved:
-            self._save_checkpoint()
-        print(f"[dara] stop requested ({reason}): step {self.global_steps} checkpointed"
-              f"{' by its save_freq save' if saved else ''}; stopping after this step", flush=True)
-        self.total_training_steps = self.global_steps  # verl's fit loop ends once this step is logged
-        clear_stop_request(run["output_dir"])
-        return super().on_step_end()

@@ -1,45 +1,39 @@
-"""The project's verl trainer: reward channels into the advantage step, diagnostics into the logs.
+"""The project's verl trainer, `dara_sync`: reward channels into the advantage step, diagnostics into the logs.
 
-verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs from TransferQueue for the
-advantage step, so per-channel rewards (reward_extra_info) never reach an estimator. `ChannelTrainerMixin`
-adds a pre-advantage step (the shape of verl's later `advantage_extra_fields`: fetch the extra fields the
-estimator needs, hand them to it through the step's config): it reads the channels named in
-`algorithm.reward_channels` from the samples' extra fields, then runs verl's own `_compute_advantage`
-with a `ChannelContext` as the algorithm config the step passes to the registered estimator. KL in the
-reward, rollout correction, gamma/lam/norm_adv_by_std_in_grpo and the write-back stay verl's code.
+verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs from TransferQueue for the advantage
+step, so per-channel rewards (reward_extra_info) never reach an estimator. `DaraTrainer._compute_advantage`
+fetches the channels named in `algorithm.reward_channels`, publishes them for the registered estimator
+(`dara.verl.estimators.CURRENT_CHANNELS`, a context variable set only around verl's own step) and runs verl's
+`_compute_advantage` unchanged: KL in the reward, rollout correction and the write-back stay verl's code.
 
-The mixin is registered over each verl trainer mode as `dara_<mode>` (`trainer.v1.trainer_mode`); the CPU
-runtime's worker mixin joins it only where the CPU platform is active (`dara.verl.cpu`).
+`trainer.v1.trainer_mode=dara_sync` selects it (verl's own `get_trainer_cls`); inside, it is verl's sync trainer
+(`trainer_mode` reads "sync", where verl branches on the mode's name). On `trainer.device=cpu` its ranks use the
+CPU runtime's worker classes (`dara.verl.cpu.workers`).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 
+import ray
 import torch
 import transfer_queue as tq
-from omegaconf import OmegaConf, open_dict
-from verl.trainer.ppo.v1 import (
-    PPOTrainerColocateAsync,
-    PPOTrainerSeparateAsync,
-    PPOTrainerSync,
-    register_trainer,
-)
+from omegaconf import OmegaConf
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
-from dara.config import library_estimator
+from dara.estimators import load_estimator_module
 from dara.io import atomic_write_text
 from dara.run_folder import CHECKPOINT_TRACKER, REWARD_ERRORS  # the resume marker in default_local_dir
 from dara.run_log import RunLog, reward_means
+from dara.tracking import log_by_step_metric
+from dara.verl import estimators, placement, prefilter, rounds
 from dara.verl.engine_watchdog import HEALTH_ENDPOINT_ENGINES, EngineWatchdog
-from dara.verl.estimators import ChannelContext, check_reward_ranges
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
-from dara.verl.prefilter import with_prefilter_metrics
-from dara.verl.rounds import RoundsReplayBuffer, build_rounds_buffer, rounds_settings
 from dara.verl.seeded_rollout import AGENT_NAME as SEEDED_AGENT
 from dara.verl.seeded_rollout import ValidationTagged
-from dara.verl.stop_request import StopAtStepBoundaryMixin
-from dara.verl.wandb_steps import WandbStepMixin
+from dara.verl.stop_request import clear_stop_request, stop_requested
 from rewards.spec import ERROR_KEY, TIMEOUT_KEY
 
 logger = logging.getLogger(__name__)
@@ -114,31 +108,67 @@ def check_reward_failures(counts: dict, items: int, step: int, run_dir: str | No
                      + (f"; first error: {first}" if first else "") + (f" (all: {log})" if log else ""))
 
 
-class ChannelTrainerMixin(WandbStepMixin):
-    """Overrides verl's advantage step for the project's estimators; logs a run log per step (and to wandb by
-    training step, dara.verl.wandb_steps)."""
+def _run_key(config, key: str, default=None):
+    return OmegaConf.select(config, f"run.{key}", default=default)
 
-    VERL_MODE: str  # the verl trainer mode the class implements ("sync", "colocate_async", ...)
+
+@register_trainer("dara_sync")
+class DaraTrainer(PPOTrainerSync):
+    """verl's synchronous v1 trainer with the project's advantage step, run log, stop request, engine watchdog,
+    grad-clip record and placement record."""
 
     def __init__(self, config):
-        # verl's trainer branches on the mode's *name* (replay buffer, refill, checkpoints: `== "sync"`) and
-        # reads the mode's options under trainer.v1.<mode>. TaskRunner already chose this class by its
-        # registered name (dara_<mode>), so from here on verl sees the mode the class implements.
-        with open_dict(config):
-            config.trainer.v1.trainer_mode = self.VERL_MODE
+        # in the TaskRunner's Ray actor: an estimator module of your own, then the modules run.import_modules
+        # names (a reward manager, ...), before verl builds anything that looks them up
+        module = OmegaConf.select(config, "algorithm.dara.estimator_module", default=None)
+        if module:  # checked before Ray (dara.config_checks); its path is absolute by now
+            load_estimator_module(module)
+            estimators.register_all()
+        for name in _run_key(config, "import_modules") or []:
+            importlib.import_module(name)
         super().__init__(config)
 
+    @property
+    def trainer_mode(self) -> str:
+        # verl stores config.trainer.v1.trainer_mode here and branches on the name ("sync": replay buffer,
+        # refill, checkpoints); this class is verl's sync trainer whatever name selected it
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, _registered_name: str) -> None:
+        pass
+
+    @property
+    def logger(self):
+        return self.__dict__.get("_dara_tracking")
+
+    @logger.setter
+    def logger(self, tracking) -> None:
+        # verl's fit builds its Tracking here before logging anything: wandb rows by training step from now on
+        # (dara.tracking says why a resumed run needs it)
+        log_by_step_metric(tracking, _run_key(self.config, "output_dir"))
+        self.__dict__["_dara_tracking"] = tracking
+
+    # ------------------------------------------------------------------ workers, buffer, start-up
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        if self.config.trainer.device == "cpu":  # gloo process groups (dara.verl.cpu.workers says why)
+            from dara.verl.cpu.workers import cpu_worker_class
+
+            for role, worker in list(self.role_worker_mapping.items()):
+                replacement = cpu_worker_class(worker)
+                if replacement is not None:
+                    self.role_worker_mapping[role] = ray.remote(replacement)
+
     def _build_replay_buffer(self):
-        # run.dynamic_sampling.mode=rounds: the authors' generation rounds (dara.verl.rounds); otherwise
-        # verl's own buffer (its DAPO filter in mode replay). Both record rollout_prefilter/<channel>/mean
-        # over every generated response, evicted groups included.
-        channels = list(self.config.algorithm.get("reward_channels", None) or [])
-        settings = rounds_settings(self.config)
-        buffer = build_rounds_buffer(self, settings) if settings else super()._build_replay_buffer()
-        return with_prefilter_metrics(buffer, channels)
+        # run.dynamic_sampling.mode=rounds: the authors' generation rounds (dara.verl.rounds); otherwise verl's
+        # own buffer (its DAPO filter in mode replay). Both record rollout_prefilter/<channel>/mean.
+        settings = rounds.rounds_settings(self.config)
+        buffer = rounds.build_rounds_buffer(self, settings) if settings else super()._build_replay_buffer()
+        return prefilter.with_prefilter_metrics(buffer, self._reward_channels(required=False))
 
     def prepare_step(self) -> dict:
-        if isinstance(self.replay_buffer, RoundsReplayBuffer):  # it submits each round itself
+        if isinstance(self.replay_buffer, rounds.RoundsReplayBuffer):  # it submits each round itself
             return {}
         return super().prepare_step()
 
@@ -147,6 +177,76 @@ class ChannelTrainerMixin(WandbStepMixin):
         batch = self._next_train_batch(num_prompts)
         self._submit_batch_to_rollout(batch)
         return [str(uid) for uid in batch["uid"]]
+
+    def init(self):
+        super().init()
+        if self.config.actor_rollout_ref.rollout.agent.default_agent_loop == SEEDED_AGENT:
+            self.val_dataloader = ValidationTagged(self.val_dataloader)  # validation seeded apart from training
+        self.run_log = RunLog.from_config(self.config, resumed_step=self.global_steps)
+        self.engine_watchdog = self._start_engine_watchdog()
+        if _run_key(self.config, "output_dir"):
+            placement.record_placement(self, self.config.run.output_dir, "start")
+
+    def _start_engine_watchdog(self) -> EngineWatchdog | None:
+        """Watch the rollout servers (dara.verl.engine_watchdog); run.engine_watchdog_s=0 turns it off."""
+        interval = float(_run_key(self.config, "engine_watchdog_s", 0) or 0)
+        manager = getattr(self, "llm_server_manager", None)
+        replicas = manager.get_replicas() if manager is not None else []
+        addresses = [r.server_address for r in replicas if getattr(r, "server_address", None)]
+        engine = str(self.config.actor_rollout_ref.rollout.name)
+        if interval <= 0 or not addresses or engine not in HEALTH_ENDPOINT_ENGINES:
+            return None
+        return EngineWatchdog(engine, addresses, _run_key(self.config, "output_dir"), interval_s=interval).start()
+
+    def fit(self, *args, **kwargs):
+        watchdog = getattr(self, "engine_watchdog", None)
+        try:
+            result = super().fit(*args, **kwargs)
+        except Exception as error:  # whatever verl raised on the way (lost samples, ...): the engine's death first
+            if watchdog is not None:
+                watchdog.raise_if_dead(cause=error)
+            raise
+        finally:  # the servers shut down after training: no longer a failure
+            if watchdog is not None:
+                watchdog.stop()
+        if _run_key(self.config, "output_dir"):
+            placement.record_placement(self, self.config.run.output_dir, "end")
+        return result
+
+    # ------------------------------------------------------------------ one step
+    def _reward_channels(self, required: bool = True) -> list[str]:
+        channels = [str(c) for c in self.config.algorithm.get("reward_channels", None) or []]
+        if required and not channels:
+            raise ValueError("algorithm.reward_channels is empty: name the reward_extra_info keys to use as channels")
+        return channels
+
+    def _compute_advantage(self, batch, metrics: dict):
+        """verl's own advantage step, with the batch's channel scores published for the registered estimator."""
+        if getattr(self, "engine_watchdog", None) is not None:  # samples of a dead engine are lost or padding
+            self.engine_watchdog.raise_if_dead()
+        if not estimators.is_ours(self.config.algorithm.adv_estimator):  # one of verl's own estimators
+            return super()._compute_advantage(batch, metrics)
+        channels = self._channel_batch(batch, metrics)
+        with estimators.channels_for_step(channels):
+            batch = super()._compute_advantage(batch, metrics)
+        metrics.update({METRIC_PREFIX + k: v for k, v in channels.metrics.items()})
+        metrics.update(reward_means(channels.scores[channels.real], channels.names))
+        return batch
+
+    def _channel_batch(self, batch, metrics: dict) -> estimators.ChannelBatch:
+        """The pre-advantage step: channel scores from the samples' extra fields, padding rows marked."""
+        names = self._reward_channels()
+        extra_fields = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                            select_fields=["extra_fields"])["extra_fields"])
+        counts = reward_flag_counts(extra_fields)
+        step = getattr(self, "global_steps", None)
+        check_reward_failures(counts, len(extra_fields), step, _run_key(self.config, "output_dir"))
+        metrics.update(counts)
+        real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        channels = estimators.ChannelBatch(channel_scores_from_extra_fields(extra_fields, names), names, real)
+        estimators.check_reward_ranges(channels.scores[real], names,
+                                       estimators.algo_options(self.config.algorithm).reward_ranges, step)
+        return channels
 
     def _update_actor(self, batch, metrics: dict):
         """verl's actor update; logs whether each optimizer update was clipped (dara.verl.grad_clip)."""
@@ -157,7 +257,7 @@ class ChannelTrainerMixin(WandbStepMixin):
         finally:
             self.actor_rollout_wg = recorder.wrapped
         actor = self.config.actor_rollout_ref.actor
-        expect = bool((self.config.get("run", None) or {}).get("expect_clipped_updates", False))
+        expect = bool(_run_key(self.config, "expect_clipped_updates", False))
         updates = updates_per_step(len(batch.keys), actor.ppo_mini_batch_size, self.config.actor_rollout_ref.rollout.n,
                                    actor.ppo_epochs)
         clip = grad_clip_metrics(recorder.grad_norms, float(actor.optim.clip_grad), updates, expect)
@@ -168,77 +268,17 @@ class ChannelTrainerMixin(WandbStepMixin):
                            clip[UNCLIPPED], updates, [round(n, 4) for n in recorder.grad_norms], actor.optim.clip_grad)
         return batch
 
-    def init(self):
-        super().init()
-        if self.config.actor_rollout_ref.rollout.agent.default_agent_loop == SEEDED_AGENT:
-            self.val_dataloader = ValidationTagged(self.val_dataloader)  # validation seeded apart from training
-        self.run_log = RunLog.from_config(self.config, resumed_step=self.global_steps)
-        self.engine_watchdog = self._start_engine_watchdog()
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        if self.config.algorithm.filter_groups.get("enable", False):
+            metrics.update(group_filter_counts(batch, metrics))
+        if getattr(self, "run_log", None) is not None:
+            self.run_log.write(global_steps, metrics, self._reward_channels())
+            pending, self._pending_tracker = getattr(self, "_pending_tracker", None), None
+            if pending is not None:
+                atomic_write_text(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
 
-    def _start_engine_watchdog(self) -> EngineWatchdog | None:
-        """Watch the rollout servers (dara.verl.engine_watchdog); run.engine_watchdog_s=0 turns it off."""
-        interval = float(OmegaConf.select(self.config, "run.engine_watchdog_s", default=0) or 0)
-        manager = getattr(self, "llm_server_manager", None)
-        replicas = manager.get_replicas() if manager is not None else []
-        addresses = [r.server_address for r in replicas if getattr(r, "server_address", None)]
-        run_dir = OmegaConf.select(self.config, "run.output_dir", default=None)
-        engine = str(self.config.actor_rollout_ref.rollout.name)
-        if interval <= 0 or not addresses or engine not in HEALTH_ENDPOINT_ENGINES:
-            return None
-        return EngineWatchdog(engine, addresses, run_dir, interval_s=interval).start()
-
-    def fit(self, *args, **kwargs):
-        watchdog = getattr(self, "engine_watchdog", None)
-        try:
-            return super().fit(*args, **kwargs)
-        except Exception as error:  # whatever verl raised on the way (lost samples, ...): the engine's death first
-            if watchdog is not None:
-                watchdog.raise_if_dead(cause=error)
-            raise
-        finally:  # the servers shut down after training: no longer a failure
-            if watchdog is not None:
-                watchdog.stop()
-
-    def _reward_channels(self) -> list[str]:
-        channels = list(self.config.algorithm.get("reward_channels", None) or [])
-        if not channels:
-            raise ValueError("algorithm.reward_channels is empty: name the reward_extra_info keys to use as channels")
-        return channels
-
-    def _compute_advantage(self, batch, metrics: dict):
-        """verl's own advantage step, with the batch's channel scores in its algorithm config."""
-        if getattr(self, "engine_watchdog", None) is not None:  # samples of a dead engine are lost or padding
-            self.engine_watchdog.raise_if_dead()
-        if library_estimator(str(self.config.algorithm.adv_estimator)) is None:  # one of verl's own estimators
-            return super()._compute_advantage(batch, metrics)
-        context = self._channel_context(batch, metrics)
-        config = self.config
-        self.config = _WithAlgorithm(config, context)  # what verl's step reads as self.config.algorithm
-        try:
-            batch = super()._compute_advantage(batch, metrics)
-        finally:
-            self.config = config
-        metrics.update({METRIC_PREFIX + k: v for k, v in context.metrics.items()})
-        real_scores = context.channel_scores[context.real]
-        metrics.update(reward_means(real_scores, context.channel_names))
-        return batch
-
-    def _channel_context(self, batch, metrics: dict) -> ChannelContext:
-        """The pre-advantage step: channel scores from the samples' extra fields, padding rows marked."""
-        channels = self._reward_channels()
-        extra_fields = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                                            select_fields=["extra_fields"])["extra_fields"])
-        counts = reward_flag_counts(extra_fields)
-        check_reward_failures(counts, len(extra_fields), getattr(self, "global_steps", None),
-                              OmegaConf.select(self.config, "run.output_dir", default=None))
-        metrics.update(counts)
-        real = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
-        context = ChannelContext(self.config.algorithm, channel_scores_from_extra_fields(extra_fields, channels),
-                                 channels, real)
-        check_reward_ranges(context.channel_scores[context.real], channels, context.options.reward_ranges,
-                            getattr(self, "global_steps", None))
-        return context
-
+    # ------------------------------------------------------------------ checkpoints and stopping
     def _save_checkpoint(self):
         tracker = Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER
         previous = tracker.read_text() if tracker.exists() else None
@@ -253,70 +293,18 @@ class ChannelTrainerMixin(WandbStepMixin):
         else:
             atomic_write_text(tracker, previous)
 
-    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        if self.config.algorithm.filter_groups.get("enable", False):
-            metrics.update(group_filter_counts(batch, metrics))
-        if getattr(self, "run_log", None) is not None:
-            self.run_log.write(global_steps, metrics, self._reward_channels())
-            pending, self._pending_tracker = getattr(self, "_pending_tracker", None), None
-            if pending is not None:
-                atomic_write_text(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
-
-
-class _WithAlgorithm:
-    """The trainer config with another `algorithm` node; every other key is the config's own."""
-
-    def __init__(self, config, algorithm):
-        self._config, self.algorithm = config, algorithm
-
-    def __getattr__(self, key: str):
-        return getattr(self._config, key)
-
-    def get(self, key: str, default=None):
-        return self.algorithm if key == "algorithm" else self._config.get(key, default)
-
-
-@register_trainer("dara_sync")
-class DaraTrainerSync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerSync):
-    """verl's synchronous trainer with the project's advantage step."""
-
-    VERL_MODE = "sync"
-
-
-@register_trainer("dara_colocate_async")
-class DaraTrainerColocateAsync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerColocateAsync):
-    """verl's colocated asynchronous trainer with the project's advantage step."""
-
-    VERL_MODE = "colocate_async"
-
-
-@register_trainer("dara_separate_async")
-class DaraTrainerSeparateAsync(StopAtStepBoundaryMixin, ChannelTrainerMixin, PPOTrainerSeparateAsync):
-    """verl's separate-pool asynchronous trainer with the project's advantage step."""
-
-    VERL_MODE = "separate_async"
-
-
-CPU_SUFFIX = "_cpu"
-
-
-def _register_cpu_variant(cls: type) -> type:
-    """`dara_<mode>_cpu`: the trainer with the CPU runtime's worker classes (gloo process group)."""
-    from dara.verl.cpu.workers import CPUWorkersMixin
-
-    variant = type(f"{cls.__name__}CPU", (CPUWorkersMixin, cls),
-                   {"__doc__": f"{cls.__doc__} On the CPU platform.", "__module__": __name__})
-    globals()[variant.__name__] = variant  # importable by name, as Ray and pickle expect
-    return register_trainer(f"dara_{cls.VERL_MODE}{CPU_SUFFIX}")(variant)
-
-
-for _cls in (DaraTrainerSync, DaraTrainerColocateAsync, DaraTrainerSeparateAsync):
-    _register_cpu_variant(_cls)
-
-
-def trainer_mode_for_device(mode: str, device: str) -> str:
-    """The registered trainer name for `trainer.v1.trainer_mode` on `trainer.device`."""
-    if device == "cpu" and mode.startswith("dara_") and not mode.endswith(CPU_SUFFIX):
-        return mode + CPU_SUFFIX
-    return mode
+    def on_step_end(self):
+        """A stop request (dara.verl.stop_request) checkpoints this step and ends fit after it."""
+        run_dir = _run_key(self.config, "output_dir")
+        reason = stop_requested(run_dir) if run_dir else None
+        if reason is None or self.global_steps >= self.total_training_steps:
+            return super().on_step_end()  # no request, or the last step: verl saves and ends anyway
+        freq = int(self.config.trainer.save_freq)
+        saved = freq > 0 and self.global_steps % freq == 0  # verl saved this step already
+        if not saved:
+            self._save_checkpoint()
+        print(f"[dara] stop requested ({reason}): step {self.global_steps} checkpointed"
+              f"{' by its save_freq save' if saved else ''}; stopping after this step", flush=True)
+        self.total_training_steps = self.global_steps  # verl's fit loop ends once this step is logged
+        clear_stop_request(run_dir)
+        return super().on_step_end()

@@ -1,11 +1,11 @@
 """verl's external platform "cpu": lets verl's trainer run on a machine without an accelerator.
 
 verl resolves its platform once per process (``verl.plugin.platform.get_platform``): the ``VERL_PLATFORM``
-variable names it, otherwise the first registered platform whose probe succeeds wins, and the fallback is
-"nvidia" (which then rewrites ``trainer.device=cpu`` to ``cuda``). Registering this class under the name
-"cpu" and naming it in ``VERL_PLATFORM`` (conf/cluster/cpu.yaml puts both variables into every Ray
-worker's runtime_env) makes every process agree on: device ``cpu``, collective backend ``gloo``, Ray
-resource ``GPU`` (one logical GPU per trainer rank, see conf/cluster/cpu.yaml), no IPC.
+variable names it, otherwise the first registered platform whose probe succeeds wins. The project's verl plugin
+registers this class as "cpu" in every process, after verl's own platforms, so ``VERL_PLATFORM=cpu``
+(conf/cluster/cpu.yaml gives it to every Ray worker) or a machine without an accelerator makes every process
+agree on: device ``cpu``, collective backend ``gloo``, Ray resource ``GPU`` (one logical GPU per trainer rank,
+see conf/cluster/cpu.yaml), no IPC.
 
 ``device_module`` is what verl calls ``get_torch_device()``: verl calls CUDA-style functions on it
 (``memory_reserved``, ``mem_get_info``, ``get_device_name``, ``set_device``, ...), most of which
@@ -93,8 +93,9 @@ class PlatformCPU(PlatformBase):
         return True
 
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
-        # Never auto-detected: the CPU path is chosen explicitly with VERL_PLATFORM=cpu.
-        return False
+        # verl probes the registered platforms in order and this one registers after verl's own (cuda, npu,
+        # rocm): it answers only where none of them did, instead of verl's fallback "nvidia" (which fails there)
+        return True
 
     def current_device(self) -> str:
         # verl passes this to Tensor.to() and torch.device(): the device string, not an index.
