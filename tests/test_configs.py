@@ -179,7 +179,7 @@ def test_recipes_hold_the_papers_runs_and_hyperparameters(recipe):
         if recipe == "fixed_weight":
             expected["algorithm.dara.weights"] = [1.0, 5.0]
             expected["algorithm.adv_estimator"] = "static"
-        if ESTIMATORS[cfg.algorithm.adv_estimator].batch_norms == ("none",):  # GRPO, DVAO: the method's own
+        if ESTIMATORS[library_estimator(str(cfg.algorithm.adv_estimator))].batch_norms == ("none",):  # GRPO, DVAO: the method's own
             expected["algorithm.dara.batch_norm"] = None
         if recipe == "instruct_vs_thinking":  # compared at step 100
             expected["trainer.total_training_steps"] = 100
@@ -272,12 +272,12 @@ def test_dara_sync_builds_verls_synchronous_dapo_replay_buffer():
     from verl.trainer.ppo.v1 import PPOTrainerSync
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-    from dara.verl.trainer import DaraTrainerSync
+    from dara.verl.trainer import DaraTrainer
 
     cfg = composed(tuple(math_filter_overrides()))
     check_config(cfg)  # as dara.train does: the reward's channels fill algorithm.reward_channels
     stock = PPOTrainerSync(OmegaConf.merge(cfg, {"trainer": {"v1": {"trainer_mode": "sync"}}})).replay_buffer
-    ours = DaraTrainerSync(cfg.copy()).replay_buffer
+    ours = DaraTrainer(cfg.copy()).replay_buffer
     assert type(stock) is ReplayBuffer and stock.filter_groups_metric == "reward"
     assert (stock.train_batch_size, stock.gen_batch_size, stock.max_inflight_gen_batches) == (8, 1, 2)
     assert type(ours).__mro__[1:].count(type(stock)) == 1  # verl's buffer with pre-filter recording mixed in
@@ -290,11 +290,11 @@ def test_dara_sync_builds_the_rounds_sampler_for_the_math_tasks():
     from dara.config_checks import check_config
     from dara.verl.prefilter import PrefilterRoundsReplayBuffer
     from dara.verl.rounds import RoundsSettings
-    from dara.verl.trainer import DaraTrainerSync
+    from dara.verl.trainer import DaraTrainer
 
     cfg = composed(("task=smoke_math",))
     check_config(cfg)  # as dara.train does before Ray: fills algorithm.reward_channels from the reward's declaration
-    trainer = DaraTrainerSync(cfg.copy())
+    trainer = DaraTrainer(cfg.copy())
     buffer = trainer.replay_buffer
     assert type(buffer) is PrefilterRoundsReplayBuffer and buffer.prefilter_channels == ("correctness", "length")
     assert buffer.settings == RoundsSettings(round_prompts=8, max_rounds=20, metric="reward")

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import dara
-from dara.config import CONF_DIR, compose
+from dara.config import CONF_DIR, compose, library_estimator
 from dara.config_checks import ConfigError, check_config, composition_error_line
 from dara.estimators import ESTIMATOR_NAMES, compute_advantages, diagnose
 from dara.run_log import RunLog, read_metrics
@@ -37,7 +37,7 @@ def test_default_composes_to_smoke_dara_asym():
 @pytest.mark.parametrize("estimator", sorted({*ESTIMATOR_NAMES, "gd2po_hard_after"} - {"static"}))
 def test_every_estimator_config_composes(estimator):
     cfg = composed(f"estimator={estimator}")
-    assert cfg.algorithm.adv_estimator in ESTIMATOR_NAMES
+    assert library_estimator(str(cfg.algorithm.adv_estimator)) in ESTIMATOR_NAMES
     check_config(cfg)
 
 
