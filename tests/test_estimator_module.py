@@ -145,18 +145,17 @@ def test_a_users_estimator_is_registered_with_verl_and_runs_its_advantage_step(t
     from verl.trainer.ppo import core_algos
 
     from dara.estimators import load_estimator_module
-    from dara.verl import register
     from dara.verl.estimators import EstimatorNameTaken, register_all, verl_estimator_name
-    from dara.verl.trainer import DaraTrainerSync
+    from dara.verl.trainer import DaraTrainer
     from tests.test_verl_advantage_seam import CHANNELS, RESPONSE_LEN, run_step, trainer_config
 
     load_estimator_module(write_module(tmp_path))
-    register()  # what the trainer's Ray actor does after loading the module
+    register_all()  # what the trainer does after loading the module
     assert verl_estimator_name("softmax_density") == "softmax_density"
     assert core_algos.get_adv_estimator_fn("softmax_density").__module__ == "dara.verl.estimators"
     config = trainer_config("softmax_density")
     config.algorithm.dara.options = {"temperature": 0.5}
-    ours, batch, metrics = run_step(DaraTrainerSync, config, 2, monkeypatch, padding=2)
+    ours, batch, metrics = run_step(DaraTrainer, config, 2, monkeypatch, padding=2)
     real = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag["is_padding"]]
     scores = torch.tensor([[ours.rows[k]["extra_fields"]["reward_extra_info"][c] for c in CHANNELS] for k in real])
     lengths = [len(ours.rows[k]["response_mask"]) for k in real]
@@ -177,23 +176,21 @@ def test_a_users_estimator_is_registered_with_verl_and_runs_its_advantage_step(t
 
 
 @pytest.mark.usefixtures("registry")
-def test_the_trainers_actor_loads_the_module_before_registering(tmp_path, monkeypatch):
-    """DaraTaskRunner.run (inside Ray) loads algorithm.dara.estimator_module, then registers with verl."""
-    from dara.verl.placement import PlacementRecorderMixin
-    from dara.verl.task_runner import DaraTaskRunner
+def test_the_trainer_loads_the_module_and_registers_it_before_verl_builds_anything(tmp_path, monkeypatch):
+    """DaraTrainer.__init__ (in verl's TaskRunner actor) loads algorithm.dara.estimator_module and registers its
+    estimators with verl before verl's own trainer __init__ looks the estimator up."""
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    from dara.verl.trainer import DaraTrainer
 
     path = write_module(tmp_path, "actor_side")
     seen = {}
-    monkeypatch.setattr(PlacementRecorderMixin, "run",  # what runs after the registrations: verl's TaskRunner
-                        lambda self, config: seen.setdefault("registered", "actor_side" in ESTIMATORS))
-    config = OmegaConf.create({"algorithm": {"dara": {"estimator_module": str(path)}},
-                               "trainer": {"v1": {"trainer_mode": "dara_sync"}, "device": "cpu"}, "run": {}})
-    runner = object.__new__(DaraTaskRunner.__ray_actor_class__)
-    runner.run(config)
-    assert seen == {"registered": True}
-    from verl.trainer.ppo import core_algos
-
-    assert "actor_side" in core_algos.ADV_ESTIMATOR_REGISTRY
+    monkeypatch.setattr(PPOTrainerSync, "__init__",  # what runs after the registrations: verl's own trainer
+                        lambda self, config: seen.setdefault("registered", "actor_side" in core_algos.ADV_ESTIMATOR_REGISTRY))
+    config = OmegaConf.create({"algorithm": {"dara": {"estimator_module": str(path)}}, "run": {}})
+    DaraTrainer(config)
+    assert seen == {"registered": True} and "actor_side" in ESTIMATORS
 
 
 # ----------------------------------------------------------------------------- recipes, testbed, report

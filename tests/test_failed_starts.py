@@ -261,24 +261,24 @@ def test_the_trainer_stops_on_a_score_outside_its_range_before_any_estimator(mon
     import transfer_queue as tq
     from omegaconf import OmegaConf
 
-    from dara.verl.trainer import DaraTrainerSync
+    from dara.verl.trainer import DaraTrainer
 
     rows = [(1.0, 0.5), (0.0, 0.0), (-1.0, 1.0)]  # (correctness, format); the last row is padding
     fields = [{"reward_extra_info": {"correctness": c, "format": f, "score": c + f}} for c, f in rows]
     monkeypatch.setattr(tq, "kv_batch_get", lambda keys, partition_id, select_fields: {"extra_fields": fields})
     batch = SimpleNamespace(keys=["a", "b", "c"], partition_id="train",
                             tags=[{"is_padding": False}, {"is_padding": False}, {"is_padding": True}])
-    trainer = object.__new__(DaraTrainerSync)
+    trainer = object.__new__(DaraTrainer)
     trainer.global_steps = 4
     trainer.config = OmegaConf.create({"algorithm": {
         "adv_estimator": estimator, "reward_channels": ["correctness", "format"],
         "dara": {"reward_ranges": {"correctness": [-3.0, 3.0], "format": [0.0, 0.5]}}}})
-    context = trainer._channel_context(batch, {})  # the padding row's format 1.0 is not a sample's score
-    assert context.channel_scores.shape == (3, 2)
+    channels = trainer._channel_batch(batch, {})  # the padding row's format 1.0 is not a sample's score
+    assert channels.scores.shape == (3, 2) and channels.real.tolist() == [True, True, False]
     fields[1]["reward_extra_info"]["format"] = 1.0
     with pytest.raises(RewardRangeError, match=r"^reward channel 'format' scored 1, outside its range \[0, 0\.5\] "
                        r"\(algorithm\.dara\.reward_ranges\.format\); 1 of 2 samples of step 4 lie outside it$"):
-        trainer._channel_context(batch, {})
+        trainer._channel_batch(batch, {})
 
 
 # ----------------------------------------------------------------------------- dara.preflight's arguments
@@ -300,4 +300,4 @@ def test_preflight_runs_with_overrides_after_its_flags(capsys):
 
     assert main(["--skip-env", "task=smoke", "--nodes", "1", "estimator=grpo"]) == 0
     out = capsys.readouterr()
-    assert "unrecognized arguments" not in out.err and "estimator grpo" in out.out, out
+    assert "unrecognized arguments" not in out.err and "smoke-tiny-grpo-s0" in out.out, out  # estimator=grpo taken
