@@ -100,7 +100,7 @@ def task_runner_pid(slurm: LocalSlurm) -> int:
     """The process running verl's training loop of this cluster's job: the TaskRunner actor, a worker of its
     raylet (not of another Ray on this machine)."""
     parent = raylet(slurm)[0]
-    (pid,) = [pid for pid, ppid, args in processes() if ppid == parent and args.startswith("ray::DaraTaskRunner")]
+    (pid,) = [pid for pid, ppid, args in processes() if ppid == parent and args.startswith("ray::TaskRunnerV1")]
     return pid
 
 

@@ -258,9 +258,9 @@ def test_the_console_is_quiet_and_the_steps_logged_their_unclipped_update(root, 
     assert len(lines) <= 40, "\n".join(lines)
     assert re.search(r"^\[dara\] step 3/3 \|.*\| \d+:\d\d elapsed, ~0:00 left$", stdout, re.M)
     assert re.search(r"^\[dara\] step 1/3 \|.*, ~\d+:\d\d left$", stdout, re.M)
-    assert "logs/main.log" in stdout and "(DaraTaskRunner" not in stdout + first["stderr"]
+    assert "logs/main.log" in stdout and "(TaskRunnerV1" not in stdout + first["stderr"]
     log = (run_dir / MAIN_LOG).read_text()
-    assert "(DaraTaskRunner" in log and "[dara] step 3/3" in log  # verl's and the workers' output went here
+    assert "(TaskRunnerV1" in log and "[dara] step 3/3" in log  # verl's and the workers' output went here
     for record in first["records"]:
         assert 0 < record["actor/grad_norm"] < 1e6
         assert record["actor/grad_clip_active"] == 0.0 and record["actor/grad_unclipped_updates"] == 1.0
