@@ -4,7 +4,8 @@ Markers (an HTML comment on the line right before the fence, invisible when rend
 
     <!-- runnable -->          every command of the block runs for real here, in order (a few seconds each), and
                                must exit 0; a `python -m dara.train` run must log dara/density/<c> at every step
-                               for each of its reward channels
+                               for each of its reward channels, and verl's own `python -m verl.trainer.main_ppo`
+                               must print dara/density/<c> and dara/weight/<c> in its console line of every step
     <!-- runnable: slow -->    the same, in the slow lane (pytest -m slow): ~5 s or more (a dara.train process)
     (no marker)                parse-only: the command names a real module / script / make target / file, and
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import io
 import json
 import re
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^<!--\s*runnable(?::\s*(\w+))?\s*-->\s*$")
 HYDRA_ENTRIES = {"dara.train", "dara.preflight"}
+VERL_ENTRY = "verl.trainer.main_ppo"
 SHELL_ONLY = {"mkdir", "for", "find", "cp", "cd", "export", "wandb"}  # plain shell, nothing of the project's
 NOT_IN_SANDBOX = {"outputs", "figures", "eval", "data", ".git", "report", "report_paper", "report_testbed"}
 
@@ -149,6 +152,20 @@ def run_for_real(command: Command, sandbox: Path) -> None:
         f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}")
     if argv[1:3] == ["-m", "dara.train"] and "--cfg" not in argv and command.expected_status == 0:
         check_training_logs(command, sandbox, started)
+    if argv[1:3] == ["-m", VERL_ENTRY] and command.expected_status == 0:
+        check_console_metrics(command, result.stdout + result.stderr)
+
+
+def check_console_metrics(command: Command, output: str) -> None:
+    """verl's own entry point (the project's plugin): verl's console logger printed, at every step of the run,
+    dara/density/<c> and dara/weight/<c> for the same reward channels."""
+    steps = int(re.search(r"trainer\.total_training_steps=(\d+)", command.text).group(1))
+    lines = {int(m.group(1)): m.group(0) for m in re.finditer(r"\bstep:(\d+) - .*", output)}
+    assert sorted(lines) == list(range(1, steps + 1)), f"{command}: verl logged steps {sorted(lines)}"
+    for step, line in lines.items():
+        density = set(re.findall(r"dara/density/(\w+):", line))
+        assert len(density) >= 2 and density == set(re.findall(r"dara/weight/(\w+):", line)), (
+            f"{command}: step {step} console line lacks the library's metrics: {line[:400]}")
 
 
 def check_training_logs(command: Command, sandbox: Path, started: float) -> None:
@@ -252,9 +269,11 @@ def parse_check(command: Command) -> None:
     head = argv[0]
     if head == sys.executable and argv[1] == "-m":
         module = argv[2]
-        path = ROOT / Path(*module.split("."))
-        assert path.with_suffix(".py").is_file() or (path / "__main__.py").is_file(), f"no module {module}"
-        if module in HYDRA_ENTRIES:
+        assert importlib.util.find_spec(module) is not None, f"no module {module}"
+        if module == VERL_ENTRY:  # verl's own Hydra app on the package's conf/train.yaml (the plugin)
+            assert argv[3:7] == ["--config-path", "pkg://dara.conf", "--config-name", "train"], argv
+            compose_checked(tuple(overrides_of(argv[7:])))
+        elif module in HYDRA_ENTRIES:
             compose_checked(tuple(overrides_of(argv[3:])))
             flags = [t for t in argv[3:] if t.startswith("--") and t not in ("--cfg", "--resolve")]
             if module == "dara.preflight":

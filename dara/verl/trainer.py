@@ -23,6 +23,7 @@ import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
+from dara.config_checks import check_config
 from dara.estimators import load_estimator_module
 from dara.io import atomic_write_text
 from dara.run_folder import CHECKPOINT_TRACKER, REWARD_ERRORS  # the resume marker in default_local_dir
@@ -118,10 +119,14 @@ class DaraTrainer(PPOTrainerSync):
     grad-clip record and placement record."""
 
     def __init__(self, config):
+        if not config.algorithm.get("reward_channels", None):
+            # started by verl's own main_ppo (python -m dara.train checked the config before Ray and filled the
+            # channels): the same checks here, the channels and their ranges from the reward's declaration
+            check_config(config)
         # in the TaskRunner's Ray actor: an estimator module of your own, then the modules run.import_modules
         # names (a reward manager, ...), before verl builds anything that looks them up
         module = OmegaConf.select(config, "algorithm.dara.estimator_module", default=None)
-        if module:  # checked before Ray (dara.config_checks); its path is absolute by now
+        if module:  # checked by check_config; its path is absolute by now
             load_estimator_module(module)
             estimators.register_all()
         for name in _run_key(config, "import_modules") or []:
