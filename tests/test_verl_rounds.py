@@ -228,20 +228,23 @@ def test_settings_of_the_rounds_mode():
 
 
 def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(monkeypatch):
-    """The trainer dispatches a round with the `refill_fn` verl hands its replay buffer (verl's own prompt refill:
+    """In the rounds mode the trainer's buffer is the rounds one (put in place after verl's __init__); a round is
+    dispatched with the `refill_fn` verl hands its replay buffer (verl's own prompt refill:
     dataloader batches, new uids, pending entries in TransferQueue, the agent-loop manager's generate_sequences)
     and returns the uids in the order the manager got them."""
     import numpy as np
     import transfer_queue as tq
-    from omegaconf import open_dict
 
     from dara.config import compose
     from dara.verl.trainer import DaraTrainer
 
-    cfg = compose(["algorithm.reward_channels=[format,correctness]"])
-    with open_dict(cfg):
-        cfg.data.train_batch_size, cfg.data.gen_batch_size = 4, 2
+    cfg = compose(["algorithm.reward_channels=[format,correctness]", "run.dynamic_sampling.mode=rounds",
+                   "run.dynamic_sampling.round_prompts=2", "run.dynamic_sampling.max_rounds=2",
+                   "data.train_batch_size=4"])
     trainer = DaraTrainer(cfg)
+    # after verl's __init__ the trainer's buffer is the rounds one, refilling with verl's own refill of this trainer
+    assert type(trainer.replay_buffer) is PrefilterRoundsReplayBuffer
+    assert trainer.replay_buffer.refill_fn.__self__ is trainer and trainer.prepare_step() == {}
     batches = [{"raw_prompt": np.array([f"prompt {i}", f"prompt {i + 1}"], dtype=object),
                 "input_ids": torch.full((2, 3), i)} for i in range(0, 8, 2)]
     trainer.train_dataloader, trainer.train_dataloader_it, trainer.global_steps = batches, None, 1
