@@ -104,7 +104,8 @@ def test_seam_signature(seam):
             f"{where(seam)}: expected a dict holding {seam.registry_key!r}, found {type(value).__name__} "
             f"{list(value)[:5] if isinstance(value, dict) else value!r}")
         return
-    found = tuple(inspect.signature(value).parameters)
+    # Ray's tracing adds `_ray_trace_ctx` to a class's methods once the class went through ray.remote (in place)
+    found = tuple(name for name in inspect.signature(value).parameters if name != "_ray_trace_ctx")
     assert found == seam.parameters, f"{where(seam)}: parameters {list(found)}, expected {list(seam.parameters)}"
 
 
