@@ -1,4 +1,4 @@
-"""dara/verl/placement.py without a cluster: the verl seams it reads, the start/end merge of ray_nodes.json, and
+"""dara/verl/placement.py without a cluster: the start/end merge of ray_nodes.json, and
 that a failed record writes the error instead of failing the run. The real placement over two nodes is asserted
 by tests/test_multinode.py."""
 
@@ -9,8 +9,6 @@ from types import SimpleNamespace
 
 import ray
 import torch
-from verl.single_controller.base.worker_group import WorkerGroup
-from verl.single_controller.ray.base import RayWorkerGroup
 
 from dara.run_folder import RAY_NODES
 from dara.verl.placement import (
@@ -19,12 +17,6 @@ from dara.verl.placement import (
     record_placement,
     worker_groups,
 )
-
-
-def test_seam_worker_group_handles():
-    # the actor handles of a worker group (verl's WorkerGroup keeps them in `_workers`), read by locate_workers
-    assert issubclass(RayWorkerGroup, WorkerGroup)
-    assert WorkerGroup(resource_pool=None)._workers == []
 
 
 def test_worker_groups_lists_a_shared_group_once():
@@ -89,7 +81,7 @@ def test_count_work_counts_what_the_worker_ran_after_the_first_call():
 def test_a_failed_record_writes_the_error_and_does_not_raise(tmp_path, monkeypatch):
     class BrokenGroup:
         @property
-        def _workers(self):
+        def workers(self):
             raise RuntimeError("no workers here")
 
     class Trainer:

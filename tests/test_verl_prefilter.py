@@ -74,8 +74,8 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
 
 
 def test_seam_verls_step_merges_the_sample_metrics_and_trains_on_the_sampled_batch(transfer_queue):
-    """verl's `_step_once` samples from `self.replay_buffer` (the buffer its __init__ built with
-    `_build_replay_buffer`, which the project's trainer overrides) and merges the sample's metrics into the
+    """verl's `_step_once` samples from `self.replay_buffer` (the buffer its __init__ built, which the project's
+    trainer replaces by the recording one after verl's __init__) and merges the sample's metrics into the
     step's; the batch it sampled is the one every later stage gets. The model stages are recorders here."""
     from verl.trainer.ppo.v1 import PPOTrainerSync
 

@@ -225,3 +225,40 @@ def test_settings_of_the_rounds_mode():
     assert rounds_settings(config) == RoundsSettings(768, 2, "reward")
     assert rounds_settings(OmegaConf.create({"run": {"dynamic_sampling": {"mode": "replay"}}})) is None
     assert rounds_settings(OmegaConf.create({"run": {}})) is None
+
+
+def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(monkeypatch):
+    """In the rounds mode the trainer's buffer is the rounds one (put in place after verl's __init__); a round is
+    dispatched with the `refill_fn` verl hands its replay buffer (verl's own prompt refill:
+    dataloader batches, new uids, pending entries in TransferQueue, the agent-loop manager's generate_sequences)
+    and returns the uids in the order the manager got them."""
+    import numpy as np
+    import transfer_queue as tq
+
+    from dara.config import compose
+    from dara.verl.trainer import DaraTrainer
+
+    cfg = compose(["algorithm.reward_channels=[format,correctness]", "run.dynamic_sampling.mode=rounds",
+                   "run.dynamic_sampling.round_prompts=2", "run.dynamic_sampling.max_rounds=2",
+                   "data.train_batch_size=4"])
+    trainer = DaraTrainer(cfg)
+    # after verl's __init__ the trainer's buffer is the rounds one, refilling with verl's own refill of this trainer
+    assert type(trainer.replay_buffer) is PrefilterRoundsReplayBuffer
+    assert trainer.replay_buffer.refill_fn.__self__ is trainer and trainer.prepare_step() == {}
+    batches = [{"raw_prompt": np.array([f"prompt {i}", f"prompt {i + 1}"], dtype=object),
+                "input_ids": torch.full((2, 3), i)} for i in range(0, 8, 2)]
+    trainer.train_dataloader, trainer.train_dataloader_it, trainer.global_steps = batches, None, 1
+    entries, dispatched = [], []
+    monkeypatch.setattr(tq, "kv_batch_put", lambda keys, partition_id, tags, **_: entries.append((keys, tags)))
+
+    class Manager:
+        def generate_sequences(self, batch):
+            dispatched.append(([str(u) for u in batch["uid"]], list(batch["raw_prompt"])))
+
+    manager = trainer.agent_loop_manager = Manager()
+    uids = trainer._submit_round(4)
+    assert trainer.agent_loop_manager is manager  # the recorder is gone after the round
+    ((sent, prompts),) = dispatched
+    assert uids == sent and len(set(uids)) == 4 and prompts == [f"prompt {i}" for i in range(4)]
+    ((keys, tags),) = entries
+    assert keys == uids and all(tag == {"is_prompt": True, "status": "pending", "global_steps": 1} for tag in tags)

@@ -117,7 +117,7 @@ def locate_workers(trainer, timeout_s: float = 60.0) -> dict[str, list[dict]]:
     """{role: [location of each rank, in rank order]} for every verl worker group of the trainer."""
     located = {}
     for role, group in worker_groups(trainer).items():
-        handles = list(getattr(group, "_workers", []) or [])
+        handles = list(group.workers or [])  # verl's RayWorkerGroup: the actor handles, in rank order
         rows = ray.get([handle.__ray_call__.remote(_worker_location) for handle in handles], timeout=timeout_s)
         located[role] = sorted(rows, key=lambda row: row["rank"])
     return located

@@ -16,7 +16,8 @@ and adds to the step's metrics:
 
 `with_prefilter_metrics(buffer, channels)` turns the buffer verl's trainer built into the recording class
 (same object and state; only methods are added), so verl's own construction logic is kept as is. The same
-holds for the authors' rounds (`dara.verl.rounds`): the step's metrics then cover every round.
+holds for the authors' rounds (`dara.verl.rounds`, which clear through their own `discard`): the step's metrics
+then cover every round.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ class PrefilterReplayBufferAsync(PrefilterRecorder, ReplayBufferAsync):
 class PrefilterRoundsReplayBuffer(PrefilterRecorder, RoundsReplayBuffer):
     """The authors' generation rounds (dara.verl.rounds), recording pre-filter metrics over all rounds of a
     step: every round's dropped groups, the informative surplus and the kept batch."""
+
+    def discard(self, partition_id: str, uids: set[str], rows: list[str], generated: bool = True) -> None:
+        if generated and uids:
+            self._prefilter_record(partition_id, rows)
+        super().discard(partition_id, uids, rows, generated)
 
 
 RECORDING_CLASSES = {ReplayBuffer: PrefilterReplayBuffer, ReplayBufferAsync: PrefilterReplayBufferAsync,

@@ -15,10 +15,12 @@ filter_groups.py) does, for every training step:
    rounds < cap (`max_num_gen_batches`: 2 for R1-1.5B, 4 for 4B/7B; 0 = no cap), else the step raises;
 5. the batch is the first 512 distinct uids in that order (rounds concatenated), with all their rows.
 
-`RoundsReplayBuffer` does the same inside verl 0.9.1's v1 trainer as a replay buffer (the seam the trainer's
-`_build_replay_buffer` offers; no verl edits): it asks the trainer for each round's prompts, waits until the
-round is generated and scored, classifies the groups, clears the dropped ones from TransferQueue and returns
-the kept batch in the authors' order. verl's own `_balance_batch` then reorders the kept batch across the
+`RoundsReplayBuffer` does the same inside verl 0.9.1's v1 trainer as a replay buffer (a subclass of verl's, which
+the project's trainer puts in the trainer's `replay_buffer`; no verl edits): it asks the trainer for each round's
+prompts (verl's own refill, the `refill_fn` verl hands its buffer), waits until the round is generated and scored,
+classifies the groups, clears the dropped ones from TransferQueue and returns the kept batch in the authors' order.
+It reads and clears the training partition through TransferQueue's own calls, as verl's buffer does; validation
+is verl's `sample`. verl's own `_balance_batch` then reorders the kept batch across the
 data-parallel ranks (verl's v1 trainer always does; the authors' trainer did not rebalance after filtering),
 which changes which rows share a mini-batch, not which rows are trained on.
 """
@@ -28,12 +30,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
@@ -123,11 +125,57 @@ def _key_rank(key: str, position: dict[str, int]) -> tuple[int, int, int]:
     return position[uid], int(session), int(index)
 
 
+TERMINAL = ("finished", "failure")  # a prompt entry's status once all its sessions ended (verl's replay buffer)
+
+
+def group_metric(partition_id: str, uids: set[str], keys: list[str], metric: str) -> dict[str, list[float]]:
+    """{uid: the values of verl's filter metric over the trajectories `keys` of the finished groups `uids`}:
+    "reward" = the summed pre-KL reward (`rm_scores`), another name = that key of
+    `extra_fields["reward_extra_info"]` (what verl's DAPO filter reads). Raises naming the groups that lack it."""
+    reward = metric == "reward"
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
+                           select_fields=["rm_scores"] if reward else ["extra_fields"]) if keys else {}
+    values: dict[str, list[float]] = {}
+    missing = set(uids) - {key.split("_")[0] for key in keys}  # a finished group without trajectories
+    for key, value in zip(keys, list(data["rm_scores"] if reward else data["extra_fields"]) if keys else [],
+                          strict=True):
+        uid = key.split("_")[0]
+        if reward:
+            values.setdefault(uid, []).append(float(value.sum().item()))
+            continue
+        fields = getattr(value, "data", value)
+        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        if metric in info:
+            values.setdefault(uid, []).append(float(info[metric]))
+        else:
+            missing.add(uid)
+    if missing:
+        raise RuntimeError(f"finished groups are missing the filter metric {metric!r} "
+                           f"(algorithm.filter_groups.metric): {sorted(missing)[:5]}")
+    return values
+
+
+class SubmittedPrompts:
+    """verl's agent-loop manager, keeping the uids of the prompts dispatched through it (in dispatch order)."""
+
+    def __init__(self, manager):
+        self.wrapped, self.uids = manager, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.wrapped, name)
+
+    def generate_sequences(self, batch, *args, **kwargs):
+        self.uids.extend(str(uid) for uid in batch["uid"])
+        return self.wrapped.generate_sequences(batch, *args, **kwargs)
+
+
 class RoundsReplayBuffer(ReplayBuffer):
     """verl's replay buffer whose training partition is sampled in the authors' rounds (module docstring).
 
     `submit_round(n)` dispatches n dataloader prompts for generation and returns their uids in dataloader
-    order; `world_size()` is the actor's worker count (their `_balance_batch` partitions). Validation is verl's.
+    order; `world_size()` is the actor's worker count (their `_balance_batch` partitions). Validation is verl's
+    `sample`; the training partition is read and cleared through TransferQueue's own calls (`kv_list`,
+    `kv_batch_get`, `kv_clear`), as verl's buffer does.
     """
 
     def __init__(self, settings: RoundsSettings, submit_round: Callable[[int], list[str]],
@@ -141,23 +189,26 @@ class RoundsReplayBuffer(ReplayBuffer):
         rounds: list[list[str]] = []  # each round's trajectory keys in the authors' order
         informative: set[str] = set()
         kept: list[str] = []
+        entries: dict[str, dict] = {}
         drawn = failed = 0
         while len(kept) < batch_size:
             if self.settings.max_rounds and len(rounds) == self.settings.max_rounds:
                 raise DynamicSamplingShortError(shortfall_message(
                     global_steps, len(rounds), self.settings.round_prompts, len(kept), batch_size, drawn))
             uids = self.submit_round(self.settings.round_prompts)
-            ordered_keys, good, bad = self._run_round(partition_id, uids)
+            ordered_keys, good, bad, entries = self._run_round(partition_id, uids)
             rounds.append(ordered_keys)
             informative |= good
             drawn, failed = drawn + len(uids), failed + bad
             kept = first_uids([k.split("_")[0] for keys in rounds for k in keys], informative, batch_size)
             print(f"[dara] step {global_steps}, dynamic sampling round {len(rounds)}: {len(good)}/{len(uids)} groups "
                   f"informative, {len(kept)}/{batch_size} collected", flush=True)  # into logs/main.log
-        # the rows' tags in the authors' order, read before the informative surplus past the first 512 leaves
-        in_order = {key: self.partitions[partition_id][key] for keys in rounds for key in keys}
-        self._clear_groups(partition_id, informative - set(kept))
-        batch = self._materialize_batch(partition_id, kept, in_order)  # verl's: the kept groups' rows, in order
+        surplus = informative - set(kept)
+        self.discard(partition_id, surplus, [k for k in entries if k.split("_")[0] in surplus])
+        tq.kv_clear(partition_id=partition_id, keys=kept)  # the kept prompts' entries (verl's sample does the same)
+        selected = set(kept)
+        keys = [key for round_keys in rounds for key in round_keys if key.split("_")[0] in selected]
+        batch = KVBatchMeta(partition_id=partition_id, keys=keys, tags=[entries[key] for key in keys])
         metrics = {f"{METRIC_PREFIX}rounds": float(len(rounds)), f"{METRIC_PREFIX}drawn_groups": float(drawn),
                    f"{METRIC_PREFIX}kept_groups": float(len(kept)),
                    f"{METRIC_PREFIX}informative_groups": float(len(informative)),
@@ -166,35 +217,44 @@ class RoundsReplayBuffer(ReplayBuffer):
             metrics[f"{METRIC_PREFIX}failed_groups"] = float(failed)
         return batch, metrics
 
-    def _run_round(self, partition_id: str, uids: list[str]) -> tuple[list[str], set[str], int]:
+    def discard(self, partition_id: str, uids: set[str], rows: list[str], generated: bool = True) -> None:
+        """Remove prompt groups `uids` and their trajectories `rows` from TransferQueue (`generated`: finished
+        groups, whose rows hold responses; PrefilterRecorder reads those first)."""
+        if uids:
+            tq.kv_clear(partition_id=partition_id, keys=[*uids, *rows])
+
+    def _run_round(self, partition_id: str, uids: list[str]) -> tuple[list[str], set[str], int, dict[str, dict]]:
         """Wait for one round, order its rows, drop its uninformative and failed groups.
 
-        Returns (the round's trajectory keys in the authors' order, informative uids, failed groups)."""
-        pending, last_report = set(uids), time.time()
+        Returns (the round's trajectory keys in the authors' order, informative uids, failed groups, the
+        trajectories' tags in TransferQueue after the round, dropped groups removed)."""
+        pending = set(uids)
         while True:
-            self._sync_metadata_from_transfer_queue()
-            terminal = self.finished_keys[partition_id] | self.failure_keys[partition_id]
-            if pending <= terminal:
+            listed = (tq.kv_list() or {}).get(partition_id, {})
+            status = {uid: listed[uid].get("status") for uid in pending if uid in listed}
+            if all(status.get(uid) in TERMINAL for uid in pending):
                 break
-            last_report = self._wait_for_next_poll(partition_id, last_report)
-        failed = pending & self.failure_keys[partition_id]
+            time.sleep(self.poll_interval)
+        entries = {key: tag for key, tag in listed.items() if not tag.get("is_prompt", False)}
+        failed = {uid for uid in pending if status[uid] == "failure"}
         finished = pending - failed
         position = {uid: i for i, uid in enumerate(uids)}
-        keys = sorted((k for k in self.partitions[partition_id] if k.split("_")[0] in finished),
-                      key=lambda k: _key_rank(k, position))
-        order = round_row_order([int(self.partitions[partition_id][k]["seq_len"]) for k in keys],
-                                self.world_size())
+        keys = sorted((k for k in entries if k.split("_")[0] in finished), key=lambda k: _key_rank(k, position))
+        order = round_row_order([int(entries[k]["seq_len"]) for k in keys], self.world_size())
         ordered_keys = [keys[i] for i in order]
-        constant, _ = self._dapo_filtered_keys(partition_id)  # verl reads the metric; all values equal
-        rows = Counter(k.split("_")[0] for k in keys)
-        # their rule also drops a group of one response (all its values are equal), which verl keeps
-        dropped = (constant & finished) | {uid for uid in finished if rows[uid] < 2}
-        self._clear_groups(partition_id, dropped | failed)
-        return ([k for k in ordered_keys if k.split("_")[0] not in dropped], finished - dropped, len(failed))
+        values = group_metric(partition_id, finished, [k for k in entries if k.split("_")[0] in finished],
+                              self.settings.metric)
+        # their rule: a group whose values are all equal is dropped, a group of one response too
+        dropped = {uid for uid in finished if len(values[uid]) < 2 or float(np.std(values[uid])) == 0.0}
+        self.discard(partition_id, dropped, [k for k in entries if k.split("_")[0] in dropped])
+        self.discard(partition_id, failed, [k for k in entries if k.split("_")[0] in failed], generated=False)
+        entries = {k: tag for k, tag in entries.items() if k.split("_")[0] not in dropped | failed}
+        return [k for k in ordered_keys if k.split("_")[0] not in dropped], finished - dropped, len(failed), entries
 
 
 def build_rounds_buffer(trainer, settings: RoundsSettings) -> RoundsReplayBuffer:
-    """The rounds buffer for verl's sync trainer, with the arguments verl's `_build_replay_buffer` passes."""
+    """The rounds buffer for verl's sync trainer, with the arguments verl gives its own sync buffer (whose
+    `refill_fn` it takes over), built after verl's trainer built that one."""
     sampler = trainer.config.trainer.v1.sampler
     custom = sampler.get("custom_sampler", None) or {}
     if custom.get("path") and custom.get("name"):
@@ -211,4 +271,4 @@ def build_rounds_buffer(trainer, settings: RoundsSettings) -> RoundsReplayBuffer
         trainer_mode=trainer.trainer_mode, trainer_config=trainer.config.trainer.v1.get(trainer.trainer_mode, {}),
         max_off_policy_threshold=sampler.max_off_policy_threshold,
         max_off_policy_strategy=sampler.max_off_policy_strategy, sampler_kwargs=sampler.sampler_kwargs,
-        refill_fn=trainer._add_prompts_to_generate)
+        refill_fn=trainer.replay_buffer.refill_fn)  # verl's own refill, as verl handed it to its buffer

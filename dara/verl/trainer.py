@@ -132,6 +132,12 @@ class DaraTrainer(PPOTrainerSync):
         for name in _run_key(config, "import_modules") or []:
             importlib.import_module(name)
         super().__init__(config)
+        # the replay buffer verl built (its public `replay_buffer`): run.dynamic_sampling.mode=rounds replaces it by
+        # the authors' generation rounds (dara.verl.rounds), otherwise verl's own is kept (its DAPO filter in mode
+        # replay); both record rollout_prefilter/<channel>/mean
+        settings = rounds.rounds_settings(self.config)
+        buffer = rounds.build_rounds_buffer(self, settings) if settings else self.replay_buffer
+        self.replay_buffer = prefilter.with_prefilter_metrics(buffer, self._reward_channels(required=False))
 
     @property
     def trainer_mode(self) -> str:
@@ -165,23 +171,21 @@ class DaraTrainer(PPOTrainerSync):
                 if replacement is not None:
                     self.role_worker_mapping[role] = ray.remote(replacement)
 
-    def _build_replay_buffer(self):
-        # run.dynamic_sampling.mode=rounds: the authors' generation rounds (dara.verl.rounds); otherwise verl's
-        # own buffer (its DAPO filter in mode replay). Both record rollout_prefilter/<channel>/mean.
-        settings = rounds.rounds_settings(self.config)
-        buffer = rounds.build_rounds_buffer(self, settings) if settings else super()._build_replay_buffer()
-        return prefilter.with_prefilter_metrics(buffer, self._reward_channels(required=False))
-
     def prepare_step(self) -> dict:
         if isinstance(self.replay_buffer, rounds.RoundsReplayBuffer):  # it submits each round itself
             return {}
         return super().prepare_step()
 
     def _submit_round(self, num_prompts: int) -> list[str]:
-        """Dispatch the next `num_prompts` dataloader prompts; their uids in dataloader order."""
-        batch = self._next_train_batch(num_prompts)
-        self._submit_batch_to_rollout(batch)
-        return [str(uid) for uid in batch["uid"]]
+        """Dispatch the next `num_prompts` dataloader prompts with verl's own refill (the `refill_fn` verl hands its
+        replay buffer); their uids in dataloader order, as the agent-loop manager received them."""
+        recorder = rounds.SubmittedPrompts(self.agent_loop_manager)
+        self.agent_loop_manager = recorder
+        try:
+            self.replay_buffer.refill_fn(num_prompts)
+        finally:
+            self.agent_loop_manager = recorder.wrapped
+        return recorder.uids
 
     def init(self):
         super().init()

@@ -102,14 +102,11 @@ def stop_local_ray() -> None:
     Also after a ``ray.init`` that failed halfway (a runtime_env Ray refuses is checked only after the head
     node's processes are up): Ray then reports itself not initialised while those processes run, and its exit
     hook would stop them only when the interpreter ends, writing into the session folder long after the run
-    removed its alias (which is how a real folder came to stand at the alias path).
+    removed its alias (which is how a real folder came to stand at the alias path). ``ray.shutdown`` stops them
+    too, so it is called whether or not Ray says it is initialised.
     """
     ray = sys.modules.get("ray")
-    if ray is None:
-        return
-    from ray._private import worker
-
-    if ray.is_initialized() or getattr(worker, "_global_node", None) is not None:
+    if ray is not None:  # Ray's shutdown stops whatever this process started, and is a no-op when nothing runs
         ray.shutdown(wait_for_processes=True)
 
 

@@ -105,10 +105,8 @@ class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
         retie_output_heads(model)
 
     def _check_plain_weights(self, peft_config) -> None:
-        from verl.utils.vllm.vllm_quant_utils import is_quantized_model
-
-        if peft_config or getattr(self, "_is_qat_model", False) or is_quantized_model(self.model_runner.vllm_config):
-            raise WeightSyncError("the CPU weight sync loads full-precision base weights only (no LoRA, FP8 or QAT)")
+        if peft_config or getattr(self.model_runner.vllm_config, "quant_config", None) is not None:
+            raise WeightSyncError("the CPU weight sync loads full-precision base weights only (no LoRA, no quantisation)")
 
     def _load(self, weights) -> None:
         # copies: the tensors are views into a buffer the receiver reuses for the next bucket

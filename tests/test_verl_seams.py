@@ -1,0 +1,162 @@
+"""The private verl, vLLM and Ray names the binding reaches, and every verl method it overrides, pinned.
+
+`test_seam_signature` holds each against what verl 0.9.1 (and its vLLM extension, and Ray) have today: the
+parameter names in order for a method, the shape for a registry. A verl upgrade that renames, removes or
+reorders one fails here with the seam's name and its row in docs/training.md ("How the binding extends
+verl"), whose table must list exactly these names (`test_the_seam_table_lists_exactly_the_pinned_names`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "training.md"
+SECTION = "## How the binding extends verl"
+TRAINER = "verl.trainer.ppo.v1.trainer_base:PPOTrainer"
+BUFFER = "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer"
+VLLM_EXTENSION = "verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension"
+
+
+@dataclass(frozen=True)
+class Seam:
+    name: str  # as the table's first column writes it
+    target: str  # "module:qualified.name"
+    parameters: tuple[str, ...] | None = None  # a callable's parameter names, in order
+    registry_key: object = None  # a registry (dict): a key verl 0.9.1 holds
+
+    def resolve(self):
+        module, _, qualified = self.target.partition(":")
+        value = importlib.import_module(module)
+        for part in qualified.split("."):
+            value = getattr(value, part)
+        return value
+
+
+SEAMS = [
+    # the trainer (dara.verl.trainer.DaraTrainer on verl's PPOTrainerSync)
+    Seam("PPOTrainer.__init__", f"{TRAINER}.__init__", ("self", "config")),
+    Seam("PPOTrainer.init", f"{TRAINER}.init", ("self",)),
+    Seam("PPOTrainer.fit", f"{TRAINER}.fit", ("self", "agent_loop_manager")),
+    Seam("PPOTrainer.prepare_step", f"{TRAINER}.prepare_step", ("self",)),
+    Seam("PPOTrainerSync.on_step_end", "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_step_end", ("self",)),
+    Seam("PPOTrainer._init_resource_pool_mgr", f"{TRAINER}._init_resource_pool_mgr", ("self",)),
+    Seam("PPOTrainer._compute_advantage", f"{TRAINER}._compute_advantage", ("self", "batch", "metrics")),
+    Seam("PPOTrainer._update_actor", f"{TRAINER}._update_actor", ("self", "batch", "metrics")),
+    Seam("PPOTrainer._compute_metrics", f"{TRAINER}._compute_metrics",
+         ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch")),
+    Seam("PPOTrainer._save_checkpoint", f"{TRAINER}._save_checkpoint", ("self",)),
+    # the replay buffer (dara.verl.rounds, dara.verl.prefilter)
+    Seam("ReplayBuffer.__init__", f"{BUFFER}.__init__",
+         ("self", "trainer_mode", "trainer_config", "max_off_policy_threshold", "max_off_policy_strategy",
+          "sampler_kwargs", "poll_interval", "refill_fn", "filter_groups_metric", "train_batch_size",
+          "gen_batch_size", "max_inflight_gen_batches", "sync_refill_failed_groups")),
+    Seam("ReplayBuffer.sample", f"{BUFFER}.sample", ("self", "global_steps", "partition_id", "batch_size")),
+    Seam("ReplayBuffer._clear_groups", f"{BUFFER}._clear_groups", ("self", "partition_id", "uids")),
+    # checkpoints, the seeded rollout, the CPU runtime
+    Seam("CheckpointCallback.on_save", "verl.trainer.ppo.checkpoint_callback:CheckpointCallback.on_save",
+         ("self", "trainer", "global_step", "checkpoint_dir", "async_save", "kwargs")),
+    Seam("SingleTurnAgentLoop.run", "verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop.run",
+         ("self", "sampling_params", "priority", "kwargs")),
+    Seam("TrainingWorker.__init__", "verl.workers.engine_workers:TrainingWorker.__init__", ("self", "config")),
+    Seam("ActorRolloutRefWorker.__init__", "verl.workers.engine_workers:ActorRolloutRefWorker.__init__",
+         ("self", "config", "role", "distillation_config", "kwargs")),
+    Seam("ActorClass.__ray_actor_class__", "ray.actor:ActorClass"),  # checked in test_seam_signature
+    Seam("vLLMColocateWorkerExtension.update_weights_from_ipc", f"{VLLM_EXTENSION}.update_weights_from_ipc",
+         ("self", "peft_config", "base_sync_done", "use_shm")),
+    Seam("vLLMColocateWorkerExtension._update_weights", f"{VLLM_EXTENSION}._update_weights",
+         ("self", "weights", "peft_config", "base_sync_done")),
+    Seam("vLLMColocateWorkerExtension._get_zmq_handle", f"{VLLM_EXTENSION}._get_zmq_handle", ("self",)),
+    # the pre-flight's list of rollouts (dara.preflight.rollout)
+    Seam("rollout.base._ROLLOUT_REGISTRY", "verl.workers.rollout.base:_ROLLOUT_REGISTRY",
+         registry_key=("vllm", "async")),
+    Seam("RolloutReplicaRegistry._registry", "verl.workers.rollout.replica:RolloutReplicaRegistry._registry",
+         registry_key="vllm"),
+]
+
+
+def where(seam: Seam) -> str:
+    return (f"verl seam {seam.name} ({seam.target}) is not what the binding was written against; see its row in "
+            f"docs/training.md '{SECTION[3:]}' for what relies on it")
+
+
+@pytest.mark.parametrize("seam", SEAMS, ids=lambda seam: seam.name)
+def test_seam_signature(seam):
+    if seam.target == "ray.actor:ActorClass":  # cpu_worker_class reads the class under verl's ray.remote(...)
+        import ray
+
+        class Probe:
+            pass
+
+        assert ray.remote(Probe).__ray_actor_class__ is Probe, where(seam)
+        return
+    try:
+        value = seam.resolve()
+    except (ImportError, AttributeError) as error:
+        pytest.fail(f"{where(seam)}: {type(error).__name__}: {error}")
+    if seam.registry_key is not None:
+        assert isinstance(value, dict) and seam.registry_key in value, (
+            f"{where(seam)}: expected a dict holding {seam.registry_key!r}, found {type(value).__name__} "
+            f"{list(value)[:5] if isinstance(value, dict) else value!r}")
+        return
+    # Ray's tracing adds `_ray_trace_ctx` to a class's methods once the class went through ray.remote (in place)
+    found = tuple(name for name in inspect.signature(value).parameters if name != "_ray_trace_ctx")
+    assert found == seam.parameters, f"{where(seam)}: parameters {list(found)}, expected {list(seam.parameters)}"
+
+
+def seam_table() -> list[list[str]]:
+    text = DOC.read_text()
+    section = text[text.index(SECTION):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]  # after header, rule
+
+
+def test_the_seam_table_lists_exactly_the_pinned_names():
+    pinned, private_elsewhere = set(), set()
+    for cells in seam_table():
+        names = set(re.findall(r"`([A-Za-z_][\w.]*)`", cells[0]))
+        if "test_seam_signature" in cells[-1]:
+            pinned |= names
+        else:
+            private_elsewhere |= {name for name in names if "._" in name}
+    expected = {seam.name for seam in SEAMS}
+    assert pinned == expected, (f"rows pinned by test_seam_signature in {DOC.name} name {sorted(pinned - expected)} "
+                                f"not pinned here, and leave out {sorted(expected - pinned)}")
+    assert not private_elsewhere, f"private names in {DOC.name}'s seam table that no test pins: {private_elsewhere}"
+
+
+def test_public_attributes_the_binding_reads():
+    """Not signatures: attributes verl sets that the binding reads (placement, rounds)."""
+    from omegaconf import OmegaConf
+    from verl.single_controller.base.worker_group import WorkerGroup
+    from verl.single_controller.ray.base import RayWorkerGroup
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    group = object.__new__(RayWorkerGroup)
+    WorkerGroup.__init__(group, resource_pool=None)
+    assert group.workers == []  # dara.verl.placement: the list verl appends each rank's actor handle to
+
+    def refill(n):
+        return n
+
+    buffer = ReplayBuffer(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+                          max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}), refill_fn=refill)
+    assert buffer.refill_fn is refill and buffer.poll_interval > 0  # dara.verl.rounds takes both over
+
+
+def test_cpu_platform_overrides_only_verls_methods():
+    """Every method the CPU platform defines is one of verl's PlatformBase (a renamed one would be dead code)."""
+    from verl.plugin.platform import PlatformBase
+
+    from dara.verl.cpu.platform import PlatformCPU
+
+    own = {name for name, value in vars(PlatformCPU).items() if not name.startswith("__")
+           and (callable(value) or isinstance(value, property))}
+    assert own and own <= set(dir(PlatformBase)), sorted(own - set(dir(PlatformBase)))
+    assert not getattr(PlatformCPU, "__abstractmethods__", None)
