@@ -184,12 +184,20 @@ def test_the_trainer_loads_the_module_and_registers_it_before_verl_builds_anythi
 
     from dara.verl.trainer import DaraTrainer
 
+    class VerlBuilds(Exception):
+        pass
+
+    def verls_init(self, config):  # what runs after the registrations: verl's own trainer
+        seen["registered"] = "actor_side" in core_algos.ADV_ESTIMATOR_REGISTRY
+        raise VerlBuilds
+
     path = write_module(tmp_path, "actor_side")
     seen = {}
-    monkeypatch.setattr(PPOTrainerSync, "__init__",  # what runs after the registrations: verl's own trainer
-                        lambda self, config: seen.setdefault("registered", "actor_side" in core_algos.ADV_ESTIMATOR_REGISTRY))
-    config = OmegaConf.create({"algorithm": {"dara": {"estimator_module": str(path)}}, "run": {}})
-    DaraTrainer(config)
+    monkeypatch.setattr(PPOTrainerSync, "__init__", verls_init)
+    config = OmegaConf.create({"algorithm": {"dara": {"estimator_module": str(path)},
+                                             "reward_channels": ["format", "correctness"]}, "run": {}})
+    with pytest.raises(VerlBuilds):
+        DaraTrainer(config)
     assert seen == {"registered": True} and "actor_side" in ESTIMATORS
 
 
