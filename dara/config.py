@@ -141,7 +141,7 @@ class RunConfig:
     # e.g. 262,144 tokens for Qwen3-4B-2507, and may not fit one request's KV cache)
     max_model_len: int = "${dara.sum:${data.max_prompt_length},${data.max_response_length}}"  # type: ignore[assignment]
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # modules the trainer's Ray actor imports before training (dara.verl.task_runner)
+    # modules the trainer imports in its Ray actor before training (dara.verl.trainer)
     import_modules: Optional[List[str]] = None  # noqa: UP006, UP045
     # the model file's size class (small | medium | large: the cluster's per-scale row) and config.json facts
     model_scale: Optional[str] = None  # noqa: UP045

