@@ -192,11 +192,8 @@ def library_estimator(adv_estimator: str) -> str | None:
     """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where
     verl owns the bare one), or None for one of verl's own estimators (or no estimator at all). The registry
     is read now: an estimator a loaded module registered counts."""
-    if adv_estimator in ESTIMATOR_NAMES:
-        return adv_estimator
-    if adv_estimator.startswith(LIBRARY_PREFIX) and adv_estimator[len(LIBRARY_PREFIX):] in ESTIMATOR_NAMES:
-        return adv_estimator[len(LIBRARY_PREFIX):]
-    return None
+    return next((name for name in (adv_estimator, adv_estimator.removeprefix(LIBRARY_PREFIX))
+                 if name in ESTIMATOR_NAMES), None)
 
 
 def searchpath_file(name: str) -> str:

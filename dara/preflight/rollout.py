@@ -92,7 +92,7 @@ def facts_cache() -> Path:
 
 
 def _cache_key() -> str:
-    return f"{_version(ALIAS_DIST)} {sys.executable}"
+    return f"{installed_version(ALIAS_DIST)} {sys.executable}"
 
 
 def _cached() -> dict:
@@ -132,7 +132,7 @@ def probe_vllm(timeout_s: float = IMPORT_TIMEOUT_S) -> tuple[dict | None, str | 
 def vllm_facts() -> dict:
     """The installed vLLM's facts (`FACTS_CODE`: serve_options, cpu_head_sizes, cpu_dtypes, dtype_choices,
     version), from the cache or a child process; {} where vLLM is not installed or does not import."""
-    if _version(ALIAS_DIST) is None and importlib.util.find_spec("vllm") is None:
+    if installed_version(ALIAS_DIST) is None and importlib.util.find_spec("vllm") is None:
         return {}
     cached = _cached().get(_cache_key())
     return cached if isinstance(cached, dict) else (probe_vllm()[0] or {})
@@ -254,12 +254,6 @@ def _external_modules(cfg: DictConfig) -> str:
     return ",".join(filter(None, (str(given or ""), os.environ.get("VERL_USE_EXTERNAL_MODULES", ""))))
 
 
-def _plain(node) -> dict:
-    if node is None:
-        return {}
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
 def rollout_option_problems(cfg: DictConfig, *, registered: Callable = registered_rollouts,
                             options: Callable[[], frozenset[str]] = serve_options) -> list[str]:
     """(c): the rollout's name and mode are registered with verl; for vLLM, its engine_kwargs."""
@@ -268,7 +262,8 @@ def rollout_option_problems(cfg: DictConfig, *, registered: Callable = registere
     names, external_problem = registered(_external_modules(cfg))
     found = [p for p in (external_problem, rollout_name_problem(name, mode, names)) if p]
     if name == "vllm":
-        kwargs = _plain(OmegaConf.select(cfg, VLLM_KWARGS, default=None))
+        kwargs = OmegaConf.to_container(OmegaConf.select(cfg, VLLM_KWARGS, default=None) or OmegaConf.create(),
+                                        resolve=True)
         if problem := engine_kwargs_problem(kwargs, options()):
             found.append(problem)
         if kwargs.get("worker_extension_cls") is not None and (
@@ -354,7 +349,7 @@ class VllmInstall:
     pin_source: str  # where the pin was read
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -375,10 +370,10 @@ def constraints_pin(path: Path = CONSTRAINTS) -> str | None:
 
 
 def installed_vllm(constraints: Path = CONSTRAINTS) -> VllmInstall:
-    cpu = _version(CPU_DIST)
+    cpu = installed_version(CPU_DIST)
     pin = constraints_pin(constraints)
     source = f"{constraints.parent.name}/{constraints.name}" if pin else f"the installed {CPU_DIST}"
-    return VllmInstall(_version(ALIAS_DIST), cpu, pin or cpu, source)
+    return VllmInstall(installed_version(ALIAS_DIST), cpu, pin or cpu, source)
 
 
 def install_problem(install: VllmInstall) -> str | None:
@@ -418,11 +413,6 @@ def vllm_install_problem(install: VllmInstall | None = None,
     if error := (importer or import_problem)():
         return f"vllm {install.alias} does not import ({error}); fix: {INSTALL}"
     return None
-
-
-def vllm_install_line(install: VllmInstall) -> str:
-    return (f"vllm {install.alias} (vLLM's CPU build: {CPU_DIST} {install.cpu}, pinned {install.pin} by "
-            f"{install.pin_source}) imports")
 
 
 # ----------------------------------------------------------------------------- the checks
@@ -473,4 +463,5 @@ def check_vllm_install(section: Section, *, install: VllmInstall | None = None,
     if problem:
         section.fail(problem)
     else:
-        section.line(vllm_install_line(install))
+        section.line(f"vllm {install.alias} (vLLM's CPU build: {CPU_DIST} {install.cpu}, pinned {install.pin} by "
+                     f"{install.pin_source}) imports")
