@@ -240,25 +240,16 @@ def estimator_module(cfg: DictConfig):
     return loaded
 
 
-def _check_estimator_module(cfg: DictConfig) -> None:
-    estimator_module(cfg)
-
-
-def valid_estimator_names() -> tuple[list[str], list[str]]:
-    """(the library's registered names, verl's own) as they stand now."""
-    from dara.verl.estimators import verl_owned_names
-
-    return list(ESTIMATOR_NAMES), sorted(verl_owned_names() - set(ESTIMATOR_NAMES))
-
-
 def _check_estimator(cfg: DictConfig) -> None:
     algorithm = cfg.algorithm
     name = library_estimator(str(algorithm.adv_estimator))
     if name is None:
-        ours, verls = valid_estimator_names()
+        from dara.verl.estimators import verl_owned_names
+
+        verls = sorted(verl_owned_names() - set(ESTIMATOR_NAMES))
         if str(algorithm.adv_estimator) not in verls:
             raise ConfigError(f"algorithm.adv_estimator={algorithm.adv_estimator} is no estimator: the library has "
-                              f"{', '.join(ours)}; verl has {', '.join(verls)} (an estimator of your own: "
+                              f"{', '.join(ESTIMATOR_NAMES)}; verl has {', '.join(verls)} (an estimator of your own: "
                               f"{ESTIMATOR_MODULE}=PATH, docs/estimators.md)")
         return  # one of verl's own estimators: verl validates it
     mode = str(cfg.trainer.v1.trainer_mode)
@@ -368,21 +359,14 @@ def _check_determinism(cfg: DictConfig) -> None:
 
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
-CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_estimator_module, check_ray_options,
-                                                      _check_allocation, _check_channels, _check_estimator,
-                                                      check_assets, _check_trl, _check_determinism]
+CONFIG_CHECKS: list[Callable[[DictConfig], object]] = [
+    _check_required, estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
+    check_assets, _check_trl, _check_determinism]
 
 
 def check_config(cfg: DictConfig) -> None:
     for check in CONFIG_CHECKS:
         check(cfg)
-
-
-def is_project_reward(spec: RewardSpec) -> bool:
-    """The project's own reward entry (rewards.verl_entry), which the test suite covers."""
-    import rewards.verl_entry
-
-    return Path(spec.path) == Path(rewards.verl_entry.__file__).resolve()
 
 
 def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict | None]]:
@@ -405,10 +389,12 @@ def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict |
 def check_reward(cfg: DictConfig) -> None:
     """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): a
     broken declaration, or a function that fails on every item, is one line here, not a stuck run."""
-    spec = reward_spec(cfg)
-    if spec is None or is_project_reward(spec):
-        return
+    import rewards.verl_entry
     from rewards.verl_entry import RewardOptions
+
+    spec = reward_spec(cfg)
+    if spec is None or Path(spec.path) == Path(rewards.verl_entry.__file__).resolve():  # the project's own, tested
+        return
 
     pool_kwargs, user_kwargs = _reward_kwargs(cfg)
     timeout = float(RewardOptions(**pool_kwargs).timeout_s)
