@@ -26,7 +26,7 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,45 +134,12 @@ def unregister(name: str) -> None:
     _forget_names({name})
 
 
-def estimator_names() -> tuple[str, ...]:
-    """Every registered name, the library's first, in registration order (read now, not at import)."""
-    return tuple(ESTIMATORS)
-
-
-def builtin_names() -> tuple[str, ...]:
-    return tuple(n for n, e in ESTIMATORS.items() if e.builtin)
-
-
 def get_estimator(name: str) -> Estimator:
     """The registered estimator `name`; a ValueError listing the registered names otherwise."""
     estimator = ESTIMATORS.get(name)
     if estimator is None:
         raise ValueError(f"unknown estimator {name!r}; registered: {', '.join(ESTIMATORS)}")
     return estimator
-
-
-class LiveNames(Sequence):
-    """`ESTIMATOR_NAMES`: a read-only sequence of the registered names that reads the registry on each use."""
-
-    def __getitem__(self, item):
-        return estimator_names()[item]
-
-    def __len__(self) -> int:
-        return len(ESTIMATORS)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(estimator_names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in ESTIMATORS
-
-    def __repr__(self) -> str:
-        return repr(estimator_names())
-
-    def __eq__(self, other: object) -> bool:
-        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    __hash__ = None  # mutable view
 
 
 # ----------------------------------------------------------------------------- a user's module
