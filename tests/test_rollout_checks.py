@@ -184,6 +184,9 @@ CASES = [  # (the check, overrides, the problem's start, a fragment it names)
      "dtype vLLM takes (--dtype: auto, half, float16, bfloat16, float, float32)", ""),
     ("rollout_option_problems", ["actor_rollout_ref.rollout.name=vlm"], "actor_rollout_ref.rollout.name=vlm is not a "
      "rollout verl knows (it has ", "vllm"),
+    ("rollout_option_problems", ["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=nowhere_mod"],
+     "VERL_USE_EXTERNAL_MODULES names nowhere_mod, which does not import (ModuleNotFoundError: No module named "
+     "'nowhere_mod')", ""),
     ("rollout_option_problems", ["actor_rollout_ref.rollout.mode=sync"], "actor_rollout_ref.rollout.mode=sync: verl "
      "has the vllm rollout in mode async only", ""),
     ("rollout_option_problems", [f"{KWARGS}.worker_extension_cls=dara.verl.cpu.vllm_weights.NoSuchExtension"],

@@ -254,17 +254,16 @@ def _external_modules(cfg: DictConfig) -> str:
     return ",".join(filter(None, (str(given or ""), os.environ.get("VERL_USE_EXTERNAL_MODULES", ""))))
 
 
-def rollout_option_problems(cfg: DictConfig, *, registered: Callable = registered_rollouts,
-                            options: Callable[[], frozenset[str]] = serve_options) -> list[str]:
+def rollout_option_problems(cfg: DictConfig) -> list[str]:
     """(c): the rollout's name and mode are registered with verl; for vLLM, its engine_kwargs."""
     name = str(OmegaConf.select(cfg, f"{ROLLOUT}.name", default=""))
     mode = str(OmegaConf.select(cfg, f"{ROLLOUT}.mode", default="async"))
-    names, external_problem = registered(_external_modules(cfg))
+    names, external_problem = registered_rollouts(_external_modules(cfg))
     found = [p for p in (external_problem, rollout_name_problem(name, mode, names)) if p]
     if name == "vllm":
         kwargs = OmegaConf.to_container(OmegaConf.select(cfg, VLLM_KWARGS, default=None) or OmegaConf.create(),
                                         resolve=True)
-        if problem := engine_kwargs_problem(kwargs, options()):
+        if problem := engine_kwargs_problem(kwargs, serve_options()):
             found.append(problem)
         if kwargs.get("worker_extension_cls") is not None and (
                 problem := class_path_problem(kwargs["worker_extension_cls"])):
