@@ -141,7 +141,7 @@ class RunConfig:
     # e.g. 262,144 tokens for Qwen3-4B-2507, and may not fit one request's KV cache)
     max_model_len: int = "${dara.sum:${data.max_prompt_length},${data.max_response_length}}"  # type: ignore[assignment]
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # modules the trainer's Ray actor imports before training (dara.verl.task_runner)
+    # modules the trainer imports in its Ray actor before training (dara.verl.trainer)
     import_modules: Optional[List[str]] = None  # noqa: UP006, UP045
     # the model file's size class (small | medium | large: the cluster's per-scale row) and config.json facts
     model_scale: Optional[str] = None  # noqa: UP045
@@ -192,11 +192,8 @@ def library_estimator(adv_estimator: str) -> str | None:
     """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where
     verl owns the bare one), or None for one of verl's own estimators (or no estimator at all). The registry
     is read now: an estimator a loaded module registered counts."""
-    if adv_estimator in ESTIMATOR_NAMES:
-        return adv_estimator
-    if adv_estimator.startswith(LIBRARY_PREFIX) and adv_estimator[len(LIBRARY_PREFIX):] in ESTIMATOR_NAMES:
-        return adv_estimator[len(LIBRARY_PREFIX):]
-    return None
+    return next((name for name in (adv_estimator, adv_estimator.removeprefix(LIBRARY_PREFIX))
+                 if name in ESTIMATOR_NAMES), None)
 
 
 def searchpath_file(name: str) -> str:

@@ -240,33 +240,22 @@ def estimator_module(cfg: DictConfig):
     return loaded
 
 
-def _check_estimator_module(cfg: DictConfig) -> None:
-    estimator_module(cfg)
-
-
-def valid_estimator_names() -> tuple[list[str], list[str]]:
-    """(the library's registered names, verl's own) as they stand now."""
-    from dara.verl.estimators import verl_owned_names
-
-    return list(ESTIMATOR_NAMES), sorted(verl_owned_names() - set(ESTIMATOR_NAMES))
-
-
 def _check_estimator(cfg: DictConfig) -> None:
     algorithm = cfg.algorithm
     name = library_estimator(str(algorithm.adv_estimator))
     if name is None:
-        ours, verls = valid_estimator_names()
+        from dara.verl.estimators import verl_owned_names
+
+        verls = sorted(verl_owned_names() - set(ESTIMATOR_NAMES))
         if str(algorithm.adv_estimator) not in verls:
             raise ConfigError(f"algorithm.adv_estimator={algorithm.adv_estimator} is no estimator: the library has "
-                              f"{', '.join(ours)}; verl has {', '.join(verls)} (an estimator of your own: "
+                              f"{', '.join(ESTIMATOR_NAMES)}; verl has {', '.join(verls)} (an estimator of your own: "
                               f"{ESTIMATOR_MODULE}=PATH, docs/estimators.md)")
         return  # one of verl's own estimators: verl validates it
     mode = str(cfg.trainer.v1.trainer_mode)
-    if not mode.startswith("dara_"):
-        raise ConfigError(
-            f"adv_estimator={algorithm.adv_estimator} needs the project's trainer (trainer.v1.trainer_mode=dara_sync "
-            f"or dara_colocate_async / dara_separate_async), got trainer_mode={mode}"
-        )
+    if mode != "dara_sync":
+        raise ConfigError(f"adv_estimator={algorithm.adv_estimator} needs the project's trainer "
+                          f"(trainer.v1.trainer_mode=dara_sync), got trainer_mode={mode}")
     try:
         options = DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
         options.check_for(name, list(algorithm.reward_channels))
@@ -274,12 +263,45 @@ def _check_estimator(cfg: DictConfig) -> None:
         raise ConfigError(f"algorithm.dara: {error}") from None
 
 
-def _check_allocation(cfg: DictConfig) -> None:
-    """Divisibility by trainer.nnodes x n_gpus_per_node (verl asserts it only after a rollout): dara.preflight."""
-    from dara.preflight.allocation import divisibility_problems
-    from dara.preflight.facts import model_facts
+def divisibility_problems(cfg: DictConfig) -> list[str]:
+    """What verl asserts only after Ray started (or a rollout ran), for cfg's trainer.nnodes x n_gpus_per_node
+    (and the heads of `run.model_facts`, where the model file keeps them); the preflight's allocation section
+    lists them too."""
+    trainer, arr = cfg.trainer, cfg.actor_rollout_ref
+    world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
+    n = int(arr.rollout.n)
+    sp = int(OmegaConf.select(arr, "actor.ulysses_sequence_parallel_size", default=1) or 1)
+    problems = []
+    if world % sp:
+        problems.append(f"{world} GPUs are not divisible by actor.ulysses_sequence_parallel_size {sp}")
+    dp = max(1, world // sp)
+    mini = int(arr.actor.ppo_mini_batch_size) * n
+    if mini % dp:
+        problems.append(
+            f"actor.ppo_mini_batch_size x rollout.n = {arr.actor.ppo_mini_batch_size} x {n} = {mini} is not divisible "
+            f"by the data-parallel size {dp} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPUs / SP {sp}); "
+            f"verl asserts this at the first actor update, after a full generation")
+    rollout = arr.rollout
+    tp = int(rollout.tensor_model_parallel_size)
+    infer = tp * int(rollout.get("data_parallel_size", 1) or 1) * int(rollout.get("pipeline_model_parallel_size", 1) or 1)
+    if world % infer:
+        problems.append(f"{world} GPUs are not divisible by the rollout's TP x DP x PP = {infer}")
+    if cfg.trainer.device == "cuda" and int(trainer.n_gpus_per_node) % tp:
+        problems.append(f"rollout tensor_model_parallel_size {tp} does not divide the {trainer.n_gpus_per_node} GPUs "
+                        "of a node (a vLLM replica stays within one node)")
+    heads = OmegaConf.select(cfg, "run.model_facts.num_attention_heads", default=None)
+    kv = OmegaConf.select(cfg, "run.model_facts.num_key_value_heads", default=None)
+    if heads is not None and int(heads) % tp:
+        problems.append(f"{heads} attention heads are not divisible by rollout TP {tp}")
+    if kv is not None and int(kv) % tp and tp % int(kv):
+        problems.append(f"{kv} KV heads and rollout TP {tp}: neither divides the other")
+    if heads is not None and int(heads) % sp:
+        problems.append(f"{heads} attention heads are not divisible by Ulysses SP {sp}")
+    return problems
 
-    problems = divisibility_problems(cfg, model_facts(cfg))
+
+def _check_allocation(cfg: DictConfig) -> None:
+    problems = divisibility_problems(cfg)
     if problems:
         raise ConfigError("allocation: " + "; ".join(problems))
 
@@ -337,21 +359,14 @@ def _check_determinism(cfg: DictConfig) -> None:
 
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
-CONFIG_CHECKS: list[Callable[[DictConfig], None]] = [_check_required, _check_estimator_module, check_ray_options,
-                                                      _check_allocation, _check_channels, _check_estimator,
-                                                      check_assets, _check_trl, _check_determinism]
+CONFIG_CHECKS: list[Callable[[DictConfig], object]] = [
+    _check_required, estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
+    check_assets, _check_trl, _check_determinism]
 
 
 def check_config(cfg: DictConfig) -> None:
     for check in CONFIG_CHECKS:
         check(cfg)
-
-
-def is_project_reward(spec: RewardSpec) -> bool:
-    """The project's own reward entry (rewards.verl_entry), which the test suite covers."""
-    import rewards.verl_entry
-
-    return Path(spec.path) == Path(rewards.verl_entry.__file__).resolve()
 
 
 def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict | None]]:
@@ -374,10 +389,12 @@ def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict |
 def check_reward(cfg: DictConfig) -> None:
     """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): a
     broken declaration, or a function that fails on every item, is one line here, not a stuck run."""
-    spec = reward_spec(cfg)
-    if spec is None or is_project_reward(spec):
-        return
+    import rewards.verl_entry
     from rewards.verl_entry import RewardOptions
+
+    spec = reward_spec(cfg)
+    if spec is None or Path(spec.path) == Path(rewards.verl_entry.__file__).resolve():  # the project's own, tested
+        return
 
     pool_kwargs, user_kwargs = _reward_kwargs(cfg)
     timeout = float(RewardOptions(**pool_kwargs).timeout_s)

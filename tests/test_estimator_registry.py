@@ -24,7 +24,6 @@ from dara.estimators import (
     ESTIMATORS,
     Aggregate,
     ChannelBatch,
-    DaraAlgoConfig,
     EstimatorModuleError,
     Option,
     compute_advantages,
@@ -98,7 +97,7 @@ def test_a_registered_estimator_is_valid_at_once_and_gets_every_diagnostic(regis
         terms = batch.advantages * batch.prior
         return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), batch.options["batch_norm"])
 
-    assert "prior_only" in ESTIMATOR_NAMES and ESTIMATOR_NAMES[-1] == "prior_only"  # read now, not at import
+    assert list(ESTIMATOR_NAMES)[-1] == "prior_only"  # a live view: read now, not at import
     assert "prior_only" not in BUILTIN_ESTIMATORS
     scores, index, mask = batch_of()
     ours, metrics = compute_advantages("prior_only", scores, index, mask, channel_names=["a", "b"], weights=[1, 2])
@@ -176,10 +175,6 @@ def test_declared_options_have_defaults_types_and_checks_in_compute_advantages(r
         compute_advantages("softmax_density", scores, index, mask, options={"temprature": 2})
     with pytest.raises(ValueError, match=r"option temperature=0.0 \(options.temperature\) fails its check: must be > 0"):
         compute_advantages("softmax_density", scores, index, mask, options={"temperature": 0})
-    with pytest.raises(ValueError, match=r"estimator 'gdpo' has no option\(s\) \['temperature'\].*declares: none"):
-        compute_advantages("gdpo", scores, index, mask, options={"temperature": 2})
-    with pytest.raises(ValueError, match="unknown option"):
-        compute_advantages("gdpo", scores, index, mask, estimator_module=str(tmp_path / "mine.py"))
 
 
 # ----------------------------------------------------------------------------- a module of estimators
@@ -208,6 +203,8 @@ def ref_sha(path: Path) -> str:
 
 @pytest.mark.parametrize(("text", "file", "message"), [
     (None, "absent.py", r"estimator module .*absent.py: no such file"),
+    (None, "pkg://nowhere.mine", r"no module named 'nowhere.mine' is importable here"),
+    (None, "not a module", "neither a .py file nor an import path"),
     ("x = 1\n", "mine.txt", r"a file of estimators must be a .py file"),
     ("import no_such_package_here\n", "mine.py",
      r"estimator module .*mine.py failed to import: ModuleNotFoundError: No module named 'no_such_package_here'"),
@@ -215,7 +212,7 @@ def ref_sha(path: Path) -> str:
     (MODULE.replace("NAME", "gdpo"), "mine.py", r"failed to import: ValueError: estimator name 'gdpo' is taken"),
 ])
 def test_a_module_that_cannot_be_used_is_one_line_naming_it(registry, tmp_path, text, file, message):
-    path = tmp_path / file
+    path = tmp_path / file if file.endswith((".py", ".txt")) else file  # else an import path
     if text is not None:
         path.write_text(text)
     with pytest.raises(EstimatorModuleError, match=message) as error:
@@ -233,11 +230,7 @@ def test_a_module_failing_halfway_leaves_nothing_registered(registry, tmp_path):
     assert load_estimator_module(fixed).names == ("softmax_density",)
 
 
-def test_an_unknown_import_path_and_a_changed_file(registry, tmp_path):
-    with pytest.raises(EstimatorModuleError, match=r"no module named 'nowhere.mine' is importable here"):
-        load_estimator_module("pkg://nowhere.mine")
-    with pytest.raises(EstimatorModuleError, match="neither a .py file nor an import path"):
-        load_estimator_module("not a module")
+def test_a_file_changed_since_it_was_loaded_is_refused(registry, tmp_path):
     path = write_module(tmp_path)
     load_estimator_module(path)
     path.write_text(path.read_text() + "\n# edited\n")
@@ -345,12 +338,6 @@ def test_rvpo_channel_terms_split_the_soft_min_exactly():
     torch.testing.assert_close(same.weights, torch.ones(3, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("k", [0.0, -1.0, math.inf, math.nan])
-def test_rvpo_k_must_be_finite_and_positive(k):
-    with pytest.raises(ValueError, match="rvpo_k must be a finite number > 0"):
-        compute_advantages("rvpo", torch.ones(4, 2), [0, 0, 1, 1], torch.ones(4, 1), rvpo_k=k)
-
-
 def test_rvpo_of_one_channel_is_its_group_z_score_batch_normalised():
     scores, index, mask = batch_of(2, k=1)
     rvpo, _ = compute_advantages("rvpo", scores, index, mask, rvpo_k=3.0)
@@ -372,15 +359,6 @@ def test_a_dead_channels_weight_is_1_or_w_max_and_the_advantage_the_same(name):
     assert dead.abs().sum() == 0  # every channel dead: nothing to learn, under either convention
     _, every = compute_advantages(name, torch.zeros(4, 2), index, mask, dead_channel_weight="w_max")
     assert every["weight/c0"] == every["weight/c1"] == 5.0
-
-
-def test_dead_channel_weight_takes_a_number_1_and_refuses_anything_else():
-    assert DaraAlgoConfig(dead_channel_weight=1).dead_channel_weight == "1"
-    assert DaraAlgoConfig(dead_channel_weight=1.0).dead_channel_weight == "1"
-    with pytest.raises(ValueError, match=r"dead_channel_weight must be one of \['1', 'w_max'\], got '5'"):
-        DaraAlgoConfig(dead_channel_weight=5)
-    with pytest.raises(ValueError, match="dead_channel_weight"):
-        compute_advantages("dara_asym", torch.ones(4, 2), [0, 0, 1, 1], torch.ones(4, 1), dead_channel_weight="max")
 
 
 @settings(max_examples=30, deadline=None)

@@ -420,27 +420,6 @@ def test_gpu_runs_keep_home_and_cpu_runs_move_it(tmp_path):
         assert os.environ.get("HOME") == home
 
 
-def test_cli_names_a_bad_override_in_one_line(capsys):
-    from dara.preflight.__main__ import main
-
-    assert main(["estimator=nope", "--skip-env"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.startswith("[preflight] cannot compose the run: In 'train': Could not find 'estimator/nope'; "
-                                   "Available options in 'estimator': dara_asym, dara_sym, ")
-    assert captured.err.count("\n") == 1
-
-
-def test_cli_prints_the_report_and_exits_nonzero_on_a_problem(capsys):
-    from dara.preflight.__main__ import main
-
-    code = main(["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b", "cluster=h100_x8", "--nodes", "3",
-                 "--skip-env"])
-    out = capsys.readouterr().out
-    assert code == 1 and "== allocation: FAIL" in out and "data-parallel size 24" in out
-    assert "== memory: ok" in out and "vLLM KV cache" in out
-
-
 def test_disk_check_counts_the_retained_plan_one_save_in_flight_and_what_is_there(tmp_path):
     from collections import namedtuple
 
@@ -467,27 +446,51 @@ def test_disk_check_counts_the_retained_plan_one_save_in_flight_and_what_is_ther
     assert resumed.problems == [] and "45.0 GB already there = 47.6 GB more" in resumed.lines[0]
 
 
-def test_calibration_file_replaces_the_estimate_in_the_time_check(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    from dara.preflight.calibration import write_calibration
+
+    return write_calibration(tmp_path_factory.mktemp("calibration") / "h100.json", gpu="NVIDIA H100 80GB HBM3",
+                             measured_at="2026-12-01", step_minutes={"h100_x8": {"deepseek-r1-distill-qwen-7b": 150.0}},
+                             measured={}, derivation="test")
+
+
+def test_calibration_file_replaces_the_estimate_in_the_time_check(calibration, tmp_path):
     from dara.preflight import load_calibration
-    from dara.preflight.__main__ import main
-    from dara.preflight.calibration import CalibrationError, write_calibration
+    from dara.preflight.calibration import CalibrationError
 
     cfg = composed(*MATH, "model=deepseek-r1-distill-qwen-7b")
-    path = write_calibration(tmp_path / "h100.json", gpu="NVIDIA H100 80GB HBM3", measured_at="2026-12-01",
-                             step_minutes={"h100_x8": {"deepseek-r1-distill-qwen-7b": 150.0}}, measured={},
-                             derivation="test")
-    calibration = load_calibration(path)
     # 24 h passes at the estimate (45 min/step: 31 steps a job) and fails at the calibrated 150 (9 steps a job)
     assert preflight(cfg, skip_env=True).ok
-    report = preflight(cfg, skip_env=True, calibration=calibration)
+    report = preflight(cfg, skip_env=True, calibration=load_calibration(calibration))
     (problem,) = problems_of(report, "time limit")
     assert problem.startswith("a job runs about 9 steps but saves every 10, and a 150-min step + save outlasts")
     assert "150 min/step CALIBRATED (gpu_smoke on NVIDIA H100 80GB HBM3, 2026-12-01" in report.text()
-    assert main(["task=deepscaler", "model=deepseek-r1-distill-qwen-7b", "cluster=h100_x8", "--skip-env",
-                 "--calibration", str(path)]) == 1
-    assert "CALIBRATED" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(CalibrationError, match="not a gpu_smoke calibration file"):
         load_calibration(tmp_path / "bad.json")
-    assert main(["task=smoke", "--skip-env", "--calibration", str(tmp_path / "none.json")]) == 2
-    assert capsys.readouterr().err.startswith("[preflight] calibration file ")
+
+
+CLI = [  # `python -m dara.preflight ARGS`: (ARGS, exit status, where it prints, what it prints)
+    (["estimator=nope", "--skip-env"], 2, "err", ["[preflight] cannot compose the run: In 'train': Could not find "
+                                                  "'estimator/nope'; Available options in 'estimator': dara_asym, "
+                                                  "dara_sym, "]),
+    (["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b", "cluster=h100_x8", "--nodes", "3", "--skip-env"], 1,
+     "out", ["== allocation: FAIL", "data-parallel size 24", "== memory: ok", "vLLM KV cache"]),
+    (["task=deepscaler", "model=deepseek-r1-distill-qwen-7b", "cluster=h100_x8", "--skip-env", "--calibration",
+      "{calibration}"], 1, "out", ["CALIBRATED"]),
+    (["task=smoke", "--skip-env", "--calibration", "{calibration}.absent"], 2, "err", ["[preflight] calibration file "]),
+]
+
+
+@pytest.mark.parametrize("argv, code, stream, printed", CLI, ids=["override", "report", "calibrated", "no-file"])
+def test_the_cli_prints_its_report_or_one_line_and_exits_with_its_status(argv, code, stream, printed, calibration,
+                                                                         capsys):
+    from dara.preflight.__main__ import main
+
+    assert main([arg.format(calibration=calibration) for arg in argv]) == code
+    captured = capsys.readouterr()
+    text = getattr(captured, stream)
+    assert all(fragment in text for fragment in printed), text
+    if code == 2:  # a bad argument: one line on stderr, nothing else
+        assert captured.out == "" and text.startswith(printed[0]) and text.count("\n") == 1

