@@ -1,12 +1,6 @@
-"""Helpers shared by every dataset builder: verl row schema, deterministic parquet, atomic folders, data cards.
-
-Rules implemented here (issue 5):
-- every output is verl's row schema (data_source, prompt, ability, reward_model, extra_info);
-- a build happens in a staging folder next to the target and is renamed into place only when complete, so an
-  interrupted build never leaves a half-written folder;
-- parquet files and data cards are written deterministically, so a rerun gives byte-identical files;
-- every output folder holds ``data_card.json``: row counts per split, every filter with its drop count and
-  reason, sha256 of inputs and outputs, the tokenizer used and the command line.
+"""Shared by every dataset builder: verl's row schema, deterministic parquet, atomic output folders and data
+cards (row counts, filters with their drop counts, sha256 of inputs and outputs, tokenizer, command line); the
+guarantees are listed in docs/data.md.
 """
 
 from __future__ import annotations
@@ -87,6 +81,24 @@ def read_json_records(path: str | os.PathLike, required: Sequence[str]) -> list[
                 f"{path}: record {position} lacks required field(s) {missing}; it has {sorted(record)}"
             )
     return records
+
+
+def load_hub(repo: str, config: str | None, split: str, required: Sequence[str] = ()) -> tuple[list[dict], str]:
+    """(records, fingerprint) of a hub dataset through `datasets`; offline, a missing repo, a missing column or
+    no rows is a DataPrepError naming it."""
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(repo, config, split=split)
+    except Exception as err:  # offline, missing repo or config: datasets raises many types
+        raise DataPrepError(f"could not load hub dataset {repo!r} ({config}, {split}): {err}") from err
+    missing = sorted(set(required) - set(dataset.column_names))
+    if missing:
+        raise DataPrepError(f"hub dataset {repo} lacks column(s) {missing}: has {dataset.column_names}")
+    records = dataset.to_list()
+    if not records:
+        raise DataPrepError(f"hub dataset {repo} is empty")
+    return records, dataset._fingerprint
 
 
 # ----------------------------------------------------------------------------------------------------------

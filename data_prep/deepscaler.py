@@ -1,14 +1,8 @@
-"""DeepScaleR-Preview -> verl train parquet (EXPERIMENTS.md, "Math reasoning with a length constraint").
+"""DeepScaleR-Preview -> verl train (and held-out val) parquet (docs/data.md "deepscaler").
 
-Source: the hub dataset ``agentica-org/DeepScaleR-Preview-Dataset`` (40,315 rows of problem, answer,
-solution) through ``datasets``, or a local JSON / JSON-lines file of the same records.
-Prompt (tasks.math, the authors' template): no system message, one user message, the stripped problem
-followed by "\\n\\nPlease reason step by step, and put your final answer within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
-answer}, extra_info {split: "train", index, source_index}.
-
-Filters, each counted in the data card: rows without a usable answer, rows without a problem, and prompts
-longer than 1,024 tokens under the model's tokenizer (counted the way verl's filter_overlong_prompts counts
-them: the chat-templated prompt with the generation prompt, when the tokenizer has a chat template).
+Source: the hub's ``agentica-org/DeepScaleR-Preview-Dataset`` or a local JSON / JSON-lines file of the same
+records. Prompt: the authors' template (tasks.math). Filters, counted in the data card: no problem, no usable
+answer, prompts over 1,024 tokens as verl's filter_overlong_prompts counts them.
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ from data_prep.common import (
     FilterLog,
     atomic_folder,
     command_line,
+    load_hub,
     make_row,
     read_json_records,
     sha256_file,
@@ -51,21 +46,8 @@ def load_records(source: str | None) -> tuple[list[dict], dict]:
     if Path(source).exists():
         records = read_json_records(source, ("problem", "answer"))
         return records, {"source": str(source), "inputs_sha256": {Path(source).name: sha256_file(source)}}
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(source, split="train")
-    except Exception as err:  # datasets raises many types (offline, missing repo, bad config)
-        raise DataPrepError(f"could not load hub dataset {source!r} (nor is it a local file): {err}") from err
-    missing = {"problem", "answer"} - set(dataset.column_names)
-    if missing:
-        raise DataPrepError(
-            f"hub dataset {source} lacks column(s) {sorted(missing)}: has {dataset.column_names}"
-        )
-    records = dataset.to_list()
-    if not records:
-        raise DataPrepError(f"hub dataset {source} is empty")
-    return records, {"source": source, "inputs_sha256": {}, "hub_fingerprint": dataset._fingerprint}
+    records, fingerprint = load_hub(source, None, "train", ("problem", "answer"))
+    return records, {"source": source, "inputs_sha256": {}, "hub_fingerprint": fingerprint}
 
 
 def load_tokenizer(name_or_path: str | None):
@@ -217,7 +199,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--source", default=None, help="local file/folder or hub dataset id (default: hub)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer name or path for the prompt length filter")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
-    parser.add_argument("--val-rows", type=int, default=200, help="seeded held-out validation rows")
+    parser.add_argument("--val-rows", type=int, default=VAL_ROWS, help="seeded held-out validation rows")
 
 
 def main(args) -> dict:

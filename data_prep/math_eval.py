@@ -1,15 +1,9 @@
-"""The five math evaluation sets -> one verl test parquet (EXPERIMENTS.md, DeepScaleR setup, "Evaluation").
+"""The five math evaluation sets -> one verl test parquet (docs/data.md "math_eval").
 
-AIME 2024 (30), AMC 2022/23 (83), MATH-500 (500), Minerva (272), OlympiadBench OE_TO_maths_en_COMP (675 in
-DeepScaleR's copy, 674 on the hub): 1,560 rows from the local copy. ``data_source`` names the benchmark:
-aime24, amc23, math500, minerva, olympiad_bench. Prompt: the training prompt (tasks.math: problem.strip() +
-"\\n\\nPlease reason step by step, and put your final answer within \\boxed{}."). Ground truth: the first accepted answer as a
-string, by the one rule data prep, reward and evaluation share (tasks.math_answers, the authors'
-``unwrap_math``: OlympiadBench's multi-answer "$69$,$84$" keeps its delimiters); every listed form is in
-``extra_info["answer_alternatives"]`` (Minerva lists several for 75 problems). The data card names the rule.
-
-Sources: ``--source DIR`` with DeepScaleR's test files (aime.json, amc.json, math.json, minerva.json,
-olympiad_bench.json; the shared copy is that content), or the hub datasets listed in BENCHMARKS (default).
+AIME 2024, AMC 2022/23, MATH-500, Minerva, OlympiadBench (1,560 rows from DeepScaleR's local copy); data_source
+names the benchmark. Prompt: the training prompt (tasks.math). Ground truth: the first accepted answer by the
+rule data prep, reward and evaluation share (tasks.math_answers); every listed form is in
+``extra_info["answer_alternatives"]``. Sources: ``--source DIR`` with DeepScaleR's files, or the hub (BENCHMARKS).
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from data_prep.common import (
     FilterLog,
     atomic_folder,
     command_line,
+    load_hub,
     make_row,
     read_json_records,
     sha256_file,
@@ -59,22 +54,6 @@ def load_local(folder: Path, benchmark: str) -> tuple[list[dict], dict]:
     path = folder / BENCHMARKS[benchmark]["file"]
     records = read_json_records(path, ())
     return records, {path.name: sha256_file(path)}
-
-
-def load_hub(benchmark: str) -> tuple[list[dict], dict]:
-    import datasets
-
-    repo, config, split = BENCHMARKS[benchmark]["hub"]
-    try:
-        dataset = datasets.load_dataset(repo, config, split=split)
-    except Exception as err:  # offline, missing repo or config: datasets raises many types
-        raise DataPrepError(
-            f"could not load {benchmark} from the hub ({repo}, {config}, {split}): {err}"
-        ) from err
-    records = dataset.to_list()
-    if not records:
-        raise DataPrepError(f"hub dataset {repo} is empty")
-    return records, {f"hub:{repo}": dataset._fingerprint}
 
 
 def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: FilterLog) -> list[dict]:
@@ -115,8 +94,9 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
     rows, inputs, counts, unexpected = [], {}, {}, {}
     for benchmark, spec in BENCHMARKS.items():
         if source is None:
-            records, hashes = load_hub(benchmark)
             origin = spec["hub"][0]
+            records, fingerprint = load_hub(*spec["hub"])
+            hashes = {f"hub:{origin}": fingerprint}
         else:
             records, hashes = load_local(Path(source), benchmark)
             origin = str(Path(source) / spec["file"])

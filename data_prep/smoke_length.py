@@ -1,24 +1,13 @@
-"""The length smoke variant: the paper's math regime at toy scale (a dense correctness reward beside a length reward
-that is active in few groups) for the length race (`python -m recipes race_length`).
+"""The length smoke variant (docs/data.md "smoke_length"): the paper's math regime at toy scale, a dense
+correctness reward beside a length reward active in few groups, for the length race.
 
-The authors' math runs (DeepScaleR, a 4,000-token limit) start with most responses inside the limit, so the length
-reward differs within few groups while correctness differs within most. Here the problems are synthetic sums
-("What is 3 + 5?") through the math task's prompt (tasks.math: the DeepScaleR template, no system message) and
-its two reward channels (rewards.math: correctness by verl's Hendrycks grader, length = at most LENGTH_LIMIT
-response tokens, EOS included). A share ``CHECK_SHARE`` of the problems asks "Check your answer."; for those the
-warm-start target adds one or two re-check lines after the boxed answer (TAIL_LINES, chosen evenly), and the limit
-sits between the two: sampled at T = 1 the model writes the second line about half the time on those prompts and
-never on the others, so length violations concentrate on one family of prompts. A re-check line holds no boxed
-answer and the grader reads the last one, so correctness is decided before the tail: a response scores the same
-with or without it, and the two channels stay independent. How often the model is correct is set by the operands'
-range and the warm start's length (the knobs below, with the tries that chose them).
-
-``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically (data_prep.smoke's build), the
-layout of the other smoke variants: model/ (data_prep.tiny_model's shape, a tokenizer trained on this corpus),
-train.parquet (N_TRAIN rows), val.parquet (N_VAL rows; the task validates nowhere, verl needs the file) and
-data_card.json. The card's ``length_probe`` samples the first ``probe_prompts`` train prompts PROBE_GROUP times at
-T = 1 (the race's first steps) and records each channel's rate and group density (the share of groups whose
-rewards differ), both per family, and the checks of independence.
+Synthetic sums through the math task's prompt and its two channels (rewards.math: Hendrycks grader, length =
+at most LENGTH_LIMIT response tokens, EOS included). A share CHECK_SHARE of the problems asks "Check your
+answer."; their warm-start targets add one or two re-check lines after the boxed answer (TAIL_LINES) and the
+limit sits between the two, so length violations concentrate on that family. A re-check line holds no boxed
+answer, so correctness is decided before the tail and the channels stay independent. The build is
+data_prep.smoke's; the card's ``length_probe`` samples the first ``probe_prompts`` train prompts PROBE_GROUP
+times at T = 1.
 """
 
 from __future__ import annotations

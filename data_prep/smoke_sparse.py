@@ -1,23 +1,12 @@
-"""The sparse-format smoke variant: the paper's starting regime (a rare, sparse format reward beside a correctness
-reward that varies within most groups) for the toy-scale headline race (`python -m recipes cpu_headline`).
+"""The sparse-format smoke variant (docs/data.md "smoke_sparse"): the paper's starting regime, a rare and
+sparse format reward beside a correctness reward that varies within most groups, for the toy headline race.
 
-The authors' step-1 logs (docs/experiments.md): format rate 0.01 / 0.05, format group density 0.02 / 0.15 and
-correctness density 0.16 / 0.75 at 1.5B / 3B. The default smoke is the opposite (format dense, correctness
-sparse), because its warm start teaches the exact format. Here most warm-start targets are the ground truth
-followed by a short sign-off (SIGN_OFF): the same thinking, calls and response, but ToolRL's format requires the
-text to end at its last block, so a sign-off breaks it. A small share ``CLEAN_SHARE`` of the targets ends at
-the block. Sampled at T = 1 the model then stops right after its last block about that often. The decision
-comes after the calls are written, so format and correctness stay independent: a compliant response is as
-correct as any other (a first design that dropped the thinking instead made compliant responses far less
-correct, -2.1 against -0.6 on average, and the sum of the two rewards then punished the format). The parquet
-rows keep the true ground truths: the rewards are the ToolRL ones.
-
-``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically, the same layout as
-`data_prep.smoke` (model/, train.parquet, test.parquet, data_card.json): the smoke's tokenizer (trained on the
-same 256-row corpus, so the same vocabulary and model facts), 544 train rows (the smoke's 256, then 288
-further synthetic rows: 34 steps of 16 prompts), the smoke's 32 test rows. The data card's ``format_probe``
-samples the first PROBE_PROMPTS train prompts G = 4 times at T = 1 (the race's first steps) and records the
-format rate and each channel's group density (the share of groups whose rewards differ).
+Most warm-start targets are the ground truth followed by a short sign-off (SIGN_OFF): the same thinking, calls
+and response, but ToolRL's format requires the text to end at its last block. A seeded share ``CLEAN_SHARE``
+ends at the block, and sampled at T = 1 the model stops right after its last block about that often; the
+decision comes after the calls, so format and correctness stay independent. The parquet rows keep the true
+ground truths. The build is data_prep.smoke's: the smoke's tokenizer, 544 train rows (the smoke's 256, then 288
+more), its 32 test rows; the card's ``format_probe`` samples the first PROBE_PROMPTS train prompts G = 4 times.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""ToolRL (rlla_4k) -> verl train/test parquet with the official split.
+"""ToolRL (rlla_4k) -> verl train/test parquet with the official split (docs/data.md "toolrl").
 
-EXPERIMENTS.md, "Tool calling (ToolRL setup)": the source is a JSON list of {instruction, input, output}
-(``rlla_rl.json`` of ToolRL's repository). Split rule of ToolRL's own preprocessing: ``np.random.seed(31415)``
-then ``np.random.shuffle`` of the list; the last ``int(0.02 * n)`` rows are held out (4,000 rows -> 3,920 /
-80; the 400 rows of rlla_sft.json -> 392 / 8). Row: data_source "rlla", prompt = [system: instruction,
-user: input], ability "math" (as ToolRL writes it), reward_model {style: rule, ground_truth: output},
-extra_info {split, index, instruction, input, output} with index counted within the split.
-
-Rows whose fields are not non-empty strings are dropped AFTER the split and counted in the data card, so
-every surviving row keeps the split the official rule gives it. There is no length filter: as the authors
-ran it, prompts over 2,048 tokens are truncated from the left at training time (conf/task/toolrl.yaml), so
-all 3,920 / 80 rows are used. The card also counts ground truths whose tool_call block the original scorer
-cannot read (a "<tool_call>" mentioned in the thinking; rewards.toolrl raises on them like the scorer):
-none may occur in training data, and the shared SFT rows hold 17.
+Split rule of ToolRL's own preprocessing: ``np.random.seed(31415)``, ``np.random.shuffle``, the last
+``int(0.02 * n)`` rows held out (4,000 -> 3,920 / 80). Rows are field for field ToolRL's (ability "math" too).
+Rows whose fields are not non-empty strings are dropped AFTER the split and counted. No length filter, as the
+authors ran it (conf/task/toolrl.yaml truncates from the left); the card counts ground truths the original
+scorer cannot read.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_math_eval_bad_sources(tmp_path):
 def test_math_eval_hub_loading_fails_clearly_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setitem(math_eval.BENCHMARKS["aime24"], "hub", ("no-such-org/no-such-set", None, "train"))
-    with pytest.raises(DataPrepError, match="could not load aime24 from the hub"):
+    with pytest.raises(DataPrepError, match="could not load hub dataset .no-such-org/no-such-set"):
         math_eval.build(tmp_path / "out")
 
 
