@@ -227,10 +227,10 @@ def category_rows(
     rows = []
     for entry in entries:
         if entry.get("id") not in answers:
-            filters.drop("no_possible_answer", "test entry without a possible answer")
+            filters.drop("no_possible_answer")
             continue
         if not entry.get("question") or not entry["question"][0]:
-            filters.drop("empty_question", "test entry without a first turn")
+            filters.drop("empty_question")
             continue
         prepared = prepare_entry(entry, category, data_dir, docs_cache)
         rows.append(entry_row(prepared, answers[entry["id"]], category, len(rows)))
@@ -250,9 +250,8 @@ def build(out_dir: str | os.PathLike, source: str | None = None, categories: lis
     data_dir = Path(source) if source else package_data_dir()
     if not data_dir.is_dir():
         raise DataPrepError(f"BFCL data folder not found: {data_dir}")
-    filters = FilterLog()
-    filters.declare("no_possible_answer", "test entry without a possible answer")
-    filters.declare("empty_question", "test entry without a first turn")
+    filters = FilterLog({"no_possible_answer": "test entry without a possible answer",
+                         "empty_question": "test entry without a first turn"})
     rows, inputs, counts, unexpected, docs_cache = [], {}, {}, {}, {}
     for category in categories:
         category_rows_, hashes = category_rows(category, data_dir, filters, docs_cache)

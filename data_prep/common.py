@@ -13,7 +13,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,17 +148,13 @@ def write_parquet(rows: list[dict], path: str | os.PathLike) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # data cards and atomic folders
 # ----------------------------------------------------------------------------------------------------------
-@dataclass
 class FilterLog:
-    """Counts every dropped row by filter name, with the reason, for the data card."""
+    """A build's filters ({name: reason}) and how many rows each dropped, for the data card."""
 
-    drops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    def __init__(self, reasons: dict[str, str]):
+        self.drops = {name: {"reason": reason, "dropped": 0} for name, reason in reasons.items()}
 
-    def declare(self, name: str, reason: str) -> None:
-        self.drops.setdefault(name, {"reason": reason, "dropped": 0})
-
-    def drop(self, name: str, reason: str) -> None:
-        self.declare(name, reason)
+    def drop(self, name: str) -> None:
         self.drops[name]["dropped"] += 1
 
     def as_list(self) -> list[dict]:

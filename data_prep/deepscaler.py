@@ -26,6 +26,7 @@ from data_prep.common import (
     write_data_card,
     write_parquet,
 )
+from data_prep.math_eval import FILTERS, usable_problems
 from tasks import math as task
 from tasks.math import prompt_messages
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -93,32 +94,17 @@ def build(
     The held-out rows (the authors validate every 10 steps on 200 seeded DeepScaleR rows) are a
     seeded random choice (``VAL_SEED``) among the rows that pass the filters, removed from train."""
     records, input_info = load_records(source)
-    filters = FilterLog()
-    filters.declare("no_problem", "problem missing or empty")
-    filters.declare("no_answer", "answer missing, empty or not a usable math answer")
-    filters.declare("prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer")
-
-    candidates = []
-    for position, record in enumerate(records):
-        problem = record.get("problem")
-        if not isinstance(problem, str) or not problem.strip():
-            filters.drop("no_problem", "problem missing or empty")
-            continue
-        try:
-            answer = reference_answer(record.get("answer"))
-        except ValueError:
-            filters.drop("no_answer", "answer missing, empty or not a usable math answer")
-            continue
-        candidates.append((position, prompt_messages(problem), answer))
+    filters = FilterLog({**FILTERS,
+                         "prompt_too_long": f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"})
+    candidates = [(position, prompt_messages(problem), answer)
+                  for position, problem, answer in usable_problems(records, filters, reference_answer)]
 
     tok = load_tokenizer(tokenizer)
     counts = prompt_token_counts(tok, [messages for _, messages, _ in candidates])
     rows = []
     for (position, messages, answer), count in zip(candidates, counts, strict=True):
         if count > max_prompt_tokens:
-            filters.drop(
-                "prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"
-            )
+            filters.drop("prompt_too_long")
             continue
         rows.append((position, messages, answer))
     if len(rows) <= val_rows:

@@ -39,6 +39,8 @@ BENCHMARKS = {
         "rows": (674, 675),
     },
 }
+FILTERS = {"no_problem": "problem missing or empty",
+           "no_answer": "answer missing, empty or not a usable math answer"}
 PROBLEM_COLUMNS = ("problem", "question")
 ANSWER_COLUMNS = ("answer", "final_answer")
 
@@ -56,20 +58,27 @@ def load_local(folder: Path, benchmark: str) -> tuple[list[dict], dict]:
     return records, {path.name: sha256_file(path)}
 
 
+def usable_problems(records: list[dict], filters: FilterLog, read_answer, problem_key: str = "problem",
+                    answer_key: str = "answer"):
+    """(position, problem, read_answer(answer)) of each record with a problem and a usable answer; the others are
+    dropped and counted (FILTERS)."""
+    for position, record in enumerate(records):
+        problem = record.get(problem_key)
+        if not isinstance(problem, str) or not problem.strip():
+            filters.drop("no_problem")
+            continue
+        try:
+            yield position, problem, read_answer(record.get(answer_key))
+        except ValueError:
+            filters.drop("no_answer")
+
+
 def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: FilterLog) -> list[dict]:
     problem_key = _pick(records[0], PROBLEM_COLUMNS, "problem", origin)
     answer_key = _pick(records[0], ANSWER_COLUMNS, "answer", origin)
     rows = []
-    for position, record in enumerate(records):
-        problem = record.get(problem_key)
-        if not isinstance(problem, str) or not problem.strip():
-            filters.drop("no_problem", "problem missing or empty")
-            continue
-        try:
-            alternatives = answer_alternatives(record.get(answer_key))
-        except ValueError:
-            filters.drop("no_answer", "answer missing, empty or not a usable math answer")
-            continue
+    for position, problem, alternatives in usable_problems(records, filters, answer_alternatives, problem_key,
+                                                           answer_key):
         extra = {
             "split": "test",
             "index": len(rows),
@@ -84,9 +93,7 @@ def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: Fi
 
 def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
     """Write test.parquet and data_card.json into ``out_dir``; returns the data card."""
-    filters = FilterLog()
-    filters.declare("no_problem", "problem missing or empty")
-    filters.declare("no_answer", "answer missing, empty or not a usable math answer")
+    filters = FilterLog(FILTERS)
     if source is not None and not Path(source).is_dir():
         raise DataPrepError(
             f"math_eval --source must be a folder holding {[b['file'] for b in BENCHMARKS.values()]}"

@@ -36,6 +36,7 @@ FIELDS = ("instruction", "input", "output")
 DEFAULT_SOURCE = "https://raw.githubusercontent.com/qiancheng0/ToolRL/main/dataset/rlla_4k_raw/rlla_rl.json"
 CHECKOUT_PATH = Path("dataset") / "rlla_4k_raw" / "rlla_rl.json"
 # What verl does with long prompts (conf/task/toolrl.yaml): no filter, keep the last 2,048 tokens.
+FILTERS = {f"bad_{field}": f"'{field}' is not a non-empty string" for field in FIELDS}
 PROMPT_LENGTH_POLICY = {"max_prompt_tokens": 2048, "overlong_filter": False, "truncation": "left"}
 
 
@@ -78,7 +79,7 @@ def usable(record: dict, filters: FilterLog) -> bool:
     for field in FIELDS:
         value = record[field]
         if not isinstance(value, str) or not value.strip():
-            filters.drop(f"bad_{field}", f"'{field}' is not a non-empty string")
+            filters.drop(f"bad_{field}")
             return False
     return True
 
@@ -125,9 +126,7 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
         records = read_json_records(path, FIELDS)
         input_hash = sha256_file(path)
         train, test = official_split(records)
-        filters = FilterLog()
-        for field in FIELDS:
-            filters.declare(f"bad_{field}", f"'{field}' is not a non-empty string")
+        filters = FilterLog(FILTERS)
         splits = {"train": to_rows(train, "train", filters), "test": to_rows(test, "test", filters)}
         for name, rows in splits.items():
             if not rows:
