@@ -20,12 +20,9 @@ from pathlib import Path
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
     make_row,
     sha256_file,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from tasks import toolrl as protocol
 
@@ -265,24 +262,17 @@ def build(out_dir: str | os.PathLike, source: str | None = None, categories: lis
         name = f"multi_turn_func_doc/{MULTI_TURN_FUNC_DOCS[class_name]}"
         inputs[name] = sha256_file(data_dir / name)
 
-    with atomic_folder(out_dir) as staging:
-        write_parquet(rows, staging / "test.parquet")
-        card = write_data_card(
-            staging,
-            {
-                "dataset": "bfcl",
-                "data_source": [f"bfcl_{c}" for c in categories],
-                "source": str(source) if source else "bfcl-eval package data",
-                "bfcl_eval_version": None if source else package_version(),
-                "inputs_sha256": inputs,
-                "splits": {"test": len(rows)},
-                "rows_per_category": counts,
-                "unexpected_row_counts": unexpected,
-                "filters": filters.as_list(),
-                "tokenizer": None,
-                "command": command_line(),
-            },
-        )
+    card = write_build(out_dir, {"test": rows}, filters, {
+        "dataset": "bfcl",
+        "data_source": [f"bfcl_{c}" for c in categories],
+        "source": str(source) if source else "bfcl-eval package data",
+        "bfcl_eval_version": None if source else package_version(),
+        "inputs_sha256": inputs,
+        "splits": {"test": len(rows)},
+        "rows_per_category": counts,
+        "unexpected_row_counts": unexpected,
+        "tokenizer": None,
+    })
     print(f"[bfcl] {len(rows)} cases ({filters.total()} dropped) in {out_dir}", flush=True)
     return card
 

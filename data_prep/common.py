@@ -214,6 +214,15 @@ def folder_is_complete(folder: str | os.PathLike, expect: dict) -> bool:
     return card.get("outputs_sha256") == output_hashes(folder)
 
 
+def write_build(out_dir: str | os.PathLike, splits: dict[str, list[dict]], filters: FilterLog, card: dict) -> dict:
+    """Each split's rows as ``<split>.parquet`` and the data card (``card`` with the filters and the command line)
+    written atomically into ``out_dir``; returns the card."""
+    with atomic_folder(out_dir) as staging:
+        for name, rows in splits.items():
+            write_parquet(rows, staging / f"{name}.parquet")
+        return write_data_card(staging, {**card, "filters": filters.as_list(), "command": command_line()})
+
+
 @contextlib.contextmanager
 def atomic_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty staging folder; on success it replaces ``out_dir`` in one rename.

@@ -16,15 +16,12 @@ from pathlib import Path
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
     load_hub,
     make_row,
     read_json_records,
     sha256_file,
     sha256_text,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from data_prep.math_eval import FILTERS, usable_problems
 from tasks import math as task
@@ -116,34 +113,26 @@ def build(
         extra = {"split": split, "index": len(splits[split]), "source_index": position}
         splits[split].append(make_row(data_source, messages, answer, extra, ability="math"))
 
-    with atomic_folder(out_dir) as staging:
-        write_parquet(splits["train"], staging / "train.parquet")
-        if val_rows:
-            write_parquet(splits["val"], staging / "val.parquet")
-        card = write_data_card(
-            staging,
-            {
-                "dataset": "deepscaler",
-                "data_source": data_source,
-                **input_info,
-                "input_rows": len(records),
-                "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
-                "splits": {name: len(split) for name, split in splits.items() if split or name == "train"},
-                "val_seed": VAL_SEED if val_rows else None,
-                "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
-                           "length_limit": task.LENGTH_LIMIT},
-                "answer_rule": ANSWER_RULE,
-                "filters": filters.as_list(),
-                "tokenizer": {
-                    "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
-                    "class": type(tok).__name__,
-                    "vocab_sha256": sha256_text(repr(sorted(tok.get_vocab().items()))),
-                    "chat_template_used": bool(tok.chat_template),
-                    "max_prompt_tokens": max_prompt_tokens,
-                },
-                "command": command_line(),
-            },
-        )
+    written = {name: split for name, split in splits.items() if name == "train" or val_rows}
+    card = write_build(out_dir, written, filters, {
+        "dataset": "deepscaler",
+        "data_source": data_source,
+        **input_info,
+        "input_rows": len(records),
+        "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
+        "splits": {name: len(split) for name, split in splits.items() if split or name == "train"},
+        "val_seed": VAL_SEED if val_rows else None,
+        "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
+                   "length_limit": task.LENGTH_LIMIT},
+        "answer_rule": ANSWER_RULE,
+        "tokenizer": {
+            "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
+            "class": type(tok).__name__,
+            "vocab_sha256": sha256_text(repr(sorted(tok.get_vocab().items()))),
+            "chat_template_used": bool(tok.chat_template),
+            "max_prompt_tokens": max_prompt_tokens,
+        },
+    })
     print(
         f"[deepscaler] {len(records)} rows -> train {len(splits['train'])}, val {len(splits['val'])} "
         f"({filters.total()} dropped: "

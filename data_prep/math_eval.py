@@ -14,14 +14,11 @@ from pathlib import Path
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
     load_hub,
     make_row,
     read_json_records,
     sha256_file,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from tasks.math import prompt_messages
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -119,24 +116,17 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
         rows.extend(bench_rows)
         print(f"[math_eval] {benchmark}: {len(bench_rows)} rows from {origin}", flush=True)
 
-    with atomic_folder(out_dir) as staging:
-        write_parquet(rows, staging / "test.parquet")
-        card = write_data_card(
-            staging,
-            {
-                "dataset": "math_eval",
-                "data_source": list(BENCHMARKS),
-                "source": str(source) if source is not None else "hub",
-                "inputs_sha256": inputs,
-                "splits": {"test": len(rows)},
-                "rows_per_benchmark": counts,
-                "answer_rule": ANSWER_RULE,
-                "unexpected_row_counts": unexpected,
-                "filters": filters.as_list(),
-                "tokenizer": None,
-                "command": command_line(),
-            },
-        )
+    card = write_build(out_dir, {"test": rows}, filters, {
+        "dataset": "math_eval",
+        "data_source": list(BENCHMARKS),
+        "source": str(source) if source is not None else "hub",
+        "inputs_sha256": inputs,
+        "splits": {"test": len(rows)},
+        "rows_per_benchmark": counts,
+        "answer_rule": ANSWER_RULE,
+        "unexpected_row_counts": unexpected,
+        "tokenizer": None,
+    })
     print(f"[math_eval] {len(rows)} rows ({filters.total()} dropped) in {out_dir}", flush=True)
     return card
 

@@ -19,13 +19,10 @@ import numpy as np
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
     make_row,
     read_json_records,
     sha256_file,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from tasks import toolrl as protocol
 
@@ -131,29 +128,19 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
         for name, rows in splits.items():
             if not rows:
                 raise DataPrepError(f"no usable rows left in the {name} split of {path}")
-        with atomic_folder(out_dir) as staging:
-            for name, rows in splits.items():
-                write_parquet(rows, staging / f"{name}.parquet")
-            card = write_data_card(
-                staging,
-                {
-                    "dataset": "toolrl",
-                    "data_source": DATA_SOURCE,
-                    "source": str(source or DEFAULT_SOURCE),
-                    "inputs_sha256": {path.name: input_hash},
-                    "input_rows": len(records),
-                    "split_rule": "np.random.seed(31415); np.random.shuffle(rows); last int(0.02 * n) held out",
-                    "split_before_filters": {"train": len(train), "test": len(test)},
-                    "splits": {name: len(rows) for name, rows in splits.items()},
-                    "filters": filters.as_list(),
-                    "prompt_length": PROMPT_LENGTH_POLICY,
-                    "ground_truths_unreadable_by_scorer": {
-                        name: scorer_unreadable(rows) for name, rows in splits.items()
-                    },
-                    "tokenizer": None,
-                    "command": command_line(),
-                },
-            )
+        card = write_build(out_dir, splits, filters, {
+            "dataset": "toolrl",
+            "data_source": DATA_SOURCE,
+            "source": str(source or DEFAULT_SOURCE),
+            "inputs_sha256": {path.name: input_hash},
+            "input_rows": len(records),
+            "split_rule": "np.random.seed(31415); np.random.shuffle(rows); last int(0.02 * n) held out",
+            "split_before_filters": {"train": len(train), "test": len(test)},
+            "splits": {name: len(rows) for name, rows in splits.items()},
+            "prompt_length": PROMPT_LENGTH_POLICY,
+            "ground_truths_unreadable_by_scorer": {name: scorer_unreadable(rows) for name, rows in splits.items()},
+            "tokenizer": None,
+        })
     print(
         f"[toolrl] {len(records)} rows -> train {card['splits']['train']} / test {card['splits']['test']} "
         f"({filters.total()} dropped) in {out_dir}",
