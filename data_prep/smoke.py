@@ -41,7 +41,6 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's pre-tokenisation split (contractions, letter runs, single digits, punctuation runs, newlines, spaces).
 QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
-MODEL_SHAPE = SMOKE_SHAPE  # the default shape of `build` (data_prep.tiny_model)
 
 # Warm start: few enough steps that samples at temperature 1.0 follow the format only part of the time.
 WARM_START = {"steps": 100, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.0, "threads": 1}
@@ -265,7 +264,7 @@ def train_tokenizer(corpus: list[str]):
         pad_token="<|endoftext|>",
         unk_token=None,
         bos_token=None,
-        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+        model_max_length=SMOKE_SHAPE["max_position_embeddings"],
         clean_up_tokenization_spaces=False,
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -273,7 +272,7 @@ def train_tokenizer(corpus: list[str]):
 
 
 def new_model(tokenizer, seed: int, shape: dict | None = None):
-    """The smoke model of `shape` (default MODEL_SHAPE) over `tokenizer`'s vocabulary and special tokens."""
+    """The smoke model of `shape` (default data_prep.tiny_model.SMOKE_SHAPE) over `tokenizer`'s vocabulary and special tokens."""
     return tiny_qwen2(len(tokenizer), shape=shape, seed=seed, bos_token_id=tokenizer.pad_token_id,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
 
