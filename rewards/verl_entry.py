@@ -35,16 +35,8 @@ POOL_PRELOAD = ("rewards.verl_entry", "rewards.warm")
 
 @dataclass(frozen=True)
 class RewardOptions:
-    """Reward options, from config (`reward_kwargs`), never from environment variables.
-
-    toolrl_length_channel: add the think-length channel to ToolRL (three-reward study).
-    math_length_conditioned: the length reward counts only when the answer is correct.
-    math_grader: "hendrycks" (verl's Hendrycks MATH grader, the paper's reward) or "math_verify".
-    max_response_tokens: the length reward's token budget (EXPERIMENTS.md: 4,000).
-    max_answer_digits: answers needing more exact digits are not evaluated (None: evaluate everything).
-    timeout_s: hard wall-clock limit per item on a pool worker.
-    num_processes: pool size (None: the CPUs this process may use, at most 16).
-    """
+    """Reward options, from config (`reward_kwargs`), never from environment variables; each is described in
+    docs/rewards.md "Options" (num_processes None: the CPUs this process may use, at most 16)."""
 
     toolrl_length_channel: bool = False
     math_length_conditioned: bool = False
