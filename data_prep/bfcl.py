@@ -1,25 +1,11 @@
-"""BFCL v4 -> verl test parquet, rendered with ToolRL's system prompt and tool list.
+"""BFCL v4 -> verl test parquet, rendered with ToolRL's system prompt and tool list (docs/data.md "bfcl").
 
-Categories: those of the paper's Average (EXPERIMENTS.md, "BFCL v4 aggregation"): Non-Live simple_python 400,
-simple_java 100, simple_javascript 50, multiple 200, parallel 200, parallel_multiple 200; Live live_simple
-258, live_multiple 1,053, live_parallel 16, live_parallel_multiple 24; Multi-Turn base, miss_func,
-miss_param, long_context 200 each: 3,301 cases.
-
-Data: the files the ``bfcl-eval`` package bundles (``bfcl_eval/data``: BFCL_v4_<category>.json, one JSON
-object per line; ``possible_answer/``; ``multi_turn_func_doc/``), found without importing the package (its
-import needs pins that clash with verl), or ``--source DIR`` holding the same layout.
-
-Test entries are prepared the way BFCL prepares them before a model sees them:
-- multi-turn entries get the function docs of their involved classes; for miss_func the held-out functions
-  are removed from the list and kept per turn under ``missed_function``;
-- every function offered from the start gets BFCL's language hint (Java 8 SDK / JavaScript / Python 3 syntax), and
-  Java and JavaScript parameters become strings with their original type named in the description.
-The prompt is what ToolRL's BFCL handler builds (``tasks.toolrl.bfcl_messages``): system = ToolRL's
-instruction with the numbered tool list (``Parameters`` = the JSON of the parameter properties), user = ONE
-message ``**Dialogue Records History**`` with the first turn's user messages, each followed by the handler's
-instruction sentence (single-turn or multi-turn). The ground truth is BFCL's possible answer as JSON;
-``extra_info["entry"]`` holds the whole prepared entry (all turns, initial_config, ...) as JSON, keys in
-BFCL's order, for the multi-turn driver and BFCL's checker.
+The 14 categories of the paper's Average (3,301 cases), read from the data ``bfcl-eval`` bundles (found without
+importing the package, whose pins clash with verl) or ``--source DIR`` of the same layout. Entries are prepared
+as BFCL prepares them (multi-turn function docs of the involved classes, miss_func's held-out functions under
+``missed_function``, language hints, Java/JavaScript parameters as strings), then rendered as ToolRL's BFCL
+handler does (``tasks.toolrl.bfcl_messages``). Ground truth: BFCL's possible answer as JSON;
+``extra_info["entry"]``: the whole prepared entry as JSON, for the multi-turn driver and BFCL's checker.
 """
 
 from __future__ import annotations
@@ -34,12 +20,9 @@ from pathlib import Path
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
     make_row,
     sha256_file,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from tasks import toolrl as protocol
 
@@ -241,10 +224,10 @@ def category_rows(
     rows = []
     for entry in entries:
         if entry.get("id") not in answers:
-            filters.drop("no_possible_answer", "test entry without a possible answer")
+            filters.drop("no_possible_answer")
             continue
         if not entry.get("question") or not entry["question"][0]:
-            filters.drop("empty_question", "test entry without a first turn")
+            filters.drop("empty_question")
             continue
         prepared = prepare_entry(entry, category, data_dir, docs_cache)
         rows.append(entry_row(prepared, answers[entry["id"]], category, len(rows)))
@@ -264,9 +247,8 @@ def build(out_dir: str | os.PathLike, source: str | None = None, categories: lis
     data_dir = Path(source) if source else package_data_dir()
     if not data_dir.is_dir():
         raise DataPrepError(f"BFCL data folder not found: {data_dir}")
-    filters = FilterLog()
-    filters.declare("no_possible_answer", "test entry without a possible answer")
-    filters.declare("empty_question", "test entry without a first turn")
+    filters = FilterLog({"no_possible_answer": "test entry without a possible answer",
+                         "empty_question": "test entry without a first turn"})
     rows, inputs, counts, unexpected, docs_cache = [], {}, {}, {}, {}
     for category in categories:
         category_rows_, hashes = category_rows(category, data_dir, filters, docs_cache)
@@ -280,24 +262,17 @@ def build(out_dir: str | os.PathLike, source: str | None = None, categories: lis
         name = f"multi_turn_func_doc/{MULTI_TURN_FUNC_DOCS[class_name]}"
         inputs[name] = sha256_file(data_dir / name)
 
-    with atomic_folder(out_dir) as staging:
-        write_parquet(rows, staging / "test.parquet")
-        card = write_data_card(
-            staging,
-            {
-                "dataset": "bfcl",
-                "data_source": [f"bfcl_{c}" for c in categories],
-                "source": str(source) if source else "bfcl-eval package data",
-                "bfcl_eval_version": None if source else package_version(),
-                "inputs_sha256": inputs,
-                "splits": {"test": len(rows)},
-                "rows_per_category": counts,
-                "unexpected_row_counts": unexpected,
-                "filters": filters.as_list(),
-                "tokenizer": None,
-                "command": command_line(),
-            },
-        )
+    card = write_build(out_dir, {"test": rows}, filters, {
+        "dataset": "bfcl",
+        "data_source": [f"bfcl_{c}" for c in categories],
+        "source": str(source) if source else "bfcl-eval package data",
+        "bfcl_eval_version": None if source else package_version(),
+        "inputs_sha256": inputs,
+        "splits": {"test": len(rows)},
+        "rows_per_category": counts,
+        "unexpected_row_counts": unexpected,
+        "tokenizer": None,
+    })
     print(f"[bfcl] {len(rows)} cases ({filters.total()} dropped) in {out_dir}", flush=True)
     return card
 

@@ -1,12 +1,6 @@
-"""Helpers shared by every dataset builder: verl row schema, deterministic parquet, atomic folders, data cards.
-
-Rules implemented here (issue 5):
-- every output is verl's row schema (data_source, prompt, ability, reward_model, extra_info);
-- a build happens in a staging folder next to the target and is renamed into place only when complete, so an
-  interrupted build never leaves a half-written folder;
-- parquet files and data cards are written deterministically, so a rerun gives byte-identical files;
-- every output folder holds ``data_card.json``: row counts per split, every filter with its drop count and
-  reason, sha256 of inputs and outputs, the tokenizer used and the command line.
+"""Shared by every dataset builder: verl's row schema, deterministic parquet, atomic output folders and data
+cards (row counts, filters with their drop counts, sha256 of inputs and outputs, tokenizer, command line); the
+guarantees are listed in docs/data.md.
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +82,24 @@ def read_json_records(path: str | os.PathLike, required: Sequence[str]) -> list[
     return records
 
 
+def load_hub(repo: str, config: str | None, split: str, required: Sequence[str] = ()) -> tuple[list[dict], str]:
+    """(records, fingerprint) of a hub dataset through `datasets`; offline, a missing repo, a missing column or
+    no rows is a DataPrepError naming it."""
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(repo, config, split=split)
+    except Exception as err:  # offline, missing repo or config: datasets raises many types
+        raise DataPrepError(f"could not load hub dataset {repo!r} ({config}, {split}): {err}") from err
+    missing = sorted(set(required) - set(dataset.column_names))
+    if missing:
+        raise DataPrepError(f"hub dataset {repo} lacks column(s) {missing}: has {dataset.column_names}")
+    records = dataset.to_list()
+    if not records:
+        raise DataPrepError(f"hub dataset {repo} is empty")
+    return records, dataset._fingerprint
+
+
 # ----------------------------------------------------------------------------------------------------------
 # verl rows and parquet
 # ----------------------------------------------------------------------------------------------------------
@@ -137,17 +148,13 @@ def write_parquet(rows: list[dict], path: str | os.PathLike) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # data cards and atomic folders
 # ----------------------------------------------------------------------------------------------------------
-@dataclass
 class FilterLog:
-    """Counts every dropped row by filter name, with the reason, for the data card."""
+    """A build's filters ({name: reason}) and how many rows each dropped, for the data card."""
 
-    drops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    def __init__(self, reasons: dict[str, str]):
+        self.drops = {name: {"reason": reason, "dropped": 0} for name, reason in reasons.items()}
 
-    def declare(self, name: str, reason: str) -> None:
-        self.drops.setdefault(name, {"reason": reason, "dropped": 0})
-
-    def drop(self, name: str, reason: str) -> None:
-        self.declare(name, reason)
+    def drop(self, name: str) -> None:
         self.drops[name]["dropped"] += 1
 
     def as_list(self) -> list[dict]:
@@ -205,6 +212,15 @@ def folder_is_complete(folder: str | os.PathLike, expect: dict) -> bool:
     if card is None or any(card.get(key) != value for key, value in expect.items()):
         return False
     return card.get("outputs_sha256") == output_hashes(folder)
+
+
+def write_build(out_dir: str | os.PathLike, splits: dict[str, list[dict]], filters: FilterLog, card: dict) -> dict:
+    """Each split's rows as ``<split>.parquet`` and the data card (``card`` with the filters and the command line)
+    written atomically into ``out_dir``; returns the card."""
+    with atomic_folder(out_dir) as staging:
+        for name, rows in splits.items():
+            write_parquet(rows, staging / f"{name}.parquet")
+        return write_data_card(staging, {**card, "filters": filters.as_list(), "command": command_line()})
 
 
 @contextlib.contextmanager

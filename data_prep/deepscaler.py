@@ -1,14 +1,8 @@
-"""DeepScaleR-Preview -> verl train parquet (EXPERIMENTS.md, "Math reasoning with a length constraint").
+"""DeepScaleR-Preview -> verl train (and held-out val) parquet (docs/data.md "deepscaler").
 
-Source: the hub dataset ``agentica-org/DeepScaleR-Preview-Dataset`` (40,315 rows of problem, answer,
-solution) through ``datasets``, or a local JSON / JSON-lines file of the same records.
-Prompt (tasks.math, the authors' template): no system message, one user message, the stripped problem
-followed by "\\n\\nPlease reason step by step, and put your final answer within \\boxed{}." Row: data_source "deepscaler", ability "math", reward_model {style: rule, ground_truth:
-answer}, extra_info {split: "train", index, source_index}.
-
-Filters, each counted in the data card: rows without a usable answer, rows without a problem, and prompts
-longer than 1,024 tokens under the model's tokenizer (counted the way verl's filter_overlong_prompts counts
-them: the chat-templated prompt with the generation prompt, when the tokenizer has a chat template).
+Source: the hub's ``agentica-org/DeepScaleR-Preview-Dataset`` or a local JSON / JSON-lines file of the same
+records. Prompt: the authors' template (tasks.math). Filters, counted in the data card: no problem, no usable
+answer, prompts over 1,024 tokens as verl's filter_overlong_prompts counts them.
 """
 
 from __future__ import annotations
@@ -22,15 +16,14 @@ from pathlib import Path
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
+    load_hub,
     make_row,
     read_json_records,
     sha256_file,
     sha256_text,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
+from data_prep.math_eval import FILTERS, usable_problems
 from tasks import math as task
 from tasks.math import prompt_messages
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -51,21 +44,8 @@ def load_records(source: str | None) -> tuple[list[dict], dict]:
     if Path(source).exists():
         records = read_json_records(source, ("problem", "answer"))
         return records, {"source": str(source), "inputs_sha256": {Path(source).name: sha256_file(source)}}
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(source, split="train")
-    except Exception as err:  # datasets raises many types (offline, missing repo, bad config)
-        raise DataPrepError(f"could not load hub dataset {source!r} (nor is it a local file): {err}") from err
-    missing = {"problem", "answer"} - set(dataset.column_names)
-    if missing:
-        raise DataPrepError(
-            f"hub dataset {source} lacks column(s) {sorted(missing)}: has {dataset.column_names}"
-        )
-    records = dataset.to_list()
-    if not records:
-        raise DataPrepError(f"hub dataset {source} is empty")
-    return records, {"source": source, "inputs_sha256": {}, "hub_fingerprint": dataset._fingerprint}
+    records, fingerprint = load_hub(source, None, "train", ("problem", "answer"))
+    return records, {"source": source, "inputs_sha256": {}, "hub_fingerprint": fingerprint}
 
 
 def load_tokenizer(name_or_path: str | None):
@@ -111,32 +91,17 @@ def build(
     The held-out rows (the authors validate every 10 steps on 200 seeded DeepScaleR rows) are a
     seeded random choice (``VAL_SEED``) among the rows that pass the filters, removed from train."""
     records, input_info = load_records(source)
-    filters = FilterLog()
-    filters.declare("no_problem", "problem missing or empty")
-    filters.declare("no_answer", "answer missing, empty or not a usable math answer")
-    filters.declare("prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer")
-
-    candidates = []
-    for position, record in enumerate(records):
-        problem = record.get("problem")
-        if not isinstance(problem, str) or not problem.strip():
-            filters.drop("no_problem", "problem missing or empty")
-            continue
-        try:
-            answer = reference_answer(record.get("answer"))
-        except ValueError:
-            filters.drop("no_answer", "answer missing, empty or not a usable math answer")
-            continue
-        candidates.append((position, prompt_messages(problem), answer))
+    filters = FilterLog({**FILTERS,
+                         "prompt_too_long": f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"})
+    candidates = [(position, prompt_messages(problem), answer)
+                  for position, problem, answer in usable_problems(records, filters, reference_answer)]
 
     tok = load_tokenizer(tokenizer)
     counts = prompt_token_counts(tok, [messages for _, messages, _ in candidates])
     rows = []
     for (position, messages, answer), count in zip(candidates, counts, strict=True):
         if count > max_prompt_tokens:
-            filters.drop(
-                "prompt_too_long", f"prompt longer than {max_prompt_tokens} tokens under the tokenizer"
-            )
+            filters.drop("prompt_too_long")
             continue
         rows.append((position, messages, answer))
     if len(rows) <= val_rows:
@@ -148,34 +113,26 @@ def build(
         extra = {"split": split, "index": len(splits[split]), "source_index": position}
         splits[split].append(make_row(data_source, messages, answer, extra, ability="math"))
 
-    with atomic_folder(out_dir) as staging:
-        write_parquet(splits["train"], staging / "train.parquet")
-        if val_rows:
-            write_parquet(splits["val"], staging / "val.parquet")
-        card = write_data_card(
-            staging,
-            {
-                "dataset": "deepscaler",
-                "data_source": data_source,
-                **input_info,
-                "input_rows": len(records),
-                "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
-                "splits": {name: len(split) for name, split in splits.items() if split or name == "train"},
-                "val_seed": VAL_SEED if val_rows else None,
-                "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
-                           "length_limit": task.LENGTH_LIMIT},
-                "answer_rule": ANSWER_RULE,
-                "filters": filters.as_list(),
-                "tokenizer": {
-                    "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
-                    "class": type(tok).__name__,
-                    "vocab_sha256": sha256_text(repr(sorted(tok.get_vocab().items()))),
-                    "chat_template_used": bool(tok.chat_template),
-                    "max_prompt_tokens": max_prompt_tokens,
-                },
-                "command": command_line(),
-            },
-        )
+    written = {name: split for name, split in splits.items() if name == "train" or val_rows}
+    card = write_build(out_dir, written, filters, {
+        "dataset": "deepscaler",
+        "data_source": data_source,
+        **input_info,
+        "input_rows": len(records),
+        "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
+        "splits": {name: len(split) for name, split in splits.items() if split or name == "train"},
+        "val_seed": VAL_SEED if val_rows else None,
+        "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
+                   "length_limit": task.LENGTH_LIMIT},
+        "answer_rule": ANSWER_RULE,
+        "tokenizer": {
+            "name_or_path": str(tokenizer or DEFAULT_TOKENIZER),
+            "class": type(tok).__name__,
+            "vocab_sha256": sha256_text(repr(sorted(tok.get_vocab().items()))),
+            "chat_template_used": bool(tok.chat_template),
+            "max_prompt_tokens": max_prompt_tokens,
+        },
+    })
     print(
         f"[deepscaler] {len(records)} rows -> train {len(splits['train'])}, val {len(splits['val'])} "
         f"({filters.total()} dropped: "
@@ -217,7 +174,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--source", default=None, help="local file/folder or hub dataset id (default: hub)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer name or path for the prompt length filter")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
-    parser.add_argument("--val-rows", type=int, default=200, help="seeded held-out validation rows")
+    parser.add_argument("--val-rows", type=int, default=VAL_ROWS, help="seeded held-out validation rows")
 
 
 def main(args) -> dict:

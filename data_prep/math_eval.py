@@ -1,15 +1,9 @@
-"""The five math evaluation sets -> one verl test parquet (EXPERIMENTS.md, DeepScaleR setup, "Evaluation").
+"""The five math evaluation sets -> one verl test parquet (docs/data.md "math_eval").
 
-AIME 2024 (30), AMC 2022/23 (83), MATH-500 (500), Minerva (272), OlympiadBench OE_TO_maths_en_COMP (675 in
-DeepScaleR's copy, 674 on the hub): 1,560 rows from the local copy. ``data_source`` names the benchmark:
-aime24, amc23, math500, minerva, olympiad_bench. Prompt: the training prompt (tasks.math: problem.strip() +
-"\\n\\nPlease reason step by step, and put your final answer within \\boxed{}."). Ground truth: the first accepted answer as a
-string, by the one rule data prep, reward and evaluation share (tasks.math_answers, the authors'
-``unwrap_math``: OlympiadBench's multi-answer "$69$,$84$" keeps its delimiters); every listed form is in
-``extra_info["answer_alternatives"]`` (Minerva lists several for 75 problems). The data card names the rule.
-
-Sources: ``--source DIR`` with DeepScaleR's test files (aime.json, amc.json, math.json, minerva.json,
-olympiad_bench.json; the shared copy is that content), or the hub datasets listed in BENCHMARKS (default).
+AIME 2024, AMC 2022/23, MATH-500, Minerva, OlympiadBench (1,560 rows from DeepScaleR's local copy); data_source
+names the benchmark. Prompt: the training prompt (tasks.math). Ground truth: the first accepted answer by the
+rule data prep, reward and evaluation share (tasks.math_answers); every listed form is in
+``extra_info["answer_alternatives"]``. Sources: ``--source DIR`` with DeepScaleR's files, or the hub (BENCHMARKS).
 """
 
 from __future__ import annotations
@@ -20,13 +14,11 @@ from pathlib import Path
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
+    load_hub,
     make_row,
     read_json_records,
     sha256_file,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from tasks.math import prompt_messages
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -44,6 +36,8 @@ BENCHMARKS = {
         "rows": (674, 675),
     },
 }
+FILTERS = {"no_problem": "problem missing or empty",
+           "no_answer": "answer missing, empty or not a usable math answer"}
 PROBLEM_COLUMNS = ("problem", "question")
 ANSWER_COLUMNS = ("answer", "final_answer")
 
@@ -61,36 +55,27 @@ def load_local(folder: Path, benchmark: str) -> tuple[list[dict], dict]:
     return records, {path.name: sha256_file(path)}
 
 
-def load_hub(benchmark: str) -> tuple[list[dict], dict]:
-    import datasets
-
-    repo, config, split = BENCHMARKS[benchmark]["hub"]
-    try:
-        dataset = datasets.load_dataset(repo, config, split=split)
-    except Exception as err:  # offline, missing repo or config: datasets raises many types
-        raise DataPrepError(
-            f"could not load {benchmark} from the hub ({repo}, {config}, {split}): {err}"
-        ) from err
-    records = dataset.to_list()
-    if not records:
-        raise DataPrepError(f"hub dataset {repo} is empty")
-    return records, {f"hub:{repo}": dataset._fingerprint}
+def usable_problems(records: list[dict], filters: FilterLog, read_answer, problem_key: str = "problem",
+                    answer_key: str = "answer"):
+    """(position, problem, read_answer(answer)) of each record with a problem and a usable answer; the others are
+    dropped and counted (FILTERS)."""
+    for position, record in enumerate(records):
+        problem = record.get(problem_key)
+        if not isinstance(problem, str) or not problem.strip():
+            filters.drop("no_problem")
+            continue
+        try:
+            yield position, problem, read_answer(record.get(answer_key))
+        except ValueError:
+            filters.drop("no_answer")
 
 
 def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: FilterLog) -> list[dict]:
     problem_key = _pick(records[0], PROBLEM_COLUMNS, "problem", origin)
     answer_key = _pick(records[0], ANSWER_COLUMNS, "answer", origin)
     rows = []
-    for position, record in enumerate(records):
-        problem = record.get(problem_key)
-        if not isinstance(problem, str) or not problem.strip():
-            filters.drop("no_problem", "problem missing or empty")
-            continue
-        try:
-            alternatives = answer_alternatives(record.get(answer_key))
-        except ValueError:
-            filters.drop("no_answer", "answer missing, empty or not a usable math answer")
-            continue
+    for position, problem, alternatives in usable_problems(records, filters, answer_alternatives, problem_key,
+                                                           answer_key):
         extra = {
             "split": "test",
             "index": len(rows),
@@ -105,9 +90,7 @@ def benchmark_rows(benchmark: str, records: list[dict], origin: str, filters: Fi
 
 def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
     """Write test.parquet and data_card.json into ``out_dir``; returns the data card."""
-    filters = FilterLog()
-    filters.declare("no_problem", "problem missing or empty")
-    filters.declare("no_answer", "answer missing, empty or not a usable math answer")
+    filters = FilterLog(FILTERS)
     if source is not None and not Path(source).is_dir():
         raise DataPrepError(
             f"math_eval --source must be a folder holding {[b['file'] for b in BENCHMARKS.values()]}"
@@ -115,8 +98,9 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
     rows, inputs, counts, unexpected = [], {}, {}, {}
     for benchmark, spec in BENCHMARKS.items():
         if source is None:
-            records, hashes = load_hub(benchmark)
             origin = spec["hub"][0]
+            records, fingerprint = load_hub(*spec["hub"])
+            hashes = {f"hub:{origin}": fingerprint}
         else:
             records, hashes = load_local(Path(source), benchmark)
             origin = str(Path(source) / spec["file"])
@@ -132,24 +116,17 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
         rows.extend(bench_rows)
         print(f"[math_eval] {benchmark}: {len(bench_rows)} rows from {origin}", flush=True)
 
-    with atomic_folder(out_dir) as staging:
-        write_parquet(rows, staging / "test.parquet")
-        card = write_data_card(
-            staging,
-            {
-                "dataset": "math_eval",
-                "data_source": list(BENCHMARKS),
-                "source": str(source) if source is not None else "hub",
-                "inputs_sha256": inputs,
-                "splits": {"test": len(rows)},
-                "rows_per_benchmark": counts,
-                "answer_rule": ANSWER_RULE,
-                "unexpected_row_counts": unexpected,
-                "filters": filters.as_list(),
-                "tokenizer": None,
-                "command": command_line(),
-            },
-        )
+    card = write_build(out_dir, {"test": rows}, filters, {
+        "dataset": "math_eval",
+        "data_source": list(BENCHMARKS),
+        "source": str(source) if source is not None else "hub",
+        "inputs_sha256": inputs,
+        "splits": {"test": len(rows)},
+        "rows_per_benchmark": counts,
+        "answer_rule": ANSWER_RULE,
+        "unexpected_row_counts": unexpected,
+        "tokenizer": None,
+    })
     print(f"[math_eval] {len(rows)} rows ({filters.total()} dropped) in {out_dir}", flush=True)
     return card
 

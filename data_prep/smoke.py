@@ -1,20 +1,15 @@
 """Offline assets of the CPU smoke training run: a tiny Qwen2 model, its tokenizer, a synthetic tool-calling set.
 
-``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically (same seed, same machine and
-library versions -> byte-identical files):
+``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically (same seed, machine and library
+versions -> byte-identical files): ``model/`` (data_prep.tiny_model's Qwen2ForCausalLM with a byte-level BPE
+tokenizer trained on the synthetic corpus, Qwen2.5's ChatML template, eos ``<|im_end|>``), ``train.parquet`` (256
+rows) and ``test.parquet`` (32): verl rows, data_source "rlla", in ToolRL's format (a short system instruction
+with 1-3 tools, one user request, ground truth ``<think> ... </think>`` + a tool_call and/or response block),
+and ``data_card.json`` (seed, code version, hashes, warm-start loss, the format rate measured at T = 1).
 
-- ``model/``: a Qwen2ForCausalLM (hidden 64, 2 layers, 2 heads, 1 KV head: head_dim 32, tied embeddings) with a
-  byte-level BPE tokenizer trained on the synthetic corpus, special tokens ``<|endoftext|>`` (pad), ``<|im_start|>``,
-  ``<|im_end|>`` (eos), Qwen2.5's ChatML chat template and a generation config with the eos ids;
-- ``train.parquet`` (256 rows) and ``test.parquet`` (32 rows): verl rows, data_source "rlla", in ToolRL's
-  format (short system instruction with 1-3 tools, one user request, ground truth
-  ``<think> ... </think>`` + ``<tool_call>`` block and/or ``<response>`` block);
-- ``data_card.json``: seed, code version, row counts, sha256 of every file, warm-start loss and the measured
-  share of format-compliant samples at temperature 1.0.
-
-The model gets a short seeded supervised warm start on the train outputs so that, sampled at temperature 1.0,
-it produces the exact format only part of the time: format and correctness rewards then vary within a prompt
-group, which is what the DARA smoke run needs to show.
+The model gets a short seeded supervised warm start so that, sampled at T = 1, it produces the exact format only
+part of the time: format and correctness rewards then vary within a prompt group, which the smoke run needs.
+The build steps here are shared by the variants (data_prep.smoke_sparse, data_prep.smoke_length).
 """
 
 from __future__ import annotations
@@ -46,7 +41,6 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's pre-tokenisation split (contractions, letter runs, single digits, punctuation runs, newlines, spaces).
 QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
-MODEL_SHAPE = SMOKE_SHAPE  # the default shape of `build` (data_prep.tiny_model)
 
 # Warm start: few enough steps that samples at temperature 1.0 follow the format only part of the time.
 WARM_START = {"steps": 100, "batch_size": 16, "lr": 3e-3, "weight_decay": 0.0, "threads": 1}
@@ -226,21 +220,8 @@ def synthetic_records(seed: int, count: int) -> list[dict]:
 
 def to_rows(records: list[dict], split: str) -> list[dict]:
     """verl rows in the layout of ToolRL's own parquet files (extra_info keeps instruction, input, output)."""
-    rows = []
-    for index, record in enumerate(records):
-        messages = [
-            {"role": "system", "content": record["instruction"]},
-            {"role": "user", "content": record["input"]},
-        ]
-        extra = {
-            "split": split,
-            "index": index,
-            "instruction": record["instruction"],
-            "input": record["input"],
-            "output": record["output"],
-        }
-        rows.append(make_row(DATA_SOURCE, messages, record["output"], extra, ability=protocol.ABILITY))
-    return rows
+    return [make_row(DATA_SOURCE, messages(record), record["output"], {"split": split, "index": index, **record},
+                     ability=protocol.ABILITY) for index, record in enumerate(records)]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -283,7 +264,7 @@ def train_tokenizer(corpus: list[str]):
         pad_token="<|endoftext|>",
         unk_token=None,
         bos_token=None,
-        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+        model_max_length=SMOKE_SHAPE["max_position_embeddings"],
         clean_up_tokenization_spaces=False,
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -291,7 +272,7 @@ def train_tokenizer(corpus: list[str]):
 
 
 def new_model(tokenizer, seed: int, shape: dict | None = None):
-    """The smoke model of `shape` (default MODEL_SHAPE) over `tokenizer`'s vocabulary and special tokens."""
+    """The smoke model of `shape` (default data_prep.tiny_model.SMOKE_SHAPE) over `tokenizer`'s vocabulary and special tokens."""
     return tiny_qwen2(len(tokenizer), shape=shape, seed=seed, bos_token_id=tokenizer.pad_token_id,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
 
@@ -302,13 +283,8 @@ def supervised_batches(tokenizer, records: list[dict], rng: random.Random):
 
     examples = []
     for record in records:
-        messages = [
-            {"role": "system", "content": record["instruction"]},
-            {"role": "user", "content": record["input"]},
-        ]
-        prompt_ids = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
+        prompt_ids = tokenizer.apply_chat_template(messages(record), add_generation_prompt=True, tokenize=True,
+                                                   return_dict=False)
         answer_ids = tokenizer(record["output"] + "<|im_end|>", add_special_tokens=False)["input_ids"]
         examples.append((list(prompt_ids), answer_ids))
     size = WARM_START["batch_size"]
@@ -364,64 +340,67 @@ def warm_start(model, tokenizer, records: list[dict], seed: int, steps: int | No
             **WARM_START, "steps": steps}
 
 
-def sample_scorer():
-    """The ToolRL reward (rewards.toolrl.score: format and correctness, the original scorer's semantics)."""
-    from rewards.toolrl import score as toolrl_score
-
-    return "rewards.toolrl.score", lambda text, truth: {
-        key: float(value) for key, value in toolrl_score(text, truth).items()
-    }
-
-
-def _groups_with_spread(values: list[float], group: int) -> int:
+def groups_with_spread(values: list[float], group: int) -> int:
     return sum(len(set(values[start : start + group])) > 1 for start in range(0, len(values), group))
 
 
-def measure_format_rate(model, tokenizer, records: list[dict], seed: int) -> dict:
-    """Sample each test prompt G times at temperature 1.0 and score the samples.
+def group_density(values: list[float], group: int) -> float:
+    """The share of consecutive groups of ``group`` values that hold differing values."""
+    groups = len(values) // group
+    return groups_with_spread(values, group) / groups if groups else float("nan")
 
-    Reports the share of format-compliant samples and, per channel, how many prompt groups hold differing
-    rewards (only those groups carry a learning signal for that channel).
-    """
+
+def response_tokens(responses, eos_token_id):
+    """Tokens per sampled response [N], up to and including its first stop token (generate pads after it)."""
     import torch
 
-    name, scorer = sample_scorer()
-    group = FORMAT_PROBE["samples_per_prompt"]
-    prompts = [
-        [{"role": "system", "content": r["instruction"]}, {"role": "user", "content": r["input"]}]
-        for r in records
-    ]
+    stops = torch.isin(responses, torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]))
+    first = stops.int().argmax(1) + 1
+    return torch.where(stops.any(1), first, torch.full_like(first, responses.shape[1]))
+
+
+def generate(model, tokenizer, prompts: list[list[dict]], group: int, seed: int, max_new_tokens: int):
+    """``group`` samples per prompt at T = 1 (top-p 1, no top-k): (texts, response tokens as `response_tokens`)."""
+    import torch
+
     side, tokenizer.padding_side = tokenizer.padding_side, "left"  # generation continues after the prompt
     try:
-        batch = tokenizer.apply_chat_template(
-            prompts, add_generation_prompt=True, padding=True, return_tensors="pt", return_dict=True
-        )
+        batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_tensors="pt",
+                                              return_dict=True)
     finally:
         tokenizer.padding_side = side
     torch.manual_seed(seed)
     with torch.no_grad():
-        generated = model.generate(
-            **batch,
-            do_sample=True,
-            temperature=FORMAT_PROBE["temperature"],
-            top_p=1.0,
-            top_k=0,
-            max_new_tokens=FORMAT_PROBE["max_new_tokens"],
-            num_return_sequences=group,
-        )
+        generated = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                   max_new_tokens=max_new_tokens, num_return_sequences=group)
     responses = generated[:, batch["input_ids"].shape[1] :]
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-    scores = [scorer(text, records[i // group]["output"]) for i, text in enumerate(texts)]
+    return texts, response_tokens(responses, model.generation_config.eos_token_id)
+
+
+def messages(record: dict) -> list[dict]:
+    return [{"role": "system", "content": record["instruction"]}, {"role": "user", "content": record["input"]}]
+
+
+def measure_format_rate(model, tokenizer, records: list[dict], seed: int,
+                        group: int = FORMAT_PROBE["samples_per_prompt"]) -> dict:
+    """Sample each prompt ``group`` times at T = 1 and score the samples with the ToolRL reward
+    (rewards.toolrl.score): the share of format-compliant samples and, per channel, how many prompt groups hold
+    differing rewards (only those groups carry a learning signal for that channel)."""
+    from rewards.toolrl import score
+
+    texts, counts = generate(model, tokenizer, [messages(r) for r in records], group, seed,
+                             FORMAT_PROBE["max_new_tokens"])
+    scores = [{key: float(value) for key, value in score(text, records[i // group]["output"]).items()}
+              for i, text in enumerate(texts)]
     channels = {}
     for channel in scores[0]:
         values = [s[channel] for s in scores]
-        channels[channel] = {
-            "mean": round(sum(values) / len(values), 4),
-            "groups_with_spread": _groups_with_spread(values, group),
-        }
+        channels[channel] = {"mean": round(sum(values) / len(values), 4),
+                             "groups_with_spread": groups_with_spread(values, group)}
     compliant = sum(s["format"] >= 1.0 for s in scores)
     return {
-        "checker": name,
+        "checker": "rewards.toolrl.score",
         "samples": len(texts),
         "format_compliant": compliant,
         "format_rate": round(compliant / len(texts), 4),
@@ -430,36 +409,22 @@ def measure_format_rate(model, tokenizer, records: list[dict], seed: int) -> dic
         "channels": channels,
         "example_sample": texts[0],
         # what a rollout of the same model and settings should give (verl's response_length/mean)
-        "mean_response_tokens": round(mean_response_tokens(responses, model.generation_config.eos_token_id), 2),
+        "mean_response_tokens": round(float(counts.float().mean()), 2),
         **FORMAT_PROBE,
+        "samples_per_prompt": group,
     }
 
 
-def mean_response_tokens(responses, eos_token_id) -> float:
-    """Mean tokens per sampled response, up to and including its first stop token (generate pads after it)."""
-    import torch
-
-    eos = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
-    stops = torch.isin(responses, eos)
-    first_stop = torch.where(stops.any(1), stops.int().argmax(1) + 1, torch.full_like(stops[:, 0], stops.shape[1],
-                                                                                       dtype=torch.long))
-    return float(first_stop.float().mean())
-
-
-def token_lengths(tokenizer, records: list[dict]) -> dict:
-    prompts = [
-        len(
-            tokenizer.apply_chat_template(
-                [{"role": "system", "content": r["instruction"]}, {"role": "user", "content": r["input"]}],
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
-        )
-        for r in records
-    ]
+def token_lengths(tokenizer, records: list[dict], check: bool = True) -> dict:
+    """The longest prompt and answer in tokens; with ``check``, over MAX_PROMPT_TOKENS / MAX_ANSWER_TOKENS is an
+    error."""
+    prompts = [len(tokenizer.apply_chat_template(messages(r), add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)) for r in records]
     answers = [len(tokenizer(r["output"], add_special_tokens=False)["input_ids"]) for r in records]
-    return {"max_prompt_tokens": max(prompts), "max_answer_tokens": max(answers)}
+    lengths = {"max_prompt_tokens": max(prompts), "max_answer_tokens": max(answers)}
+    if check and (lengths["max_prompt_tokens"] >= MAX_PROMPT_TOKENS or lengths["max_answer_tokens"] >= MAX_ANSWER_TOKENS):
+        raise DataPrepError(f"synthetic rows exceed the smoke length limits: {lengths}")
+    return lengths
 
 
 def load(model_dir: str | os.PathLike):
@@ -476,50 +441,72 @@ def generation_config(tokenizer):
     from transformers import GenerationConfig
 
     end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    return GenerationConfig(
-        bos_token_id=end_of_text,
-        eos_token_id=[tokenizer.eos_token_id, end_of_text],
-        pad_token_id=end_of_text,
-    )
+    return GenerationConfig(bos_token_id=end_of_text, eos_token_id=[tokenizer.eos_token_id, end_of_text],
+                            pad_token_id=end_of_text)
 
 
 # --------------------------------------------------------------------------------------------------------
-# build
+# build (shared by the smoke variants, data_prep.smoke_sparse and data_prep.smoke_length)
 # --------------------------------------------------------------------------------------------------------
-def code_version() -> str:
-    """sha256 over the source files that decide the output: a code change forces a rebuild."""
+def code_version(*more: Path) -> str:
+    """sha256 over the source files that decide the output (this module's, then a variant's ``more``): a code
+    change forces a rebuild."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
     for path in (here / "smoke.py", here / "common.py", here.parent / "tasks" / "toolrl.py",
-                 here.parent / "rewards" / "toolrl.py"):
+                 here.parent / "rewards" / "toolrl.py", *more):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _deterministic_torch(threads: int):
+def build_variant(name: str, out_dir, seed: int, force: bool, options: dict, version: str, build_into, summary,
+                  splits: tuple[str, ...] = ("train", "test")) -> dict:
+    """Build (or reuse) a variant's assets in ``out_dir``; returns {"model_dir", <split>: parquet path}.
+
+    A complete earlier build with the same seed, options and code version is reused unless ``force``. Else
+    ``build_into(staging)`` (the data card's fields) runs in an atomic staging folder that replaces ``out_dir``,
+    with torch on WARM_START's threads and deterministic ops (restored after); ``summary(card)`` is printed."""
     import torch
 
+    out_dir = Path(out_dir).absolute()
+    paths = {"model_dir": str(out_dir / "model"), **{split: str(out_dir / f"{split}.parquet") for split in splits}}
+    expect = {"dataset": name, "seed": seed, "code_version": version, "build_options": options}
+    if not force and folder_is_complete(out_dir, expect):
+        print(f"[{name}] reusing complete build in {out_dir}", flush=True)
+        return paths
+    started = time.perf_counter()
     previous = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())
-    torch.set_num_threads(threads)
+    torch.set_num_threads(WARM_START["threads"])
     torch.use_deterministic_algorithms(True)
-    return previous
-
-
-def build_deterministically(out_dir: Path, expect: dict, build_into) -> dict:
-    """``build_into(staging)`` (the data card's fields) in an atomic staging folder that replaces ``out_dir``,
-    with torch on WARM_START's threads and deterministic ops (restored after); the card, ``expect`` added, is
-    written and returned. Shared by the smoke variants' builds."""
-    import torch
-
-    previous = _deterministic_torch(WARM_START["threads"])
     try:
         with atomic_folder(out_dir) as staging:
             card = build_into(staging)
             card.update(expect)
-            return write_data_card(staging, card)
+            card = write_data_card(staging, card)
     finally:
         torch.set_num_threads(previous[0])
         torch.use_deterministic_algorithms(previous[1])
+    print(f"[{name}] built {out_dir} in {time.perf_counter() - started:.1f}s: {summary(card)}", flush=True)
+    return paths
+
+
+def train_model(staging: Path, tokenizer, records: list[dict], seed: int, steps: int | None,
+                shape: dict | None = None) -> tuple:
+    """A new model of ``shape`` warm-started on ``records``, saved with ``tokenizer`` in staging/model; returns
+    the (model, tokenizer) loaded back from that folder as a run loads them, the warm start's summary and the
+    data card's fields of the build (the caller adds the tokenizer's kind and lengths)."""
+    shape = model_shape(shape)
+    model = new_model(tokenizer, seed, shape)
+    warm = warm_start(model, tokenizer, records, seed, steps)
+    model_dir = staging / "model"
+    model.generation_config = generation_config(tokenizer)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    fields = {"filters": [], "inputs_sha256": {}, "versions": _versions(),
+              "tokenizer": {"vocab_size": len(tokenizer), "special_tokens": SPECIAL_TOKENS},
+              "model": {"architecture": "Qwen2ForCausalLM", "parameters": sum(p.numel() for p in model.parameters()),
+                        **shape}}
+    return (*load(model_dir), warm, fields)
 
 
 def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False, shape: dict | None = None,
@@ -528,83 +515,34 @@ def build(out_dir: str | os.PathLike, *, seed: int = 0, force: bool = False, sha
 
     ``shape`` (Qwen2 config fields, data_prep.tiny_model.SMOKE_SHAPE by default) sets the model's size and
     ``warm_start_steps`` (WARM_START's by default) the data's difficulty for it: how often, sampled at T = 1, it
-    already follows the output format. Reuses a complete earlier build with the same seed, shape, warm start and
-    code version unless ``force``.
-    """
-    out_dir = Path(out_dir).absolute()
-    paths = {
-        "model_dir": str(out_dir / "model"),
-        "train": str(out_dir / "train.parquet"),
-        "test": str(out_dir / "test.parquet"),
-    }
+    already follows the output format."""
     shape = model_shape(shape)
     steps = WARM_START["steps"] if warm_start_steps is None else warm_start_steps
     if steps < 0:
         raise DataPrepError(f"warm_start_steps must be >= 0, got {steps}")
-    expect = {"dataset": "smoke", "seed": seed, "code_version": code_version(),
-              "build_options": {"shape": shape, "warm_start_steps": steps}}
-    if not force and folder_is_complete(out_dir, expect):
-        print(f"[smoke] reusing complete build in {out_dir}", flush=True)
-        return paths
 
-    started = time.perf_counter()
-    card = build_deterministically(out_dir, expect, lambda staging: _build_into(staging, seed, shape, steps))
-    probe = card["format_probe"]
-    print(
-        f"[smoke] built {out_dir} in {time.perf_counter() - started:.1f}s: train {card['splits']['train']} rows, "
-        f"test {card['splits']['test']} rows, format rate at T=1.0 {probe['format_rate']:.2f} "
-        f"({probe['groups_with_mixed_format']}/{probe['groups']} groups mixed)",
-        flush=True,
-    )
-    return paths
+    def summary(card: dict) -> str:
+        probe = card["format_probe"]
+        return (f"train {card['splits']['train']} rows, test {card['splits']['test']} rows, format rate at T=1.0 "
+                f"{probe['format_rate']:.2f} ({probe['groups_with_mixed_format']}/{probe['groups']} groups mixed)")
+
+    return build_variant("smoke", out_dir, seed, force, {"shape": shape, "warm_start_steps": steps}, code_version(),
+                         lambda staging: _build_into(staging, seed, shape, steps), summary)
 
 
 def _build_into(staging: Path, seed: int, shape: dict, warm_start_steps: int) -> dict:
     records = synthetic_records(seed, N_TRAIN + N_TEST)
     train_records, test_records = records[:N_TRAIN], records[N_TRAIN:]
-    print(
-        f"[smoke] {len(train_records)} train / {len(test_records)} test synthetic tool-calling rows",
-        flush=True,
-    )
-
+    print(f"[smoke] {len(train_records)} train / {len(test_records)} test synthetic tool-calling rows", flush=True)
     tokenizer = train_tokenizer(chat_texts(train_records))
     lengths = token_lengths(tokenizer, records)
-    if lengths["max_prompt_tokens"] >= MAX_PROMPT_TOKENS or lengths["max_answer_tokens"] >= MAX_ANSWER_TOKENS:
-        raise DataPrepError(f"synthetic rows exceed the smoke length limits: {lengths}")
-
-    model = new_model(tokenizer, seed, shape)
-    warm = warm_start(model, tokenizer, train_records, seed, warm_start_steps)
-
-    model_dir = staging / "model"
-    model.generation_config = generation_config(tokenizer)
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    # Probe the folder as others will load it (AutoTokenizer gives a Qwen2Tokenizer), not the in-memory objects.
-    loaded_model, loaded_tokenizer = load(model_dir)
-    probe = measure_format_rate(loaded_model, loaded_tokenizer, test_records, seed)
+    model, tokenizer, warm, card = train_model(staging, tokenizer, train_records, seed, warm_start_steps, shape)
+    card["tokenizer"].update(kind="byte-level BPE trained on the synthetic train corpus", **lengths)
+    probe = measure_format_rate(model, tokenizer, test_records, seed)
     write_parquet(to_rows(train_records, "train"), staging / "train.parquet")
     write_parquet(to_rows(test_records, "test"), staging / "test.parquet")
-    return {
-        "data_source": DATA_SOURCE,
-        "splits": {"train": len(train_records), "test": len(test_records)},
-        "filters": [],
-        "inputs_sha256": {},
-        "command": f"data_prep.smoke.build(seed={seed})",
-        "tokenizer": {
-            "kind": "byte-level BPE trained on the synthetic train corpus",
-            "vocab_size": len(tokenizer),
-            "special_tokens": SPECIAL_TOKENS,
-            **lengths,
-        },
-        "model": {
-            "architecture": "Qwen2ForCausalLM",
-            "parameters": sum(p.numel() for p in model.parameters()),
-            **shape,
-        },
-        "warm_start": warm,
-        "format_probe": probe,
-        "versions": _versions(),
-    }
+    return {**card, "data_source": DATA_SOURCE, "splits": {"train": len(train_records), "test": len(test_records)},
+            "command": f"data_prep.smoke.build(seed={seed})", "warm_start": warm, "format_probe": probe}
 
 
 def _versions() -> dict:
@@ -612,11 +550,8 @@ def _versions() -> dict:
     import torch
     import transformers
 
-    return {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-    }
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__}
 
 
 # `python -m data_prep smoke`: its one-line help and its options besides --out
@@ -639,15 +574,23 @@ def shape_argument(text: str) -> dict:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def add_arguments(parser) -> None:
+def add_build_arguments(parser, warm_start_steps: int, probe: tuple[int, int] | None = None) -> None:
+    """--seed, --force, --warm-start-steps and (``probe``: default prompts, group size) --probe-prompts."""
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
+    parser.add_argument("--warm-start-steps", type=int, default=warm_start_steps,
+                        help=f"supervised warm-start steps (default {warm_start_steps})")
+    if probe:
+        parser.add_argument("--probe-prompts", type=int, default=probe[0],
+                            help=f"train prompts the data card's probe samples G = {probe[1]} times (default "
+                                 f"{probe[0]})")
+
+
+def add_arguments(parser) -> None:
+    add_build_arguments(parser, WARM_START["steps"])
     parser.add_argument("--shape", type=shape_argument, default=None,
                         help="the model's shape as Qwen2 config fields, e.g. hidden_size=128,num_hidden_layers=4 "
                              f"(default {','.join(f'{k}={v}' for k, v in SMOKE_SHAPE.items())})")
-    parser.add_argument("--warm-start-steps", type=int, default=None,
-                        help=f"supervised warm-start steps: fewer make the format rarer at T=1 "
-                             f"(default {WARM_START['steps']})")
 
 
 def main(args) -> dict:

@@ -1,37 +1,23 @@
-"""The length smoke variant: the paper's math regime at toy scale (a dense correctness reward beside a length reward
-that is active in few groups) for the length race (`python -m recipes race_length`).
+"""The length smoke variant (docs/data.md "smoke_length"): the paper's math regime at toy scale, a dense
+correctness reward beside a length reward active in few groups, for the length race.
 
-The authors' math runs (DeepScaleR, a 4,000-token limit) start with most responses inside the limit, so the length
-reward differs within few groups while correctness differs within most. Here the problems are synthetic sums
-("What is 3 + 5?") through the math task's prompt (tasks.math: the DeepScaleR template, no system message) and
-its two reward channels (rewards.math: correctness by verl's Hendrycks grader, length = at most LENGTH_LIMIT
-response tokens, EOS included). A share ``CHECK_SHARE`` of the problems asks "Check your answer."; for those the
-warm-start target adds one or two re-check lines after the boxed answer (TAIL_LINES, chosen evenly), and the limit
-sits between the two: sampled at T = 1 the model writes the second line about half the time on those prompts and
-never on the others, so length violations concentrate on one family of prompts. A re-check line holds no boxed
-answer and the grader reads the last one, so correctness is decided before the tail: a response scores the same
-with or without it, and the two channels stay independent. How often the model is correct is set by the operands'
-range and the warm start's length (the knobs below, with the tries that chose them).
-
-``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically (data_prep.smoke's build), the
-layout of the other smoke variants: model/ (data_prep.tiny_model's shape, a tokenizer trained on this corpus),
-train.parquet (N_TRAIN rows), val.parquet (N_VAL rows; the task validates nowhere, verl needs the file) and
-data_card.json. The card's ``length_probe`` samples the first ``probe_prompts`` train prompts PROBE_GROUP times at
-T = 1 (the race's first steps) and records each channel's rate and group density (the share of groups whose
-rewards differ), both per family, and the checks of independence.
+Synthetic sums through the math task's prompt and its two channels (rewards.math: Hendrycks grader, length =
+at most LENGTH_LIMIT response tokens, EOS included). A share CHECK_SHARE of the problems asks "Check your
+answer."; their warm-start targets add one or two re-check lines after the boxed answer (TAIL_LINES) and the
+limit sits between the two, so length violations concentrate on that family. A re-check line holds no boxed
+answer, so correctness is decided before the tail and the channels stay independent. The build is
+data_prep.smoke's; the card's ``length_probe`` samples the first ``probe_prompts`` train prompts PROBE_GROUP
+times at T = 1.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
-import time
 from pathlib import Path
 
 from data_prep import smoke
-from data_prep.common import DataPrepError, folder_is_complete, make_row, write_parquet
-from data_prep.smoke_sparse import group_density
-from data_prep.tiny_model import model_shape
+from data_prep.common import DataPrepError, make_row, write_parquet
+from data_prep.smoke import group_density
 from tasks import math as task
 
 DATA_SOURCE = task.SMOKE_DATA_SOURCE   # the math task's synthetic problems (rewards.math scores them)
@@ -115,35 +101,12 @@ def score(text: str, answer: str, tokens: int) -> dict[str, float]:
     return math_reward.score(text, answer, tokens, LENGTH_LIMIT, grader="hendrycks")
 
 
-def response_tokens(responses, eos_token_id) -> list[int]:
-    """Tokens per sampled response, up to and including its first stop token (generate pads after it)."""
-    import torch
-
-    stops = torch.isin(responses, torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]))
-    first = stops.int().argmax(1) + 1
-    return torch.where(stops.any(1), first, torch.full_like(first, responses.shape[1])).tolist()
-
-
 def sample(model, tokenizer, items: list[dict], group: int, seed: int) -> list[dict]:
     """``group`` responses per problem at T = 1 (top-p 1), each with its text, token count and channels."""
-    import torch
-
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # generation continues after the prompt
-    try:
-        batch = tokenizer.apply_chat_template([task.prompt_messages(item["problem"]) for item in items],
-                                              add_generation_prompt=True, padding=True, return_tensors="pt",
-                                              return_dict=True)
-    finally:
-        tokenizer.padding_side = side
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        generated = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                   max_new_tokens=MAX_RESPONSE_TOKENS, num_return_sequences=group)
-    responses = generated[:, batch["input_ids"].shape[1]:]
-    texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-    counts = response_tokens(responses, model.generation_config.eos_token_id)
+    texts, counts = smoke.generate(model, tokenizer, [task.prompt_messages(item["problem"]) for item in items], group,
+                                   seed, MAX_RESPONSE_TOKENS)
     out = []
-    for position, (text, tokens) in enumerate(zip(texts, counts, strict=True)):
+    for position, (text, tokens) in enumerate(zip(texts, counts.tolist(), strict=True)):
         item = items[position // group]
         channels = score(text, item["answer"], tokens)
         out.append({"text": text, "tokens": tokens, "asks_check": item["asks_check"], **channels,
@@ -195,42 +158,29 @@ def probe(model, tokenizer, items: list[dict], seed: int, group: int = PROBE_GRO
 
 
 # ----------------------------------------------------------------------------------- the build
-def code_version() -> str:
-    """The smoke builder's version (tokenizer, warm start, build) and this module's."""
-    digest = hashlib.sha256(smoke.code_version().encode())
-    here = Path(__file__).parent
-    for path in (Path(__file__), here / "smoke_sparse.py", here.parent / "tasks" / "math.py",
-                 here.parent / "rewards" / "math.py"):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def build(out_dir, *, seed: int = 0, force: bool = False, max_operand: int = MAX_OPERAND,
           warm_start_steps: int = WARM_START_STEPS, probe_prompts: int = PROBE_PROMPTS) -> dict:
     """Build (or reuse) the length variant's assets in ``out_dir``; returns {"model_dir", "train", "val"}."""
-    out_dir = Path(out_dir).absolute()
-    paths = {"model_dir": str(out_dir / "model"), "train": str(out_dir / "train.parquet"),
-             "val": str(out_dir / "val.parquet")}
     if max_operand < 1 or warm_start_steps < 0:
         raise DataPrepError(f"max_operand must be >= 1 and warm_start_steps >= 0, got {max_operand}, "
                             f"{warm_start_steps}")
     if not 1 <= probe_prompts <= N_TRAIN:
         raise DataPrepError(f"probe_prompts must be in [1, {N_TRAIN}] (the train rows), got {probe_prompts}")
     options = {"max_operand": max_operand, "warm_start_steps": warm_start_steps, "probe_prompts": probe_prompts}
-    expect = {"dataset": "smoke_length", "seed": seed, "code_version": code_version(), "build_options": options}
-    if not force and folder_is_complete(out_dir, expect):
-        print(f"[smoke_length] reusing complete build in {out_dir}", flush=True)
-        return paths
+    here = Path(__file__).parent
+    version = smoke.code_version(Path(__file__), here.parent / "tasks" / "math.py", here.parent / "rewards" / "math.py")
 
-    started = time.perf_counter()
-    card = smoke.build_deterministically(
-        out_dir, expect, lambda staging: _build_into(staging, seed, max_operand, warm_start_steps, probe_prompts))
-    found = card["length_probe"]
-    density = {name: channel["group_density"] for name, channel in found["channels"].items()}
-    print(f"[smoke_length] built {out_dir} in {time.perf_counter() - started:.1f}s: at T=1 correct "
-          f"{found['correct_rate']:.3f}, over the length limit {found['length_violation_rate']:.3f}, group density "
-          f"{density} over {found['groups']} groups of {found['group_size']}", flush=True)
-    return paths
+    def summary(card: dict) -> str:
+        found = card["length_probe"]
+        density = {name: channel["group_density"] for name, channel in found["channels"].items()}
+        return (f"at T=1 correct {found['correct_rate']:.3f}, over the length limit "
+                f"{found['length_violation_rate']:.3f}, group density {density} over {found['groups']} groups of "
+                f"{found['group_size']}")
+
+    return smoke.build_variant(
+        "smoke_length", out_dir, seed, force, options, version,
+        lambda staging: _build_into(staging, seed, max_operand, warm_start_steps, probe_prompts), summary,
+        splits=("train", "val"))
 
 
 def target_tokens(tokenizer, items: list[dict]) -> dict[str, list[int]]:
@@ -254,24 +204,17 @@ def _build_into(staging: Path, seed: int, max_operand: int, warm_start_steps: in
     train, val = items[:N_TRAIN], items[N_TRAIN:]
     records = [warm_start_record(item) for item in train]
     tokenizer = smoke.train_tokenizer(smoke.chat_texts(records))
-    lengths = smoke.token_lengths(tokenizer, [warm_start_record(item) for item in items])
+    lengths = smoke.token_lengths(tokenizer, [warm_start_record(item) for item in items], check=False)
     targets = target_tokens(tokenizer, items)
-    model = smoke.new_model(tokenizer, seed, model_shape())
-    warm = smoke.warm_start(model, tokenizer, records, seed, warm_start_steps)
-
-    model_dir = staging / "model"
-    model.generation_config = smoke.generation_config(tokenizer)
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    loaded_model, loaded_tokenizer = smoke.load(model_dir)  # probe the folder as a run loads it
-    found = probe(loaded_model, loaded_tokenizer, train[:probe_prompts], seed)
+    model, tokenizer, warm, card = smoke.train_model(staging, tokenizer, records, seed, warm_start_steps)
+    card["tokenizer"].update(kind="byte-level BPE trained on this variant's train corpus", **lengths)
+    found = probe(model, tokenizer, train[:probe_prompts], seed)
     write_parquet(to_rows(train, "train"), staging / "train.parquet")
     write_parquet(to_rows(val, "val"), staging / "val.parquet")
     return {
+        **card,
         "data_source": DATA_SOURCE,
         "splits": {"train": len(train), "val": len(val)},
-        "filters": [],
-        "inputs_sha256": {},
         "command": f"data_prep.smoke_length.build(seed={seed})",
         "prompt_template": "{problem.strip()}" + task.PROMPT_SUFFIX,
         "reward": {"channels": list(task.CHANNELS), "correctness_grader": task.DEFAULT_GRADER,
@@ -279,13 +222,8 @@ def _build_into(staging: Path, seed: int, max_operand: int, warm_start_steps: in
         "targets": {"asks_check": sum(item["asks_check"] for item in train),
                     "tail_lines": {str(n): sum(item["tail_lines"] == n for item in train) for n in TAIL_LINES},
                     "response_tokens_by_tail_lines": targets},
-        "tokenizer": {"kind": "byte-level BPE trained on this variant's train corpus", "vocab_size": len(tokenizer),
-                      "special_tokens": smoke.SPECIAL_TOKENS, **lengths},
-        "model": {"architecture": "Qwen2ForCausalLM", "parameters": sum(p.numel() for p in model.parameters()),
-                  **model_shape()},
         "warm_start": {**warm, "max_operand": max_operand},
         "length_probe": found,
-        "versions": smoke._versions(),
     }
 
 
@@ -293,15 +231,9 @@ DESCRIPTION = "tiny model warm-started on sums: correctness dense, the length re
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
+    smoke.add_build_arguments(parser, WARM_START_STEPS, (PROBE_PROMPTS, PROBE_GROUP))
     parser.add_argument("--max-operand", type=int, default=MAX_OPERAND,
                         help=f"largest operand of a sum (default {MAX_OPERAND})")
-    parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS,
-                        help=f"supervised warm-start steps (default {WARM_START_STEPS})")
-    parser.add_argument("--probe-prompts", type=int, default=PROBE_PROMPTS,
-                        help=f"train prompts the data card's probe samples G = {PROBE_GROUP} times (default "
-                             f"{PROBE_PROMPTS})")
 
 
 def main(args) -> dict:

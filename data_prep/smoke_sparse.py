@@ -1,35 +1,22 @@
-"""The sparse-format smoke variant: the paper's starting regime (a rare, sparse format reward beside a correctness
-reward that varies within most groups) for the toy-scale headline race (`python -m recipes cpu_headline`).
+"""The sparse-format smoke variant (docs/data.md "smoke_sparse"): the paper's starting regime, a rare and
+sparse format reward beside a correctness reward that varies within most groups, for the toy headline race.
 
-The authors' step-1 logs (docs/experiments.md): format rate 0.01 / 0.05, format group density 0.02 / 0.15 and
-correctness density 0.16 / 0.75 at 1.5B / 3B. The default smoke is the opposite (format dense, correctness
-sparse), because its warm start teaches the exact format. Here most warm-start targets are the ground truth
-followed by a short sign-off (SIGN_OFF): the same thinking, calls and response, but ToolRL's format requires the
-text to end at its last block, so a sign-off breaks it. A small share ``CLEAN_SHARE`` of the targets ends at
-the block. Sampled at T = 1 the model then stops right after its last block about that often. The decision
-comes after the calls are written, so format and correctness stay independent: a compliant response is as
-correct as any other (a first design that dropped the thinking instead made compliant responses far less
-correct, -2.1 against -0.6 on average, and the sum of the two rewards then punished the format). The parquet
-rows keep the true ground truths: the rewards are the ToolRL ones.
-
-``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically, the same layout as
-`data_prep.smoke` (model/, train.parquet, test.parquet, data_card.json): the smoke's tokenizer (trained on the
-same 256-row corpus, so the same vocabulary and model facts), 544 train rows (the smoke's 256, then 288
-further synthetic rows: 34 steps of 16 prompts), the smoke's 32 test rows. The data card's ``format_probe``
-samples the first PROBE_PROMPTS train prompts G = 4 times at T = 1 (the race's first steps) and records the
-format rate and each channel's group density (the share of groups whose rewards differ).
+Most warm-start targets are the ground truth followed by a short sign-off (SIGN_OFF): the same thinking, calls
+and response, but ToolRL's format requires the text to end at its last block. A seeded share ``CLEAN_SHARE``
+ends at the block, and sampled at T = 1 the model stops right after its last block about that often; the
+decision comes after the calls, so format and correctness stay independent. The parquet rows keep the true
+ground truths. The build is data_prep.smoke's: the smoke's tokenizer, 544 train rows (the smoke's 256, then 288
+more), its 32 test rows; the card's ``format_probe`` samples the first PROBE_PROMPTS train prompts G = 4 times.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
-import time
 from pathlib import Path
 
 from data_prep import smoke
-from data_prep.common import DataPrepError, folder_is_complete, write_parquet
-from data_prep.tiny_model import model_shape
+from data_prep.common import DataPrepError, write_parquet
+from data_prep.smoke import group_density  # noqa: F401 (the variant's probe statistic, used by its tests)
 from tasks import toolrl as protocol
 
 N_SMOKE_TRAIN = smoke.N_TRAIN       # the smoke's train rows come first (and train the tokenizer)
@@ -65,39 +52,18 @@ def warm_start_records(records: list[dict], seed: int, clean_share: float) -> li
             for record in records]
 
 
-def group_density(values: list[float], group: int) -> float:
-    """The share of consecutive groups of ``group`` values that hold differing values."""
-    groups = len(values) // group
-    return smoke._groups_with_spread(values, group) / groups if groups else float("nan")
-
-
 def probe(model, tokenizer, records: list[dict], seed: int) -> dict:
     """`smoke.measure_format_rate` on ``records`` (G = PROBE_GROUP, T = 1), plus each channel's group density."""
-    previous = dict(smoke.FORMAT_PROBE)
-    smoke.FORMAT_PROBE["samples_per_prompt"] = PROBE_GROUP
-    try:
-        result = smoke.measure_format_rate(model, tokenizer, records, seed)
-    finally:
-        smoke.FORMAT_PROBE.clear()
-        smoke.FORMAT_PROBE.update(previous)
+    result = smoke.measure_format_rate(model, tokenizer, records, seed, PROBE_GROUP)
     for channel in result["channels"].values():
         channel["group_density"] = round(channel["groups_with_spread"] / result["groups"], 4)
     result["prompts"] = "the first train prompts (the race's first steps)"
     return result
 
 
-def code_version() -> str:
-    digest = hashlib.sha256(smoke.code_version().encode())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = CLEAN_SHARE,
           warm_start_steps: int = WARM_START_STEPS, probe_prompts: int = PROBE_PROMPTS) -> dict:
     """Build (or reuse) the sparse-format assets in ``out_dir``; returns {"model_dir", "train", "test"}."""
-    out_dir = Path(out_dir).absolute()
-    paths = {"model_dir": str(out_dir / "model"), "train": str(out_dir / "train.parquet"),
-             "test": str(out_dir / "test.parquet")}
     if not 0.0 <= clean_share <= 1.0:
         raise DataPrepError(f"clean_share must be in [0, 1], got {clean_share}")
     if warm_start_steps < 0:
@@ -108,19 +74,15 @@ def build(out_dir, *, seed: int = 0, force: bool = False, clean_share: float = C
     options = {"clean_share": clean_share, "warm_start_steps": warm_start_steps}
     if probe_prompts != PROBE_PROMPTS:  # the first race's builds keep their recorded options
         options["probe_prompts"] = probe_prompts
-    expect = {"dataset": "smoke_sparse", "seed": seed, "code_version": code_version(), "build_options": options}
-    if not force and folder_is_complete(out_dir, expect):
-        print(f"[smoke_sparse] reusing complete build in {out_dir}", flush=True)
-        return paths
 
-    started = time.perf_counter()
-    card = smoke.build_deterministically(
-        out_dir, expect, lambda staging: _build_into(staging, seed, clean_share, warm_start_steps, probe_prompts))
-    found = card["format_probe"]
-    density = {name: channel["group_density"] for name, channel in found["channels"].items()}
-    print(f"[smoke_sparse] built {out_dir} in {time.perf_counter() - started:.1f}s: format rate at T=1 "
-          f"{found['format_rate']:.3f}, group density {density} over {found['groups']} groups", flush=True)
-    return paths
+    def summary(card: dict) -> str:
+        found = card["format_probe"]
+        density = {name: channel["group_density"] for name, channel in found["channels"].items()}
+        return f"format rate at T=1 {found['format_rate']:.3f}, group density {density} over {found['groups']} groups"
+
+    return smoke.build_variant(
+        "smoke_sparse", out_dir, seed, force, options, smoke.code_version(Path(__file__)),
+        lambda staging: _build_into(staging, seed, clean_share, warm_start_steps, probe_prompts), summary)
 
 
 def _build_into(staging: Path, seed: int, clean_share: float, warm_start_steps: int, probe_prompts: int) -> dict:
@@ -129,52 +91,26 @@ def _build_into(staging: Path, seed: int, clean_share: float, warm_start_steps: 
     train = smoke_train + records[N_SMOKE_TRAIN + N_TEST:]
     tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke_train))
     lengths = smoke.token_lengths(tokenizer, records)
-    if lengths["max_prompt_tokens"] >= smoke.MAX_PROMPT_TOKENS or lengths["max_answer_tokens"] >= smoke.MAX_ANSWER_TOKENS:
-        raise DataPrepError(f"synthetic rows exceed the smoke length limits: {lengths}")
-    shape = model_shape()
-    model = smoke.new_model(tokenizer, seed, shape)
     targets = warm_start_records(train, seed, clean_share)
     kept = sum(target["output"] == record["output"] for target, record in zip(targets, train, strict=True))
     print(f"[smoke_sparse] warm start on {len(train)} rows, {kept} without the sign-off", flush=True)
-    warm = smoke.warm_start(model, tokenizer, targets, seed, warm_start_steps)
-
-    model_dir = staging / "model"
-    model.generation_config = smoke.generation_config(tokenizer)
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    loaded_model, loaded_tokenizer = smoke.load(model_dir)
-    found = probe(loaded_model, loaded_tokenizer, train[:probe_prompts], seed)
+    model, tokenizer, warm, card = smoke.train_model(staging, tokenizer, targets, seed, warm_start_steps)
+    card["tokenizer"].update(kind="byte-level BPE trained on the smoke's 256-row train corpus", **lengths)
+    found = probe(model, tokenizer, train[:probe_prompts], seed)
     write_parquet(smoke.to_rows(train, "train"), staging / "train.parquet")
     write_parquet(smoke.to_rows(test, "test"), staging / "test.parquet")
-    return {
-        "data_source": smoke.DATA_SOURCE,
-        "splits": {"train": len(train), "test": len(test)},
-        "filters": [],
-        "inputs_sha256": {},
-        "command": f"data_prep.smoke_sparse.build(seed={seed})",
-        "tokenizer": {"kind": "byte-level BPE trained on the smoke's 256-row train corpus",
-                      "vocab_size": len(tokenizer), "special_tokens": smoke.SPECIAL_TOKENS, **lengths},
-        "model": {"architecture": "Qwen2ForCausalLM", "parameters": sum(p.numel() for p in model.parameters()),
-                  **shape},
-        "warm_start": {**warm, "clean_share": clean_share, "targets_without_sign_off": kept},
-        "format_probe": found,
-        "versions": smoke._versions(),
-    }
+    return {**card, "data_source": smoke.DATA_SOURCE, "splits": {"train": len(train), "test": len(test)},
+            "command": f"data_prep.smoke_sparse.build(seed={seed})", "format_probe": found,
+            "warm_start": {**warm, "clean_share": clean_share, "targets_without_sign_off": kept}}
 
 
 DESCRIPTION = "the smoke's tiny model warm-started so that the format reward starts rare and sparse (headline race)"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--force", action="store_true", help="rebuild even if a complete build is there")
+    smoke.add_build_arguments(parser, WARM_START_STEPS, (PROBE_PROMPTS, PROBE_GROUP))
     parser.add_argument("--clean-share", type=float, default=CLEAN_SHARE,
                         help=f"share of warm-start targets without the sign-off (default {CLEAN_SHARE})")
-    parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS,
-                        help=f"supervised warm-start steps (default {WARM_START_STEPS})")
-    parser.add_argument("--probe-prompts", type=int, default=PROBE_PROMPTS,
-                        help=f"train prompts the data card's probe samples G = {PROBE_GROUP} times (default "
-                             f"{PROBE_PROMPTS})")
 
 
 def main(args) -> dict:

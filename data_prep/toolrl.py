@@ -1,18 +1,10 @@
-"""ToolRL (rlla_4k) -> verl train/test parquet with the official split.
+"""ToolRL (rlla_4k) -> verl train/test parquet with the official split (docs/data.md "toolrl").
 
-EXPERIMENTS.md, "Tool calling (ToolRL setup)": the source is a JSON list of {instruction, input, output}
-(``rlla_rl.json`` of ToolRL's repository). Split rule of ToolRL's own preprocessing: ``np.random.seed(31415)``
-then ``np.random.shuffle`` of the list; the last ``int(0.02 * n)`` rows are held out (4,000 rows -> 3,920 /
-80; the 400 rows of rlla_sft.json -> 392 / 8). Row: data_source "rlla", prompt = [system: instruction,
-user: input], ability "math" (as ToolRL writes it), reward_model {style: rule, ground_truth: output},
-extra_info {split, index, instruction, input, output} with index counted within the split.
-
-Rows whose fields are not non-empty strings are dropped AFTER the split and counted in the data card, so
-every surviving row keeps the split the official rule gives it. There is no length filter: as the authors
-ran it, prompts over 2,048 tokens are truncated from the left at training time (conf/task/toolrl.yaml), so
-all 3,920 / 80 rows are used. The card also counts ground truths whose tool_call block the original scorer
-cannot read (a "<tool_call>" mentioned in the thinking; rewards.toolrl raises on them like the scorer):
-none may occur in training data, and the shared SFT rows hold 17.
+Split rule of ToolRL's own preprocessing: ``np.random.seed(31415)``, ``np.random.shuffle``, the last
+``int(0.02 * n)`` rows held out (4,000 -> 3,920 / 80). Rows are field for field ToolRL's (ability "math" too).
+Rows whose fields are not non-empty strings are dropped AFTER the split and counted. No length filter, as the
+authors ran it (conf/task/toolrl.yaml truncates from the left); the card counts ground truths the original
+scorer cannot read.
 """
 
 from __future__ import annotations
@@ -27,13 +19,10 @@ import numpy as np
 from data_prep.common import (
     DataPrepError,
     FilterLog,
-    atomic_folder,
-    command_line,
     make_row,
     read_json_records,
     sha256_file,
-    write_data_card,
-    write_parquet,
+    write_build,
 )
 from tasks import toolrl as protocol
 
@@ -44,6 +33,7 @@ FIELDS = ("instruction", "input", "output")
 DEFAULT_SOURCE = "https://raw.githubusercontent.com/qiancheng0/ToolRL/main/dataset/rlla_4k_raw/rlla_rl.json"
 CHECKOUT_PATH = Path("dataset") / "rlla_4k_raw" / "rlla_rl.json"
 # What verl does with long prompts (conf/task/toolrl.yaml): no filter, keep the last 2,048 tokens.
+FILTERS = {f"bad_{field}": f"'{field}' is not a non-empty string" for field in FIELDS}
 PROMPT_LENGTH_POLICY = {"max_prompt_tokens": 2048, "overlong_filter": False, "truncation": "left"}
 
 
@@ -86,7 +76,7 @@ def usable(record: dict, filters: FilterLog) -> bool:
     for field in FIELDS:
         value = record[field]
         if not isinstance(value, str) or not value.strip():
-            filters.drop(f"bad_{field}", f"'{field}' is not a non-empty string")
+            filters.drop(f"bad_{field}")
             return False
     return True
 
@@ -133,36 +123,24 @@ def build(out_dir: str | os.PathLike, source: str | None = None) -> dict:
         records = read_json_records(path, FIELDS)
         input_hash = sha256_file(path)
         train, test = official_split(records)
-        filters = FilterLog()
-        for field in FIELDS:
-            filters.declare(f"bad_{field}", f"'{field}' is not a non-empty string")
+        filters = FilterLog(FILTERS)
         splits = {"train": to_rows(train, "train", filters), "test": to_rows(test, "test", filters)}
         for name, rows in splits.items():
             if not rows:
                 raise DataPrepError(f"no usable rows left in the {name} split of {path}")
-        with atomic_folder(out_dir) as staging:
-            for name, rows in splits.items():
-                write_parquet(rows, staging / f"{name}.parquet")
-            card = write_data_card(
-                staging,
-                {
-                    "dataset": "toolrl",
-                    "data_source": DATA_SOURCE,
-                    "source": str(source or DEFAULT_SOURCE),
-                    "inputs_sha256": {path.name: input_hash},
-                    "input_rows": len(records),
-                    "split_rule": "np.random.seed(31415); np.random.shuffle(rows); last int(0.02 * n) held out",
-                    "split_before_filters": {"train": len(train), "test": len(test)},
-                    "splits": {name: len(rows) for name, rows in splits.items()},
-                    "filters": filters.as_list(),
-                    "prompt_length": PROMPT_LENGTH_POLICY,
-                    "ground_truths_unreadable_by_scorer": {
-                        name: scorer_unreadable(rows) for name, rows in splits.items()
-                    },
-                    "tokenizer": None,
-                    "command": command_line(),
-                },
-            )
+        card = write_build(out_dir, splits, filters, {
+            "dataset": "toolrl",
+            "data_source": DATA_SOURCE,
+            "source": str(source or DEFAULT_SOURCE),
+            "inputs_sha256": {path.name: input_hash},
+            "input_rows": len(records),
+            "split_rule": "np.random.seed(31415); np.random.shuffle(rows); last int(0.02 * n) held out",
+            "split_before_filters": {"train": len(train), "test": len(test)},
+            "splits": {name: len(rows) for name, rows in splits.items()},
+            "prompt_length": PROMPT_LENGTH_POLICY,
+            "ground_truths_unreadable_by_scorer": {name: scorer_unreadable(rows) for name, rows in splits.items()},
+            "tokenizer": None,
+        })
     print(
         f"[toolrl] {len(records)} rows -> train {card['splits']['train']} / test {card['splits']['test']} "
         f"({filters.total()} dropped) in {out_dir}",

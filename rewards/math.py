@@ -1,28 +1,13 @@
-"""Math reward channels: correctness (a grader) and length (rollout token count).
+"""Math reward channels (docs/rewards.md "Math"): correctness in {0, 1} by a grader and length in {0, 1}.
 
-Implements "Math reasoning with a length constraint (DeepScaleR setup)" of EXPERIMENTS.md; the protocol
-constants (channels, length limit, graders) live in tasks.math:
-
-- correctness in {0, 1}, by `grader`:
-  - "hendrycks" (default, the paper's reward): verl's own Hendrycks MATH grader,
-    `verl.utils.reward_score.math_reward.compute_score(response, reference)`, called as is: the last
-    \\boxed{} of the WHOLE text (thinking included), string equivalence after its normaliser. The
-    reference is the answer's one graded string (`tasks.math_answers.reference_answer`: the first listed
-    form, outer math delimiters removed by the authors' rule, so "$69$,$84$" stays as it is).
-  - "math_verify": the last complete \\boxed{...} of the response, taken after the last </think>
-    when there is one (no answer at all when a <think> block never closes), is equivalent to any
-    listed form of the reference (`tasks.math_answers.answer_alternatives`) according to math-verify
-    (more lenient: 0.5 == \\frac{1}{2}).
-- length in {0, 1}: 1 if the rollout's response token count is at most `max_tokens` (default 4,000).
-  The count comes from the rollout; the text is never re-tokenised.
-- `score_conditioned`: the same, except length counts only when the answer is correct.
-
-Time limits. math-verify's own timeouts use SIGALRM, which fails outside a main thread (math-verify then
-silently returns "no answer"), and a huge integer power holds the interpreter lock so no watchdog thread
-runs either. This module therefore disables math-verify's timeouts; the hard per-item limit is a killed
-worker process (rewards.pool), applied by rewards.verl_entry and the verl reward manager. Answers whose
-exact evaluation would need more than `max_answer_digits` digits (e.g. 9^{9^{9^9}}) are not evaluated:
-they cannot equal a benchmark answer, and evaluating them would only burn the time limit.
+- "hendrycks" (default, the paper's reward): verl's own Hendrycks MATH grader on the whole text against the
+  answer's one graded string (tasks.math_answers.reference_answer);
+- "math_verify" (an option): the last complete \\boxed{...} after the last </think>, equivalent to any listed
+  form of the reference by math-verify, whose own (signal-based) timeouts are disabled: the hard per-item
+  limit is a killed worker (rewards.pool); answers needing more than ``max_answer_digits`` exact digits are
+  scored wrong without evaluation;
+- length: 1 if the rollout's response token count is at most ``max_tokens``; `score_conditioned` counts it
+  only when the answer is correct.
 """
 
 from __future__ import annotations

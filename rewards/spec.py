@@ -1,15 +1,10 @@
 """A reward module's declaration (its channels and their ranges, by name) and the check of what it returns.
 
-Any module given as `reward.custom_reward_function.path` / `.name` is a reward the verl way: it defines
-`compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)` returning a dict with
-"score" and one key per channel, and declares its channels once:
-
-    REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": (0.0, 1.0)}
-
-A module whose channels depend on the data_source or the options (the project's `rewards.verl_entry`)
-defines `reward_channels(data_source, reward_kwargs) -> {name: (low, high)}` instead. The declaration is the
-run's channels (`algorithm.reward_channels`) and ranges (`algorithm.dara.reward_ranges`); `check_result`
-holds every scored item to it.
+A module given as `reward.custom_reward_function.path` / `.name` defines verl's `compute_score(data_source,
+solution_str, ground_truth, extra_info=None, **kwargs)` returning {"score", <channel>: value, ...} and declares its
+channels once: `REWARD_CHANNELS = {name: (low, high)}`, or `reward_channels(data_source, reward_kwargs)` where they
+depend on the data_source or the options (docs/own_experiment.md). The declaration is the run's
+`algorithm.reward_channels` and `algorithm.dara.reward_ranges`; `check_result` holds every scored item to it.
 """
 
 from __future__ import annotations

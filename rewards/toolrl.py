@@ -1,21 +1,10 @@
-"""ToolRL reward channels with the original ToolRL scorer's semantics, in linear time.
+"""ToolRL reward channels with the original ToolRL scorer's semantics, in linear time (docs/rewards.md).
 
-The authors trained with ``verl.utils.reward_score.rlla`` (``customize_format_reward_func``,
-``customize_correctness_reward_tool``); these channels reproduce its values case by case (tests compare
-them on every held-out ground truth and thousands of generated variants). Protocol pieces (tags, the
-format test, call blocks) live in ``tasks.toolrl``.
-
-- format in {0, 1}: the pattern the ground truth's kind requires (tags anywhere in the ground truth), with
-  each required tool_call / response tag exactly once; think tags are not counted.
-- correctness in [-3, 3]: 0 when the ground truth has no tool call. Otherwise the predicted calls are the
-  lines of the block after the FIRST "<tool_call>" anywhere (a mention inside the thinking counts), each
-  parsed as JSON; -3 when a tag is missing or anything raises while scoring. Fields are read only when the
-  rule needs them, and values compare with Python equality (10 == 10.0, true == 1).
-- length in {0, 1} (three-reward study): 1 if the LAST think span has at most 16 whitespace-separated words.
-
-Linear time: the scorer's lazy anchored regex rescans the text for every repeated tag; here every tag is
-located with str.find / str.count, and the rest (JSON parsing, the call matching) was linear already.
-No option changes these semantics: there is no intended difference from the scorer.
+The authors trained with ``verl.utils.reward_score.rlla``; these channels give its values case by case (the tests
+compare them). format in {0, 1}; correctness in [-3, 3] (0 without a ground-truth call; the lines of the block
+after the FIRST "<tool_call>" anywhere, -3 when a tag is missing or anything raises while scoring); length in
+{0, 1} (three-reward study: the LAST think span has at most 16 words). Tags are located with str.find /
+str.count, not the scorer's lazy regex (quadratic on repeated tags). The protocol lives in ``tasks.toolrl``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """verl entry: `compute_score` for verl's reward loop, and the per-sample scorer the parallel manager runs.
 
-`compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns
-{"score": sum of the channels, <channel>: value, ...} with the same keys for every sample of a task. The task
-of a row is the registered one for its data_source (`tasks.registry`), whose scorer
-(`rewards.task_rewards`) declares the channels and their ranges:
-
-- "rlla" (ToolRL): format, correctness (+ length when toolrl_length_channel), with the original ToolRL
-  scorer's semantics (verl.utils.reward_score.rlla; rewards.toolrl);
-- "deepscaler" and the math evaluation sets: correctness, length.
-
-Options (verl passes `reward.custom_reward_function.reward_kwargs`; the dara_parallel manager reads
-the same keys from its config): see `RewardOptions`. Unknown options are an error, never ignored.
-
-Math scoring runs under a hard per-item time limit: `compute_score` sends the item to a process pool
-(rewards.pool) and waits, so the limit holds in any thread of any process; an item over the limit scores
-the task's fallback (correctness 0) and counts in `timeout_count()`. ToolRL scoring is pure string and
-JSON work and runs in-process (`TaskReward.in_process`).
+`compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns {"score": sum of
+the channels, <channel>: value, ...}; the task of a row is the registered one for its data_source
+(`tasks.registry`), whose scorer (`rewards.task_rewards`) declares the channels. Options: `RewardOptions`
+(unknown ones are an error). Math items run in a process pool under a hard per-item time limit (an item over
+it scores the task's fallback and counts in `timeout_count()`); ToolRL items in-process. docs/rewards.md.
 """
 
 # No `from __future__ import annotations`: verl loads this file by path as a module missing from
@@ -46,16 +35,8 @@ POOL_PRELOAD = ("rewards.verl_entry", "rewards.warm")
 
 @dataclass(frozen=True)
 class RewardOptions:
-    """Reward options, from config (`reward_kwargs`), never from environment variables.
-
-    toolrl_length_channel: add the think-length channel to ToolRL (three-reward study).
-    math_length_conditioned: the length reward counts only when the answer is correct.
-    math_grader: "hendrycks" (verl's Hendrycks MATH grader, the paper's reward) or "math_verify".
-    max_response_tokens: the length reward's token budget (EXPERIMENTS.md: 4,000).
-    max_answer_digits: answers needing more exact digits are not evaluated (None: evaluate everything).
-    timeout_s: hard wall-clock limit per item on a pool worker.
-    num_processes: pool size (None: the CPUs this process may use, at most 16).
-    """
+    """Reward options, from config (`reward_kwargs`), never from environment variables; each is described in
+    docs/rewards.md "Options" (num_processes None: the CPUs this process may use, at most 16)."""
 
     toolrl_length_channel: bool = False
     math_length_conditioned: bool = False
@@ -176,7 +157,7 @@ def resolve_outcome(
 # ----------------------------------------------------------------------------- shared pool
 _pool_lock = threading.Lock()
 _shared_pools: dict[tuple[int, float], HardTimeoutPool] = {}
-_counters = {"timeouts": 0, "errors": 0}
+_timeouts = [0]
 
 
 def shared_pool(options: RewardOptions) -> HardTimeoutPool:
@@ -203,11 +184,7 @@ atexit.register(close_shared_pools)
 
 def timeout_count() -> int:
     """Samples `compute_score` scored as fallback because they ran over the time limit (this process)."""
-    return _counters["timeouts"]
-
-
-def error_count() -> int:
-    return _counters["errors"]
+    return _timeouts[0]
 
 
 def compute_score(
@@ -237,12 +214,11 @@ def compute_score(
         .submit(score_sample, data_source, solution_str, ground_truth, response_tokens, options)
         .result()
     )
-    channels, timed_out, failed = resolve_outcome(
+    channels, timed_out, _ = resolve_outcome(
         outcome, data_source, lambda: fallback_sample(data_source, response_tokens, options)
     )
     with _pool_lock:  # verl's naive manager calls this from several threads
-        _counters["timeouts"] += timed_out
-        _counters["errors"] += failed
+        _timeouts[0] += timed_out
     return channels
 
 

@@ -20,11 +20,8 @@ DATA_SOURCE = "deepscaler"
 # gave DeepScaleR's own " Let's think step by step and output the final answer within \boxed{}.".
 PROMPT_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
 MAX_PROMPT_TOKENS = 1024
-MAX_RESPONSE_TOKENS = 8000
 # The length reward's budget and the evaluation's Exceed/Joint limit.
 LENGTH_LIMIT = 4000
-EVAL_MAX_NEW_TOKENS = 32768
-EVAL_SAMPLES = 16
 
 CORRECTNESS_CHANNEL = "correctness"
 LENGTH_CHANNEL = "length"

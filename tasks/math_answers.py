@@ -1,20 +1,10 @@
 """Math ground truths: a benchmark's native answer -> the one string every grader compares against.
 
-One rule, used by data prep (training and evaluation rows), the math reward and the evaluation. It is the
-authors' (their evaluation's ``unwrap_math`` and benchmark loader, EXPERIMENTS.md "Evaluation"):
-
-- a list (OlympiadBench's ``final_answer``, Minerva's accepted forms in DeepScaleR's copy) is graded
-  against its FIRST item; the others are kept aside as alternatives (``answer_alternatives``);
-- a float with an integral value (AMC stores 142.0) is written as an integer ("142"); any other number as
-  Python's ``str``; a tuple is one tuple-valued answer written "(a, b)" (``str`` of a tuple of numbers);
-- text is stripped, then up to three rounds of math-delimiter removal: in each round ``$$..$$``,
-  ``$..$``, ``\\(..\\)`` and ``\\[..\\]`` are tried in that order, each removed only when the text starts
-  and ends with it, is longer than the two delimiters, and the stripped inner text is non-empty and holds
-  neither delimiter. So ``"$2^{1009}$"`` becomes ``"2^{1009}"`` while OlympiadBench's multi-answer
-  ``"$69$,$84$"`` stays as it is (its inner text holds a ``$``) and ``"$$"`` stays ``"$$"``.
-
-Unusable values (None, a boolean, empty text, an empty list, NaN or infinity, a mapping; for
-``answer_alternatives`` also an unusable later item) raise ValueError: data prep drops and counts such rows.
+One rule (``RULE``; docs/data.md "math_eval"), the authors' ``unwrap_math``, shared by data prep, the math
+reward and the evaluation: a list is graded against its FIRST item (the others are ``answer_alternatives``);
+an integral float is written as an integer; text is stripped, then up to three rounds remove outer ``$$..$$``,
+``$..$``, ``\\(..\\)``, ``\\[..\\]`` only when the inner text is non-empty and holds no such delimiter (so
+OlympiadBench's ``"$69$,$84$"`` stays as it is). Unusable values raise ValueError: data prep drops such rows.
 """
 
 from __future__ import annotations

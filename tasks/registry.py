@@ -1,17 +1,10 @@
 """The task registry: one `TaskSpec` per task, looked up by name or by a row's `data_source`.
 
-A task is what the project knows about one kind of training data: the `data_source` values its rows carry,
-the reward that scores them (its channels and their ranges are declared there, once, by name), the
-`data_prep` datasets that build its rows, the offline asset builders a run may ask for (`run.assets`) and
-its evaluation benches. Tasks sit at the bottom of the layers (tasks < rewards, data_prep < dara < results),
-so a spec names the parts that live in higher layers by import path ("package.module:attribute") and only
-the layer that uses a part loads it (`load_ref`); nothing here imports upward.
-
-    from tasks.registry import task_for_source
-    task_for_source("rlla").reward        # "rewards.task_rewards:TOOLRL"
-
-The project's own tasks register themselves in their protocol modules (`tasks.toolrl`, `tasks.math`,
-named in `BUILTIN`); another task registers with `register_task(TaskSpec(...))` before the first lookup.
+A task names the `data_source` values of its rows, the reward that scores them, the `data_prep` datasets, the
+offline asset builders (`run.assets`) and its evaluation benches. Tasks are the bottom layer (tasks < rewards,
+data_prep < dara < results): parts in higher layers are import paths ("package.module:attribute") loaded by
+their users (`load_ref`). The project's tasks register in their protocol modules (`BUILTIN`); another task
+registers with `register_task(TaskSpec(...))` (docs/own_experiment.md).
 """
 
 from __future__ import annotations
@@ -107,13 +100,6 @@ def task_specs() -> dict[str, TaskSpec]:
     with _lock:
         order = [*BUILTIN, *(name for name in _tasks if name not in BUILTIN)]
         return {name: _tasks[name] for name in order if name in _tasks}
-
-
-def task_named(name: str) -> TaskSpec:
-    specs = task_specs()
-    if name not in specs:
-        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(specs)}")
-    return specs[name]
 
 
 def task_for_source(data_source: str) -> TaskSpec:

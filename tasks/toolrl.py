@@ -1,22 +1,11 @@
 """The ToolRL protocol: tags, the output format, prompt rendering (training rows and BFCL) and decoding.
 
-One definition of everything that decides what the model sees and how its text is read; ``data_prep``
-(training rows, BFCL rows, the smoke set), ``rewards.toolrl`` and the BFCL evaluation import it.
-
-Reference semantics (EXPERIMENTS.md, "Tool calling"):
-
-- the training prompt is the ``instruction`` / ``input`` of ToolRL's ``rlla_rl.json`` rows; ``system_prompt``
-  renders that instruction for any tool list (checked against the shared rows in tests);
-- the output format is the original ToolRL scorer's (``verl.utils.reward_score.rlla``): one anchored DOTALL
-  pattern per ground-truth kind plus an exactly-once count of the tool_call / response tags it requires.
-  ``matches_format`` decides it by positions of the tags in linear time (a lazy regex search is quadratic
-  on degenerate outputs that repeat a tag thousands of times);
-- the scorer reads the calls between the FIRST ``<tool_call>`` anywhere and the next tag (``first_call_block``);
-  ToolRL's BFCL handler reads the LAST block (``last_call_block``), skips lines it cannot decode and drops
-  calls named "none" (``decode_ast``, ``decode_execute``);
-- BFCL sees the dialogue as ToolRL's handler renders it (``bfcl_messages``): one system message (the training
-  instruction with BFCL's functions) and ONE user message holding the whole history. The instruction
-  sentences below are that handler's, reproduced exactly: they are protocol, like a dataset's fields.
+One definition of what the model sees and how its text is read, imported by ``data_prep``, ``rewards.toolrl`` and
+the BFCL evaluation (docs/rewards.md, docs/data.md). The output format is the original scorer's
+(``verl.utils.reward_score.rlla``), decided by tag positions in linear time (``matches_format``); the scorer
+reads the FIRST call block (``first_call_block``), ToolRL's BFCL handler the LAST (``last_call_block``,
+``decode_ast``, ``decode_execute``); BFCL sees the dialogue as that handler renders it (``bfcl_messages``), its
+instruction sentences reproduced exactly.
 """
 
 from __future__ import annotations

@@ -109,21 +109,25 @@ def test_math_eval_rerun_is_byte_identical(eval_rows, tmp_path):
     assert (tmp_path / "again" / "test.parquet").read_bytes() == (out / "test.parquet").read_bytes()
 
 
-def test_math_eval_bad_sources(tmp_path):
-    with pytest.raises(DataPrepError, match="must be a folder"):
-        math_eval.build(tmp_path / "out", str(BENCHMARKS / "aime.json"))
+def partial_folder(tmp_path):
     (tmp_path / "partial").mkdir()
     (tmp_path / "partial" / "aime.json").write_text('[{"problem": "1+1?", "answer": "2"}]')
-    with pytest.raises(DataPrepError, match="amc.json"):
-        math_eval.build(tmp_path / "out", str(tmp_path / "partial"))
-    assert not (tmp_path / "out").exists()
+    return str(tmp_path / "partial")
 
 
-def test_math_eval_hub_loading_fails_clearly_offline(tmp_path, monkeypatch):
+@pytest.mark.parametrize("build, message", [
+    (lambda tmp: math_eval.build(tmp / "out", str(BENCHMARKS / "aime.json")), "must be a folder"),
+    (lambda tmp: math_eval.build(tmp / "out", partial_folder(tmp)), "amc.json"),
+    (lambda tmp: math_eval.build(tmp / "out"), "could not load hub dataset .no-such-org/no-such-set"),
+    (lambda tmp: deepscaler.build(tmp / "out", str(TRAIN_SAMPLE), str(tmp / "no-tokenizer")),
+     "could not load tokenizer"),
+])
+def test_bad_sources_are_one_clear_error_and_no_output(tmp_path, monkeypatch, build, message):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setitem(math_eval.BENCHMARKS["aime24"], "hub", ("no-such-org/no-such-set", None, "train"))
-    with pytest.raises(DataPrepError, match="could not load aime24 from the hub"):
-        math_eval.build(tmp_path / "out")
+    with pytest.raises(DataPrepError, match=message):
+        build(tmp_path)
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------------- deepscaler
@@ -215,9 +219,3 @@ def test_deepscaler_cli_and_rerun(tmp_path, smoke_tokenizer_dir, capsys):
         "aime_train.json": read_data_card(tmp_path / "b")["inputs_sha256"]["aime_train.json"]
     }
 
-
-def test_deepscaler_missing_tokenizer_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(DataPrepError, match="could not load tokenizer"):
-        deepscaler.build(tmp_path / "out", str(TRAIN_SAMPLE), str(tmp_path / "no-tokenizer"))
-    assert not (tmp_path / "out").exists()

@@ -212,10 +212,8 @@ def test_a_build_of_another_shape_and_difficulty_records_both_and_is_not_taken_f
     assert not folder_is_complete(out, expect)  # the default build is not reused for another shape
 
 
-def test_mean_response_tokens_counts_up_to_the_first_stop_token_like_a_loop():
-    import torch
-
-    from data_prep.smoke import mean_response_tokens
+def test_response_tokens_count_up_to_the_first_stop_token_like_a_loop():
+    from data_prep.smoke import response_tokens
 
     torch.manual_seed(0)
     responses = torch.randint(0, 6, (50, 12))
@@ -227,6 +225,5 @@ def test_mean_response_tokens_counts_up_to_the_first_stop_token_like_a_loop():
                 return i + 1
         return len(row)
 
-    expected = sum(loop_length(row) for row in responses) / len(responses)
-    assert mean_response_tokens(responses, eos) == pytest.approx(expected)
-    assert mean_response_tokens(torch.tensor([[3, 3, 3]]), 1) == 3.0  # no stop token: the whole budget
+    assert response_tokens(responses, eos).tolist() == [loop_length(row) for row in responses]
+    assert response_tokens(torch.tensor([[3, 3, 3]]), 1).tolist() == [3]  # no stop token: the whole budget

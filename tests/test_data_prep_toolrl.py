@@ -70,7 +70,7 @@ def test_4000_rows_give_3920_and_80():
 def test_rows_equal_the_official_held_out_rows():
     official = pq.read_table(OFFICIAL_TEST).to_pylist()
     records = [{k: row["extra_info"][k] for k in ("instruction", "input", "output")} for row in official]
-    ours = toolrl.to_rows(records, "test", toolrl.FilterLog())
+    ours = toolrl.to_rows(records, "test", toolrl.FilterLog(toolrl.FILTERS))
     for mine, theirs in zip(ours, official, strict=True):
         assert mine == theirs
 

@@ -120,7 +120,7 @@ def test_unusable_answers_raise(value):
 @pytest.mark.parametrize("raw, truth", [((1, 2), "(1, 2)"), ("$$", "$$"), (["$a$", "$b$"], "a")])
 def test_data_prep_reward_and_evaluation_read_an_answer_alike(raw, truth):
     """The cases where the two former normalisers disagreed: one answer "(1, 2)", and "$$" accepted."""
-    rows = math_eval_prep.benchmark_rows("aime24", [{"problem": "p", "answer": raw}], "test", FilterLog())
+    rows = math_eval_prep.benchmark_rows("aime24", [{"problem": "p", "answer": raw}], "test", FilterLog(math_eval_prep.FILTERS))
     assert rows[0]["reward_model"]["ground_truth"] == truth
     assert math_eval._reference_answer(raw, "case") == truth
     assert math_reward.score(f"\\boxed{{{truth}}}", raw, 10)["correctness"] == 1.0

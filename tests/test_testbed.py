@@ -19,11 +19,9 @@ from dara.testbed.task import (
     TaskConfig,
     build_prompts,
     initial_distribution,
-    initial_format_rate,
     response_lengths,
     response_mask,
     score,
-    score_loop,
 )
 from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
 from results.thresholds import first_sustained_step
@@ -37,6 +35,22 @@ def random_tokens(config: TaskConfig, n: int, seed: int) -> torch.Tensor:
     tokens = torch.multinomial(weights.expand(n, -1), config.max_len, replacement=True, generator=gen)
     tokens[: n // 4, 0] = OPEN
     return tokens
+
+
+def score_loop(tokens: torch.Tensor, targets: torch.Tensor, config: TaskConfig) -> torch.Tensor:
+    """Plain per-response reference implementation of `score`."""
+    rows = []
+    for seq, target in zip(tokens.tolist(), targets.tolist(), strict=True):
+        response = seq[: seq.index(EOS) + 1] if EOS in seq else seq
+        ended = EOS in seq
+        content = [t for t in response if t >= NUM_SPECIAL]
+        correct = sum(1 for i, t in enumerate(target) if i < len(content) and content[i] == t)
+        formatted = ended and len(response) >= 3 and response[0] == OPEN and response[-2] == CLOSE
+        row = [correct / len(target), float(formatted)]
+        if config.length_channel:
+            row.append(float(ended and len(response) <= config.length_budget))
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("length_channel", [False, True])
@@ -135,7 +149,8 @@ def test_initial_policy_samples_the_calibrated_distribution_and_format_rate():
         probs = torch.softmax(policy.logits(digits[:5], previous, count), dim=-1)
     assert torch.allclose(probs, initial_distribution(config).float().expand_as(probs), atol=1e-6)
     q_tag = initial_distribution(config)[OPEN].item()
-    assert initial_format_rate(q_tag, config) == pytest.approx(0.04)
+    end_mass = 1.0 - (1.0 - config.eos_init_prob) ** (config.max_len - 2)  # task.py: P(format) = q_t^2 * end mass
+    assert q_tag * q_tag * end_mass == pytest.approx(0.04)
 
     tokens = policy.sample(digits, torch.Generator().manual_seed(6))
     rate = score(tokens, prompts.targets[ids], config)[:, 1].mean().item()

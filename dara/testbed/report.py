@@ -161,9 +161,19 @@ def _estimator_order(name: str) -> int:
 # ---------------------------------------------------------------- plots
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
 
 
 def curve_frame(results: list[RunResult]) -> pd.DataFrame:
@@ -191,11 +201,7 @@ def plot_curves(path: Path, study: Study, results: list[RunResult], group_size: 
 
 def plot_steps_to(path: Path, rows: list[dict[str, object]], study: str) -> None:
     """steps_to_0.8 and steps_to_0.99 per estimator with 95% intervals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
     metrics = [f"steps_to_{t:g}" for t in THRESHOLDS] + ["final_correctness"]
     for ax, metric in zip(axes, metrics, strict=True):
@@ -210,16 +216,11 @@ def plot_steps_to(path: Path, rows: list[dict[str, object]], study: str) -> None
         ax.invert_yaxis()
     fig.suptitle(f"testbed study '{study}': mean over seeds with 95% intervals")
     _save(fig, path)
-    plt.close(fig)
 
 
 def plot_group_size(path: Path, rows: list[dict[str, object]], studies: Sequence[str]) -> None:
     """The fixed-budget group-size study: speed, density and final correctness against G."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     metrics = ["steps_to_0.8", "steps_to_0.99", "density/format", "final_correctness"]
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     picked = [r for r in rows if r["study"] in studies]
@@ -247,16 +248,11 @@ def plot_group_size(path: Path, rows: list[dict[str, object]], studies: Sequence
     axes[0].legend(fontsize=8)
     fig.suptitle("fixed budget of responses per step: larger groups raise density (95% intervals over seeds)")
     _save(fig, path)
-    plt.close(fig)
 
 
 def plot_energy(path: Path, rows: list[dict[str, object]], study: str, channels: Sequence[str]) -> None:
     """Energy per channel against B * pi * (G - 1): unweighted (1.0 under GDPO) and after weighting."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=False)
     estimators = sorted({str(r["estimator"]) for r in rows if r["study"] == study}, key=_estimator_order)
     width = 0.8 / len(channels)
@@ -284,4 +280,3 @@ def plot_energy(path: Path, rows: list[dict[str, object]], study: str, channels:
         ax.legend(fontsize=8)
     fig.suptitle(f"testbed study '{study}': advantage energy per channel (mean over steps, 95% intervals over seeds)")
     _save(fig, path)
-    plt.close(fig)

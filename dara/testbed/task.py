@@ -1,27 +1,11 @@
-"""The testbed's task: structured answers scored by two or three reward channels of controlled density.
+"""The testbed's task (docs/testbed.md "The task"): structured answers scored by two or three reward channels.
 
-A prompt is `answer_slots` digits d_i in [0, num_content). The policy answers with a token sequence
-over a small vocabulary (EOS, the tags OPEN and CLOSE, and `num_content` content tokens) of at most
-`max_len` tokens, ending at the first EOS. Rewards, each in [0, 1]:
-
-- correctness (dense, graded like ToolRL's correctness): the fraction of answer slots i whose i-th
-  content token (tags are skipped) equals target_i = perm_i(d_i), for fixed random permutations.
-  Partial credit makes nearly every group of responses differ on it from the start.
-- format (sparse, a conjunction like ToolRL's format): the response starts with OPEN and its last
-  token before EOS is CLOSE. Its initial rate is a knob (`format_init_rate`, a few percent by default),
-  so few groups hold both a compliant and a non-compliant response until the policy learns it; later
-  it saturates and groups turn constant again.
-- length (optional third channel, like the math runs' length reward): EOS within `length_budget` tokens.
-
-The channels are independent by construction (correctness ignores tags, format ignores content); they
-interact only through the shared policy, as real reward channels do. An answer that satisfies all three
-exists: OPEN c1 c2 c3 CLOSE EOS (6 tokens).
-
-The initial policy is calibrated analytically: its output layer starts at zero weights and a bias over
-(EOS, tag, content) tokens, so every position samples the same token distribution q at step 0. With
-q_e = `eos_init_prob` and q_t the probability of each tag, the initial format rate is
-    P(format) = q_t^2 * q_e * sum_{n=0}^{max_len-3} (1 - q_e)^n
-(OPEN first, n non-EOS tokens, then CLOSE, EOS), which `initial_bias` solves for q_t.
+A prompt is `answer_slots` digits; the policy answers over EOS, the tags OPEN and CLOSE and `num_content` content
+tokens. Rewards in [0, 1]: correctness (dense: the share of answer slots whose content token is the prompt digit's
+permuted target), format (sparse: OPEN first and CLOSE right before EOS; its initial rate is `format_init_rate`)
+and optionally length (EOS within `length_budget` tokens). The initial policy is calibrated analytically: every
+position samples the same distribution q, whose tag probability q_t solves
+    P(format) = q_t^2 * q_e * sum_{n=0}^{max_len-3} (1 - q_e)^n    (q_e = `eos_init_prob`).
 """
 
 from __future__ import annotations
@@ -89,11 +73,6 @@ def max_format_rate(config: TaskConfig) -> float:
     """Largest initial format rate reachable: both tags share all non-EOS mass (q_t = (1 - q_e) / 2)."""
     q_t = (1.0 - config.eos_init_prob) / 2.0
     return q_t * q_t * _end_mass(config)
-
-
-def initial_format_rate(q_tag: float, config: TaskConfig) -> float:
-    """P(format) at step 0 when each tag has probability q_tag at every position (module docstring)."""
-    return q_tag * q_tag * _end_mass(config)
 
 
 def initial_distribution(config: TaskConfig) -> torch.Tensor:
@@ -173,19 +152,3 @@ def score(tokens: torch.Tensor, targets: torch.Tensor, config: TaskConfig) -> to
     if config.length_channel:
         channels.append((ended & (lengths <= config.length_budget)).float())
     return torch.stack(channels, dim=1)
-
-
-def score_loop(tokens: torch.Tensor, targets: torch.Tensor, config: TaskConfig) -> torch.Tensor:
-    """Plain per-response reference implementation of `score` (for tests)."""
-    rows = []
-    for seq, target in zip(tokens.tolist(), targets.tolist(), strict=True):
-        response = seq[: seq.index(EOS) + 1] if EOS in seq else seq
-        ended = EOS in seq
-        content = [t for t in response if t >= NUM_SPECIAL]
-        correct = sum(1 for i, t in enumerate(target) if i < len(content) and content[i] == t)
-        formatted = ended and len(response) >= 3 and response[0] == OPEN and response[-2] == CLOSE
-        row = [correct / len(target), float(formatted)]
-        if config.length_channel:
-            row.append(float(ended and len(response) <= config.length_budget))
-        rows.append(row)
-    return torch.tensor(rows, dtype=torch.float32)
