@@ -281,3 +281,13 @@ def test_dara_train_with_a_bad_head_dim_stops_before_ray_with_one_line(tmp_path,
     ray = sys.modules.get("ray")
     assert ray is None or not ray.is_initialized()
     assert not list(tmp_path.rglob("ray")) and not list(tmp_path.rglob("run_info.json"))  # nothing started
+
+
+def test_the_worker_extension_is_found_from_any_folder(tmp_path):
+    """`python -m dara.train` started outside the checkout: the project's modules are found through the install's
+    own finder (an editable install is not on sys.path), without importing them."""
+    code = ("import sys; from dara.preflight.rollout import find_module; "
+            "assert find_module('dara.verl.cpu.vllm_weights') is not None; "
+            "assert 'dara.verl.cpu.vllm_weights' not in sys.modules and find_module('dara.verl.nope') is None")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -189,7 +189,9 @@ def rollout_name_problem(name: str, mode: str, registered: Mapping[str, list[str
 
 
 def find_module(name: str):
-    """The spec of module `name` found on sys.path without importing it or its parent packages, or None."""
+    """The spec of module `name` found without importing it or its parent packages, or None. The top-level
+    package through every finder of sys.meta_path (an editable install's finder too, from any folder), the
+    submodules in its folders."""
     from importlib.machinery import PathFinder
 
     spec, search = None, None
@@ -197,7 +199,7 @@ def find_module(name: str):
         if not part.isidentifier() or (spec is not None and search is None):
             return None  # an empty part, or a module (not a package) asked for a submodule
         try:
-            spec = PathFinder.find_spec(part, search)
+            spec = importlib.util.find_spec(part) if spec is None else PathFinder.find_spec(part, search)
         except (ImportError, ValueError):
             return None
         if spec is None:
