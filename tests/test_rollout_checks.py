@@ -138,6 +138,9 @@ def test_vllm_is_imported_in_a_child_process_which_reports_its_facts_or_why_it_d
     assert error is None and facts["version"] == "9.9" and set(facts["unread"]) == {
         "serve_options", "cpu_head_sizes", "cpu_dtypes", "dtype_choices"}
     assert json.loads(checks.facts_cache().read_text()) == {checks._cache_key(): facts}
+    checks.facts_cache().write_text(json.dumps({"0.1+cpu 2.0 5.0 /other/python": facts}))  # other versions' entry
+    monkeypatch.setattr(checks, "probe_vllm", lambda: (None, "ImportError: checked again"))
+    assert checks.import_problem() == "ImportError: checked again"
     assert "vllm" not in sys.modules or sys.modules["vllm"].__spec__.origin != str(fake / "vllm" / "__init__.py")
 
 
@@ -152,6 +155,7 @@ def test_the_installed_vllm_reports_its_facts_once_per_version_and_interpreter(t
     assert checks._cached()[checks._cache_key()]["cpu_head_sizes"] == list(sizes)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("a cached install starts no child process"))
     assert checks.cpu_attention()[0] == sizes and checks.serve_options()
+    assert checks.import_problem() is None  # an entry of these versions is written only after vLLM imported
     other = tmp_path / "vllm_facts.json"  # the cache is what the checks read
     other.write_text(json.dumps({checks._cache_key(): {"version": "x", "cpu_head_sizes": [48], "cpu_dtypes": ["float32"],
                                                        "serve_options": ["max_model_len"]}}))

@@ -92,7 +92,9 @@ def facts_cache() -> Path:
 
 
 def _cache_key() -> str:
-    return f"{installed_version(ALIAS_DIST)} {sys.executable}"
+    # what `import vllm` depends on: vLLM's, torch's and transformers' versions and the interpreter
+    versions = " ".join(str(installed_version(d)) for d in (ALIAS_DIST, "torch", "transformers"))
+    return f"{versions} {sys.executable}"
 
 
 def _cached() -> dict:
@@ -401,7 +403,11 @@ def install_problem(install: VllmInstall) -> str | None:
 
 
 def import_problem() -> str | None:
-    """None when vLLM imports in a child process of this interpreter (`probe_vllm`), else why not (one line)."""
+    """None when vLLM imports in a child process of this interpreter (`probe_vllm`), else why not (one line).
+    A facts entry of these versions and this interpreter is written only after such an import succeeded: then no
+    child is started (it costs 5-10 s of every start)."""
+    if isinstance(_cached().get(_cache_key()), dict):
+        return None
     return probe_vllm()[1]
 
 
