@@ -66,7 +66,7 @@ class CheckpointLayout:
             roles["critic"] = contents("critic")
         mode = str(OmegaConf.select(cfg, "trainer.v1.trainer_mode", default="sync") or "sync")
         strategy = str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default="fsdp"))
-        return cls(roles, transfer_queue=mode.removeprefix("dara_").removesuffix("_cpu") != "sync",
+        return cls(roles, transfer_queue=mode.removeprefix("dara_") != "sync",
                    fsdp=strategy.startswith("fsdp"))
 
 
