@@ -1,11 +1,5 @@
-"""Figures: training curves with seed bands, DARA density/weight per channel, checkpoint curves.
-
-Every figure is written as PNG and PDF (matplotlib, Agg backend: no display needed). Methods are named as
-in `results table` (the authors' ``dara`` as ``dara (DARA-Sym)``).
-- ``curves``: per method, the median over seeds (line) and the min-max range (band) of each metric.
-- ``channels``: per reward channel, the active-group density pi_k and the weight w_k over steps
-  (our keys ``dara/density/<c>``, ``dara/weight/<c>``; the authors' ``dara/pi_<c>``, ``dara/w_<c>``).
-- ``checkpoints``: per method, a checkpoint metric's mean with a +-sd band (e.g. BFCL v4 every 10 steps).
+"""Figures as PNG and PDF (matplotlib Agg): training curves with seed bands, DARA density and weight per channel
+(ours ``dara/density/<c>``, ``dara/weight/<c>``; the authors' ``dara/pi_<c>``, ``dara/w_<c>``), checkpoint curves.
 """
 
 from __future__ import annotations
@@ -188,26 +182,45 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
     return save_figure(fig, out_prefix)
 
 
-def plot_checkpoints(
-    table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = ()
-) -> list[Path]:
+def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *,
+                     group_by: Sequence[str] = (), paper: pd.DataFrame | None = None) -> list[Path]:
     """Checkpoint curves from a per-(method, step) summary table with ``<metric>_mean``/``_sd`` columns:
-    line = mean over seeds, band = +-1 sd (no band where sd is empty, i.e. one run)."""
-    needed = ["method", "step", *group_by] + [f"{m}_mean" for m in metrics]
-    require_columns(table, needed, "plot checkpoints")
+    line = mean over seeds, band = +-1 sd (none where sd is empty, i.e. one run). ``paper``: the authors' table
+    of the same columns, their curve of each group and method dashed in our method's colour (results.dynamics)."""
+    from results.dynamics import authors_rows
+
+    require_columns(table, ["method", "step", *group_by] + [f"{m}_mean" for m in metrics], "plot checkpoints")
     items = _group_items(table, group_by)
     fig, axes = _panels(items, len(metrics))
     for row, (label, part) in enumerate(items):
+        group = {c: part[c].iloc[0] for c in group_by}
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
+            colours = {}
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
-                rows = rows.sort_values("step")
-                mean = rows[f"{metric}_mean"].astype(float)
-                sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
                 colour = _colour(method, i)
-                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=method_label(method))
-                ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
+                trained_as = rows["base_method"].iloc[0] if "base_method" in rows else method
+                colours.setdefault(trained_as, colour)
+                ours = "" if paper is None else f" (ours, n={int(rows['n'].max())})"
+                _checkpoint_line(ax, rows, metric, colour, "-", method_label(method) + ours)
+            for method, colour in colours.items() if paper is not None else ():
+                theirs = authors_rows(paper, group, method)
+                if len(theirs) and f"{metric}_mean" in theirs.columns:
+                    name = method_label(theirs["method"].iloc[0])
+                    _checkpoint_line(ax, theirs, metric, colour, "--", f"{name} (authors, n={int(theirs['n'].max())})")
             label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    if paper is not None:
+        fig.suptitle("ours (solid, mean +- sd over seeds), the authors' (dashed)", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
+
+
+def _checkpoint_line(ax, rows: pd.DataFrame, metric: str, colour: str, style: str, label: str) -> None:
+    """Mean per step (markers), with a +-sd band on our (solid) curves."""
+    rows = rows.sort_values("step")
+    mean = rows[f"{metric}_mean"].astype(float)
+    sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
+    ax.plot(rows["step"], mean, ls=style, marker="o", ms=3, color=colour, lw=1.5, label=label)
+    if style == "-":
+        ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)

@@ -1,20 +1,7 @@
-"""`python -m results report SWEEP_DIR --out DIR`: one static page (DIR/index.html + PNGs) for a sweep.
-
-Per recipe (the runs' `recipe` field, else their task) the page holds:
-- the final table rebuilt from the runs (mean ± sd over seeds), the authors' value beside each cell where
-  their published files hold it (`--reference`, default reference/dara_authors/ in the repository; a missing folder
-  is an error), with the number of seeds behind it (n=5), "not in the paper" where not;
-- the threshold-step table (first step the seed-median curve reaches the threshold), the authors' steps
-  beside for the tool-calling task, and the curves with the crossing marked;
-- the DARA density and weight curves per channel, and seed bands (median line, min-max band) everywhere;
-- a provenance footer: commit, inputs with sha256, configs, data cards, grader, a link to the reference's
-  SOURCE.md and its source, commit and method-name notes quoted whole.
-Every table and legend names methods as `results table` does: ours as they are, the authors' `dara` as
-`dara (DARA-Sym)`; variants of a method apart (results.variants).
-
-Inputs: run folders (metrics.jsonl or wandb files, `results.loaders`), per-run CSVs (one row per run, e.g.
-the authors' final_per_run.csv or `python -m results collect` output) and long-format curve CSVs (e.g. the
-authors' training_dynamics.csv). Summary CSVs (`<metric>_mean` columns) are reference tables, not inputs.
+"""`python -m results report SWEEP_DIR --out DIR`: one static page (DIR/index.html + PNGs) for a sweep: per recipe
+the final and threshold-step tables beside the authors' values, the curves and DARA channels with seed bands, and a
+provenance footer (docs/results.md, "The report page"). Inputs: run folders, per-run CSVs and long-format curve
+CSVs; summary CSVs (`<metric>_mean` columns) are reference tables, not inputs.
 """
 
 from __future__ import annotations
@@ -368,22 +355,6 @@ def curves_section(title: str, frame: pd.DataFrame, out_dir: Path, slug: str, re
     return section
 
 
-def _loose_summary(frame: pd.DataFrame, group_by: list[str], metrics: list[str]) -> pd.DataFrame:
-    """tables.summarise's columns for a table whose runs log different metrics (e.g. a third channel only in
-    one study): mean and sample sd over the runs that have each value; metrics no run of the data has dropped."""
-    rows = []
-    for key, part in frame.groupby(group_by, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        row = {**dict(zip(group_by, key, strict=True)), "n": len(part),
-               "seeds": ",".join(str(int(v)) for v in sorted(part["seed"].dropna().unique())) if "seed" in part else ""}
-        for metric in metrics:
-            values = part[metric].dropna().astype(float)
-            row[f"{metric}_mean"] = values.mean() if len(values) else float("nan")
-            row[f"{metric}_sd"] = values.std(ddof=1) if len(values) > 1 else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> Section:
     """A per-run table summarised like the paper's table it matches (PAPER_TABLES), the paper beside; its
     methods keep their names (tables.with_paper finds the authors' rows under our names)."""
@@ -394,7 +365,7 @@ def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> Section
         final = [c for c in frame.columns if str(c).startswith(("final_", "steps_to"))]
         metrics = [c for c in (final or frame.columns) if pd.api.types.is_numeric_dtype(frame[c])
                    and c not in {*group_by, "seed", "n"} and frame[c].notna().any()]
-        summary = _loose_summary(frame, group_by, metrics)
+        summary = tables.summarise(frame, group_by, metrics, partial=True)
         return Section(f"{path.name}: per-run table",
                        [summary_html(summary, group_by, metrics, False, f"mean ± sd over seeds ({NOT_IN_PAPER})")])
     for condition in spec.drop_if:
