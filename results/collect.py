@@ -1,12 +1,5 @@
-"""Collect evaluation summaries (``summary.json`` of ``python -m results.evaluation``) into a per-run table.
-
-One row per evaluation folder: the run's identity (run_name, method, seed, task, model, step) and its
-scores, named like the authors' per-run file so that ``python -m results table ... --paper`` lines up:
-- BFCL: ``live_accuracy``, ``non_live_accuracy``, ``multi_turn_accuracy``, ``average_accuracy`` and the
-  same with ``_format`` (percent), the length diagnostics likewise (``average_length``,
-  ``average_length_le_16``, percent; ``average_think_words``, words) and ``over_window_cases``;
-- math: ``<benchmark>_acc``, ``_exceed``, ``_joint`` per benchmark and ``macro_*`` (percent);
-- ToolRL held-out: ``format``, ``correctness``, ``exact``.
+"""Evaluation summaries (``summary.json`` of ``python -m results.evaluation``) as one row per evaluation: the run's
+identity and its scores under the authors' per-run column names (docs/results.md, "Collect").
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""Loaders for run logs and for the authors' reference CSVs.
+"""Run logs and the authors' CSVs as one long DataFrame: one row per (run, step), one column per metric, plus the
+run's identity (``run``, ``method``, ``seed`` and every scalar field of ``run_info.json``).
 
-Everything is turned into one *long* pandas DataFrame: one row per (run, step),
-one column per metric, plus the run's identifying columns (``run``, ``method``,
-``seed`` and every scalar field of ``run_info.json`` such as ``task``/``model``).
-
-Accepted inputs (see docs/results.md):
-- a run folder holding ``metrics.jsonl`` (+ ``run_info.json``), as written by
-  ``python -m dara.train`` (conventions: one JSON object per step with "step"), or only its wandb files
-  (``wandb/offline-run-*/run-*.wandb``, read with wandb's own reader; a resumed run's several files are
-  merged by step). ``source="wandb"`` reads the wandb files even where metrics.jsonl exists;
-- a folder of run folders (every run folder below it is one run);
-- a ``.wandb`` file;
-- a single ``.jsonl`` file (its ``run_info.json`` is read from the same folder
-  when present, otherwise ``method``/``seed`` must be fields of the rows);
-- a CSV: long-format curves (``method``, ``seed``, ``step`` columns, e.g. the
-  authors' training_dynamics.csv) or a per-run / per-method table.
-
-Runs whose run_info.json records a configuration are keyed by it (results.variants): a variant of a method
-gets its own ``method`` label (``dara_asym w_max=2``) and ``config_id``.
+Inputs (docs/results.md, "Inputs RUNS accepts"): run folders (their metrics.jsonl, or their wandb offline files
+when there is none or ``source="wandb"``), folders of run folders, ``.jsonl`` and ``.wandb`` files, and CSVs. Runs
+of one method that differ in more than the seed are told apart (results.variants).
 """
 
 from __future__ import annotations

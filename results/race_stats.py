@@ -1,15 +1,6 @@
-"""A race's endpoints and paired comparisons, and the per-run facts that say whether DARA could act.
-
-- ``threshold_endpoint``: per method and seed, the first step the metric reaches the threshold (or, under the
-  ``sustained`` rule, the first step whose trailing ``window``-step mean reaches it and stays there for ``hold``
-  more steps: results.thresholds); a run that never does is censored at steps + 1 (the pre-registered rule: it
-  counts as slower than any run that did).
-- ``mean_endpoint``: per method and seed, the metric's mean over a step range (the secondary endpoint).
-- ``comparisons_table``: for each endpoint and each comparison (A - B, paired by seed), results.paired's
-  mean, lower / higher / tied counts, sign-test p and bootstrap interval.
-- ``dara_active_steps``: per run, the steps before its threshold step at which DARA up-weighted the sparse
-  channel (its weight above ``ACTIVE_WEIGHT``); ``collapsed_channels``: the channels whose density stayed 0
-  for ``COLLAPSE_STEPS`` steps in a row (the run stopped telling responses apart on that channel).
+"""A race's endpoints (threshold step, censored at steps + 1 when never reached; the metric's mean over a step
+range), their paired comparisons (results.paired), and per run whether DARA up-weighted the sparse channel and
+which channels collapsed.
 """
 
 from __future__ import annotations

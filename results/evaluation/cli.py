@@ -1,14 +1,8 @@
-"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} ...``
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all,prompts} --out DIR ...``
 
-The benches are the registered tasks' (`results.evaluation.benches`, named in `tasks.registry`).
-
-``python -m results.evaluation bfcl prompts --out DIR [--categories ...] [--limit N]`` writes
-``DIR/prompts.jsonl`` (``{"id", "category", "messages"}``): each case's first-turn chat exactly as the model
-receives it (ToolRL's BFCL handler), to inspect what is evaluated; it needs no model.
-
-Files in ``--out``: ``generations.jsonl`` (+ ``.meta.json``: model, backend-independent sampling
-settings, data), ``scores.jsonl``, ``summary.json`` and ``summary.md``. Every stage is resumable: it
-only adds the cases its output file lacks. Exit status 1 when cases are still missing after retries.
+Writes generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
+resumable. ``bfcl prompts`` writes DIR/prompts.jsonl, the first-turn chats (no model). Exit status 1 when cases
+are still missing after retries (docs/results.md, "Checkpoint evaluation").
 """
 
 from __future__ import annotations
