@@ -101,10 +101,13 @@ def plot_curves(
     group_by: Sequence[str] = (),
     thresholds: Sequence[str | float] = (),
     title: str | None = None,
+    crossings: tuple[str, float, pd.DataFrame] | None = None,
 ) -> list[Path]:
     """Rows = groups, columns = metrics; per method the median over seeds and a min-max seed band.
 
-    ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only)."""
+    ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only).
+    ``crossings``: (metric, threshold, its threshold_steps table): on that metric's panels the threshold and each
+    method's crossing step (dashed, with a marker), listed in a box."""
     lines = parse_threshold_lines(thresholds, metrics)
     require_columns(frame, ["method", "step", *metrics, *group_by], "plot curves")
     check_one_configuration(frame, [*group_by, "method"], "plot curves")
@@ -113,15 +116,35 @@ def plot_curves(
     for row, (label, part) in enumerate(items):
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
+            marked = crossings is not None and metric == crossings[0]
+            reached = []
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
                 draw_seed_band(ax, runs, metric, _colour(method, i), method_label(method))
-            for level in lines.get(metric, []):
+                step = _crossing_step(crossings[2], part, group_by, method) if marked else None
+                if step is not None:
+                    ax.axvline(step, color=_colour(method, i), ls="--", lw=0.8)
+                    ax.plot([step], [crossings[1]], marker="o", color=_colour(method, i), ms=5)
+                    reached.append(f"{method} {step}")
+            for level in lines.get(metric, []) + ([crossings[1]] if marked else []):
                 ax.axhline(level, color="black", ls=":", lw=0.8)
+            if marked:
+                ax.text(0.98, 0.03, f"reaches {crossings[1]:g} at step:\n" + ("\n".join(reached) or "never"),
+                        transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
             label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(title or "median over seeds, band = min-max", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
+
+
+def _crossing_step(steps: pd.DataFrame, part: pd.DataFrame, group_by: Sequence[str], method) -> int | None:
+    """``method``'s step in a threshold_steps table, in the group of ``part`` (None when never reached)."""
+    mask = steps["method"] == method
+    for column in group_by:
+        mask &= steps[column].astype(str) == str(part[column].iloc[0])
+    found = pd.to_numeric(steps.loc[mask, "step"], errors="coerce").dropna()
+    return int(found.iloc[0]) if len(found) else None
 
 
 def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) -> dict[str, list[float]]:

@@ -16,18 +16,14 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from omegaconf import OmegaConf
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-import dara  # noqa: E402
-from dara.io import atomic_path, atomic_write_text  # noqa: E402
-from results import plots, tables, thresholds  # noqa: E402
-from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config  # noqa: E402
-from results.variants import name_variants  # noqa: E402
+import dara
+from dara.io import atomic_write_text
+from results import plots, tables, thresholds
+from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config
+from results.variants import name_variants
 
 log = logging.getLogger(__name__)
 DEFAULT_REFERENCE = dara.AUTHORS_REFERENCE
@@ -197,65 +193,12 @@ def figure_html(path: Path, out_dir: Path, caption: str) -> str:
 
 
 # ----------------------------------------------------------------------------- figures
-def curves_figure(frame: pd.DataFrame, metrics: list[str], group_by: list[str], out: Path, *,
-                  threshold_metric: str | None, threshold: float | None, crossings: pd.DataFrame | None) -> Path:
-    """Rows = groups, columns = metrics; per method the seed median (line) and min-max band; on the
-    threshold metric's panels a dotted threshold line and each method's crossing step (marker + label)."""
-    items = list(plots._group_items(frame, group_by))
-    fig, axes = plt.subplots(len(items), len(metrics), figsize=(4.6 * len(metrics), 3.3 * len(items)), squeeze=False)
-    for row, (label, part) in enumerate(items):
-        for col, metric in enumerate(metrics):
-            ax = axes[row][col]
-            reached: list[str] = []
-            for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                colour = plots._colour(method, i)
-                plots.draw_seed_band(ax, runs, metric, colour, tables.method_label(method))
-                if metric == threshold_metric and crossings is not None:
-                    step = _crossing(crossings, group_by, label, method)
-                    if step is not None:
-                        ax.axvline(step, color=colour, ls="--", lw=0.8)
-                        ax.plot([step], [threshold], marker="o", color=colour, ms=5)
-                        reached.append(f"{method} {step}")
-            if metric == threshold_metric and threshold is not None:
-                ax.axhline(threshold, color="black", ls=":", lw=0.8)
-                ax.text(0.98, 0.03, f"reaches {threshold:g} at step:\n" + ("\n".join(reached) or "never"),
-                        transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
-            plots.label_panel(ax, label, metric)
-        axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return out
-
-
-def _crossing(crossings: pd.DataFrame, group_by: list[str], label: str, method) -> int | None:
-    """The threshold step of `method` in the group named by `label` (None when never reached)."""
-    mask = crossings["method"] == method
-    for column, value in zip(group_by, label_values(label, group_by), strict=True):
-        mask &= crossings[column].astype(str) == value
-    steps = pd.to_numeric(crossings.loc[mask, "step"], errors="coerce").dropna()
-    return int(steps.iloc[0]) if len(steps) else None
-
-
-def label_values(label: str, group_by: list[str]) -> list[str]:
-    """The group values back from a plots._group_items label ('model_size=1.5B, ...')."""
-    if not group_by:
-        return []
-    return [part.split("=", 1)[1] for part in label.split(", ")]
-
-
-def channels_figure(frame: pd.DataFrame, group_by: list[str], out: Path) -> Path | None:
-    """plots.plot_channels (density and weight per channel, seed bands); None when no channel is logged."""
-    columns = plots.channel_columns(frame)
-    if not columns["density"] and not columns["weight"]:
-        return None
-    written = plots.plot_channels(frame, out.with_suffix(""), group_by=group_by)
+def png_only(written: list[Path]) -> Path:
+    """The PNG of a figure plots wrote; the page shows PNGs only, so the rest is deleted."""
     for path in written:
         if path.suffix != ".png":
-            path.unlink()  # the page shows PNGs only
-    return out
+            path.unlink()
+    return next(path for path in written if path.suffix == ".png")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -344,12 +287,13 @@ def curves_section(title: str, frame: pd.DataFrame, out_dir: Path, slug: str, re
         section.blocks.append(plain_html(crossings, f"first step the seed-median {metric} reaches {threshold:g} "
                                                     "(never = not within the run)"))
     if metrics:
-        path = curves_figure(frame, metrics, group_by, out_dir / f"{slug}_curves.png", threshold_metric=metric,
-                             threshold=threshold if metric else None, crossings=crossings)
+        path = png_only(plots.plot_curves(frame, metrics, out_dir / f"{slug}_curves", group_by=group_by,
+                                          crossings=(metric, threshold, crossings) if metric else None))
         section.blocks.append(figure_html(path, out_dir, "training curves: seed median (line), min-max over seeds "
                                                          "(band); dashed = the threshold crossing"))
-    path = channels_figure(frame, group_by, out_dir / f"{slug}_channels.png")
-    if path is not None:
+    columns = plots.channel_columns(frame)
+    if columns["density"] or columns["weight"]:
+        path = png_only(plots.plot_channels(frame, out_dir / f"{slug}_channels", group_by=group_by))
         section.blocks.append(figure_html(path, out_dir, "DARA per channel: active-group density pi_k and weight "
                                                          "w_k (seed median, min-max band)"))
     return section
