@@ -6,7 +6,6 @@ authors' ``dynamics_export/plot_data.csv`` beside.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ import pandas as pd
 
 from dara.io import atomic_write_text
 from results import plots
-from results.collect import flatten_summary
+from results.collect import summary_row
 from results.loaders import RunLogError, require_columns
 from results.tables import AUTHORS_MODEL_SIZES, AUTHORS_TO_OURS, read_paper_table, summarise
 from results.variants import BASE_METHOD, name_variants
@@ -35,22 +34,16 @@ def evaluation_folders(root: str | Path) -> list[Path]:
 
 
 def _evaluation_row(folder: Path) -> tuple[pd.DataFrame, dict | None]:
-    summary = json.loads((folder / "summary.json").read_text())
-    if summary.get("bench") != "bfcl":
-        raise RunLogError(f"{folder}: not a BFCL evaluation (bench={summary.get('bench')!r})")
-    run = dict(summary.get("run") or {})
-    config = run.pop("config", None)
+    row, config = summary_row(folder / "summary.json")
+    if row["bench"] != "bfcl":
+        raise RunLogError(f"{folder}: not a BFCL evaluation (bench={row['bench']!r})")
     step = int(STEP_FOLDER.fullmatch(folder.name)["step"])
-    if run.get("step") is not None and int(run["step"]) != step:
-        raise RunLogError(f"{folder}: its summary scores step {run['step']}, its folder names step {step}")
-    if "method" not in run:
-        raise RunLogError(f"{folder}: the evaluation names no run; evaluate with --run-dir or --run-method")
-    if summary.get("missing_cases"):
-        raise RunLogError(f"{folder}: {summary['missing_cases']} BFCL cases unscored; finish the evaluation first")
-    scalars = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
-    row = {**scalars, "step": step, "evaluation": str(folder), **flatten_summary(summary)}
-    if "model_size" not in row:
-        row["model_size"] = AUTHORS_MODEL_SIZES.get(str(row.get("model")), row.get("model"))
+    if row.get("step") is not None and int(row["step"]) != step:
+        raise RunLogError(f"{folder}: its summary scores step {row['step']}, its folder names step {step}")
+    if row["missing_cases"]:
+        raise RunLogError(f"{folder}: {row['missing_cases']} BFCL cases unscored; finish the evaluation first")
+    row["step"] = step
+    row.setdefault("model_size", AUTHORS_MODEL_SIZES.get(str(row.get("model")), row.get("model")))
     return pd.DataFrame([row]), config
 
 
