@@ -11,7 +11,7 @@ import pandas as pd
 
 from results.loaders import require_columns
 from results.paired import paired_summary
-from results.thresholds import step_by_rule
+from results.thresholds import threshold_steps
 
 # A - B, paired by seed: DARA against the baseline it refines, and GDPO against GRPO
 COMPARISONS = (("dara_asym", "gdpo"), ("dara_sym", "gdpo"), ("gdpo", "grpo"))
@@ -23,14 +23,12 @@ Endpoint = dict[str, dict[int, float]]  # method -> seed -> value
 
 def threshold_endpoint(frame: pd.DataFrame, metric: str, threshold: float, steps: int, rule: str = "median",
                        window: int = 10, hold: int = 20) -> Endpoint:
-    """method -> seed -> the run's step under ``rule`` within steps 1..steps (never: steps + 1): "median" = the
-    first step with metric >= threshold, "sustained" = results.thresholds.first_sustained_step."""
-    require_columns(frame, ["method", "seed", "step", metric], "threshold endpoint")
+    """method -> seed -> the run's step under ``rule`` (results.thresholds) within steps 1..steps (never: steps + 1)."""
+    per_run = threshold_steps(frame[frame["step"] <= steps], metric, threshold, rule=rule, per_seed=True,
+                              window=window, hold=hold)
     out: Endpoint = {}
-    for (method, seed), run in frame[frame["step"] <= steps].groupby(["method", "seed"], sort=False):
-        run = run.dropna(subset=[metric]).sort_values("step")
-        step = step_by_rule(run["step"].to_numpy(), run[metric].to_numpy(), threshold, rule, window, hold)
-        out.setdefault(str(method), {})[int(seed)] = float(steps + 1 if step is None else step)
+    for method, seed, step in per_run[["method", "seed", "step"]].itertuples(index=False):
+        out.setdefault(str(method), {})[int(seed)] = float(steps + 1 if pd.isna(step) else step)
     return out
 
 
