@@ -16,7 +16,7 @@ from dara.io import atomic_write_text
 from results import plots
 from results.collect import summary_row
 from results.loaders import RunLogError, require_columns
-from results.tables import AUTHORS_MODEL_SIZES, AUTHORS_TO_OURS, read_paper_table, summarise
+from results.tables import AUTHORS_MODEL_SIZES, read_paper_table, summarise
 from results.variants import BASE_METHOD, name_variants
 
 STEP_FOLDER = re.compile(r"step_(?P<step>\d+)")
@@ -77,17 +77,6 @@ def checkpoint_table(scores: pd.DataFrame, metrics: Sequence[str], group_by: Seq
         raise RunLogError("checkpoint dynamics: no evaluation of a trained checkpoint")
     table = summarise(frame, [*group_by, "method", BASE_METHOD, "step"], metrics)
     return table.sort_values([*group_by, "method", "step"], kind="stable").reset_index(drop=True)
-
-
-def authors_rows(paper: pd.DataFrame, group: dict, method: str) -> pd.DataFrame:
-    """The authors' rows of one group (e.g. model_size 1.5B) for our method's name (their dara for dara_sym)."""
-    ours_to_theirs = {ours: theirs for theirs, ours in AUTHORS_TO_OURS.items()}
-    rows = paper[paper["method"] == ours_to_theirs.get(method, method)]
-    for column, value in group.items():
-        if column not in rows.columns:
-            return rows.iloc[0:0]
-        rows = rows[rows[column].astype(str) == str(value)]
-    return rows
 
 
 def build_dynamics(root: str | Path, metrics: Sequence[str], out_prefix: str | Path, *,

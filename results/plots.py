@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 
 from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
-from results.tables import method_label  # noqa: E402
+from results.tables import authors_rows, method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
@@ -209,9 +209,7 @@ def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: st
                      group_by: Sequence[str] = (), paper: pd.DataFrame | None = None) -> list[Path]:
     """Checkpoint curves from a per-(method, step) summary table with ``<metric>_mean``/``_sd`` columns:
     line = mean over seeds, band = +-1 sd (none where sd is empty, i.e. one run). ``paper``: the authors' table
-    of the same columns, their curve of each group and method dashed in our method's colour (results.dynamics)."""
-    from results.dynamics import authors_rows
-
+    of the same columns, their curve of each group and method dashed in our method's colour."""
     require_columns(table, ["method", "step", *group_by] + [f"{m}_mean" for m in metrics], "plot checkpoints")
     items = _group_items(table, group_by)
     fig, axes = _panels(items, len(metrics))

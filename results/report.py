@@ -30,9 +30,6 @@ DEFAULT_REFERENCE = dara.AUTHORS_REFERENCE
 NOT_IN_PAPER = "not in the paper"
 # The authors' names for our models and methods (their files: `dara` is DARA-Sym, see SOURCE.md).
 MODEL_SIZES = tables.AUTHORS_MODEL_SIZES
-# Our method names -> the authors' for the same method (tables.AUTHORS_TO_OURS read backwards): used to find
-# their values; every table shows the method names as `results table` does.
-OURS_TO_AUTHORS = {ours: theirs for theirs, ours in tables.AUTHORS_TO_OURS.items()}
 # Our training-curve metrics and the authors' columns for the same quantity (tool calling).
 AUTHOR_CURVES = {"reward/format/mean": "train_format", "reward/correctness/mean": "train_correctness"}
 AUTHOR_CURVE_FILE = "reference/training_dynamics.csv"
@@ -125,7 +122,7 @@ def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy with model_size (from our model names) and the authors' method names, to look their values up."""
     frame = _with_model_size(frame)
     if "method" in frame.columns:
-        frame["method"] = frame["method"].map(lambda m: OURS_TO_AUTHORS.get(m, m))
+        frame["method"] = frame["method"].map(lambda m: tables.OURS_TO_AUTHORS.get(m, m))
     return frame
 
 

@@ -26,6 +26,7 @@ AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that
 # Every name of the authors' files -> ours for the same method (SOURCE.md: their `gd2po_hard` is GD2PO-Hard as
 # the paper ran it, our `gd2po_hard_after`; their `gdpo_saw` is GDPO with SAW weights, our `saw`).
 AUTHORS_TO_OURS = {"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after", "gdpo_saw": "saw"}
+OURS_TO_AUTHORS = {ours: theirs for theirs, ours in AUTHORS_TO_OURS.items()}
 # Our model names -> the authors' model_size column.
 AUTHORS_MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
 # Names only the authors' files use: a table holding one of them is in the authors' naming. (Their `rvpo` is
@@ -150,6 +151,16 @@ def method_label(method) -> str:
 def in_authors_naming(methods) -> bool:
     """Whether a table's methods are named as in the authors' files (it holds a name only they use)."""
     return bool(set(map(str, methods)) & AUTHORS_ONLY)
+
+
+def authors_rows(paper: pd.DataFrame, group: dict, method: str) -> pd.DataFrame:
+    """The authors' rows of one group (e.g. model_size 1.5B) for our method's name (their dara for dara_sym)."""
+    rows = paper[paper["method"] == OURS_TO_AUTHORS.get(method, method)]
+    for column, value in group.items():
+        if column not in rows.columns:
+            return rows.iloc[0:0]
+        rows = rows[rows[column].astype(str) == str(value)]
+    return rows
 
 
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
