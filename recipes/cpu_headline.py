@@ -2,22 +2,19 @@
 sparse-format smoke variant (task=smoke_sparse, model=tiny_sparse), five seeds each, on a CPU.
 
     python -m recipes cpu_headline --pilot      # GRPO and GDPO, PILOT_SEEDS: writes results/cpu_headline/protocol.json
-    python -m recipes cpu_headline --dry-run    # the 20 runs of the race, one per line
     python -m recipes cpu_headline              # the race (skips finished runs, resumes an interrupted one)
-    python -m results headline outputs/cpu_headline --out results/cpu_headline   # runs.csv, thresholds.csv, plot
+    python -m results headline outputs/cpu_headline --out results/cpu_headline
 
-The pilot fixes the race's settings before any DARA run is seen: `derive_protocol` (the rule, written down in
-PROTOCOL_RULE and in the file) turns the pilot's curves into the threshold; steps, temperature and group size are
-the pilot's own. protocol.json is committed and never derived again (`--pilot` refuses to overwrite it). Every
-race run reads its settings from that file.
+The pilot fixes the threshold (PROTOCOL_RULE) before any DARA run is seen; protocol.json is committed and never
+derived again (docs/headline_cpu.md).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from recipes import race
 from recipes.race import (
     LEVEL_SHARE,
     SMOOTHING_STEPS,
@@ -29,7 +26,7 @@ from recipes.race import (
     settings_overrides,
     threshold_from_levels,
 )
-from recipes.runner import RecipeError, Run
+from recipes.runner import Run
 from results import headline
 
 DESCRIPTION = "Toy headline race on a CPU: GRPO, GDPO, DARA-Sym, DARA-Asym on a sparse format reward, 5 seeds"
@@ -57,12 +54,7 @@ PROTOCOL_RULE = (
 
 
 def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
-    """The committed protocol (results.headline.load_protocol); a missing or broken file is a RecipeError naming
-    it (run --pilot first)."""
-    try:
-        return headline.load_protocol(path)
-    except headline.ProtocolError as error:
-        raise RecipeError(str(error)) from None
+    return race.load_protocol(path)
 
 
 def runs(seeds: Sequence[int] = DEFAULT_SEEDS, protocol: dict | None = None) -> list[Run]:
@@ -96,18 +88,9 @@ def run_locally(race: Sequence[Run], args) -> int:
 
 def pilot(args, protocol_file: Path = PROTOCOL_FILE) -> int:
     """Run the pilot, then write the protocol once."""
-    from results.loaders import load_runs
-
-    if protocol_file.exists():
-        raise RecipeError(f"{protocol_file} exists: the protocol is derived once and committed (delete it to "
-                          "derive it anew, which invalidates a race run with it)")
-    batch = pilot_runs()
-    if run_in_turn(batch, "cpu_headline pilot", args.python_exe):
+    protocol = race.run_pilot(args, protocol_file, pilot_runs(), derive_protocol, "cpu_headline")
+    if protocol is None:
         return 1
-    protocol = derive_protocol(load_runs([str(run.output_dir) for run in batch]))
-    from dara.io import atomic_write_text
-
-    atomic_write_text(protocol_file, json.dumps(protocol, indent=2) + "\n")
     print(f"[cpu_headline pilot] wrote {protocol_file}: {protocol['metric']} >= {protocol['threshold']} "
           f"(levels {protocol['pilot']['levels']}), {protocol['steps']} steps", flush=True)
     return 0

@@ -1,24 +1,8 @@
-"""`python -m recipes gpu_smoke`: the first GPU run of a cluster. It checks every part of the GPU path and
-calibrates the preflight's minutes per step for that GPU type.
-
-On ONE GPU of >= 24 GiB (`cluster=one_gpu`): Qwen2.5-0.5B-Instruct on the real tool-calling data
-(`python -m data_prep toolrl --out data/toolrl`), 16 prompts x 4 responses a step with vLLM rollout:
- 1. install: this node's environment check (torch's CUDA build against the driver, vllm, flash_attn) and the
-    GPU's memory (nvidia-smi); the attention is flash_attention_2 where flash_attn imports, else sdpa, with which
-    the smoke still trains but its attention check FAILS: the paper runs do not fit their clusters under sdpa;
- 2. steps 1-3: `python -m dara.train`; once step 2 is logged a stop request (what a job gets from Slurm's
-    pre-timeout signal) makes the trainer checkpoint step 3 and stop (`train_with_forced_stop`);
- 3. step 4: the same command resumes from that checkpoint; every step must be logged once;
- 4. evaluation through results.evaluation with vLLM: 20 BFCL cases (simple_python) and 20 math questions
-    (data/math_eval/test.parquet from `python -m data_prep math_eval`) on step 4's HF export;
- 5. a checklist (install, attention, rollout, weight sync, checkpoint + resume, evaluation: ok / FAIL each),
-    the GPU memory measured (nvidia-smi, sampled through training; the trainer's own torch peak) next to the
-    preflight's plan for the same config, the rollout / update / log-prob throughput, and a calibration file
-    (`dara.preflight.calibration`): minutes per step of every paper run on each cluster file whose GPU is this
-    one (`--calibrate-for CLUSTER` names it), for `python -m dara.preflight --calibration FILE` and the recipes.
-Everything goes to `<run folder>/gpu_smoke/` (checklist.json, memory.csv, eval/, calibration-<gpu>.json).
-`--dry-run` lists the commands; `--preflight` checks the run on a 24 GiB card; `--launcher slurm` submits
-scripts/slurm/gpu_smoke.sbatch.
+"""`python -m recipes gpu_smoke`: the first GPU run of a cluster (docs/experiments.md, "First GPU run"). On one GPU
+of >= 24 GiB: the environment check; steps 1-3 of Qwen2.5-0.5B on ToolRL with a forced stop after step 2; the
+resume to step 4; BFCL and math evaluation of step 4's export; then a checklist, the GPU memory measured against
+the preflight's plan, the throughput and a calibration file of minutes per step for every paper run on the
+cluster files of this GPU. Everything goes to `<run folder>/gpu_smoke/`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What the CPU races share (recipes/cpu_headline.py, recipes/race_format.py, recipes/race_length.py): the settings
-a protocol fixes, the threshold rule a pilot applies, the abort rule's density crossing, writing the protocol once
-from the pilot, running a batch of runs in turn with progress and a summary, and keeping each finished run's logs
-in the results folder (committed as the race goes, restored in a fresh clone).
-
-A race is run like a study: its rule, endpoints, seeds and abort rule are committed in its recipe module before
-the pilot; the pilot (the baselines only, on seeds apart from the race's) writes protocol.json once; every race
-run reads its settings from that file, so nothing is tuned after a DARA run is seen.
+"""What the CPU races share (recipes/cpu_headline.py, race_format.py, race_length.py): the protocol's settings, the
+pilot's threshold rule and abort-rule crossing, writing the protocol once, running runs in turn, and keeping each
+finished run's logs in the results folder (committed as the race goes, restored in a fresh clone).
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """The format race: GRPO, GDPO, DARA-Sym and DARA-Asym x 12 paired seeds on a format reward that stays the sparser
-channel for many steps (task=smoke_rare, model=tiny_rare), on a CPU through verl + vLLM. The regime, endpoints,
-seed count and abort rule below were committed before the pilot ran (docs/headline_cpu.md, "The format race").
+channel for many steps (task=smoke_rare, model=tiny_rare), on a CPU through verl + vLLM.
 
     python -m recipes race_format --pilot      # GRPO and GDPO on PILOT_SEEDS: checks the regime, writes protocol.json
-    python -m recipes race_format --dry-run    # the 48 runs in their order, with method and seed
-    python -m recipes race_format [--commit]   # the race: skips finished runs, resumes an interrupted one; keeps each
-                                               # finished run's logs in results/race_format/logs (--commit: commits them)
+    python -m recipes race_format [--commit]   # the race, seed by seed; keeps (--commit: commits) each run's logs
     python -m results headline results/race_format/logs --out results/race_format
 
-Pre-registration (the whole of it is REGISTRATION, copied into protocol.json):
-- regime: the sparse-format variant with a rarer format (data card: format rate 0.0195, format density 0.074,
-  correctness density 0.72 over 256 prompts x G = 4), 32 prompts x G = 4 per step, 2 updates per step, lr 2.5e-4,
-  40 steps, T = 1, per-request sampling seeds (conf/task/smoke_rare.yaml);
-- what a seed varies: the data order and every response's sampling seed; every run starts from the same
-  warm-start checkpoint, so a seed does not vary the initial weights;
-- threshold rule (the pilot's, recipes.race): 0.8 x the lower of GRPO's and GDPO's smoothed levels of the
-  seed-median reward/format/mean, rounded down to 0.05, clipped to [0.1, 0.8];
-- primary endpoint: the paired difference in threshold step (first step with reward/format/mean >= threshold; a
-  run that never reaches it counts as steps + 1), DARA-Asym - GDPO, over 12 seeds: mean, sign test (two-sided,
-  exact, ties dropped), 95% percentile bootstrap interval (10,000 resamples, results.paired);
-- secondary endpoint: the paired difference in mean reward/format/mean over steps 1-20, DARA-Asym - GDPO;
-  DARA-Sym - GDPO and GDPO - GRPO are reported on both endpoints;
-- seeds: 0-11 for the race, 100-102 for the pilot (GRPO and GDPO only);
-- abort rule: if the pilot's GDPO seed-median format density reaches its seed-median correctness density before
-  step 8, the regime is changed (the learning rate halved), the change recorded in REGIME_CHANGES, and the pilot
-  rerun, all before any DARA run; the pilot refuses to write protocol.json until the regime passes;
-- order: seed by seed (gdpo, dara_asym, dara_sym, grpo within a seed), so the runs committed so far are paired;
-- the testbed's prediction at the same setting (scripts/testbed_headline.py --race race_format, committed before
-  the pilot): see docs/headline_cpu.md.
+The pre-registration (regime, endpoints, seeds, abort rule) is REGISTRATION below, copied into protocol.json, and
+docs/headline_cpu.md, "The format race: pre-registration".
 """
 
 from __future__ import annotations
@@ -61,7 +40,6 @@ OUTPUT_ROOT = f"outputs/{NAME}"
 RESULTS_DIR = PROJECT_ROOT / "results" / NAME
 PROTOCOL_FILE = RESULTS_DIR / "protocol.json"
 LOGS_DIR = RESULTS_DIR / "logs"       # each finished run's logs, committed as the race goes (resume from a clone)
-LOG_FILES = race.LOG_FILES
 
 SETTINGS = {"metric": "reward/format/mean", "steps": 40, "temperature": 1.0, "group_size": 4,
             "prompts_per_step": 32, "save_freq": 10}
@@ -106,15 +84,10 @@ def pilot_runs(seeds: Sequence[int] = PILOT_SEEDS) -> list[Run]:
 
 
 # ----------------------------------------------------------------------------------- the pilot's rules
-def crossing_step(frame, method: str = "gdpo", sparse: str = "format", dense: str = "correctness") -> int | None:
-    """The first step at which ``method``'s seed-median density of ``sparse`` reaches that of ``dense``."""
-    return race.crossing_step(frame, method, sparse, dense)
-
-
 def derive_protocol(frame) -> dict:
     """The race's protocol from the pilot's per-step frame; a regime that fails the abort rule is a RecipeError
     with the numbers (change the regime, record it in REGIME_CHANGES, rerun the pilot)."""
-    crossing = crossing_step(frame)
+    crossing = race.crossing_step(frame, "gdpo", "format", "correctness")
     if crossing is not None and crossing < CROSSING_STEP_MIN:
         raise RecipeError(f"abort rule: the pilot's GDPO format density reaches its correctness density at step "
                           f"{crossing} (< {CROSSING_STEP_MIN}); halve the learning rate in conf/task/{TASK}.yaml, "
@@ -128,22 +101,6 @@ def derive_protocol(frame) -> dict:
 
 
 # ----------------------------------------------------------------------------------- running
-def keep_logs(run: Run, logs_dir: Path = LOGS_DIR) -> Path:
-    """Copy a finished run's metrics.jsonl and run_info.json into the committed logs folder (atomically)."""
-    return race.keep_logs(run, logs_dir)
-
-
-def restore_logs(batch: Sequence[Run], logs_dir: Path = LOGS_DIR) -> int:
-    """A run whose logs are committed but whose folder is gone (a fresh clone) gets them back, so it counts as
-    finished and is skipped. Returns how many were restored."""
-    return race.restore_logs(batch, logs_dir)
-
-
-def commit_logs(run: Run) -> None:
-    """Keep the run's logs and commit them (a session may end at any time; nothing else is staged)."""
-    race.commit_logs(run, LOGS_DIR, NAME)
-
-
 def run_locally(batch: Sequence[Run], args) -> int:
     return race.run_keeping_logs(batch, args, NAME, LOGS_DIR, PROTOCOL_FILE)
 

@@ -1,46 +1,13 @@
 """The length race: GDPO, DARA-Asym and DARA-Sym x 12 paired seeds on the paper's math regime at toy scale (a dense
 correctness reward beside a length reward active in few groups; task=smoke_length, model=tiny_length), on a CPU
-through verl + vLLM. The regime, endpoints, seed count and abort rule below were committed before the pilot ran
-(docs/headline_cpu.md, "The length race").
+through verl + vLLM; then, while time allows, the extras (GRPO and the authors' fixed weights in both forms).
 
     python -m recipes race_length --pilot      # GDPO on PILOT_SEEDS: checks the regime, writes protocol.json
-    python -m recipes race_length --dry-run    # the runs in their order: the main three x 12 seeds, then the extras
-    python -m recipes race_length [--commit]   # the race: skips finished runs, resumes an interrupted one; keeps each
-                                               # finished run's logs in results/race_length/logs (--commit: commits)
+    python -m recipes race_length [--commit]   # the race, seed by seed; keeps (--commit: commits) each run's logs
     python -m results headline results/race_length/logs --out results/race_length
 
-Pre-registration (the whole of it is REGISTRATION, copied into protocol.json):
-- regime: the length variant (data_prep.smoke_length; its data card over the first 128 train prompts x G = 8 at
-  T = 1: correct rate 0.533, correctness group density 0.898, length violation rate 0.111, length group density
-  0.266, the violations on the quarter of the prompts that ask for a check),
-  16 prompts x G = 8 per step, 2 updates per step, lr 1.25e-4, 40 steps (1 epoch of the 640 train rows), T = 1,
-  per-request sampling seeds, response-level batch normalisation, no dynamic sampling (conf/task/smoke_length.yaml
-  says why), no KL, no entropy term;
-- what a seed varies: the data order and every response's sampling seed; every run starts from the same
-  warm-start checkpoint;
-- threshold rule (the pilot's, GDPO on seeds 100-102): start = the seed-median reward/length/mean at step 1;
-  level = the highest value the trailing WINDOW-step mean of the seed-median curve holds at HOLD_STEPS + 1
-  consecutive steps (the most the sustained rule can confirm on it); threshold = start + GAP_SHARE x (level -
-  start), rounded down to THRESHOLD_GRID, at most THRESHOLD_MAX;
-- primary endpoint: the paired difference in steps to sustained length compliance, DARA-Asym - GDPO, over 12 seeds:
-  per run, the first step whose trailing 2-step mean of reward/length/mean reaches the threshold and stays there at
-  each of the next 4 steps (results.thresholds.first_sustained_step: the authors' math rule, window 10 and hold 20
-  over 200 steps, scaled to 40 steps); a run that never does counts as 41; mean, two-sided exact sign test (ties
-  dropped), 95% percentile bootstrap interval of the mean (10,000 resamples, results.paired);
-- secondary endpoint: the paired difference in mean reward/length/mean over steps 1-20, DARA-Asym - GDPO;
-  DARA-Sym - GDPO is reported on both endpoints (and GDPO - GRPO when the extras ran); per run, the steps before
-  its threshold step at which DARA's length weight was above 1.05, and a collapse flag (a channel's density 0 for
-  5 steps in a row); reported, not tested: reward/correctness/mean per method (runs.csv);
-- seeds: 0-11 for the race, 100-102 for the pilot (GDPO only);
-- abort rule: if the pilot's GDPO seed-median length density reaches its seed-median correctness density before
-  step 8, the learning rate is halved; if its length compliance never rises above its start by the threshold grid
-  (no race to run), the learning rate is doubled; either change is recorded in REGIME_CHANGES and the pilot rerun,
-  all before any DARA run; the pilot refuses to write protocol.json until the regime passes;
-- order: seed by seed (gdpo, dara_asym, dara_sym within a seed), so the runs committed so far are paired; then the
-  optional extras seed by seed (grpo, and the authors' fixed weights correctness 1, length 5 in both forms:
-  static_asym, static_sym), run only while time allows;
-- the testbed's prediction: none; the testbed cannot express this setting (results/race_length/
-  testbed_prediction.md says why).
+The pre-registration (regime, the sustained threshold rule, endpoints, seeds, abort rule) is REGISTRATION below,
+copied into protocol.json, and docs/headline_cpu.md, "The length race: pre-registration".
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The shared runner of the paper recipes: runs as data, dry-run listing, local and Slurm launchers.
 
-A recipe (one module per paper table or figure) returns a list of `Run`s. A `Run` is the Hydra override list
-of one `python -m dara.train` job; its name and folder follow the config's rule (`dara.config.run_name`:
-`<task>-<model>-<method>[-<variant>]-s<seed>`, and `run.output_dir = ${run.output_root}/${run.name}`), so they
-are known without composing the config (composing
-verl's trainer config takes seconds per run); tests/test_recipes.py checks every recipe's names against
-Hydra's composition. A run whose metrics.jsonl already holds its last step is finished and is skipped.
-
-Launchers:
-- local: one run after another in this machine's shell (`python -m dara.train ... run.skip_if_finished=true`).
-- slurm: one `sbatch` job array per group of runs that differ only in the seed (array index = seed), through
-  scripts/slurm/train.sbatch, with --requeue and each run's log in `<run folder>/logs/`. Every job has an
-  explicit `--time` (the launcher's, else the cluster file's `run.hardware.job_time_limit_minutes`) and the
-  pre-timeout signal `--signal=B:USR1@<run.hardware.signal_lead_minutes x 60>`. It first runs `dara.preflight`
-  on every group against that time (allocation, memory, checkpoints, time limit, environment, disk) and
-  submits nothing when one fails. A run whose job (array name, index = seed) is pending or running in `squeue`
-  is skipped, and the dry run says so: launching twice never queues a run twice.
+A `Run` is the Hydra override list of one `python -m dara.train` job; its name and folder follow
+`dara.config.run_name` and are known without composing (tests/test_recipes.py checks them against Hydra). A run
+whose metrics.jsonl holds its last step is finished and skipped. The Slurm launcher submits one job array per seed
+group (index = seed) through scripts/slurm/train.sbatch with --requeue, an explicit --time and the pre-timeout
+signal, after `dara.preflight` passes for every group; runs already pending or running in squeue are skipped.
 """
 
 from __future__ import annotations

@@ -3,17 +3,9 @@
     python -m recipes.slurm job-env [--time-limit T] [--calibration FILE] [--cpus N] [hydra overrides...]
     python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
 
-`job-env` is the job's first step. It composes the run's config exactly as `python -m dara.train` will (same
-conf/, same overrides), fails in one line when another job holds the run folder (so a duplicate job exits
-before it starts Ray; dara.train takes the lock itself and checks the folder's configuration), checks this node
-(`dara.preflight.node_checks`: torch's build against the driver, vllm and flash_attn for the chosen attention,
-free disk at the checkpoint folder, progress within the job's actual time limit `--time-limit`, the Ray port
-plan for the node's CPUs `--cpus`) and exits 3 naming each problem (the job then fails in seconds and is not
-requeued), else prints what the batch script needs: the run folder, its checkpoint folder and save frequency,
-the Ray resources per node that the config asks for (`ray_kwargs.ray_init.num_cpus / num_gpus /
-object_store_memory`: a CPU run asks for logical CPUs and one logical GPU; a GPU cluster leaves them null and
-the allocation decides), Ray's CPUs and the size of the job's Ray port range for them (`dara.preflight.ray_ports`).
-The batch script starts Ray with them and hands the trainer the cluster's address.
+`job-env` composes the run's config as `python -m dara.train` will, fails in one line when another job holds the
+run folder, runs `dara.preflight.node_checks` (exit 3 naming each problem: the job is not requeued), else prints
+the shell variables the batch script needs (run folder, checkpoints, Ray resources and port range).
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""BFCL v4 aggregation of per-category scores into the paper's groups (EXPERIMENTS.md, "BFCL v4 aggregation").
-
-- Non-Live AST = mean(Simple, Multiple, Parallel, Parallel Multiple), with
-  Simple = mean(simple_python, simple_java, simple_javascript) (unweighted).
-- Live AST = micro mean over live_simple, live_multiple, live_parallel,
-  live_parallel_multiple (case-count weighted: 258 + 1,053 + 16 + 24 = 1,351).
-- Multi-Turn = mean(base, miss_func, miss_param, long_context).
-- Average = mean of the three groups.
-
-The same weights apply to accuracies (from BFCL's checker) and to format scores
-(per-case means of the per-emission format score). Scores pass through in the
-scale they come in (fractions or percents).
+"""BFCL v4 groups from per-category scores (docs/results.md, "BFCL groups"): Live = case-weighted micro mean of
+the four live categories; Non-Live = mean(Simple, Multiple, Parallel, Parallel Multiple), Simple the mean of the
+three languages; Multi-Turn = mean of its four categories; Average = mean of the three.
 """
 
 from __future__ import annotations

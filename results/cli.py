@@ -1,4 +1,4 @@
-"""``python -m results <command>``: thresholds, table, plot, compare, collect, report, headline
+"""``python -m results <command>``: thresholds, table, plot, collect, report, headline
 (see docs/results.md)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pandas as pd
 
 import dara
 from dara.io import atomic_write_text
-from results import compare as compare_mod
 from results import plots, tables, thresholds
 from results.loaders import RunLogError, load_runs
 
@@ -33,13 +32,7 @@ def write_text(text: str, out: str | None) -> None:
 
 def render_plain(frame: pd.DataFrame, fmt: str) -> str:
     """A plain table as CSV or markdown (empty cells for missing values)."""
-    if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
-    cells = frame.astype(object).where(frame.notna(), "")
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
-    for _, row in cells.iterrows():
-        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines) + "\n"
+    return frame.to_csv(index=False, lineterminator="\n") if fmt == "csv" else tables.markdown_table(frame)
 
 
 # What `thresholds` and `table` read when given no runs: the authors' published files in the repository.
@@ -116,13 +109,6 @@ def cmd_plot(args) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
-def cmd_compare(args) -> None:
-    ours, paper = pd.read_csv(args.ours), pd.read_csv(args.paper)
-    rename = dict(pair.split("=", 1) for pair in (args.rename or []))
-    out = compare_mod.compare_tables(ours, paper, args.on, args.metrics, rename)
-    write_text(render_plain(out, args.format), args.out)
-
-
 def cmd_collect(args) -> None:
     from results.collect import collect
 
@@ -192,15 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "(dynamics: also PREFIX.csv, our checkpoint table)")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("compare", help="our table against the paper's, with differences")
-    p.add_argument("ours")
-    p.add_argument("paper")
-    p.add_argument("--on", type=_csv_list, default=["method"], help="key columns")
-    p.add_argument("--metrics", type=_csv_list, default=None)
-    p.add_argument("--rename", action="append", metavar="PAPER=OURS", help="map a paper metric name to ours")
-    p.add_argument("--format", choices=("csv", "md"), default="md")
-    p.add_argument("--out")
-    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("collect", help="evaluation summaries (summary.json) -> one per-run CSV for 'table'")
     p.add_argument("folders", nargs="+", help="evaluation folders (searched for summary.json)")
     p.add_argument("--out", help="CSV path (default: stdout)")

@@ -1,12 +1,5 @@
-"""Collect evaluation summaries (``summary.json`` of ``python -m results.evaluation``) into a per-run table.
-
-One row per evaluation folder: the run's identity (run_name, method, seed, task, model, step) and its
-scores, named like the authors' per-run file so that ``python -m results table ... --paper`` lines up:
-- BFCL: ``live_accuracy``, ``non_live_accuracy``, ``multi_turn_accuracy``, ``average_accuracy`` and the
-  same with ``_format`` (percent), the length diagnostics likewise (``average_length``,
-  ``average_length_le_16``, percent; ``average_think_words``, words) and ``over_window_cases``;
-- math: ``<benchmark>_acc``, ``_exceed``, ``_joint`` per benchmark and ``macro_*`` (percent);
-- ToolRL held-out: ``format``, ``correctness``, ``exact``.
+"""Evaluation summaries (``summary.json`` of ``python -m results.evaluation``) as one row per evaluation: the run's
+identity and its scores under the authors' per-run column names (docs/results.md, "Collect").
 """
 
 from __future__ import annotations
@@ -32,20 +25,22 @@ def flatten_summary(summary: dict) -> dict:
     return bench.flatten(summary)
 
 
+def summary_row(path: str | Path) -> tuple[dict, dict | None]:
+    """One summary.json as a row (its folder, bench, the run's identity, missing cases, scores) and the
+    configuration its run recorded."""
+    summary = json.loads(Path(path).read_text())
+    run = summary.get("run") or {}
+    if "method" not in run:
+        raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
+    identity = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
+    row = {"evaluation": str(Path(path).parent), "bench": summary.get("bench"), **identity,
+           "missing_cases": summary.get("missing_cases", 0), **flatten_summary(summary)}
+    return row, run.get("config")
+
+
 def collect(folders: Sequence[str | Path]) -> pd.DataFrame:
     """Every summary.json at or below the folders -> one row each, identity columns first."""
     paths = sorted({p for f in folders for p in ([Path(f)] if Path(f).is_file() else Path(f).rglob(SUMMARY_FILE))})
     if not paths:
         raise RunLogError(f"no {SUMMARY_FILE} under {list(map(str, folders))}")
-    rows = []
-    for path in paths:
-        summary = json.loads(path.read_text())
-        run = summary.get("run") or {}
-        if "method" not in run:
-            raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
-        identity = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
-        row = {"evaluation": str(path.parent), "bench": summary.get("bench"), **identity,
-               "missing_cases": summary.get("missing_cases", 0)}
-        row.update(flatten_summary(summary))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([summary_row(path)[0] for path in paths])

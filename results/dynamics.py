@@ -1,20 +1,11 @@
-"""BFCL checkpoint dynamics: our checkpoints' BFCL scores step by step, the authors' curve beside (their
-``paper_bfcl_v4_20260920/dynamics_export/plot_data.csv``: 1.5B, steps 0-100 every 10, mean and sd over seeds).
-
-Where a sweep's checkpoint evaluations are (written by ``scripts/eval/eval_bfcl_checkpoints.py``):
-
-    EVAL_ROOT/<run_name>/step_<N>/summary.json   BFCL of <run folder>/hf_checkpoints/global_step_<N>
-                                                (python -m results.evaluation bfcl all --run-dir RUN --run-step N)
-    EVAL_ROOT/base/step_0/summary.json          the base model (--run-method base --run-model M --run-step 0):
-                                                step 0 of every curve of that model, as in the authors' file
-
-Per model size, method (variants apart, results.variants) and step: mean and sample sd over the seeds' scores,
-in the authors' columns (``model_size, method, step, n, seeds, <metric>_mean, <metric>_sd``).
+"""BFCL checkpoint dynamics (docs/results.md, "BFCL checkpoint dynamics from our checkpoints"): the evaluations
+``EVAL_ROOT/<run_name>/step_<N>/summary.json`` (the base model as ``EVAL_ROOT/base/step_0``, step 0 of every curve
+of its model) as a table per model size, method and step in the authors' columns, and the figure with the
+authors' ``dynamics_export/plot_data.csv`` beside.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,9 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from dara.io import atomic_write_text
-from results.collect import flatten_summary
+from results import plots
+from results.collect import summary_row
 from results.loaders import RunLogError, require_columns
-from results.tables import AUTHORS_MODEL_SIZES, AUTHORS_TO_OURS, method_label, read_paper_table, summarise
+from results.tables import AUTHORS_MODEL_SIZES, read_paper_table, summarise
 from results.variants import BASE_METHOD, name_variants
 
 STEP_FOLDER = re.compile(r"step_(?P<step>\d+)")
@@ -42,22 +34,16 @@ def evaluation_folders(root: str | Path) -> list[Path]:
 
 
 def _evaluation_row(folder: Path) -> tuple[pd.DataFrame, dict | None]:
-    summary = json.loads((folder / "summary.json").read_text())
-    if summary.get("bench") != "bfcl":
-        raise RunLogError(f"{folder}: not a BFCL evaluation (bench={summary.get('bench')!r})")
-    run = dict(summary.get("run") or {})
-    config = run.pop("config", None)
+    row, config = summary_row(folder / "summary.json")
+    if row["bench"] != "bfcl":
+        raise RunLogError(f"{folder}: not a BFCL evaluation (bench={row['bench']!r})")
     step = int(STEP_FOLDER.fullmatch(folder.name)["step"])
-    if run.get("step") is not None and int(run["step"]) != step:
-        raise RunLogError(f"{folder}: its summary scores step {run['step']}, its folder names step {step}")
-    if "method" not in run:
-        raise RunLogError(f"{folder}: the evaluation names no run; evaluate with --run-dir or --run-method")
-    if summary.get("missing_cases"):
-        raise RunLogError(f"{folder}: {summary['missing_cases']} BFCL cases unscored; finish the evaluation first")
-    scalars = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
-    row = {**scalars, "step": step, "evaluation": str(folder), **flatten_summary(summary)}
-    if "model_size" not in row:
-        row["model_size"] = AUTHORS_MODEL_SIZES.get(str(row.get("model")), row.get("model"))
+    if row.get("step") is not None and int(row["step"]) != step:
+        raise RunLogError(f"{folder}: its summary scores step {row['step']}, its folder names step {step}")
+    if row["missing_cases"]:
+        raise RunLogError(f"{folder}: {row['missing_cases']} BFCL cases unscored; finish the evaluation first")
+    row["step"] = step
+    row.setdefault("model_size", AUTHORS_MODEL_SIZES.get(str(row.get("model")), row.get("model")))
     return pd.DataFrame([row]), config
 
 
@@ -93,55 +79,6 @@ def checkpoint_table(scores: pd.DataFrame, metrics: Sequence[str], group_by: Seq
     return table.sort_values([*group_by, "method", "step"], kind="stable").reset_index(drop=True)
 
 
-def authors_rows(paper: pd.DataFrame, group: dict, method: str) -> pd.DataFrame:
-    """The authors' rows of one group (e.g. model_size 1.5B) for our method's name (their dara for dara_sym)."""
-    ours_to_theirs = {ours: theirs for theirs, ours in AUTHORS_TO_OURS.items()}
-    rows = paper[paper["method"] == ours_to_theirs.get(method, method)]
-    for column, value in group.items():
-        if column not in rows.columns:
-            return rows.iloc[0:0]
-        rows = rows[rows[column].astype(str) == str(value)]
-    return rows
-
-
-def plot_dynamics(ours: pd.DataFrame, paper: pd.DataFrame | None, metrics: Sequence[str], out_prefix: str | Path,
-                  *, group_by: Sequence[str] = ("model_size",)) -> list[Path]:
-    """Rows = groups, columns = metrics; per method our mean over seeds (solid, +-sd band) and, where the
-    authors published the same model and method, their curve (dashed, the same colour)."""
-    from results import plots
-
-    items = plots._group_items(ours, list(group_by))
-    fig, axes = plots._panels(items, len(metrics))
-    for row, (label, part) in enumerate(items):
-        group = {c: part[c].iloc[0] for c in group_by}
-        for col, metric in enumerate(metrics):
-            ax = axes[row][col]
-            colours = {}
-            for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
-                colours.setdefault(rows[BASE_METHOD].iloc[0], plots._colour(method, i))
-                _line(ax, rows, metric, plots._colour(method, i), "-",
-                      f"{method_label(method)} (ours, n={int(rows['n'].max())})")
-            for method, colour in colours.items() if paper is not None else ():
-                theirs = authors_rows(paper, group, method)
-                if len(theirs) and f"{metric}_mean" in theirs.columns:
-                    name = theirs["method"].iloc[0]
-                    _line(ax, theirs, metric, colour, "--", f"{method_label(name)} (authors, n={int(theirs['n'].max())})")
-            plots.label_panel(ax, label, metric, xlabel="checkpoint step")
-        axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.suptitle("BFCL v4 at each checkpoint: ours (solid, mean +- sd over seeds), the authors' (dashed)", fontsize=10)
-    fig.tight_layout()
-    return plots.save_figure(fig, out_prefix)
-
-
-def _line(ax, rows: pd.DataFrame, metric: str, colour: str, style: str, label: str) -> None:
-    rows = rows.sort_values("step")
-    mean = rows[f"{metric}_mean"].astype(float)
-    sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
-    ax.plot(rows["step"], mean, ls=style, marker="o", ms=3, color=colour, lw=1.5, label=label)
-    if style == "-":
-        ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
-
-
 def build_dynamics(root: str | Path, metrics: Sequence[str], out_prefix: str | Path, *,
                    paper: str | Path | None, group_by: Sequence[str] = ("model_size",)) -> list[Path]:
     """Our checkpoint table (``<prefix>.csv``, the authors' columns) and the figure (``<prefix>.png``/``.pdf``)."""
@@ -151,7 +88,7 @@ def build_dynamics(root: str | Path, metrics: Sequence[str], out_prefix: str | P
         if not Path(paper).is_file():
             raise RunLogError(f"--paper {paper}: no such file (the authors' {PAPER_FILE})")
         theirs = read_paper_table(paper)
-    written = plot_dynamics(table, theirs, metrics, out_prefix, group_by=group_by)
+    written = plots.plot_checkpoints(table, metrics, out_prefix, group_by=group_by, paper=theirs)
     csv = Path(f"{out_prefix}.csv")
     atomic_write_text(csv, table.to_csv(index=False, lineterminator="\n"))
     return [csv, *written]

@@ -1,26 +1,8 @@
-"""The committed results of a CPU race (recipes/cpu_headline.py, recipes/race_format.py, recipes/race_length.py):
-``python -m results headline RUNS --out results/<race> [--protocol FILE]`` (RUNS: the race's output root, or a
-committed ``runs.csv``, which rebuilds every other file without the run folders).
-
-The race's run folders (GRPO, GDPO, DARA-Sym, DARA-Asym x seeds below one output root; the pilot's runs,
-variant ``pilot``, left out) become:
-- ``runs.csv``: one row per run and step, the reward means and the DARA density and weight per channel
-  (an empty cell where a method logs no weight);
-- ``thresholds.csv``: per run, its threshold step (empty: never): the first step whose metric reaches the
-  protocol's threshold, or under a protocol's ``"threshold_rule": "sustained"`` (with its ``window`` and
-  ``hold``) the first step whose trailing window-step mean reaches it and stays there for hold more steps;
-  then the steps before it at which DARA's weight on the sparse channel was above 1.05, and the channels that
-  collapsed (density 0 for 5 steps in a row; results.race_stats);
-- ``statistics.csv``: the paired comparisons (results.race_stats.COMPARISONS) on the primary endpoint
-  (threshold step, never = steps + 1) and the secondary one (the metric's mean over the protocol's
-  secondary steps, default 1-20);
-- ``summary.md``: per method, the median-curve step (the same rule on the median over seeds: results.thresholds'
-  ``median`` or ``sustained`` rule), the per-seed steps and how many seeds reached it; the statistics as a
-  table;
-- ``headline.png`` / ``.pdf``: the metric, the sparse channel's density and its weight over steps (median
-  over seeds, min-max band).
-The metric, threshold, its rule, steps, channels and endpoints are the committed protocol's (``protocol.json``
-beside the outputs). Every file is written atomically (dara.io).
+"""The committed results of a CPU race (recipes/cpu_headline.py, race_format.py, race_length.py):
+``python -m results headline RUNS --out results/<race> [--protocol FILE]``, RUNS the race's output root (pilot runs
+left out) or its committed ``runs.csv``. Writes runs.csv, thresholds.csv, statistics.csv, summary.md and
+headline.png/.pdf (each atomically; what each holds: results/cpu_headline/README.md), with the metric, threshold,
+rule, steps, channels and endpoints of the committed ``protocol.json``.
 """
 
 from __future__ import annotations
@@ -30,13 +12,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import dara
 from dara.io import atomic_write_text
 from dara.run_folder import RUN_INFO
-from results import plots, race_stats
+from results import plots, race_stats, tables
 from results.loaders import RunLogError, find_run_folders, load_runs, require_columns
 from results.tables import method_label
 from results.thresholds import seed_summary, threshold_steps
@@ -131,46 +112,40 @@ def race_frame(run_root: str | Path, methods: Sequence[str], steps: int) -> pd.D
     others = sorted(set(frame["method"]) - set(methods))
     if others:
         log.info("headline: leaving out runs of methods %s (not among %s)", others, methods)
-    frame = frame[frame["method"].isin(methods)].copy()
-    missing = [method for method in methods if method not in set(frame["method"])]
-    if missing:
-        raise RunLogError(f"{root}: no run of method(s) {', '.join(missing)}")
-    frame["seed"] = frame["seed"].astype(int)
-    frame["step"] = frame["step"].astype(int)
+    frame = frame[frame["method"].isin(methods)].astype({"seed": int, "step": int})
     duplicated = frame[frame.duplicated(["method", "seed", "step"], keep=False)]
     if not duplicated.empty:
         pairs = "; ".join(f"{method} seed {seed}: {_runs_of(part)}"
                           for (method, seed), part in duplicated.groupby(["method", "seed"]))
         raise RunLogError(f"{root}: several runs of one method and seed ({pairs})")
-    in_race = frame[frame["step"].between(1, steps)]
-    logged = in_race.groupby("run")["step"].nunique().reindex(sorted(set(frame["run"])), fill_value=0)
-    short = [f"{run} ({count} of steps 1-{steps} logged)" for run, count in logged.items() if count < steps]
-    if short:
-        raise RunLogError(f"{root}: run(s) with fewer than the protocol's {steps} steps: {', '.join(short)}")
-    frame = in_race
-    order = {method: index for index, method in enumerate(methods)}
-    frame = frame.assign(_order=frame["method"].map(order))
-    frame = frame.sort_values(["_order", "seed", "step"], kind="stable").drop(columns="_order")
-    return frame.reset_index(drop=True)
+    return _in_race(frame, methods, steps, root)
 
 
 def frame_from_runs_csv(path: str | Path, methods: Sequence[str], steps: int) -> pd.DataFrame:
-    """A race's committed runs.csv as the frame ``race_frame`` gives (its methods in order, steps 1..steps), so
-    the tables and statistics can be rebuilt without the run folders; a method or step missing is an error."""
+    """A race's committed runs.csv as the frame ``race_frame`` gives, so the tables and statistics can be rebuilt
+    without the run folders."""
     frame = pd.read_csv(path)
     require_columns(frame, ["method", "seed", "step"], f"headline {path}")
-    frame = frame[frame["method"].isin(methods) & frame["step"].between(1, steps)].copy()
+    frame = frame[frame["method"].isin(methods)].astype({"seed": int, "step": int})
+    return _in_race(frame.assign(run=frame["method"] + "-s" + frame["seed"].astype(str)), methods, steps, path)
+
+
+def _in_race(frame: pd.DataFrame, methods: Sequence[str], steps: int, where) -> pd.DataFrame:
+    """The rows at steps 1..steps in method order, then seed and step; a method without a run or a run with fewer
+    than ``steps`` logged steps is an error naming ``where`` and the runs."""
     missing = [method for method in methods if method not in set(frame["method"])]
     if missing:
-        raise RunLogError(f"{path}: no rows of method(s) {', '.join(missing)}")
-    logged = frame.groupby(["method", "seed"])["step"].nunique()
-    short = [f"{method} seed {seed}" for (method, seed), count in logged.items() if count < steps]
+        raise RunLogError(f"{where}: no run of method(s) {', '.join(missing)}")
+    in_race = frame[frame["step"].between(1, int(steps))]
+    runs = frame[["run", "method", "seed"]].drop_duplicates().set_index("run")
+    logged = in_race.groupby("run")["step"].nunique().reindex(sorted(runs.index), fill_value=0)
+    short = [f"{run} ({runs.at[run, 'method']} seed {runs.at[run, 'seed']}, {count} of steps 1-{steps} logged)"
+             for run, count in logged.items() if count < steps]
     if short:
-        raise RunLogError(f"{path}: run(s) with fewer than the protocol's {steps} steps: {', '.join(short)}")
-    frame["run"] = frame["method"] + "-s" + frame["seed"].astype(str)
-    order = {method: index for index, method in enumerate(methods)}
-    frame = frame.assign(_order=frame["method"].map(order)).sort_values(["_order", "seed", "step"], kind="stable")
-    return frame.drop(columns="_order").reset_index(drop=True)
+        raise RunLogError(f"{where}: run(s) with fewer than the protocol's {steps} steps: {', '.join(short)}")
+    order = in_race["method"].map({method: index for index, method in enumerate(methods)})
+    return in_race.assign(_order=order).sort_values(["_order", "seed", "step"], kind="stable").drop(
+        columns="_order").reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------------- the tables
@@ -245,20 +220,9 @@ def summary_table(frame: pd.DataFrame, metric: str, threshold: float, rule: dict
     return table
 
 
-def _cell(value) -> str:
-    if pd.isna(value):
-        return NEVER
-    if isinstance(value, float | np.floating):
-        return f"{value:g}"
-    return str(value)
-
-
 def markdown_table(table: pd.DataFrame) -> str:
     """A frame as a markdown table ("-" for an empty cell, floats without trailing zeros)."""
-    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
-    for row in table.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(value) for value in row) + " |")
-    return "\n".join(lines) + "\n"
+    return tables.markdown_table(table, empty=NEVER, float_format="{:g}")
 
 
 # ----------------------------------------------------------------------------------- the figure

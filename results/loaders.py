@@ -1,23 +1,9 @@
-"""Loaders for run logs and for the authors' reference CSVs.
+"""Run logs and the authors' CSVs as one long DataFrame: one row per (run, step), one column per metric, plus the
+run's identity (``run``, ``method``, ``seed`` and every scalar field of ``run_info.json``).
 
-Everything is turned into one *long* pandas DataFrame: one row per (run, step),
-one column per metric, plus the run's identifying columns (``run``, ``method``,
-``seed`` and every scalar field of ``run_info.json`` such as ``task``/``model``).
-
-Accepted inputs (see docs/results.md):
-- a run folder holding ``metrics.jsonl`` (+ ``run_info.json``), as written by
-  ``python -m dara.train`` (conventions: one JSON object per step with "step"), or only its wandb files
-  (``wandb/offline-run-*/run-*.wandb``, read with wandb's own reader; a resumed run's several files are
-  merged by step). ``source="wandb"`` reads the wandb files even where metrics.jsonl exists;
-- a folder of run folders (every run folder below it is one run);
-- a ``.wandb`` file;
-- a single ``.jsonl`` file (its ``run_info.json`` is read from the same folder
-  when present, otherwise ``method``/``seed`` must be fields of the rows);
-- a CSV: long-format curves (``method``, ``seed``, ``step`` columns, e.g. the
-  authors' training_dynamics.csv) or a per-run / per-method table.
-
-Runs whose run_info.json records a configuration are keyed by it (results.variants): a variant of a method
-gets its own ``method`` label (``dara_asym w_max=2``) and ``config_id``.
+Inputs (docs/results.md, "Inputs RUNS accepts"): run folders (their metrics.jsonl, or their wandb offline files
+when there is none or ``source="wandb"``), folders of run folders, ``.jsonl`` and ``.wandb`` files, and CSVs. Runs
+of one method that differ in more than the seed are told apart (results.variants).
 """
 
 from __future__ import annotations
@@ -37,13 +23,6 @@ from dara.tracking import read_offline_history, wandb_run_files
 
 log = logging.getLogger(__name__)
 
-# Columns that identify a run rather than measure it.
-ID_COLUMNS = ("run", "method", "seed")
-
-
-# One reader for every JSONL run log (tolerates only a truncated last line): the training side's.
-read_jsonl = read_metrics
-
 
 def _scalar_fields(info: dict) -> dict:
     return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
@@ -55,7 +34,7 @@ def load_jsonl_run(path: Path) -> pd.DataFrame:
     Duplicate steps (a resumed run re-logging a step) keep the last record; the
     number dropped is logged, never silently merged."""
     path = Path(path)
-    rows = read_jsonl(path)
+    rows = read_metrics(path)  # the training side's reader: only a truncated last line is tolerated
     if not rows:
         raise RunLogError(f"{path}: no metric records")
     info_path = path.parent / RUN_INFO_FILE
@@ -63,24 +42,12 @@ def load_jsonl_run(path: Path) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if "step" not in frame.columns:
         raise RunLogError(f"{path}: records lack the 'step' field")
-    for key, value in info.items():
-        if key not in frame.columns:
-            frame[key] = value
-    if "run" not in frame.columns:
-        frame["run"] = info.get("run_name") or path.parent.name
-    missing = [c for c in ("method", "seed") if c not in frame.columns]
-    if missing:
-        raise RunLogError(f"{path}: no {missing} (neither in {RUN_INFO_FILE} nor in the records)")
+    frame = _with_identity(frame, info, path.parent.name, f"{path}: no {{}} (neither in {RUN_INFO_FILE} nor in the records)")
     before = len(frame)
     frame = frame.drop_duplicates(subset=["step"], keep="last")
     if len(frame) < before:
         log.warning("%s: %d duplicated step records dropped (kept the last of each)", path, before - len(frame))
     return frame.sort_values("step").reset_index(drop=True)
-
-
-def find_run_logs(folder: Path) -> list[Path]:
-    """Every metrics.jsonl at or below ``folder``, sorted for a stable order."""
-    return sorted(Path(folder).rglob(METRICS_FILE))
 
 
 SOURCES = ("auto", "jsonl", "wandb")
@@ -116,14 +83,19 @@ def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.Dat
     info_path = run_dir / RUN_INFO_FILE
     if info_path.exists():
         info.update(_scalar_fields(json.loads(info_path.read_text())))
-    frame = pd.DataFrame([rows[step] for step in sorted(rows)])
-    for key, value in info.items():
-        if key not in frame.columns:
-            frame[key] = value
-    frame["run"] = info.get("run_name") or run_dir.name
+    frame = pd.DataFrame([rows[step] for step in sorted(rows)]).drop(columns="run", errors="ignore")
+    return _with_identity(frame, info, run_dir.name, f"{run_dir}: no {{}} (neither in {RUN_INFO_FILE} nor in the wandb tags)")
+
+
+def _with_identity(frame: pd.DataFrame, info: dict, folder: str, missing_text: str) -> pd.DataFrame:
+    """The run_info fields the records lack as columns, ``run`` (its name, else the folder's); method and seed
+    are needed."""
+    frame = frame.assign(**{key: value for key, value in info.items() if key not in frame.columns})
+    if "run" not in frame.columns:
+        frame["run"] = info.get("run_name") or folder
     missing = [c for c in ("method", "seed") if c not in frame.columns]
     if missing:
-        raise RunLogError(f"{run_dir}: no {missing} (neither in {RUN_INFO_FILE} nor in the wandb tags)")
+        raise RunLogError(missing_text.format(missing))
     return frame
 
 

@@ -1,10 +1,5 @@
-"""Paired statistics over seeds: method A against method B, run for run with the same seed.
-
-A race gives every method the same seeds; a seed fixes the data order and the rollouts' sampling seeds, so
-runs of one seed are paired and the comparison is the per-seed difference A - B:
-- ``sign_test``: the exact two-sided binomial test of "A is as often faster as slower" (ties dropped);
-- ``bootstrap_interval``: the percentile interval of the mean difference over resampled seeds;
-- ``paired_summary``: both, with the mean and the faster / slower / tied counts, for one endpoint.
+"""Paired statistics over seeds (A - B, run for run with the same seed): exact two-sided sign test and percentile
+bootstrap interval of the mean difference.
 """
 
 from __future__ import annotations

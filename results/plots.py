@@ -1,11 +1,5 @@
-"""Figures: training curves with seed bands, DARA density/weight per channel, checkpoint curves.
-
-Every figure is written as PNG and PDF (matplotlib, Agg backend: no display needed). Methods are named as
-in `results table` (the authors' ``dara`` as ``dara (DARA-Sym)``).
-- ``curves``: per method, the median over seeds (line) and the min-max range (band) of each metric.
-- ``channels``: per reward channel, the active-group density pi_k and the weight w_k over steps
-  (our keys ``dara/density/<c>``, ``dara/weight/<c>``; the authors' ``dara/pi_<c>``, ``dara/w_<c>``).
-- ``checkpoints``: per method, a checkpoint metric's mean with a +-sd band (e.g. BFCL v4 every 10 steps).
+"""Figures as PNG and PDF (matplotlib Agg): training curves with seed bands, DARA density and weight per channel
+(ours ``dara/density/<c>``, ``dara/weight/<c>``; the authors' ``dara/pi_<c>``, ``dara/w_<c>``), checkpoint curves.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ import pandas as pd  # noqa: E402
 
 from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
-from results.tables import method_label  # noqa: E402
+from results.tables import authors_rows, method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
@@ -107,10 +101,13 @@ def plot_curves(
     group_by: Sequence[str] = (),
     thresholds: Sequence[str | float] = (),
     title: str | None = None,
+    crossings: tuple[str, float, pd.DataFrame] | None = None,
 ) -> list[Path]:
     """Rows = groups, columns = metrics; per method the median over seeds and a min-max seed band.
 
-    ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only)."""
+    ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only).
+    ``crossings``: (metric, threshold, its threshold_steps table): on that metric's panels the threshold and each
+    method's crossing step (dashed, with a marker), listed in a box."""
     lines = parse_threshold_lines(thresholds, metrics)
     require_columns(frame, ["method", "step", *metrics, *group_by], "plot curves")
     check_one_configuration(frame, [*group_by, "method"], "plot curves")
@@ -119,15 +116,35 @@ def plot_curves(
     for row, (label, part) in enumerate(items):
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
+            marked = crossings is not None and metric == crossings[0]
+            reached = []
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
                 draw_seed_band(ax, runs, metric, _colour(method, i), method_label(method))
-            for level in lines.get(metric, []):
+                step = _crossing_step(crossings[2], part, group_by, method) if marked else None
+                if step is not None:
+                    ax.axvline(step, color=_colour(method, i), ls="--", lw=0.8)
+                    ax.plot([step], [crossings[1]], marker="o", color=_colour(method, i), ms=5)
+                    reached.append(f"{method} {step}")
+            for level in lines.get(metric, []) + ([crossings[1]] if marked else []):
                 ax.axhline(level, color="black", ls=":", lw=0.8)
+            if marked:
+                ax.text(0.98, 0.03, f"reaches {crossings[1]:g} at step:\n" + ("\n".join(reached) or "never"),
+                        transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
             label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(title or "median over seeds, band = min-max", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
+
+
+def _crossing_step(steps: pd.DataFrame, part: pd.DataFrame, group_by: Sequence[str], method) -> int | None:
+    """``method``'s step in a threshold_steps table, in the group of ``part`` (None when never reached)."""
+    mask = steps["method"] == method
+    for column in group_by:
+        mask &= steps[column].astype(str) == str(part[column].iloc[0])
+    found = pd.to_numeric(steps.loc[mask, "step"], errors="coerce").dropna()
+    return int(found.iloc[0]) if len(found) else None
 
 
 def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) -> dict[str, list[float]]:
@@ -188,26 +205,43 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
     return save_figure(fig, out_prefix)
 
 
-def plot_checkpoints(
-    table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = ()
-) -> list[Path]:
+def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *,
+                     group_by: Sequence[str] = (), paper: pd.DataFrame | None = None) -> list[Path]:
     """Checkpoint curves from a per-(method, step) summary table with ``<metric>_mean``/``_sd`` columns:
-    line = mean over seeds, band = +-1 sd (no band where sd is empty, i.e. one run)."""
-    needed = ["method", "step", *group_by] + [f"{m}_mean" for m in metrics]
-    require_columns(table, needed, "plot checkpoints")
+    line = mean over seeds, band = +-1 sd (none where sd is empty, i.e. one run). ``paper``: the authors' table
+    of the same columns, their curve of each group and method dashed in our method's colour."""
+    require_columns(table, ["method", "step", *group_by] + [f"{m}_mean" for m in metrics], "plot checkpoints")
     items = _group_items(table, group_by)
     fig, axes = _panels(items, len(metrics))
     for row, (label, part) in enumerate(items):
+        group = {c: part[c].iloc[0] for c in group_by}
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
+            colours = {}
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
-                rows = rows.sort_values("step")
-                mean = rows[f"{metric}_mean"].astype(float)
-                sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
                 colour = _colour(method, i)
-                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5, label=method_label(method))
-                ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
+                trained_as = rows["base_method"].iloc[0] if "base_method" in rows else method
+                colours.setdefault(trained_as, colour)
+                ours = "" if paper is None else f" (ours, n={int(rows['n'].max())})"
+                _checkpoint_line(ax, rows, metric, colour, "-", method_label(method) + ours)
+            for method, colour in colours.items() if paper is not None else ():
+                theirs = authors_rows(paper, group, method)
+                if len(theirs) and f"{metric}_mean" in theirs.columns:
+                    name = method_label(theirs["method"].iloc[0])
+                    _checkpoint_line(ax, theirs, metric, colour, "--", f"{name} (authors, n={int(theirs['n'].max())})")
             label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    if paper is not None:
+        fig.suptitle("ours (solid, mean +- sd over seeds), the authors' (dashed)", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
+
+
+def _checkpoint_line(ax, rows: pd.DataFrame, metric: str, colour: str, style: str, label: str) -> None:
+    """Mean per step (markers), with a +-sd band on our (solid) curves."""
+    rows = rows.sort_values("step")
+    mean = rows[f"{metric}_mean"].astype(float)
+    sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
+    ax.plot(rows["step"], mean, ls=style, marker="o", ms=3, color=colour, lw=1.5, label=label)
+    if style == "-":
+        ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)

@@ -1,15 +1,6 @@
-"""A race's endpoints and paired comparisons, and the per-run facts that say whether DARA could act.
-
-- ``threshold_endpoint``: per method and seed, the first step the metric reaches the threshold (or, under the
-  ``sustained`` rule, the first step whose trailing ``window``-step mean reaches it and stays there for ``hold``
-  more steps: results.thresholds); a run that never does is censored at steps + 1 (the pre-registered rule: it
-  counts as slower than any run that did).
-- ``mean_endpoint``: per method and seed, the metric's mean over a step range (the secondary endpoint).
-- ``comparisons_table``: for each endpoint and each comparison (A - B, paired by seed), results.paired's
-  mean, lower / higher / tied counts, sign-test p and bootstrap interval.
-- ``dara_active_steps``: per run, the steps before its threshold step at which DARA up-weighted the sparse
-  channel (its weight above ``ACTIVE_WEIGHT``); ``collapsed_channels``: the channels whose density stayed 0
-  for ``COLLAPSE_STEPS`` steps in a row (the run stopped telling responses apart on that channel).
+"""A race's endpoints (threshold step, censored at steps + 1 when never reached; the metric's mean over a step
+range), their paired comparisons (results.paired), and per run whether DARA up-weighted the sparse channel and
+which channels collapsed.
 """
 
 from __future__ import annotations
@@ -20,7 +11,7 @@ import pandas as pd
 
 from results.loaders import require_columns
 from results.paired import paired_summary
-from results.thresholds import step_by_rule
+from results.thresholds import threshold_steps
 
 # A - B, paired by seed: DARA against the baseline it refines, and GDPO against GRPO
 COMPARISONS = (("dara_asym", "gdpo"), ("dara_sym", "gdpo"), ("gdpo", "grpo"))
@@ -32,14 +23,12 @@ Endpoint = dict[str, dict[int, float]]  # method -> seed -> value
 
 def threshold_endpoint(frame: pd.DataFrame, metric: str, threshold: float, steps: int, rule: str = "median",
                        window: int = 10, hold: int = 20) -> Endpoint:
-    """method -> seed -> the run's step under ``rule`` within steps 1..steps (never: steps + 1): "median" = the
-    first step with metric >= threshold, "sustained" = results.thresholds.first_sustained_step."""
-    require_columns(frame, ["method", "seed", "step", metric], "threshold endpoint")
+    """method -> seed -> the run's step under ``rule`` (results.thresholds) within steps 1..steps (never: steps + 1)."""
+    per_run = threshold_steps(frame[frame["step"] <= steps], metric, threshold, rule=rule, per_seed=True,
+                              window=window, hold=hold)
     out: Endpoint = {}
-    for (method, seed), run in frame[frame["step"] <= steps].groupby(["method", "seed"], sort=False):
-        run = run.dropna(subset=[metric]).sort_values("step")
-        step = step_by_rule(run["step"].to_numpy(), run[metric].to_numpy(), threshold, rule, window, hold)
-        out.setdefault(str(method), {})[int(seed)] = float(steps + 1 if step is None else step)
+    for method, seed, step in per_run[["method", "seed", "step"]].itertuples(index=False):
+        out.setdefault(str(method), {})[int(seed)] = float(steps + 1 if pd.isna(step) else step)
     return out
 
 

@@ -1,20 +1,7 @@
-"""`python -m results report SWEEP_DIR --out DIR`: one static page (DIR/index.html + PNGs) for a sweep.
-
-Per recipe (the runs' `recipe` field, else their task) the page holds:
-- the final table rebuilt from the runs (mean ± sd over seeds), the authors' value beside each cell where
-  their published files hold it (`--reference`, default reference/dara_authors/ in the repository; a missing folder
-  is an error), with the number of seeds behind it (n=5), "not in the paper" where not;
-- the threshold-step table (first step the seed-median curve reaches the threshold), the authors' steps
-  beside for the tool-calling task, and the curves with the crossing marked;
-- the DARA density and weight curves per channel, and seed bands (median line, min-max band) everywhere;
-- a provenance footer: commit, inputs with sha256, configs, data cards, grader, a link to the reference's
-  SOURCE.md and its source, commit and method-name notes quoted whole.
-Every table and legend names methods as `results table` does: ours as they are, the authors' `dara` as
-`dara (DARA-Sym)`; variants of a method apart (results.variants).
-
-Inputs: run folders (metrics.jsonl or wandb files, `results.loaders`), per-run CSVs (one row per run, e.g.
-the authors' final_per_run.csv or `python -m results collect` output) and long-format curve CSVs (e.g. the
-authors' training_dynamics.csv). Summary CSVs (`<metric>_mean` columns) are reference tables, not inputs.
+"""`python -m results report SWEEP_DIR --out DIR`: one static page (DIR/index.html + PNGs) for a sweep: per recipe
+the final and threshold-step tables beside the authors' values, the curves and DARA channels with seed bands, and a
+provenance footer (docs/results.md, "The report page"). Inputs: run folders, per-run CSVs and long-format curve
+CSVs; summary CSVs (`<metric>_mean` columns) are reference tables, not inputs.
 """
 
 from __future__ import annotations
@@ -29,27 +16,20 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from omegaconf import OmegaConf
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-import dara  # noqa: E402
-from dara.io import atomic_path, atomic_write_text  # noqa: E402
-from results import plots, tables, thresholds  # noqa: E402
-from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config  # noqa: E402
-from results.variants import name_variants  # noqa: E402
+import dara
+from dara.io import atomic_write_text
+from results import plots, tables, thresholds
+from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config
+from results.variants import name_variants
 
 log = logging.getLogger(__name__)
 DEFAULT_REFERENCE = dara.AUTHORS_REFERENCE
 NOT_IN_PAPER = "not in the paper"
 # The authors' names for our models and methods (their files: `dara` is DARA-Sym, see SOURCE.md).
 MODEL_SIZES = tables.AUTHORS_MODEL_SIZES
-# Our method names -> the authors' for the same method (tables.AUTHORS_TO_OURS read backwards): used to find
-# their values; every table shows the method names as `results table` does.
-OURS_TO_AUTHORS = {ours: theirs for theirs, ours in tables.AUTHORS_TO_OURS.items()}
 # Our training-curve metrics and the authors' columns for the same quantity (tool calling).
 AUTHOR_CURVES = {"reward/format/mean": "train_format", "reward/correctness/mean": "train_correctness"}
 AUTHOR_CURVE_FILE = "reference/training_dynamics.csv"
@@ -142,7 +122,7 @@ def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy with model_size (from our model names) and the authors' method names, to look their values up."""
     frame = _with_model_size(frame)
     if "method" in frame.columns:
-        frame["method"] = frame["method"].map(lambda m: OURS_TO_AUTHORS.get(m, m))
+        frame["method"] = frame["method"].map(lambda m: tables.OURS_TO_AUTHORS.get(m, m))
     return frame
 
 
@@ -210,65 +190,12 @@ def figure_html(path: Path, out_dir: Path, caption: str) -> str:
 
 
 # ----------------------------------------------------------------------------- figures
-def curves_figure(frame: pd.DataFrame, metrics: list[str], group_by: list[str], out: Path, *,
-                  threshold_metric: str | None, threshold: float | None, crossings: pd.DataFrame | None) -> Path:
-    """Rows = groups, columns = metrics; per method the seed median (line) and min-max band; on the
-    threshold metric's panels a dotted threshold line and each method's crossing step (marker + label)."""
-    items = list(plots._group_items(frame, group_by))
-    fig, axes = plt.subplots(len(items), len(metrics), figsize=(4.6 * len(metrics), 3.3 * len(items)), squeeze=False)
-    for row, (label, part) in enumerate(items):
-        for col, metric in enumerate(metrics):
-            ax = axes[row][col]
-            reached: list[str] = []
-            for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                colour = plots._colour(method, i)
-                plots.draw_seed_band(ax, runs, metric, colour, tables.method_label(method))
-                if metric == threshold_metric and crossings is not None:
-                    step = _crossing(crossings, group_by, label, method)
-                    if step is not None:
-                        ax.axvline(step, color=colour, ls="--", lw=0.8)
-                        ax.plot([step], [threshold], marker="o", color=colour, ms=5)
-                        reached.append(f"{method} {step}")
-            if metric == threshold_metric and threshold is not None:
-                ax.axhline(threshold, color="black", ls=":", lw=0.8)
-                ax.text(0.98, 0.03, f"reaches {threshold:g} at step:\n" + ("\n".join(reached) or "never"),
-                        transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
-            plots.label_panel(ax, label, metric)
-        axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return out
-
-
-def _crossing(crossings: pd.DataFrame, group_by: list[str], label: str, method) -> int | None:
-    """The threshold step of `method` in the group named by `label` (None when never reached)."""
-    mask = crossings["method"] == method
-    for column, value in zip(group_by, label_values(label, group_by), strict=True):
-        mask &= crossings[column].astype(str) == value
-    steps = pd.to_numeric(crossings.loc[mask, "step"], errors="coerce").dropna()
-    return int(steps.iloc[0]) if len(steps) else None
-
-
-def label_values(label: str, group_by: list[str]) -> list[str]:
-    """The group values back from a plots._group_items label ('model_size=1.5B, ...')."""
-    if not group_by:
-        return []
-    return [part.split("=", 1)[1] for part in label.split(", ")]
-
-
-def channels_figure(frame: pd.DataFrame, group_by: list[str], out: Path) -> Path | None:
-    """plots.plot_channels (density and weight per channel, seed bands); None when no channel is logged."""
-    columns = plots.channel_columns(frame)
-    if not columns["density"] and not columns["weight"]:
-        return None
-    written = plots.plot_channels(frame, out.with_suffix(""), group_by=group_by)
+def png_only(written: list[Path]) -> Path:
+    """The PNG of a figure plots wrote; the page shows PNGs only, so the rest is deleted."""
     for path in written:
         if path.suffix != ".png":
-            path.unlink()  # the page shows PNGs only
-    return out
+            path.unlink()
+    return next(path for path in written if path.suffix == ".png")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -357,31 +284,16 @@ def curves_section(title: str, frame: pd.DataFrame, out_dir: Path, slug: str, re
         section.blocks.append(plain_html(crossings, f"first step the seed-median {metric} reaches {threshold:g} "
                                                     "(never = not within the run)"))
     if metrics:
-        path = curves_figure(frame, metrics, group_by, out_dir / f"{slug}_curves.png", threshold_metric=metric,
-                             threshold=threshold if metric else None, crossings=crossings)
+        path = png_only(plots.plot_curves(frame, metrics, out_dir / f"{slug}_curves", group_by=group_by,
+                                          crossings=(metric, threshold, crossings) if metric else None))
         section.blocks.append(figure_html(path, out_dir, "training curves: seed median (line), min-max over seeds "
                                                          "(band); dashed = the threshold crossing"))
-    path = channels_figure(frame, group_by, out_dir / f"{slug}_channels.png")
-    if path is not None:
+    columns = plots.channel_columns(frame)
+    if columns["density"] or columns["weight"]:
+        path = png_only(plots.plot_channels(frame, out_dir / f"{slug}_channels", group_by=group_by))
         section.blocks.append(figure_html(path, out_dir, "DARA per channel: active-group density pi_k and weight "
                                                          "w_k (seed median, min-max band)"))
     return section
-
-
-def _loose_summary(frame: pd.DataFrame, group_by: list[str], metrics: list[str]) -> pd.DataFrame:
-    """tables.summarise's columns for a table whose runs log different metrics (e.g. a third channel only in
-    one study): mean and sample sd over the runs that have each value; metrics no run of the data has dropped."""
-    rows = []
-    for key, part in frame.groupby(group_by, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        row = {**dict(zip(group_by, key, strict=True)), "n": len(part),
-               "seeds": ",".join(str(int(v)) for v in sorted(part["seed"].dropna().unique())) if "seed" in part else ""}
-        for metric in metrics:
-            values = part[metric].dropna().astype(float)
-            row[f"{metric}_mean"] = values.mean() if len(values) else float("nan")
-            row[f"{metric}_sd"] = values.std(ddof=1) if len(values) > 1 else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> Section:
@@ -394,7 +306,7 @@ def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> Section
         final = [c for c in frame.columns if str(c).startswith(("final_", "steps_to"))]
         metrics = [c for c in (final or frame.columns) if pd.api.types.is_numeric_dtype(frame[c])
                    and c not in {*group_by, "seed", "n"} and frame[c].notna().any()]
-        summary = _loose_summary(frame, group_by, metrics)
+        summary = tables.summarise(frame, group_by, metrics, partial=True)
         return Section(f"{path.name}: per-run table",
                        [summary_html(summary, group_by, metrics, False, f"mean ± sd over seeds ({NOT_IN_PAPER})")])
     for condition in spec.drop_if:

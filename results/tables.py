@@ -1,17 +1,7 @@
-"""Seed-level summary tables: mean and sample sd (ddof=1) over runs, per method and metric.
-
-EXPERIMENTS.md, "Across seeds: score each checkpoint, then report mean and sample
-sd (ddof=1)". The output frame mirrors the authors' method-results files: the
-group columns, ``n``, ``seeds`` (sorted, comma-joined), then ``<metric>_mean`` and
-``<metric>_sd`` per metric. A group of one run has an empty sd (undefined). Variants of a method (runs
-that differ in more than the seed, results.variants) are rows of their own; a grouping that would pool
-runs of several configurations is refused.
-
-Method names of the authors' files: their ``dara`` is DARA-Sym (their tool-calling code of that time
-scaled both signs). Rendered tables label it ``dara (DARA-Sym)`` with a note, and a paper table's rows are
-set beside ours under our names (``dara`` beside ``dara_sym``, ``gd2po_hard`` beside ``gd2po_hard_after``,
-``gdpo_saw`` beside ``saw``) unless our table is itself in the authors' naming (EXPERIMENTS.md, "Method
-labels").
+"""Seed tables: mean and sample sd (ddof=1) over runs per group and metric, in the columns of the authors'
+method-results files (group columns, ``n``, ``seeds``, ``<metric>_mean``, ``<metric>_sd``); variants apart, a
+grouping that would pool configurations refused. The authors' method names (their ``dara`` is DARA-Sym):
+docs/results.md, "Method labels".
 """
 
 from __future__ import annotations
@@ -36,6 +26,7 @@ AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that
 # Every name of the authors' files -> ours for the same method (SOURCE.md: their `gd2po_hard` is GD2PO-Hard as
 # the paper ran it, our `gd2po_hard_after`; their `gdpo_saw` is GDPO with SAW weights, our `saw`).
 AUTHORS_TO_OURS = {"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after", "gdpo_saw": "saw"}
+OURS_TO_AUTHORS = {ours: theirs for theirs, ours in AUTHORS_TO_OURS.items()}
 # Our model names -> the authors' model_size column.
 AUTHORS_MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
 # Names only the authors' files use: a table holding one of them is in the authors' naming. (Their `rvpo` is
@@ -89,8 +80,10 @@ def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> 
     return merged
 
 
-def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
-    """Mean and sample sd (ddof=1) of each metric over the rows (runs) of each group."""
+def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str], *,
+              partial: bool = False) -> pd.DataFrame:
+    """Mean and sample sd (ddof=1) of each metric over the rows (runs) of each group. A run without a value is an
+    error, unless ``partial`` (runs that log different metrics): then over the runs that have one."""
     require_columns(frame, [*group_by, *metrics], "table")
     check_one_configuration(frame, group_by, "table")
     rows = []
@@ -101,9 +94,9 @@ def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
         row["seeds"] = format_seeds(part["seed"]) if "seed" in part.columns else ""
         for metric in metrics:
             values = part[metric].dropna().astype(float).to_numpy()
-            if len(values) < len(part):
+            if len(values) < len(part) and not partial:
                 raise RunLogError(f"table: group {row} has {len(part) - len(values)} run(s) without {metric!r}")
-            row[f"{metric}_mean"] = float(values.mean())
+            row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
             row[f"{metric}_sd"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
@@ -127,6 +120,18 @@ def read_paper_table(path: str | Path) -> pd.DataFrame:
     return table.rename(columns={c: c[: -len("_std")] + "_sd" for c in table.columns if c.endswith("_std")})
 
 
+def markdown_table(frame: pd.DataFrame, empty: str = "", float_format: str = "{:.4g}") -> str:
+    """A plain frame as a markdown table: ``empty`` for a missing cell, floats through ``float_format``."""
+    def cell(value) -> str:
+        if pd.isna(value):
+            return empty
+        return float_format.format(value) if isinstance(value, float | np.floating) else str(value)
+
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(value: float, digits: int) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
@@ -146,6 +151,16 @@ def method_label(method) -> str:
 def in_authors_naming(methods) -> bool:
     """Whether a table's methods are named as in the authors' files (it holds a name only they use)."""
     return bool(set(map(str, methods)) & AUTHORS_ONLY)
+
+
+def authors_rows(paper: pd.DataFrame, group: dict, method: str) -> pd.DataFrame:
+    """The authors' rows of one group (e.g. model_size 1.5B) for our method's name (their dara for dara_sym)."""
+    rows = paper[paper["method"] == OURS_TO_AUTHORS.get(method, method)]
+    for column, value in group.items():
+        if column not in rows.columns:
+            return rows.iloc[0:0]
+        rows = rows[rows[column].astype(str) == str(value)]
+    return rows
 
 
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):

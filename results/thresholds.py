@@ -1,16 +1,6 @@
-"""Threshold steps: how fast a method reaches a target behaviour (EXPERIMENTS.md, "Headline speed metric").
-
-Two rules:
-- ``median`` (tool calling): the first step at which the median over seeds of the
-  per-step metric reaches the threshold (>= X).
-- ``sustained`` (math length reward): the first step at which the trailing
-  ``window``-step mean (default 10) reaches X and stays >= X for the next
-  ``hold`` steps (default 20).
-
-Curves are taken over the steps that carry a value for the metric (validation
-metrics are logged every 10 steps; rows without the metric are skipped, not
-read as zero). With several seeds, ``sustained`` is applied to the median-over-
-seeds curve too, unless ``per_seed`` asks for one step per run.
+"""Threshold steps (docs/results.md, "Threshold steps"): ``median``, the first step at which the seed-median curve
+reaches X; ``sustained``, the first step whose trailing ``window``-step mean reaches X and stays there for the next
+``hold`` steps. Only steps that carry the metric count; ``per_seed`` gives one step per run.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Variants: runs of one method that differ in more than the seed are kept apart in every table and figure.
-
-A run folder's ``run_info.json`` records its experiment configuration (``"config"``, dara.run_folder). Among
-the loaded runs of one task, model and method, the configurations without the seed keys
-(``dara.run_folder.without_seed``) that differ are variants. Each variant's ``method`` cell becomes the method
-followed by the keys where the variants differ and this variant's values (``dara_asym w_max=2``; the last
-part of a dotted key, or more of it where two keys would read alike); the method as trained stays in
-``base_method``, and ``config_id`` names the configuration (the identity and the configuration without the
-seed), so seeds are counted within a variant. Runs without a recorded configuration (older run folders,
-CSVs) keep their method as it is; a key only some runs of a method recorded (added to the code after the
-others ran) is left out of the comparison.
+"""Variants (docs/results.md, "Variants"): runs of one task, model and method whose recorded configurations differ
+in more than the seed get their own ``method`` label (``dara_asym w_max=2``), ``base_method`` and ``config_id``.
+Runs without a recorded configuration keep their method; a key only some runs recorded is left out.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 #!/usr/bin/env bash
-# The GPU install: `make install GPU=1 [CUDA=12.9|13.0] [WHEELS=DIR] [FLASH_ATTN_WHEEL=FILE|URL]` and
-# `make flash-attn` run this script (bash scripts/install_gpu.sh [install|flash-attn]).
-#
-# install:
-#  1. the CUDA line from the node: NVIDIA driver >= 580 -> CUDA 13.0 (torch 2.11.0 and vllm 0.24.0 as on PyPI,
-#     lock constraints/gpu-cu130.txt); 525-579 -> CUDA 12.9 (torch 2.11.0+cu129 from torch's index, vllm
-#     0.24.0+cu129 from vLLM's, lock constraints/gpu-cu129.txt: vLLM publishes cu129 and cu130 builds only, and
-#     torch must be the same CUDA build). CUDA=12.9|13.0 overrides the detection (e.g. on a login node).
-#  2. the indexes of that line must answer; if not, one message naming the wheels to download elsewhere and
-#     the command that installs from them (WHEELS=DIR: pip's --find-links).
-#  3. torch, torchvision, torchaudio; vllm; the project with verl 0.9.1 (`-e .[verl,dev,gpu]`, verl[verl-core]: not
-#     verl's [fsdp] extra, whose cupy-cuda13x pin is CUDA 13 only and which adds nothing these runs import).
-#  4. flash-attn 2.8.3 from a prebuilt wheel only (FLASH_ATTN_WHEEL, or verl's wheelhouse on the CUDA 13.0 line),
-#     kept only when it imports against this torch. Without one the install goes on, and its summary says that
-#     no paper run can start before flash-attn is there (the paper runs' memory plans need flash_attention_2:
-#     under run.attention=sdpa they do not fit their clusters' token budgets) and names the command that builds
-#     it on this node, with its cost (`make flash-attn`: MAX_JOBS from this node's cores and RAM).
-#  5. bfcl-eval (--no-deps: its numpy pin conflicts with verl's; only its data and checkers are used). It runs
-#     whatever happened to flash-attn.
-#  6. a summary (ok / FAILED / NOT INSTALLED per step) and this node's environment check.
-# flash-attn: builds flash-attn 2.8.3 from source against the installed torch (--no-build-isolation), after
-# checking for nvcc of torch's CUDA major version: reported 40-90 min at MAX_JOBS=32, longer with fewer jobs;
-# each compile job takes about 9 GB of RAM, so MAX_JOBS defaults to min(cores, RAM / 9 GB) of this node; only
-# for this GPU's architecture (FLASH_ATTN_CUDA_ARCHS, from nvidia-smi).
-#
-# DRY_RUN=1 prints the commands instead of running them (the indexes are then probed only with PROBE=1):
-# tests/test_preflight_lock.py checks the install this way, without downloading CUDA wheels.
+# The GPU install (docs/experiments.md, "GPU install"): `make install GPU=1 [CUDA=12.9|13.0] [WHEELS=DIR]
+# [FLASH_ATTN_WHEEL=FILE|URL]` and `make flash-attn` run `bash scripts/install_gpu.sh [install|flash-attn]`.
+# install: the CUDA line from the driver (>= 580: 13.0, lock constraints/gpu-cu130.txt; 525-579: 12.9, lock
+# constraints/gpu-cu129.txt), its indexes probed (else the wheels to download and WHEELS=DIR), torch and vllm, the
+# project with verl, flash-attn from a prebuilt wheel only (kept when it imports), bfcl-eval --no-deps, a summary.
+# flash-attn: builds flash-attn 2.8.3 from source against the installed torch (MAX_JOBS from cores and RAM).
+# DRY_RUN=1 prints the commands instead (the indexes probed only with PROBE=1): tests/test_preflight_lock.py.
 set -uo pipefail
 
 ACTION="${1:-install}"

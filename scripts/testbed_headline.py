@@ -1,15 +1,7 @@
 """`python scripts/testbed_headline.py [--race cpu_headline|race_format]`: the pure-torch testbed's answer for a
-CPU race's setting.
-
-The race's batch and groups (prompts per step x G, 2 updates per step), its starting format rate (the variant's
-probe), its four methods and seeds, and its metric, with the testbed's own policy, task, learning rate and
-horizon (the testbed learns slower per step). Writes ``testbed_curves.csv`` (one row per run and step) into the
-race's results folder and prints, per method, the median-curve step and per-seed steps at each threshold asked
-for, and the paired statistics of DARA-Asym, DARA-Sym and GDPO against their baseline (results.paired).
-
-- ``cpu_headline`` (the first race): 16 prompts, format 0.03 at init, 5 seeds, its protocol's threshold.
-- ``race_format``: 32 prompts, format 0.02 at init, 12 seeds, thresholds 0.3-0.8 (written before its pilot
-  chose one: the prediction is committed whatever the pilot picks).
+CPU race's setting (its batch, groups, starting format rate, methods, seeds and metric; the testbed's own policy,
+task and learning rate). Writes ``testbed_curves.csv`` into the race's results folder and prints, per threshold,
+the per-method steps and the paired statistics (docs/headline_cpu.md).
 """
 
 from __future__ import annotations

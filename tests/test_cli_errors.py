@@ -14,6 +14,8 @@ import warnings
 
 import pytest
 
+from dara import PROJECT_ROOT as ROOT
+
 
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory):
@@ -22,6 +24,8 @@ def bad_files(tmp_path_factory):
     (root / "not_json.jsonl").write_text("this is not json\n{\"step\": 1}\n")
     (root / "not.parquet").write_text("plain text, not parquet\n")
     (root / "model").mkdir()
+    (root / "curves.csv").write_text("method,seed,step,x\ngrpo,0,1,0.5\n")
+    (root / "protocol.json").write_text((ROOT / "results" / "cpu_headline" / "protocol.json").read_text())
     return root
 
 
@@ -32,6 +36,15 @@ CASES = [
     (["results", "thresholds", "{root}/not_json.jsonl", "--metric", "m", "--threshold", "0.5"], "not_json.jsonl"),
     (["results", "table", "missing.csv", "--metrics", "m"], "missing.csv"),
     (["results", "collect", "{root}/nowhere"], "nowhere"),
+    (["results", "thresholds", "{root}/curves.csv", "--metric", "no_such_metric", "--threshold", "0.5"],
+     "no_such_metric"),
+    (["results", "report", "{root}/curves.csv", "--out", "{root}/page", "--reference", "{root}/no_ref"],
+     "--reference {root}/no_ref: no such folder"),
+    (["results", "report", "{root}/model", "--out", "{root}/page"], "nothing to report"),
+    (["results", "headline", "{root}", "--protocol", "{root}/missing.json", "--out", "{root}/o"],
+     "missing.json is missing"),
+    (["results", "headline", "{root}/nowhere", "--protocol", "{root}/protocol.json", "--out", "{root}/o"],
+     "nowhere: no such folder"),
     (["results", "nope"], "invalid choice: 'nope'"),
     (["results.evaluation", "toolrl", "all", "--out", "{root}/eval", "--model", "{root}/model", "--data",
       "{root}/missing.parquet"], "missing.parquet does not exist"),
@@ -40,6 +53,7 @@ CASES = [
     (["results.evaluation", "math", "all", "--out", "{root}/eval", "--model", "{root}/model"], "needs --data"),
     (["recipes", "nope", "--dry-run"], "unknown recipe 'nope'"),
     (["recipes", "toolrl_main", "--seeds", "x"], "invalid int value: 'x'"),
+    (["recipes", "smoke", "--dry-run", "--cluster", "tpu_v9"], "cluster=tpu_v9 does not exist"),
     (["data_prep", "nope"], "invalid choice: 'nope'"),
     (["data_prep", "toolrl", "--out", "{root}/dp", "--source", "{root}/missing.json"], "missing.json"),
     (["data_prep", "smoke"], "--out"),

@@ -185,14 +185,16 @@ def test_finished_runs_keep_their_logs_and_a_fresh_clone_skips_them(tmp_path):
     records = "".join(json.dumps({"step": step}) + "\n" for step in range(1, 41))
     (finished.output_dir / "metrics.jsonl").write_text(records)
     (finished.output_dir / "run_info.json").write_text("{}")
-    kept = race_format.keep_logs(finished, tmp_path / "logs")
+    from recipes import race as races
+
+    kept = races.keep_logs(finished, tmp_path / "logs")
     assert (kept / "metrics.jsonl").read_text() == records
     (finished.output_dir / "metrics.jsonl").unlink()  # the run folder is gone, as in a fresh clone
-    assert race_format.restore_logs(race, tmp_path / "logs") == 1
+    assert races.restore_logs(race, tmp_path / "logs") == 1
     from recipes.runner import is_finished
 
     assert [is_finished(run) for run in race] == [True, False, False, False]
-    assert race_format.restore_logs(race, tmp_path / "logs") == 0  # nothing more to restore
+    assert races.restore_logs(race, tmp_path / "logs") == 0  # nothing more to restore
 
 
 @pytest.mark.slow

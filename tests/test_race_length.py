@@ -223,12 +223,6 @@ def test_the_abort_rule_refuses_an_early_crossing_and_a_pilot_that_learns_nothin
         assert protocol["abort_rule"] == race_length.REGISTRATION["abort_rule"]
 
 
-def test_the_pilot_never_derives_the_protocol_again(tmp_path):
-    (tmp_path / "protocol.json").write_text("{}")
-    with pytest.raises(RecipeError, match="derived once"):
-        race_length.pilot(None, tmp_path / "protocol.json")
-
-
 # ----------------------------------------------------------------------------------- the recipe
 def test_dry_run_lists_the_main_three_seed_by_seed_then_the_extras(capsys, tmp_path):
     protocol = {**race_length.SETTINGS, "threshold": 0.97}

@@ -255,18 +255,3 @@ def test_the_testbed_page_names_methods_alike_in_every_table(tmp_path):
             assert {row[header.index("method")] for row in table["rows"][1:]} <= named, table["caption"]
             seen += 1
     assert seen >= 3 and "dara_sym" in named
-
-
-def test_a_missing_reference_folder_is_an_error_naming_it(tmp_path, capsys):
-    write_run(tmp_path / "sweep", "smoke", "tiny", "grpo", 0, 2, 0.5)
-    missing = tmp_path / "no-such-reference"
-    assert main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "page"),
-                 "--reference", str(missing)]) == 2
-    assert f"--reference {missing}: no such folder" in capsys.readouterr().err
-    assert not (tmp_path / "page").exists()
-
-
-def test_nothing_to_report_is_a_clear_error(tmp_path, capsys):
-    (tmp_path / "empty").mkdir()
-    assert main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "page")]) == 2
-    assert "nothing to report" in capsys.readouterr().err

@@ -14,9 +14,10 @@ import pytest
 from dara import AUTHORS_REFERENCE
 from results import bfcl
 from results.cli import main as results_main
-from results.dynamics import authors_rows, checkpoint_scores, checkpoint_table
+from results.dynamics import checkpoint_scores, checkpoint_table
 from results.evaluation import bfcl_eval
 from results.loaders import RunLogError
+from results.tables import authors_rows
 
 REFERENCE = AUTHORS_REFERENCE
 PLOT_DATA = REFERENCE / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv"

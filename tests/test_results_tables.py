@@ -1,4 +1,4 @@
-"""The authors' BFCL tables rebuilt from their per-run files; BFCL group aggregation; compare."""
+"""The authors' BFCL tables rebuilt from their per-run files; BFCL group aggregation."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from dara import AUTHORS_REFERENCE
 from results import bfcl
 from results.cli import main
-from results.compare import compare_tables
 from results.tables import build_table, drop_rows, parse_condition, summarise
 
 
@@ -139,7 +138,7 @@ def test_conditions():
         parse_condition("v ~ 3")
 
 
-def test_table_cli_formats_and_compare(tmp_path):
+def test_table_cli_formats(tmp_path):
     ref = reference_dir() / PAPER
     metrics = "live_accuracy,average_accuracy,average_format"
     common = ["table", str(ref / "final_per_run.csv"), "--metrics", metrics, "--group-by", "model_size,method"]
@@ -152,18 +151,7 @@ def test_table_cli_formats_and_compare(tmp_path):
     assert "| 1.5B | dara (DARA-Sym) | 5 | 68.42 ± 1.31 | 68.42 ± 1.31 |" in text
     assert "The authors' `dara` is DARA-Sym" in text
     assert "\\begin{tabular}" in tex.read_text() and "68.42 $\\pm$ 1.31" in tex.read_text()
-    diff = compare_tables(pd.read_csv(csv_out), pd.read_csv(ref / "final_method_results.csv"),
-                          ["model_size", "method"])
-    assert set(diff["metric"]) == set(metrics.split(","))
-    assert diff["diff"].abs().max() < 1e-9
-    out = tmp_path / "cmp.csv"
-    assert main(["compare", str(csv_out), str(reference_dir() / "reference" / "all_seeds.csv"), "--on",
-                 "model_size,method", "--rename", "v4_live=live_accuracy", "--metrics", "live_accuracy",
-                 "--format", "csv", "--out", str(out)]) == 0
-    rows = pd.read_csv(out, dtype={"model_size": str}).set_index(["model_size", "method"])
-    assert rows.loc[("1.5B", "dara"), "diff"] == pytest.approx(0, abs=1e-9)
-    # all_seeds has rvpo/gdpo_saw, which Table 1 does not: kept with our side empty, not dropped
-    assert math.isnan(rows.loc[("1.5B", "rvpo"), "ours"])
+    assert {"n", "seeds", "live_accuracy_mean", "live_accuracy_sd"} <= set(pd.read_csv(csv_out).columns)
 
 
 def test_authors_dara_is_labelled_and_set_beside_our_dara_sym():

@@ -160,12 +160,6 @@ def test_median_over_seeds_ignores_steps_without_values(tmp_path):
     assert "| task | method | step |" in text and "| toolrl | dara | 2 |" in text  # median(0.5, 0.7) = 0.6
 
 
-def test_thresholds_reports_a_missing_metric(tmp_path, capsys):
-    path = reference_dir() / DYNAMICS
-    assert main(["thresholds", str(path), "--metric", "no_such_metric", "--threshold", "0.8"]) == 2
-    assert "no_such_metric" in capsys.readouterr().err
-
-
 def test_math_speed_metric_per_run_then_over_seeds_from_prefilter_curves(tmp_path):
     """The paper's T_0.95: per run, the sustained rule on rollout_prefilter/length/mean (every generated
     response), then a summary over seeds; a run that never gets there is counted but not averaged."""

@@ -1,10 +1,6 @@
-"""Generation through vLLM's offline engine, on a CPU (training's CPU rollout settings) or a GPU.
-
-It takes chat conversations, applies the model's own chat template (add_generation_prompt=True),
-and returns, per conversation, ``n`` completions with the decoded text, the number of generated
-tokens (the end-of-sequence token not counted) and why generation stopped: ``"stop"`` (an eos
-token), ``"length"`` (the token budget ran out, i.e. the response is truncated) or ``"over_window"`` (the
-prompt leaves no room in the context window, ``SamplingConfig.context_window``; nothing is generated).
+"""Generation through vLLM's offline engine, on a CPU (training's CPU rollout settings) or a GPU: per chat, ``n``
+completions with the text, the generated tokens (eos not counted) and why it stopped (``stop``, ``length``, or
+``over_window`` when the prompt leaves no room in the context window and nothing is generated).
 """
 
 from __future__ import annotations

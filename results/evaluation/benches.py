@@ -1,9 +1,5 @@
-"""The evaluation benches (`python -m results.evaluation <bench> ...`), one object each, registered by task.
-
-A task names its benches in the registry (`tasks.registry.TaskSpec.evaluations`: "math" for the math task,
-"toolrl" and "bfcl" for tool calling); `results.evaluation.cli` looks the bench up by name and calls the same
-five steps on any of them: load the cases, make the generation producer, score a record (in a hard-time-limit
-pool where the bench asks for one), and aggregate the scores into summary.json and summary.md.
+"""The evaluation benches, one object each, named by the tasks (`tasks.registry.TaskSpec.evaluations`): load the
+cases, make the producer, score a record, aggregate the scores, flatten a summary for `results collect`.
 """
 
 from __future__ import annotations

@@ -1,39 +1,9 @@
 """BFCL v4 through ToolRL's own BFCL handler (the one the authors ran), scored by ``bfcl-eval``'s checkers.
 
-- Prompt (``tasks.toolrl.bfcl_messages``): at every step the model receives ONE system message (ToolRL's
-  instruction listing the entry's functions, with BFCL's language hints) and ONE user message holding the
-  whole dialogue: ``**Dialogue Records History**``, each user turn as ``<user> ... </user>`` with the
-  handler's single-turn or multi-turn instruction, earlier emissions inline, each tool result as
-  ``<obs> You have made the tool call NAME. Execution returns: ... </obs>`` and, after a tool result that
-  ends the history, the handler's follow-up instruction. A miss_func turn is BFCL's additional-function
-  message (the held-out docs as text); those functions are not added to the tool list, as in BFCL's
-  prompting mode. ``python -m results.evaluation bfcl prompts`` writes the first-turn messages.
-- Decoding (``tasks.toolrl.decode_ast`` / ``decode_execute``): the LAST tool_call block, lines that do not
-  parse skipped, calls named "none" dropped, values as parsed (Java/JavaScript values are not converted
-  to source text: BFCL's checker fails non-string values there, as it did for the authors). A multi-turn
-  step whose decoding is empty or fails ends its turn; more than 20 steps in a turn force-quits the case
-  (BFCL's MAXIMUM_STEP_LIMIT).
-- Sampling: every request uses the same seed (``--seed``, 0 by default), as the authors' handler did.
-- Accuracy: single-turn categories through BFCL's format check of the decoded list then ``ast_checker``;
-  multi-turn through ``multi_turn_checker`` (execution state and responses), failed or empty step
-  decodings skipped as BFCL's runner does. Never from the format reward.
-- Format: each emission scores 1 if the original ToolRL format test passes for any of the three allowed
-  structures (think+tool_call, think+response, think+tool_call+response), averaged per case (0 without
-  emissions), then per category; groups and Average as in results.bfcl (EXPERIMENTS.md).
-- Length (the three-reward study's metrics, the training reward's definition, rewards.toolrl): per
-  emission, ``length`` = 1 when the last think span has at most N words (``--length-max-words``, 16), 0
-  when longer or a tag is missing; the same under the name ``length_le_N``; ``think_words`` = the words of
-  that span (0 when a tag is missing). Aggregated like format (percent, except think_words in words).
-- Context window: each request may generate min(--max-new-tokens, window - prompt - 2) tokens, the window
-  read from the model's config (``max_position_embeddings``, 32,768 for the paper models) or given with
-  ``--context-window``. A prompt that leaves no room, at any step, fails the case (scored wrong, format and
-  length 0, as the authors' handler recorded its error) and is counted in ``over_window_cases``; the
-  evaluation goes on.
-
-bfcl-eval is installed without its dependencies (they would replace the pinned numpy/pandas). Its
-``constants.model_config`` imports every API client only to list model handlers, of which the checker
-reads a single flag (``underscore_to_dot``); when that import fails we register that registry with the
-flag off for our model (our parser keeps function names as written).
+The prompt, decoding, sampling, accuracy, format, length and context-window rules are docs/results.md's
+("Checkpoint evaluation", bfcl); prompts and decoding are ``tasks.toolrl``'s. bfcl-eval is installed without its
+dependencies: when its ``constants.model_config`` (which imports every API client) fails to import, a stand-in
+registers the one flag the checker reads (``underscore_to_dot``, off).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} ...``
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all,prompts} --out DIR ...``
 
-The benches are the registered tasks' (`results.evaluation.benches`, named in `tasks.registry`).
-
-``python -m results.evaluation bfcl prompts --out DIR [--categories ...] [--limit N]`` writes
-``DIR/prompts.jsonl`` (``{"id", "category", "messages"}``): each case's first-turn chat exactly as the model
-receives it (ToolRL's BFCL handler), to inspect what is evaluated; it needs no model.
-
-Files in ``--out``: ``generations.jsonl`` (+ ``.meta.json``: model, backend-independent sampling
-settings, data), ``scores.jsonl``, ``summary.json`` and ``summary.md``. Every stage is resumable: it
-only adds the cases its output file lacks. Exit status 1 when cases are still missing after retries.
+Writes generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
+resumable. ``bfcl prompts`` writes DIR/prompts.jsonl, the first-turn chats (no model). Exit status 1 when cases
+are still missing after retries (docs/results.md, "Checkpoint evaluation").
 """
 
 from __future__ import annotations
@@ -32,19 +26,10 @@ def bench_of(args) -> Bench:
     return benches()[args.bench]
 
 
-def load_cases(args) -> list[dict]:
-    return bench_of(args).load_cases(args)
-
-
-def sampling_of(args) -> SamplingConfig:
-    return SamplingConfig(n=args.samples, temperature=args.temperature, top_p=args.top_p,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed,
-                          context_window=getattr(args, "context_window", None))
-
-
 def generate(args, cases: list[dict], backend: Backend | None = None) -> int:
     bench_of(args).complete_generation_args(args)
-    sampling = sampling_of(args)
+    sampling = SamplingConfig(n=args.samples, temperature=args.temperature, top_p=args.top_p,
+                              max_new_tokens=args.max_new_tokens, seed=args.seed, context_window=args.context_window)
     settings = {"bench": args.bench, "model": str(Path(args.model).resolve()), "sampling": sampling.as_dict(),
                 "data": sorted(map(str, args.data or [])), "categories": list(args.categories or [])}
     store = CaseStore(Path(args.out) / "generations.jsonl", settings)
@@ -73,22 +58,18 @@ def score(args, cases: list[dict]) -> int:
     scores = CaseStore(Path(args.out) / "scores.jsonl", settings)
     by_id = {c["case_id"]: c for c in cases}
     todo = [r for r in generations.records.values() if r["case_id"] not in scores]
-    pool = bench_of(args).score_pool(args) if todo else None
+    bench = bench_of(args)
+    pool = bench.score_pool(args) if todo else None
     try:
-        _score_all(args, todo, by_id, scores, pool)
+        for i, record in enumerate(todo, start=1):
+            scores.append(bench.score(record, by_id.get(record["case_id"]), args, pool))
+            if i % 50 == 0 or i == len(todo):
+                print(f"[{args.bench} score] {i}/{len(todo)}", file=sys.stderr, flush=True)
     finally:
         if pool is not None:
             pool.close()
     print(f"[{args.bench} score] {len(scores)} cases scored ({len(todo)} new)", file=sys.stderr)
     return 0
-
-
-def _score_all(args, todo, by_id, scores, pool) -> None:
-    bench = bench_of(args)
-    for i, record in enumerate(todo, start=1):
-        scores.append(bench.score(record, by_id.get(record["case_id"]), args, pool))
-        if i % 50 == 0 or i == len(todo):
-            print(f"[{args.bench} score] {i}/{len(todo)}", file=sys.stderr, flush=True)
 
 
 def aggregate(args, cases: list[dict]) -> int:
@@ -189,7 +170,7 @@ def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
     if args.model and args.model.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(args.model)):
         raise SystemExit(f"--model {args.model} does not exist")
     try:
-        cases = load_cases(args)
+        cases = bench.load_cases(args)
     except (OSError, ValueError, KeyError) as error:  # a malformed file: name it, no traceback
         raise SystemExit(f"cannot read the {args.bench} cases from {args.data}: {error}") from None
     if args.stage == "prompts":

@@ -1,23 +1,6 @@
-"""Math evaluation with a length constraint (EXPERIMENTS.md, DeepScaleR setup, "Evaluation").
-
-Prompt: the training prompt (tasks.math). Per sample, on the generated text (no special case for a
-truncated response: a box inside cut thinking still counts, as in the authors' evaluation):
-- strict = verl's Hendrycks MATH grader (rewards.math, grader "hendrycks") against the one answer string;
-- numeq  = strict, else a numeric-equivalence fallback tried only when strict says 0 ('025' vs 25,
-  '4.5e33' vs 4.5\\times10^{33}): the last boxed answer and the reference both parse as plain numbers
-  and are exactly equal. The authors' box pattern: boxes whose braces nest at most one level deep, so a
-  deeper last box makes it read an earlier one (``numeq_boxed``).
-The reference answer is the one string of tasks.math_answers (the authors' rule, shared with data prep and
-the reward): OlympiadBench's multi-answer "$69$,$84$" keeps its delimiters, so the strict grader never
-accepts "69, 84" for it (the fallback reads both as 6984, as the authors' did).
-Per benchmark, over 16 samples per question (T=0.6, top-p 0.95, up to 32,768 new tokens):
-- Acc    = mean over questions of the mean over samples of numeq (the paper's accuracy); Acc_strict too;
-- Exceed = share of samples with more than 4,000 generated token ids, EOS included;
-- Joint  = share of samples both numeq-correct and within 4,000;
-then the macro-average over the benchmarks, and 95% CIs from 2,000 question-level bootstrap
-resamples (seeded; each benchmark's questions resampled with replacement, the macro-average
-recomputed from the same resample index of every benchmark). OlympiadBench has 674 questions in the hub
-copy the authors used and 675 in DeepScaleR's local copy: the table says which one it used.
+"""Math evaluation with a length constraint: per sample strict (verl's Hendrycks grader), numeq (strict, else the
+authors' numeric-equivalence fallback), Exceed and Joint; per benchmark and macro-averaged, with question-level
+bootstrap CIs. The rules in full: docs/results.md ("Checkpoint evaluation", math).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Resumable generation loop shared by every benchmark.
-
-``run_cases`` walks the cases that are not yet in the store, in batches; ``produce(batch)`` turns a
-batch of cases into finished records (it calls the backend); each record is appended to the store
-at once. An infrastructure error (a crashed engine, out of memory, a lost connection, a timeout) is
-retried with backoff; when the retries are spent the batch's cases stay *missing* (reported, and a
-rerun fills them), never recorded as wrong answers.
+"""The resumable generation loop of every bench: batches of the cases the store lacks, each finished record appended
+at once; an infrastructure error is retried with backoff, and after the retries the batch stays missing (a rerun
+fills it), never scored wrong.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Resumable case files: one JSON line per finished case, appended and fsync'ed at once.
-
-A rerun reads the finished case ids and generates only the missing ones. A run killed while writing
-leaves at most a partial last line; opening the file repairs it (rewritten atomically without that
-line, which is logged). The generation settings are kept beside the cases in ``<file>.meta.json``:
-reopening with different settings is refused, so one file never mixes two configurations.
+"""Resumable case files: one JSON line per finished case, appended and fsync'ed; a partial last line is repaired on
+open; the settings are kept in ``<file>.meta.json`` and reopening with others is refused.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""ToolRL held-out evaluation: the 80 held-out rows (or the smoke test set), format and correctness.
-
-Each sample is scored with ``rewards.toolrl.score`` (EXPERIMENTS.md: format in {0, 1}, correctness in
-[-3, 3]). Reported: mean format, mean correctness, and the exact-match share (correctness == 3,
-identical call lists), each with a 95% bootstrap CI over cases (seeded).
+"""ToolRL held-out evaluation: ``rewards.toolrl.score`` format and correctness per sample, exact = correctness 3;
+means over cases with bootstrap CIs.
 """
 
 from __future__ import annotations

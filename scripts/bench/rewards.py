@@ -1,20 +1,9 @@
-"""Reward benchmark: responses per second, serial versus the hard-timeout pool, and the cost of adversarial math.
-
-Everything is measured side by side in one process on realistic inputs:
-- math: responses built from the DeepScaleR-style train sample and the five evaluation sets (their native
-  answer forms), half correct, with a think block; scored by rewards.verl_entry.score_sample, which is
-  what each pool worker of the dara_parallel reward manager runs;
-- tool calling: the 400 model-written ToolRL outputs and the 80 held-out ground truths, scored against
-  their own or another row's ground truth.
-The adversarial batch replaces 1% of the math responses with power towers and huge factorials, scored
-once with the default evaluation guard and once with the guard off (then each one costs a full time
-limit on a worker: the worst case the limit allows).
+"""Reward benchmark: responses per second, serial against the hard-timeout pool, and the cost of adversarial math
+(1% power towers and huge factorials, with the evaluation guard on and off), on the sample data's math and ToolRL
+responses scored as the dara_parallel reward manager's workers score them (docs/rewards.md).
 
     python scripts/bench/rewards.py                                  # 8,192 math + 2,048 tool responses
     python scripts/bench/rewards.py --math-count 1024 --tool-count 512 --pool-sizes 1 2   # a quick look
-
-Targets (issue 4): the pool scales with cores; the batch with 1% adversarial responses finishes within
-2x the clean batch.
 """
 
 from __future__ import annotations

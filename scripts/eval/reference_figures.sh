@@ -27,9 +27,6 @@ $PY -m results table "$PAPER/final_per_run.csv" --group-by model_size,method,ste
     --drop-if "retained==False" --format latex --out "$OUT/table1.tex"
 $PY -m results table "$PAPER/final_per_run.csv" --group-by model_size,method,step --metrics $METRICS \
     --drop-if "retained==False" --format csv --out "$OUT/table1.csv"
-echo "== our Table 1 against the paper's file"
-$PY -m results compare "$OUT/table1.csv" "$PAPER/final_method_results.csv" --on model_size,method \
-    --metrics $METRICS --format csv --out "$OUT/table1_vs_paper.csv"
 echo "== selected seeds (step-100 validation format >= 0.8) from per_model.csv"
 $PY -m results table "$REF/reference/per_model.csv" --group-by model_size,method \
     --metrics v4_live,v4_non_live,v4_multi_turn,v4_average,v4_average_format \
