@@ -114,3 +114,23 @@ def estimator_registry_as_it_was():
     registry.ESTIMATORS.update(estimators)
     registry._LOADED.clear()
     registry._LOADED.update(loaded)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    """The smoke run's tokenizer recipe (byte-level BPE, ChatML specials), trained once offline; the reward
+    manager's tests (test_rewards_verl.py, test_user_reward.py) build their verl batches with it."""
+    from data_prep import smoke
+
+    tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke.synthetic_records(0, 40)))
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir):
+    """`tokenizer_dir`'s tokenizer, loaded with transformers."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
