@@ -100,10 +100,16 @@ def wait_for(condition, checks: int = 3000) -> None:
     pytest.fail(f"not reached after {checks} checks")
 
 
-def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(server, tmp_path):
+def started(server, run_dir, failures):
+    """A watchdog thread polling `server` every 20 ms; the exit code it would end the process with: `ended`."""
     ended = []
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=3,
+    watchdog = EngineWatchdog("vllm", [server.address], str(run_dir), interval_s=0.02, failures=failures,
                               end_process=ended.append).start()
+    return watchdog, ended
+
+
+def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(server, tmp_path):
+    watchdog, ended = started(server, tmp_path, failures=3)
     wait_for(lambda: watchdog.polls >= 5)
     assert ended == [] and read_engine_failure(tmp_path) is None  # healthy polls end nothing
     server.status = 503
@@ -117,19 +123,15 @@ def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(server,
 
 
 def test_fewer_failed_polls_in_a_row_than_the_limit_are_forgiven(server, tmp_path):
-    ended = []
     server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=3,
-                              end_process=ended.append).start()
+    watchdog, ended = started(server, tmp_path, failures=3)
     wait_for(lambda: watchdog.polls >= 10)
     watchdog.stop()
     assert ended == [] and read_engine_failure(tmp_path) is None
 
 
 def test_a_stopped_watchdog_ends_nothing_when_the_servers_shut_down(server, tmp_path):
-    ended = []
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=1,
-                              end_process=ended.append).start()
+    watchdog, ended = started(server, tmp_path, failures=1)
     wait_for(lambda: watchdog.polls >= 2)
     watchdog.stop()
     server.status = 503

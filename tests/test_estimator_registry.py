@@ -8,6 +8,7 @@ and tests/trl/test_trl_own_estimator.py.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 from pathlib import Path
@@ -182,7 +183,8 @@ def test_a_module_loads_from_a_file_an_import_path_and_pkg(registry, tmp_path, m
     path = write_module(tmp_path)
     loaded = load_estimator_module(path)
     assert loaded.names == ("softmax_density",) and loaded.from_file and loaded.path == str(path.resolve())
-    assert loaded.sha256 == ref_sha(path) and loaded.record()["estimators"] == ["softmax_density"]
+    assert loaded.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert loaded.record()["estimators"] == ["softmax_density"]
     assert load_estimator_module(str(path)) is loaded  # again in this process: the first load
     package = tmp_path / "own_estimators"
     package.mkdir()
@@ -193,12 +195,6 @@ def test_a_module_loads_from_a_file_an_import_path_and_pkg(registry, tmp_path, m
     assert by_import.names == ("by_import",) and not by_import.from_file
     assert load_estimator_module("pkg://own_estimators.extra") is by_import
     assert {"softmax_density", "by_import"} <= set(ESTIMATOR_NAMES)
-
-
-def ref_sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(("text", "file", "message"), [
