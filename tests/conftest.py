@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -134,3 +136,40 @@ def tokenizer(tokenizer_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+class HealthServer:
+    """A local HTTP server: /health answers the statuses in `script` first, then `status` (200 while the engine
+    runs), to GET and HEAD; other paths 404. `address` is host:port; `requests` counts what it was asked."""
+
+    def __init__(self):
+        owner = self
+        self.status, self.script, self.requests = 200, [], 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                owner.requests += 1
+                status = (owner.script.pop(0) if owner.script else owner.status) if self.path == "/health" else 404
+                self.send_response(status)
+                self.end_headers()
+
+            do_HEAD = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def health_server():
+    """A rollout server's /health stand-in (test_engine_watchdog.py), and a host that answers 404 (test_tracking.py)."""
+    server = HealthServer()
+    yield server
+    server.close()

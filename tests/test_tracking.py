@@ -69,26 +69,10 @@ def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_within_the_p
     assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": refused})[0] == "offline"
 
 
-def test_auto_goes_online_when_the_host_answers_even_with_an_error_status():
-    import http.server
-    import threading
-
-    class NotFound(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            self.send_response(404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
-    finally:
-        server.shutdown()
+def test_auto_goes_online_when_the_host_answers_even_with_an_error_status(health_server):
+    url = f"http://{health_server.address}"  # answers 404 but on /health
+    assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
+    assert health_server.requests == 1
 
 
 def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
