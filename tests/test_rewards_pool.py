@@ -43,7 +43,7 @@ def test_pool_results_equal_serial_scoring(pool):
     assert {s["correctness"] for s in serial} == {0.0, 1.0}
 
 
-def test_gil_holding_item_is_killed_from_a_worker_thread_without_blocking_others_and_the_pool_recovers(pool):
+def test_a_gil_holding_item_is_killed_from_a_thread_the_items_behind_it_run_on_and_the_pool_recovers(pool):
     before = pool.stats.timeouts, pool.stats.restarts, pool.stats.errors
     result = {}
 
