@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -114,3 +116,60 @@ def estimator_registry_as_it_was():
     registry.ESTIMATORS.update(estimators)
     registry._LOADED.clear()
     registry._LOADED.update(loaded)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    """The smoke run's tokenizer recipe (byte-level BPE, ChatML specials), trained once offline; the reward
+    manager's tests (test_rewards_verl.py, test_user_reward.py) build their verl batches with it."""
+    from data_prep import smoke
+
+    tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke.synthetic_records(0, 40)))
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir):
+    """`tokenizer_dir`'s tokenizer, loaded with transformers."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+class HealthServer:
+    """A local HTTP server: /health answers the statuses in `script` first, then `status` (200 while the engine
+    runs), to GET and HEAD; other paths 404. `address` is host:port; `requests` counts what it was asked."""
+
+    def __init__(self):
+        owner = self
+        self.status, self.script, self.requests = 200, [], 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                owner.requests += 1
+                status = (owner.script.pop(0) if owner.script else owner.status) if self.path == "/health" else 404
+                self.send_response(status)
+                self.end_headers()
+
+            do_HEAD = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def health_server():
+    """A rollout server's /health stand-in (test_engine_watchdog.py), and a host that answers 404 (test_tracking.py)."""
+    server = HealthServer()
+    yield server
+    server.close()

@@ -1,13 +1,11 @@
 """The rollout-engine watchdog (dara.verl.engine_watchdog) against a real HTTP server standing in for a rollout
-server's /health: healthy, then dead (503), then gone. The end of a training run whose engine is killed is in
-tests/test_training.py."""
+server's /health (`health_server`, tests/conftest.py): healthy, then dead (503), then gone. The end of a training
+run whose engine is killed is in tests/test_training.py."""
 
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,71 +20,38 @@ from dara.verl.engine_watchdog import (
 )
 
 
-class HealthServer:
-    """/health answers the statuses in `script` first, then `status` (200 while the engine runs); other paths 404."""
-
-    def __init__(self):
-        owner = self
-        self.status, self.script, self.requests = 200, [], 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                owner.requests += 1
-                status = (owner.script.pop(0) if owner.script else owner.status) if self.path == "/health" else 404
-                self.send_response(status)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def server():
-    s = HealthServer()
-    yield s
-    s.close()
-
-
 def unused_address() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def test_health_tells_a_live_a_dead_and_a_missing_server_apart(server):
-    assert health(server.address, timeout_s=5) is None
-    server.status = 503
-    assert health(server.address, timeout_s=5) == "/health answered 503"
+def test_health_tells_a_live_a_dead_and_a_missing_server_apart(health_server):
+    assert health(health_server.address, timeout_s=5) is None
+    health_server.status = 503
+    assert health(health_server.address, timeout_s=5) == "/health answered 503"
     assert "unreachable" in health(unused_address(), timeout_s=5)
 
 
-def test_health_asks_the_server_directly_whatever_proxy_the_environment_names(server, monkeypatch):
+def test_health_asks_the_server_directly_whatever_proxy_the_environment_names(health_server, monkeypatch):
     """A cluster's proxy settings: http_proxy at a dead port, the node's subnet in CIDR form in no_proxy (which
     Python's no_proxy matching ignores). A healthy server must still read healthy."""
     dead_proxy = f"http://{unused_address()}"
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
         monkeypatch.setenv(name, dead_proxy)
     monkeypatch.setenv("no_proxy", "10.0.0.0/8,192.0.2.0/24")
-    assert health(server.address, timeout_s=5) is None
-    assert server.requests == 1
+    assert health(health_server.address, timeout_s=5) is None
+    assert health_server.requests == 1
 
 
-def test_raise_if_dead_names_the_engine_the_server_and_the_resume(server, tmp_path):
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path))
+def test_raise_if_dead_names_the_engine_the_server_and_the_resume(health_server, tmp_path):
+    watchdog = EngineWatchdog("vllm", [health_server.address], str(tmp_path))
     watchdog.raise_if_dead()  # healthy: nothing
-    server.status = 503
+    health_server.status = 503
     with pytest.raises(RolloutEngineDied) as caught:
         watchdog.raise_if_dead(cause=ValueError("no trajectories"))
     message = str(caught.value)
-    assert f"rollout engine (vllm, server {server.address}) died: /health answered 503" in message
+    assert f"rollout engine (vllm, server {health_server.address}) died: /health answered 503" in message
     assert "start the same command again to resume" in message
     assert isinstance(caught.value.__cause__, ValueError)
 
@@ -100,13 +65,19 @@ def wait_for(condition, checks: int = 3000) -> None:
     pytest.fail(f"not reached after {checks} checks")
 
 
-def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(server, tmp_path):
+def started(health_server, run_dir, failures):
+    """A watchdog thread polling the server every 20 ms; the exit code it would end the process with: `ended`."""
     ended = []
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=3,
+    watchdog = EngineWatchdog("vllm", [health_server.address], str(run_dir), interval_s=0.02, failures=failures,
                               end_process=ended.append).start()
+    return watchdog, ended
+
+
+def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(health_server, tmp_path):
+    watchdog, ended = started(health_server, tmp_path, failures=3)
     wait_for(lambda: watchdog.polls >= 5)
     assert ended == [] and read_engine_failure(tmp_path) is None  # healthy polls end nothing
-    server.status = 503
+    health_server.status = 503
     wait_for(lambda: ended)
     assert ended == [EXIT_CODE]
     line = read_engine_failure(tmp_path)
@@ -116,23 +87,19 @@ def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(server,
     assert read_engine_failure(tmp_path) is None
 
 
-def test_fewer_failed_polls_in_a_row_than_the_limit_are_forgiven(server, tmp_path):
-    ended = []
-    server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=3,
-                              end_process=ended.append).start()
+def test_fewer_failed_polls_in_a_row_than_the_limit_are_forgiven(health_server, tmp_path):
+    health_server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
+    watchdog, ended = started(health_server, tmp_path, failures=3)
     wait_for(lambda: watchdog.polls >= 10)
     watchdog.stop()
     assert ended == [] and read_engine_failure(tmp_path) is None
 
 
-def test_a_stopped_watchdog_ends_nothing_when_the_servers_shut_down(server, tmp_path):
-    ended = []
-    watchdog = EngineWatchdog("vllm", [server.address], str(tmp_path), interval_s=0.02, failures=1,
-                              end_process=ended.append).start()
+def test_a_stopped_watchdog_ends_nothing_when_the_servers_shut_down(health_server, tmp_path):
+    watchdog, ended = started(health_server, tmp_path, failures=1)
     wait_for(lambda: watchdog.polls >= 2)
     watchdog.stop()
-    server.status = 503
+    health_server.status = 503
     polls = watchdog.polls
     time.sleep(0.2)
     assert watchdog.polls == polls and ended == []

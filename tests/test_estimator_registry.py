@@ -8,6 +8,8 @@ and tests/trl/test_trl_own_estimator.py.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import sys
 from pathlib import Path
@@ -34,6 +36,7 @@ from dara.estimators import (
 from dara.estimators import registry as registry_module
 from dara.estimators.__main__ import main as estimators_main
 from tests import reference_estimators as ref
+from tests.test_estimators import channel_batch, mask_from
 
 EXAMPLE = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
 
@@ -182,7 +185,8 @@ def test_a_module_loads_from_a_file_an_import_path_and_pkg(registry, tmp_path, m
     path = write_module(tmp_path)
     loaded = load_estimator_module(path)
     assert loaded.names == ("softmax_density",) and loaded.from_file and loaded.path == str(path.resolve())
-    assert loaded.sha256 == ref_sha(path) and loaded.record()["estimators"] == ["softmax_density"]
+    assert loaded.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert loaded.record()["estimators"] == ["softmax_density"]
     assert load_estimator_module(str(path)) is loaded  # again in this process: the first load
     package = tmp_path / "own_estimators"
     package.mkdir()
@@ -193,12 +197,6 @@ def test_a_module_loads_from_a_file_an_import_path_and_pkg(registry, tmp_path, m
     assert by_import.names == ("by_import",) and not by_import.from_file
     assert load_estimator_module("pkg://own_estimators.extra") is by_import
     assert {"softmax_density", "by_import"} <= set(ESTIMATOR_NAMES)
-
-
-def ref_sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(("text", "file", "message"), [
@@ -284,15 +282,11 @@ def rvpo_batches(draw, channels):
     return scores, index, lengths
 
 
-def _mask(lengths):
-    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).float()
-
-
 @settings(max_examples=60, deadline=None)
 @given(batch=rvpo_batches(2), k=st.sampled_from([0.25, 1.0, 3.0]))
 def test_rvpo_is_the_authors_computation_for_two_channels(batch, k):
     scores, index, lengths = batch
-    adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, _mask(lengths), rvpo_k=k)
+    adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, mask_from(lengths), rvpo_k=k)
     theirs = ref.authors_rvpo(scores, index, lengths, k)
     for j, row in enumerate(theirs):
         for t, value in enumerate(row):
@@ -312,7 +306,7 @@ def test_rvpo_is_the_authors_computation_for_two_channels(batch, k):
        batch_norm=st.sampled_from(["token", "response", "none"]))
 def test_rvpo_for_three_channels_is_the_log_k_generalisation(batch, k, batch_norm):
     scores, index, lengths = batch
-    adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, _mask(lengths), rvpo_k=k,
+    adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, mask_from(lengths), rvpo_k=k,
                                       batch_norm=batch_norm, weights=[1.0, 2.0, 0.5])
     expected = ref.reference("rvpo", scores, index, lengths, batch_norm=batch_norm, rvpo_k=k, weights=[1.0, 2.0, 0.5])
     for j, length in enumerate(lengths):
@@ -321,19 +315,14 @@ def test_rvpo_for_three_channels_is_the_log_k_generalisation(batch, k, batch_nor
 
 
 def test_rvpo_channel_terms_split_the_soft_min_exactly():
-    from dara.estimators.api import _check_options
-    from dara.estimators.groups import group_codes, group_zscore
     from dara.estimators.methods import rvpo
 
     scores, index, mask = batch_of(5, k=3)
-    opts = _check_options("rvpo", {"rvpo_k": 2.0, "weights": [1.0, 0.5, 3.0]}, scores, torch.device("cpu"))
-    groups = group_codes(index, torch.device("cpu"))
-    advantages = group_zscore(scores, groups)
-    batch = ChannelBatch(scores, groups, advantages, torch.ones(3), opts["weights"], opts)
+    batch = channel_batch("rvpo", scores, index, rvpo_k=2.0, weights=[1.0, 0.5, 3.0])
     agg = rvpo(batch)
     torch.testing.assert_close(agg.channel_terms.sum(dim=1), agg.values)
-    equal = advantages[:, :1].expand(-1, 3).contiguous()  # every channel the same: the soft-min is that value
-    same = rvpo(ChannelBatch(scores, groups, equal, torch.ones(3), torch.ones(3, dtype=torch.float64), opts))
+    equal = batch.advantages[:, :1].expand(-1, 3).contiguous()  # every channel the same: the soft-min is that value
+    same = rvpo(dataclasses.replace(batch, advantages=equal, prior=torch.ones(3, dtype=torch.float64)))
     torch.testing.assert_close(same.values, equal[:, 0])
     torch.testing.assert_close(same.weights, torch.ones(3, dtype=torch.float64))
 
@@ -348,12 +337,13 @@ def test_rvpo_of_one_channel_is_its_group_z_score_batch_normalised():
 # ----------------------------------------------------------------------------- the dead-channel weight
 @pytest.mark.parametrize("name", ["dara_sym", "dara_asym"])
 def test_a_dead_channels_weight_is_1_or_w_max_and_the_advantage_the_same(name):
-    scores = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # channel 1 active in no group
+    scores = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]])  # channel 1 active in no group
     index, mask = [0, 0, 1, 1], torch.ones(4, 3)
     paper, paper_metrics = compute_advantages(name, scores, index, mask)
     authors, authors_metrics = compute_advantages(name, scores, index, mask, dead_channel_weight="w_max", w_max=4.0)
     assert paper_metrics["weight/c1"] == 1.0 and authors_metrics["weight/c1"] == 4.0
     assert paper_metrics["density/c1"] == authors_metrics["density/c1"] == 0.0
+    assert paper_metrics["energy_vs_ideal/c1"] == 0.0
     assert torch.equal(paper, authors)
     dead, _ = compute_advantages(name, torch.zeros(4, 2), index, mask, dead_channel_weight="w_max")
     assert dead.abs().sum() == 0  # every channel dead: nothing to learn, under either convention
@@ -366,7 +356,7 @@ def test_a_dead_channels_weight_is_1_or_w_max_and_the_advantage_the_same(name):
 def test_dara_with_either_convention_matches_the_loop_reference(batch, dead):
     scores, index, lengths = batch
     for name in ("dara_sym", "dara_asym"):
-        adv, metrics = compute_advantages(name, torch.tensor(scores), index, _mask(lengths), dead_channel_weight=dead)
+        adv, metrics = compute_advantages(name, torch.tensor(scores), index, mask_from(lengths), dead_channel_weight=dead)
         expected = ref.reference(name, scores, index, lengths, dead_channel_weight=dead)
         for j, length in enumerate(lengths):
             assert all(math.isclose(v, expected[j], rel_tol=1e-4, abs_tol=1e-4) for v in adv[j, :length].tolist())

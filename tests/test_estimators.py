@@ -50,6 +50,19 @@ def mask_from(lengths, width=None):
     return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
 
 
+def channel_batch(name, scores, index, **options):
+    """The ChannelBatch compute_advantages hands estimator `name` (float64; unit densities, for the channel terms)."""
+    from dara.estimators.api import _check_options
+    from dara.estimators.groups import group_codes, group_zscore
+    from dara.estimators.methods import ChannelBatch
+
+    scores = scores.double()
+    groups = group_codes(index, scores.device)
+    opts = _check_options(name, options, scores, scores.device)
+    prior = opts["weights"] if opts["weights"] is not None else scores.new_ones(scores.shape[1])
+    return ChannelBatch(scores, groups, group_zscore(scores, groups), torch.ones(scores.shape[1]), prior, opts)
+
+
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)
 @settings(max_examples=40, deadline=None)
 @given(batch=batches(), batch_norm=st.sampled_from(["token", "response", "none", None]),
@@ -199,48 +212,44 @@ def test_degenerate_batches_are_finite(name):
     assert torch.count_nonzero(adv) == 0  # nothing to learn from constant groups
 
 
-def test_zero_density_channel_gets_unit_weight():
-    scores = torch.tensor([[0.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
-    _, m = compute_advantages("dara_asym", scores, [0, 0, 1, 1], torch.ones(4, 2))
-    assert m["density/c1"] == 0.0 and m["weight/c1"] == 1.0 and m["energy_vs_ideal/c1"] == 0.0
+def _param(message, id, **call):
+    return pytest.param(call, message, id=id)
 
 
-@pytest.mark.parametrize(
-    "call, message",
-    [
-        (lambda: compute_advantages("nope", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "unknown estimator"),
-        (lambda: compute_advantages("gdpo", torch.zeros(3, 1), [0, 0], torch.ones(3, 1)), "group ids"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(3, 1)), "rows"),
-        (lambda: compute_advantages("gdpo", torch.tensor([[0.0], [math.nan]]), [0, 0], torch.ones(2, 1)), "NaN"),
-        (lambda: compute_advantages("gdpo", torch.tensor([[0.0], [math.inf]]), [0, 0], torch.ones(2, 1)), "NaN or inf"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 2), [0, 0], torch.ones(2, 1), weights=[1.0]), "weights"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1), batch_norm="x"), "batch_norm"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1), wmax=2), "unknown option"),
-        (lambda: compute_advantages("static", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "fixed channel weights"),
-        (lambda: compute_advantages("saw", torch.zeros(2, 1), [0, 0], torch.ones(2, 1)), "reward_ranges"),
-        (lambda: compute_advantages("sa_mrpo", torch.full((2, 1), 2.0), [0, 0], torch.ones(2, 1),
-                                    reward_ranges={"c0": [0, 1]}), "outside its reward_range"),
-        (lambda: compute_advantages("saw", torch.zeros(2, 2), [0, 0], torch.ones(2, 1),
-                                    reward_ranges={"c0": [0, 1]}), "missing ['c1']"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1),
-                                    reward_ranges={"format": [0, 1]}), "not among the reward channels"),
-        (lambda: compute_advantages("saw", torch.zeros(2, 1), [0, 0], torch.ones(2, 1),
-                                    reward_ranges=[[0, 1]]), "maps channel names"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1, 1), [0, 0], torch.ones(2, 1)), "[N, K]"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), ["a", None], torch.ones(2, 1)), "missing group id"),
-        *[(lambda k=k: compute_advantages("rvpo", torch.ones(4, 2), [0, 0, 1, 1], torch.ones(4, 1), rvpo_k=k),
-           "rvpo_k must be a finite number > 0") for k in (0.0, -1.0, math.inf, math.nan)],
-        (lambda: compute_advantages("dara_asym", torch.ones(4, 2), [0, 0, 1, 1], torch.ones(4, 1),
-                                    dead_channel_weight="max"), "dead_channel_weight must be one of ['1', 'w_max']"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1), options={"temperature": 2}),
-         "estimator 'gdpo' has no option(s) ['temperature'] (options.<name>); it declares: none"),
-        (lambda: compute_advantages("gdpo", torch.zeros(2, 1), [0, 0], torch.ones(2, 1), estimator_module="m.py"),
-         "unknown option(s) ['estimator_module']"),
-    ],
-)
+ONES_4x2 = {"scores": torch.ones(4, 2), "index": [0, 0, 1, 1], "mask": torch.ones(4, 1)}
+
+
+@pytest.mark.parametrize("call, message", [
+    _param("unknown estimator", "unknown-estimator", name="nope"),
+    _param("group ids", "fewer-group-ids-than-rows", scores=torch.zeros(3, 1), mask=torch.ones(3, 1)),
+    _param("rows", "mask-rows", mask=torch.ones(3, 1)),
+    _param("NaN", "nan-score", scores=torch.tensor([[0.0], [math.nan]])),
+    _param("NaN or inf", "inf-score", scores=torch.tensor([[0.0], [math.inf]])),
+    _param("weights", "weights-count", scores=torch.zeros(2, 2), weights=[1.0]),
+    _param("batch_norm", "batch-norm-mode", batch_norm="x"),
+    _param("unknown option", "misspelt-option", wmax=2),
+    _param("fixed channel weights", "static-without-weights", name="static"),
+    _param("reward_ranges", "saw-without-ranges", name="saw"),
+    _param("outside its reward_range", "score-outside-range", name="sa_mrpo", scores=torch.full((2, 1), 2.0),
+           reward_ranges={"c0": [0, 1]}),
+    _param("missing ['c1']", "range-missing-channel", name="saw", scores=torch.zeros(2, 2),
+           reward_ranges={"c0": [0, 1]}),
+    _param("not among the reward channels", "range-unknown-channel", reward_ranges={"format": [0, 1]}),
+    _param("maps channel names", "ranges-not-a-mapping", name="saw", reward_ranges=[[0, 1]]),
+    _param("[N, K]", "scores-3d", scores=torch.zeros(2, 1, 1)),
+    _param("missing group id", "none-group-id", index=["a", None]),
+    *[_param("rvpo_k must be a finite number > 0", f"rvpo_k-{k}", name="rvpo", rvpo_k=k, **ONES_4x2)
+      for k in (0.0, -1.0, math.inf, math.nan)],
+    _param("dead_channel_weight must be one of ['1', 'w_max']", "dead-channel-weight", name="dara_asym",
+           dead_channel_weight="max", **ONES_4x2),
+    _param("estimator 'gdpo' has no option(s) ['temperature'] (options.<name>); it declares: none",
+           "undeclared-module-option", options={"temperature": 2}),
+    _param("unknown option(s) ['estimator_module']", "estimator-module-not-an-option", estimator_module="m.py"),
+])
 def test_bad_input_raises_named_error(call, message):
+    call = {"name": "gdpo", "scores": torch.zeros(2, 1), "index": [0, 0], "mask": torch.ones(2, 1), **call}
     with pytest.raises(ValueError, match=re.escape(message)):
-        call()
+        compute_advantages(call.pop("name"), call.pop("scores"), call.pop("index"), call.pop("mask"), **call)
 
 
 def test_output_dtype_device_and_mask():
@@ -282,15 +291,7 @@ def test_grpo_channel_terms_sum_to_advantage():
     adv, m = compute_advantages("grpo", scores, index, torch.ones(32, 1), channel_names=["a", "b"])
     assert m["weight/a"] == 1.0
     # the channel terms w_k (r_k - mean_k) / (std + eps) sum to the advantage, response by response
-    from dara.estimators.api import _check_options
-    from dara.estimators.groups import group_codes, group_zscore
-    from dara.estimators.methods import ChannelBatch
-
-    groups = group_codes(index, scores.device)
-    opts = _check_options("grpo", {"channel_names": ["a", "b"]}, scores.double(), scores.device)
-    batch = ChannelBatch(scores.double(), groups, group_zscore(scores.double(), groups), torch.ones(2),
-                         torch.ones(2, dtype=torch.float64), opts)
-    agg = ESTIMATORS["grpo"].fn(batch)
+    agg = ESTIMATORS["grpo"].fn(channel_batch("grpo", scores, index, channel_names=["a", "b"]))
     torch.testing.assert_close(agg.channel_terms.sum(dim=1), agg.values)
     torch.testing.assert_close(agg.values.float(), adv[:, 0])
     energy = (agg.channel_terms ** 2).sum(dim=0)

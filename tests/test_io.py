@@ -28,17 +28,15 @@ def test_read_jsonl_drops_only_a_torn_last_line(tmp_path, caplog):
     assert read_jsonl(path) == ([{"step": 1}, {"step": 2}], False)
 
 
-def test_read_jsonl_names_a_bad_middle_line_and_a_torn_line_when_not_tolerated(tmp_path):
-    path = tmp_path / "log.jsonl"
-    path.write_text('{"step": 1}\n{"step": 2, \n{"step": 3}\n')
-    with pytest.raises(JsonlError, match=r"log\.jsonl:2: not valid JSON"):
-        read_jsonl(path)
-    path.write_text('{"step": 1}\n[1, 2]\n')
-    with pytest.raises(JsonlError, match=r"log\.jsonl:2: expected a JSON object, got list"):
-        read_jsonl(path)
-    path.write_text('{"step": 1}\n{"step": 2')
-    with pytest.raises(JsonlError, match=r"log\.jsonl:2"):
-        read_jsonl(path, tolerate_torn_last_line=False)
+@pytest.mark.parametrize(("text", "kwargs", "message"), [
+    pytest.param('{"step": 1}\n{"step": 2, \n{"step": 3}\n', {}, r":2: not valid JSON", id="bad-middle-line"),
+    pytest.param('{"step": 1}\n[1, 2]\n', {}, r":2: expected a JSON object, got list", id="not-an-object"),
+    pytest.param('{"step": 1}\n{"step": 2', {"tolerate_torn_last_line": False}, ":2", id="torn-not-tolerated"),
+])
+def test_read_jsonl_names_a_bad_middle_line_and_a_torn_line_when_not_tolerated(tmp_path, text, kwargs, message):
+    (tmp_path / "log.jsonl").write_text(text)
+    with pytest.raises(JsonlError, match=r"log\.jsonl" + message):
+        read_jsonl(tmp_path / "log.jsonl", **kwargs)
 
 
 def test_atomic_write_leaves_the_old_file_and_no_temporary_when_the_writer_raises(tmp_path):

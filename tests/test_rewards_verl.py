@@ -44,14 +44,18 @@ def test_compute_score_keys_and_total_per_task():
     assert verl_entry.channel_names("minerva") == ("correctness", "length")
 
 
-def test_compute_score_errors_name_the_problem():
-    with pytest.raises(ValueError, match="unknown data_source 'gsm8k'"):
-        compute_score("gsm8k", "x", "1")
-    with pytest.raises(TypeError, match="unknown reward option"):
-        compute_score("rlla", "x", "<think></think>", toolrl_length=True)
-    with pytest.raises(ValueError, match="response_tokens"):
-        compute_score("math500", "\\boxed{1}", "1", {})
-    # verl's own extra kwargs are accepted and ignored
+@pytest.mark.parametrize(("args", "kwargs", "error", "message"), [
+    pytest.param(("gsm8k", "x", "1"), {}, ValueError, "unknown data_source 'gsm8k'", id="unknown-source"),
+    pytest.param(("rlla", "x", "<think></think>"), {"toolrl_length": True}, TypeError, "unknown reward option",
+                 id="misspelt-option"),
+    pytest.param(("math500", "\\boxed{1}", "1", {}), {}, ValueError, "response_tokens", id="math-without-tokens"),
+])
+def test_compute_score_errors_name_the_problem(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        compute_score(*args, **kwargs)
+
+
+def test_compute_score_accepts_and_ignores_verls_own_extra_kwargs():
     assert compute_score("rlla", "x", "<think></think>", reward_router_address=None)["format"] == 0.0
 
 
@@ -100,17 +104,7 @@ def test_step_metrics_match_a_plain_loop():
 
 
 # ----------------------------------------------------------------------------- the verl reward manager
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    """The smoke run's tokenizer recipe (byte-level BPE, ChatML specials), trained here offline."""
-    from data_prep import smoke
-
-    tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke.synthetic_records(0, 40)))
-    folder = tmp_path_factory.mktemp("tokenizer")
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
+# (tokenizer_dir, tokenizer: tests/conftest.py)
 @pytest.fixture(scope="module")
 def manager_module():
     import dara.verl.reward_manager as module
@@ -133,6 +127,19 @@ def verl_config(tokenizer_dir, **reward_kwargs):
             },
         }
     )
+
+
+IMPORTLIB_MANAGER = {"source": "importlib", "name": "DaraParallelRewardManager",
+                     "module": {"path": "pkg://dara.verl.reward_manager", "name": "DaraParallelRewardManager"}}
+
+
+def by_file(config, manager=None, path=verl_entry.__file__, **entry_kwargs):
+    """`config` with compute_score loaded by file path with its reward_kwargs (as conf/task/*.yaml do), and
+    `manager` as reward.reward_manager when given."""
+    config.reward.custom_reward_function = {"path": path, "name": "compute_score", "reward_kwargs": entry_kwargs}
+    if manager is not None:
+        config.reward.reward_manager = manager
+    return config
 
 
 def make_batch(tokenizer, rows, prompt_length=6, response_padding=3):
@@ -194,9 +201,10 @@ def toolrl_rows():
     ]
 
 
-def test_registered_manager_scores_toolrl_rows_through_verls_reward_loop(tokenizer_dir, manager_module):
+def test_registered_manager_scores_toolrl_rows_through_verls_reward_loop(tokenizer_dir, tokenizer,
+                                                                         manager_module):
     config = verl_config(tokenizer_dir, toolrl_length_channel=True)
-    worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), toolrl_rows()))
+    worker, outputs = run_reward_loop(config, make_batch(tokenizer, toolrl_rows()))
     assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
     options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
     keys = {"score", "format", "correctness", "length", "reward_timeout", "reward_error"}
@@ -212,15 +220,9 @@ def test_registered_manager_scores_toolrl_rows_through_verls_reward_loop(tokeniz
     assert [o["reward_extra_info"]["correctness"] for o in outputs][:3] == [3.0, 0.0, -3.0]
 
 
-def _load_tokenizer(tokenizer_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
-
-
 @pytest.mark.slow  # verl's reward loop over adversarial math (~6 s)
-def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokenizer_dir, manager_module):
-    tokenizer = _load_tokenizer(tokenizer_dir)
+def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokenizer_dir, tokenizer,
+                                                                         manager_module):
     rows = [
         {"source": "math500", "text": "short \\boxed{\\frac{1}{2}}", "truth": "0.5"},
         {
@@ -255,8 +257,7 @@ def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokeniz
     assert result["metrics"]["reward/correctness/mean"] == 0.5
 
 
-def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, manager_module):
-    tokenizer = _load_tokenizer(tokenizer_dir)
+def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, tokenizer, manager_module):
     config = verl_config(tokenizer_dir)
     manager = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)
     unknown = make_batch(tokenizer, [{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}])
@@ -288,7 +289,7 @@ def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir
         manager_module.DaraParallelRewardManager(config, tokenizer, clash)
 
 
-def test_pinned_verl_reward_api(tokenizer_dir, manager_module):
+def test_pinned_verl_reward_api(tokenizer_dir, tokenizer, manager_module):
     """Every verl 0.9.1 reward-loop fact the manager relies on, checked on verl's own functions; a verl upgrade
     that changes one fails here."""
     import verl
@@ -310,8 +311,7 @@ def test_pinned_verl_reward_api(tokenizer_dir, manager_module):
     # verl resolves reward.reward_manager (source register or importlib) to the manager class through them
     config = verl_config(tokenizer_dir)
     assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
-    config.reward.reward_manager = {"source": "importlib", "name": "DaraParallelRewardManager",
-                                    "module": {"path": "pkg://dara.verl.reward_manager"}}
+    config.reward.reward_manager = IMPORTLIB_MANAGER
     assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
     # verl 0.9.1 keeps that node a DictConfig: its dataclass, whose __post_init__ would check the name against the
     # registry, cannot even be built (it calls a __post_init__ its base lacks); an upgrade that builds it fails here
@@ -336,23 +336,21 @@ def test_pinned_verl_reward_api(tokenizer_dir, manager_module):
     ]
     # verl binds the configured function with its reward_kwargs as partial(_call_with_kwargs, raw_fn, kwargs):
     # the manager reads the kwargs (args[1]) and the function's file (args[0])
-    config = verl_config(tokenizer_dir)
-    config.reward.custom_reward_function = {"path": verl_entry.__file__, "name": "compute_score",
-                                            "reward_kwargs": {"toolrl_length_channel": True}}
+    config = by_file(verl_config(tokenizer_dir), toolrl_length_channel=True)
     bound = get_custom_reward_fn(config)
     assert isinstance(bound, functools.partial) and bound.func is _call_with_kwargs
     assert bound.args[1] == {"toolrl_length_channel": True} and bound.args[0].__name__ == "compute_score"
     assert inspect.getsourcefile(bound.args[0]) == verl_entry.__file__
     # verl's loader hands the manager that bound function as compute_score, with the worker's keyword arguments
-    manager = load_reward_manager(config, _load_tokenizer(tokenizer_dir), reward_router_address=None,
-                                  reward_model_tokenizer=None)
+    manager = load_reward_manager(config, tokenizer, reward_router_address=None, reward_model_tokenizer=None)
     assert type(manager) is manager_module.DaraParallelRewardManager
     assert manager.options.toolrl_length_channel is True
     # (verl's RewardLoopWorker calling the manager's run_single: every reward-loop test below; verl's
     # RewardLoopManager reading its results: test_verls_reward_loop_manager_assembles_the_managers_scores)
 
 
-def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, manager_module, monkeypatch):
+def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, tokenizer, manager_module,
+                                                                 monkeypatch):
     """verl's RewardLoopManager.compute_rm_score over reward workers running the manager: verl pads the batch to
     the worker count, takes each item's "reward_score" onto its last valid token, and makes every key of the
     first item's reward_extra_info a column (so every item must carry the same keys, as the manager's do)."""
@@ -375,7 +373,7 @@ def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, 
     loop_manager.reward_loop_workers = [InProcessHandle(), InProcessHandle()]
     monkeypatch.setattr(ray, "get", list)  # the handles return their results, not object references
     rows = toolrl_rows()[:3]  # 3 rows over 2 workers: verl pads one and drops its result
-    data = make_batch(_load_tokenizer(tokenizer_dir), rows)
+    data = make_batch(tokenizer, rows)
     out = reward_loop.RewardLoopManager.compute_rm_score(loop_manager, data)
 
     assert loop_manager.reward_manager_cls is manager_module.DaraParallelRewardManager
@@ -389,22 +387,12 @@ def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, 
         assert out.non_tensor_batch[key].tolist() == [e.get(key, 0.0) for e in expected], key
 
 
-def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, manager_module):
+def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, tokenizer, manager_module):
     """conf/task/deepscaler.yaml: the manager by importlib, compute_score by file path with reward_kwargs."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    config = verl_config(tokenizer_dir)
+    config = by_file(verl_config(tokenizer_dir), IMPORTLIB_MANAGER, **POOL_OPTIONS, max_response_tokens=4000)
     config.reward.reward_kwargs = {}
-    config.reward.custom_reward_function = {
-        "path": verl_entry.__file__,
-        "name": "compute_score",
-        "reward_kwargs": {**POOL_OPTIONS, "max_response_tokens": 4000},
-    }
-    config.reward.reward_manager = {
-        "source": "importlib",
-        "name": "DaraParallelRewardManager",
-        "module": {"path": "pkg://dara.verl.reward_manager", "name": "DaraParallelRewardManager"},
-    }
     # the naive manager's path: verl's binding of the file-loaded function forwards to the package module
     bound = get_custom_reward_fn(config)
     assert bound(
@@ -418,23 +406,18 @@ def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, manager_mod
         {"source": "amc23", "text": "\\boxed{6}", "truth": "6"},
         {"source": "amc23", "text": "\\boxed{7}", "truth": "6"},
     ]
-    worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
+    worker, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
     assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
     assert [o["reward_score"] for o in outputs] == [2.0, 1.0]
 
 
-def test_naive_manager_with_the_file_path_entry_as_the_toolrl_configs_use_it(tokenizer_dir):
+def test_naive_manager_with_the_file_path_entry_as_the_toolrl_configs_use_it(tokenizer_dir, tokenizer):
     """conf/task/toolrl*.yaml: verl's naive manager calls compute_score (by file path) per sample."""
-    config = verl_config(tokenizer_dir)
+    naive = {"source": "register", "name": "naive", "module": {"path": None}}
+    config = by_file(verl_config(tokenizer_dir), naive, toolrl_length_channel=True)
     config.reward.reward_kwargs = {}
-    config.reward.reward_manager = {"source": "register", "name": "naive", "module": {"path": None}}
-    config.reward.custom_reward_function = {
-        "path": verl_entry.__file__,
-        "name": "compute_score",
-        "reward_kwargs": {"toolrl_length_channel": True},
-    }
     rows = toolrl_rows()
-    _, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
+    _, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
     options = RewardOptions(toolrl_length_channel=True)
     for row, output in zip(rows, outputs, strict=True):
         assert output["reward_extra_info"] == verl_entry.score_sample(

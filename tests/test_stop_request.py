@@ -1,6 +1,6 @@
 """The stop request (what train.sbatch writes on Slurm's pre-timeout signal, and gpu_smoke's forced stop): a file
-in the run folder with its reason. The trainer's side runs for real in tests/test_gpu_smoke.py (the smoke's
-stop-and-resume step on the CPU runtime) and tests/test_slurm.py (SIGUSR1 to a real job)."""
+in the run folder with its reason. The trainer's side runs for real in tests/test_slurm.py (SIGUSR1 to a real
+job); tests/test_gpu_smoke.py's stand-in trainer keeps the same protocol."""
 
 from __future__ import annotations
 

@@ -28,18 +28,10 @@ from dara.tracking import (
 from results.loaders import load_runs
 
 
-def composed(*overrides: str):
-    return compose(overrides)
-
-
-def answers(url, timeout):
-    return None
-
-
 def test_mode_is_offline_unless_a_key_is_present_and_the_host_answers_or_online_is_asked():
     assert wandb_mode("auto", {}) == "offline"
     assert wandb_mode(None, {}) == "offline"
-    assert wandb_mode("auto", {"WANDB_API_KEY": "x"}, probe=answers) == "online"
+    assert wandb_mode("auto", {"WANDB_API_KEY": "x"}, probe=lambda url, timeout: None) == "online"  # it answers
     assert wandb_mode("offline", {"WANDB_API_KEY": "x"}) == "offline"
     assert wandb_mode("online", {}) == "online"
     with pytest.raises(ValueError, match="run.wandb_mode='cloud'"):
@@ -73,26 +65,10 @@ def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_within_the_p
     assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": refused})[0] == "offline"
 
 
-def test_auto_goes_online_when_the_host_answers_even_with_an_error_status():
-    import http.server
-    import threading
-
-    class NotFound(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            self.send_response(404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
-    finally:
-        server.shutdown()
+def test_auto_goes_online_when_the_host_answers_even_with_an_error_status(health_server):
+    url = f"http://{health_server.address}"  # answers 404 but on /health
+    assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
+    assert health_server.requests == 1
 
 
 def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
@@ -104,25 +80,25 @@ def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("task", ["smoke", "toolrl", "toolrl_three_rewards", "deepscaler"])
 def test_every_task_logs_to_wandb_with_project_per_task(task, tmp_path):
-    cfg = composed(f"task={task}", f"run.output_root={tmp_path}")
+    cfg = compose([f"task={task}", f"run.output_root={tmp_path}"])
     assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
     assert cfg.trainer.project_name == f"dara-{cfg.run.task}"
     assert cfg.trainer.experiment_name == cfg.run.name
 
 
 def test_env_names_group_tags_and_folder(tmp_path):
-    cfg = composed("estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}")
+    cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
     env = wandb_env(cfg, {})
     assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(tmp_path / "smoke-tiny-gdpo-s4")
     assert env["WANDB_RUN_GROUP"] == "smoke" and env["WANDB_RESUME"] == "allow"
     assert env["WANDB_RUN_ID"] == wandb_run_id(tmp_path / "smoke-tiny-gdpo-s4")
     assert set(env["WANDB_TAGS"].split(",")) == {"task:smoke", "model:tiny", "method:gdpo", "estimator:gdpo",
                                                  "seed:4"}
-    cfg = composed("run.recipe=toolrl_main", "run.wandb_mode=online", f"run.output_root={tmp_path}")
+    cfg = compose(["run.recipe=toolrl_main", "run.wandb_mode=online", f"run.output_root={tmp_path}"])
     applied = apply_wandb_env(cfg, {})
     assert applied["WANDB_RUN_GROUP"] == "toolrl_main" and applied["WANDB_MODE"] == "online"
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.WANDB_RUN_ID == applied["WANDB_RUN_ID"]
-    cfg = composed("trainer.logger=[console,file]", f"run.output_root={tmp_path}")
+    cfg = compose(["trainer.logger=[console,file]", f"run.output_root={tmp_path}"])
     assert apply_wandb_env(cfg, {}) == {} and "WANDB_MODE" not in cfg.ray_kwargs.ray_init.runtime_env.env_vars
 
 
@@ -161,7 +137,7 @@ def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_
     logged step 4, so it redoes step 4. wandb's `_step` keeps increasing across the sessions (what wandb
     online, or `wandb sync` of both files, requires), the training step is the chart's step metric, and
     wandb's reader gives every step once with the redone value, exactly like the metrics.jsonl."""
-    cfg = composed("estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}")
+    cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
     run_dir = tmp_path / "smoke-tiny-gdpo-s4"
     run_dir.mkdir()
     env = wandb_env(cfg, {})

@@ -84,16 +84,14 @@ def test_reward_channels_and_ranges_come_from_the_reward_by_name():
     assert OmegaConf.to_container(cfg.algorithm.dara.reward_ranges) == {"length": [0, 1], "format": [0, 1]}
 
 
-def test_algorithm_dara_shows_every_default_and_rejects_unknown_keys():
+def test_algorithm_dara_shows_every_default():
     from dataclasses import asdict
 
     from dara.estimators import DaraAlgoConfig
 
     cfg = composed("task=toolrl_three_rewards")
     assert set(cfg.algorithm.dara) == set(asdict(DaraAlgoConfig()))
-    assert cfg.algorithm.dara.w_max == DaraAlgoConfig().w_max
-    with pytest.raises(Exception, match="wmax"):
-        composed("algorithm.dara.wmax=2")
+    assert cfg.algorithm.dara.w_max == DaraAlgoConfig().w_max  # an unknown key: the composition errors' table
 
 
 @pytest.mark.parametrize("override, line", [
@@ -115,8 +113,6 @@ def test_composition_errors_become_one_line_naming_the_override(override, line):
     message = composition_error_line(caught.value)
     assert "\n" not in message and "full_key" not in message and "search path" not in message
     assert message == line if line is not None else message.startswith(f"{override}: ")
-
-
 
 
 @pytest.mark.slow  # a dara.train process per case (~9 s of imports)

@@ -14,7 +14,7 @@ from dara.config_checks import ConfigError, check_config, check_reward
 from dara.preflight import compose
 from dara.run_folder import REWARD_ERRORS
 from rewards.spec import RewardContractError, RewardSpecError, check_result, load_reward_spec, probe
-from tests.test_rewards_verl import _load_tokenizer, make_batch, run_reward_loop, tokenizer_dir, toolrl_rows  # noqa: F401
+from tests.test_rewards_verl import IMPORTLIB_MANAGER, by_file, make_batch, run_reward_loop, verl_config
 
 CHANNELS = {"format": (0.0, 1.0), "brevity": (0.0, 1.0)}
 # scores as its response asks: "raise", "hang", "junk" (out of range), "extra" (an undeclared key), else fine
@@ -57,6 +57,11 @@ def write(tmp_path: Path, text: str, name: str = "reward.py") -> str:
     return str(path)
 
 
+def always(tmp_path: Path, case: str) -> str:
+    """MODULE as if every response asked for `case` ("raise", "extra")."""
+    return write(tmp_path, MODULE.replace(f'if "{case}" in solution_str', "if True"), f"always_{case}.py")
+
+
 @pytest.mark.parametrize("text, message", [
     ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {}\n",
      "declares no reward channels: add a module-level REWARD_CHANNELS"),
@@ -75,17 +80,23 @@ def test_a_misdeclared_module_is_one_line_naming_it(tmp_path, text, message):
     assert "\n" not in str(caught.value) and path in str(caught.value)
 
 
-def test_results_are_held_to_the_declaration():
+def test_a_result_as_declared_is_read_as_floats():
     assert check_result({"score": 1, "format": 1, "brevity": 0}, CHANNELS) == {"score": 1.0, "format": 1.0,
                                                                                  "brevity": 0.0}
-    for result, error, message in (
-            ({"score": 1, "format": 1, "brevity": 0, "length": 1}, RewardContractError, r"\['length'\].*not declare"),
-            ({"score": 1, "format": 1}, RewardContractError, r"no \['brevity'\]"),
-            (0.5, RewardContractError, "not a dict"),
-            ({"score": 1, "format": 2, "brevity": 0}, ValueError, r"format=2.0, outside its declared range \[0.0, 1.0\]"),
-            ({"score": float("nan"), "format": 1, "brevity": 0}, ValueError, "score=nan")):
-        with pytest.raises(error, match=message):
-            check_result(result, CHANNELS)
+
+
+@pytest.mark.parametrize(("result", "error", "message"), [
+    pytest.param({"score": 1, "format": 1, "brevity": 0, "length": 1}, RewardContractError,
+                 r"\['length'\].*not declare", id="undeclared-channel"),
+    pytest.param({"score": 1, "format": 1}, RewardContractError, r"no \['brevity'\]", id="missing-channel"),
+    pytest.param(0.5, RewardContractError, "not a dict", id="not-a-dict"),
+    pytest.param({"score": 1, "format": 2, "brevity": 0}, ValueError,
+                 r"format=2.0, outside its declared range \[0.0, 1.0\]", id="out-of-range"),
+    pytest.param({"score": float("nan"), "format": 1, "brevity": 0}, ValueError, "score=nan", id="nan"),
+])
+def test_results_are_held_to_the_declaration(result, error, message):
+    with pytest.raises(error, match=message):
+        check_result(result, CHANNELS)
 
 
 def test_the_run_follows_the_modules_channels_and_ranges(tmp_path, base_cfg):
@@ -138,20 +149,18 @@ def test_the_probe_before_ray_stops_a_broken_module_and_lets_a_flaky_one_run(tmp
     rows = [("rlla", "short answer", {"index": 0}), ("rlla", "raise me", {"index": 1})]
     spec = load_reward_spec(write(tmp_path, MODULE))
     assert probe(spec, {}, rows, timeout_s=5) == 3  # "raise me" as the response fails; the rest scores
-    always = load_reward_spec(write(tmp_path, MODULE.replace('if "raise" in solution_str', "if True"), "always.py"))
     with pytest.raises(RewardSpecError, match="failed on every probe item .4: .*RuntimeError: boom on"):
-        probe(always, {}, rows, timeout_s=5)
-    extra = load_reward_spec(write(tmp_path, MODULE.replace('if "extra" in solution_str', "if True"), "extra.py"))
+        probe(load_reward_spec(always(tmp_path, "raise")), {}, rows, timeout_s=5)
     with pytest.raises(RewardSpecError, match=r"\['surprise'\] that REWARD_CHANNELS does not declare"):
-        probe(extra, {}, rows, timeout_s=5)
+        probe(load_reward_spec(always(tmp_path, "extra")), {}, rows, timeout_s=5)
 
 
 def test_check_reward_reads_the_training_rows(tmp_path, base_cfg):
     data = tmp_path / "train.parquet"
     pd.DataFrame({"data_source": ["mine"] * 2, "reward_model": [{"ground_truth": "raise"}, {"ground_truth": "x"}],
                   "extra_info": [{"index": 0}, {"index": 1}]}).to_parquet(data)
-    always = write(tmp_path, MODULE.replace('if "raise" in solution_str', "if True"), "always.py")
-    cfg = with_overrides(base_cfg, **{"reward.custom_reward_function.path": always, "data.train_files": str(data)})
+    cfg = with_overrides(base_cfg, **{"reward.custom_reward_function.path": always(tmp_path, "raise"),
+                                      "data.train_files": str(data)})
     with pytest.raises(ConfigError, match="failed on every probe item"):
         check_reward(cfg)
     check_reward(with_overrides(base_cfg, **{"reward.custom_reward_function.path": write(tmp_path, MODULE),
@@ -159,20 +168,13 @@ def test_check_reward_reads_the_training_rows(tmp_path, base_cfg):
 
 
 @pytest.mark.slow  # two pool workers and an item that runs into the 1 s time limit (~10 s)
-def test_the_manager_scores_a_module_of_your_own_and_counts_what_fails(tmp_path, tokenizer_dir):  # noqa: F811
-    from tests.test_rewards_verl import verl_config
-
-    path = write(tmp_path, MODULE)
-    config = verl_config(tokenizer_dir)
+def test_the_manager_scores_a_module_of_your_own_and_counts_what_fails(tmp_path, tokenizer_dir, tokenizer):
+    config = by_file(verl_config(tokenizer_dir), IMPORTLIB_MANAGER, path=write(tmp_path, MODULE), bonus=0.5)
     config.reward.reward_kwargs = {"timeout_s": 1.0, "num_processes": 2}
-    config.reward.custom_reward_function = {"path": path, "name": "compute_score", "reward_kwargs": {"bonus": 0.5}}
-    config.reward.reward_manager = {"source": "importlib", "name": "DaraParallelRewardManager",
-                                    "module": {"path": "pkg://dara.verl.reward_manager",
-                                               "name": "DaraParallelRewardManager"}}
     config.run = {"output_dir": str(tmp_path / "run")}
     texts = ["ok", "raise this", "hang here", "junk value", "extra key", "one two three four five"]
     rows = [{"source": "anything", "text": t, "truth": "x"} for t in texts]
-    worker, outputs = run_reward_loop(config, make_batch(_load_tokenizer(tokenizer_dir), rows))
+    worker, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
     extras = [o["reward_extra_info"] for o in outputs]
     assert all(set(e) == {"score", "format", "brevity", "reward_timeout", "reward_error"} for e in extras)
     assert [e["reward_error"] for e in extras] == [0, 1, 0, 1, 1, 0]

@@ -1,7 +1,7 @@
 """Whether each optimizer update was clipped (dara/verl/grad_clip.py), and the tool-calling settings that make
 every update clipped as the authors' were (conf/task/toolrl.yaml). A real CPU run that expects every update
 clipped with a clip no norm reaches (each step logs its unclipped update, the console warns):
-tests/test_run_folder_lifecycle.py, whose runs share those settings."""
+tests/test_training.py."""
 
 from __future__ import annotations
 
