@@ -8,6 +8,11 @@ starts (Ray, its workers): the lock is the driver's.
 
 A file system without flock support (some Lustre mounts) cannot lock: the run then says so in one line and
 goes on unlocked.
+
+One training run per host and /tmp: `weight_sync_lock` holds `/tmp/rl-colocate-zmq.dara.lock` while verl runs.
+verl 0.9.1 names its weight-sync sockets `/tmp/rl-colocate-zmq-<Ray job id>-replica-<r>-rank-<k>.sock`, and the
+first job of every Ray cluster has the id 01000000: two runs on one host bind the same socket, and one run's
+rollout engine receives the other's weights (silently, where the two models have one shape).
 """
 
 from __future__ import annotations
@@ -70,9 +75,30 @@ def _try_lock(fd: int) -> bool:
         raise
 
 
-def _unsupported(run_dir: Path, error: OSError) -> None:
-    print(f"[dara] {run_dir}: the file system cannot lock files ({error.strerror}); the run folder is not "
-          "locked against a second job", flush=True)
+def _unsupported(path: Path, error: OSError, what: str) -> None:
+    print(f"[dara] {path}: the file system cannot lock files ({error.strerror}); {what} is not locked against a "
+          "second job", flush=True)
+
+
+@contextmanager
+def _held(lock_file: Path, busy, what: str, record: dict) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_file` for the block, its text the holder's `record`; raises `busy()` at
+    once when another process holds it."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            locked = _try_lock(fd)
+        except OSError as error:
+            _unsupported(lock_file, error, what)
+            locked = None
+        if locked is False:
+            raise busy()
+        if locked:  # the holder's record, for the line a second job prints
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextmanager
@@ -80,21 +106,40 @@ def run_folder_lock(run_dir: str | os.PathLike) -> Iterator[None]:
     """Hold `<run_dir>/run.lock` for the block; raises RunFolderBusy at once when another job holds it."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            locked = _try_lock(fd)
-        except OSError as error:
-            _unsupported(run_dir, error)
-            locked = None
-        if locked is False:
-            raise _busy(run_dir)
-        if locked:  # the holder's record, for the line a second job prints
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(holder_record()).encode(), 0)
+    with _held(run_dir / RUN_LOCK, lambda: _busy(run_dir), "the run folder", holder_record()):
         yield
-    finally:
-        os.close(fd)  # releases the lock
+
+
+WEIGHT_SYNC_LOCK = Path("/tmp/rl-colocate-zmq.dara.lock")  # beside verl's sockets (verl hard-codes /tmp)
+
+
+class HostBusy(RunFolderError):
+    """Another training run on this host (and /tmp) holds the names of verl's weight-sync sockets."""
+
+
+@contextmanager
+def weight_sync_lock(run_dir: str | os.PathLike, lock_file: Path = WEIGHT_SYNC_LOCK) -> Iterator[None]:
+    """Hold the host's weight-sync lock while this run trains; raises HostBusy naming the run that holds it."""
+    def busy() -> HostBusy:
+        try:
+            record = json.loads(lock_file.read_text() or "null")
+        except (OSError, ValueError):
+            record = None
+        folder = f", run folder {record['run_dir']}" if record and record.get("run_dir") else ""
+        return HostBusy(f"another training run on this host is using verl's weight-sync sockets in /tmp "
+                        f"({describe_holder(record)}{folder}; {lock_file}): verl 0.9.1 names them by Ray job id, "
+                        "the same in every local Ray cluster, so two runs would cross their weights. Start this run "
+                        "after it ends, on another node, or with a private /tmp (Slurm's job_container/tmpfs, "
+                        "`unshare -m`)")
+
+    try:
+        os.close(os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644))
+    except PermissionError as error:  # another user's lock file (0644): their sockets are theirs too
+        _unsupported(lock_file, error, "verl's weight-sync sockets")
+        yield
+        return
+    with _held(lock_file, busy, "verl's weight-sync sockets", {**holder_record(), "run_dir": str(run_dir)}):
+        yield
 
 
 def check_run_folder_free(run_dir: str | os.PathLike) -> None:

@@ -7,6 +7,7 @@
 Order of work: check the config (fails before Ray starts); claim the run folder: lock it for this job
 (dara.run_lock; a second job on it exits at once naming the holder), refuse a folder that holds another
 experiment configuration (dara.run_folder), apply the checkpoint retention policy (dara.verl.retention);
+take the host's weight-sync lock (one training run per host and /tmp, dara.run_lock);
 choose wandb's mode (dara.tracking); build offline assets if the task asks, write run_info.json, then verl's
 own `run_ppo` with its own TaskRunner (the project's verl plugin registers the trainer it selects); Ray is
 started and stopped by the run.
@@ -64,7 +65,7 @@ from dara.run_folder import (
     check_same_experiment,
     experiment_config,
 )
-from dara.run_lock import run_folder_lock
+from dara.run_lock import run_folder_lock, weight_sync_lock
 from dara.run_log import Progress, read_metrics
 from dara.tracking import apply_wandb_env
 from dara.verl.engine_watchdog import clear_engine_failure, read_engine_failure
@@ -208,6 +209,15 @@ def train(cfg: DictConfig) -> None:
 
 
 def _train_claimed(cfg: DictConfig) -> None:
+    with ExitStack() as host:
+        try:  # one run per host and /tmp: verl's weight-sync socket names would cross (dara.run_lock)
+            host.enter_context(weight_sync_lock(cfg.run.output_dir))
+        except RunFolderError as error:
+            raise SystemExit(f"[dara] {error}") from None
+        _train_holding_the_host(cfg)
+
+
+def _train_holding_the_host(cfg: DictConfig) -> None:
     wandb = apply_wandb_env(cfg)
     _apply_runtime_env(cfg)
     prepare_assets(cfg)

@@ -301,3 +301,26 @@ def test_preflight_runs_with_overrides_after_its_flags(capsys):
     assert main(["--skip-env", "task=smoke", "--nodes", "1", "estimator=grpo"]) == 0
     out = capsys.readouterr()
     assert "unrecognized arguments" not in out.err and "smoke-tiny-grpo-s0" in out.out, out  # estimator=grpo taken
+
+
+@pytest.mark.slow  # a dara.train process (~10 s of imports and checks)
+def test_a_second_training_run_on_the_host_stops_in_one_line_before_its_assets(tmp_path, python_module):
+    """One run already trains on this host (it holds dara.run_lock's weight-sync lock): another `dara.train`, on
+    another folder, stops in one line naming it, before building anything or starting Ray."""
+    from dara.run_lock import WEIGHT_SYNC_LOCK
+
+    hold = ("import sys, time\nfrom dara.run_lock import weight_sync_lock\n"
+            "with weight_sync_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, "/runs/first-s0"], stdout=subprocess.PIPE, text=True,
+                              cwd=dara.PROJECT_ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "locked", f"{WEIGHT_SYNC_LOCK} is held by a run on this machine"
+        out = python_module("dara.train", f"run.output_root={tmp_path}", timeout=180)
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("[dara] another training run on this host is using verl's weight-sync sockets")
+    assert f"pid {holder.pid}" in lines[0] and "run folder /runs/first-s0" in lines[0]
+    assert not list(tmp_path.rglob("assets")) and not list(tmp_path.rglob("ray"))

@@ -64,3 +64,37 @@ def test_a_killed_holder_leaves_no_lock(tmp_path, holder):
 def test_a_folder_never_locked_is_free(tmp_path):
     check_run_folder_free(tmp_path / "nothing")
     assert not (tmp_path / "nothing").exists()
+
+
+HOLD_HOST = """
+import sys, time
+from pathlib import Path
+from dara.run_lock import weight_sync_lock
+with weight_sync_lock(sys.argv[1], lock_file=Path(sys.argv[2])):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_training_run_on_the_host_is_refused_naming_the_first(tmp_path):
+    """verl's weight-sync sockets are named by Ray job id, the same in every local Ray cluster: a second run on the
+    host is refused in one line naming the run that trains; a killed holder leaves the host free."""
+    from pathlib import Path
+
+    from dara.run_lock import HostBusy, weight_sync_lock
+
+    lock = tmp_path / "rl-colocate-zmq.dara.lock"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_HOST, "/runs/first-s0", str(lock)], stdout=subprocess.PIPE,
+                            text=True, cwd=dara.PROJECT_ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(HostBusy) as refused, weight_sync_lock("/runs/second-s0", lock_file=lock):
+            pass
+        line = str(refused.value)
+        assert "\n" not in line and f"pid {proc.pid}" in line and "run folder /runs/first-s0" in line
+        assert "cross their weights" in line and str(lock) in line
+    finally:
+        proc.kill()
+        proc.wait()
+    with weight_sync_lock("/runs/second-s0", lock_file=Path(lock)):
+        assert "second-s0" in lock.read_text()
