@@ -205,19 +205,14 @@ def train(cfg: DictConfig) -> None:
             print(f"[dara] {cfg.run.name} already finished ({cfg.run.output_dir}); skipping", flush=True)
             return
         apply_retention(cfg, at_start=True)
+        try:  # one run per host and /tmp: verl's weight-sync socket names would cross (dara.run_lock)
+            claim.enter_context(weight_sync_lock(cfg.run.output_dir))
+        except RunFolderError as error:
+            raise SystemExit(f"[dara] {error}") from None
         _train_claimed(cfg)
 
 
 def _train_claimed(cfg: DictConfig) -> None:
-    with ExitStack() as host:
-        try:  # one run per host and /tmp: verl's weight-sync socket names would cross (dara.run_lock)
-            host.enter_context(weight_sync_lock(cfg.run.output_dir))
-        except RunFolderError as error:
-            raise SystemExit(f"[dara] {error}") from None
-        _train_holding_the_host(cfg)
-
-
-def _train_holding_the_host(cfg: DictConfig) -> None:
     wandb = apply_wandb_env(cfg)
     _apply_runtime_env(cfg)
     prepare_assets(cfg)

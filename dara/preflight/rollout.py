@@ -91,6 +91,7 @@ def facts_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dara" / "vllm_facts.json"
 
 
+@functools.cache
 def _cache_key() -> str:
     # what `import vllm` depends on: vLLM's, torch's and transformers' versions and the interpreter
     versions = " ".join(str(installed_version(d)) for d in (ALIAS_DIST, "torch", "transformers"))
