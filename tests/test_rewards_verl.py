@@ -41,14 +41,14 @@ def test_compute_score_keys_and_total_per_task():
     pytest.param(("rlla", "x", "<think></think>"), {"toolrl_length": True}, TypeError, "unknown reward option",
                  id="misspelt-option"),
     pytest.param(("math500", "\\boxed{1}", "1", {}), {}, ValueError, "response_tokens", id="math-without-tokens"),
+    pytest.param(("rlla", "x", "<think></think>"), {"reward_router_address": None}, None, "", id="verls-own-kwargs"),
 ])
 def test_compute_score_errors_name_the_problem(args, kwargs, error, message):
+    if error is None:  # verl's managers pass these; they are accepted and ignored
+        assert compute_score(*args, **kwargs)["format"] == 0.0
+        return
     with pytest.raises(error, match=message):
         compute_score(*args, **kwargs)
-
-
-def test_compute_score_accepts_and_ignores_verls_own_extra_kwargs():
-    assert compute_score("rlla", "x", "<think></think>", reward_router_address=None)["format"] == 0.0
 
 
 def test_step_metrics_match_a_plain_loop():
@@ -134,20 +134,31 @@ def toolrl_rows():
             for text, truth in zip(texts, [*truths, truths[0]], strict=True)]
 
 
-def test_registered_manager_scores_toolrl_rows_through_verls_reward_loop(tokenizer_dir, tokenizer,
-                                                                         manager_module):
+NAIVE_MANAGER = {"source": "register", "name": "naive", "module": {"path": None}}
+
+
+@pytest.mark.parametrize("manager", [None, IMPORTLIB_MANAGER, NAIVE_MANAGER], ids=["registered", "importlib", "naive"])
+def test_each_configured_manager_scores_through_verls_reward_loop_as_score_sample(tokenizer_dir, tokenizer,
+                                                                                   manager_module, manager):
+    """The registered manager; the manager by importlib with compute_score by file path and its reward_kwargs
+    (conf/task/deepscaler.yaml); verl's naive manager calling compute_score by file path (conf/task/toolrl*.yaml)."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
     config = verl_config(tokenizer_dir, toolrl_length_channel=True)
+    if manager is not None:
+        config = by_file(config, manager, toolrl_length_channel=True)
+        config.reward.reward_kwargs = {}
+        assert get_custom_reward_fn(config)(data_source="amc23", solution_str="\\boxed{6}", ground_truth="6",
+                                            extra_info={"response_tokens": 9})["length"] == 1.0
     worker, outputs = run_reward_loop(config, make_batch(tokenizer, toolrl_rows()))
-    assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
-    options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
-    keys = {"score", "format", "correctness", "length", "reward_timeout", "reward_error"}
+    ours = manager is not NAIVE_MANAGER
+    assert (type(worker.reward_manager) is manager_module.DaraParallelRewardManager) == ours
+    options = RewardOptions(toolrl_length_channel=True)
     for row, output in zip(toolrl_rows(), outputs, strict=True):
         expected = verl_entry.score_sample("rlla", row["text"], row["truth"], None, options)  # serial, in-process
-        extra = output["reward_extra_info"]
-        assert set(extra) == keys
-        assert {k: extra[k] for k in expected} == expected
+        flags = {"reward_timeout": 0.0, "reward_error": 0.0} if ours else {}
+        assert output["reward_extra_info"] == {**expected, **flags}
         assert output["reward_score"] == expected["score"]
-        assert extra["reward_timeout"] == 0.0 and extra["reward_error"] == 0.0
     assert [o["reward_extra_info"]["correctness"] for o in outputs][:3] == [3.0, 0.0, -3.0]
 
 
@@ -208,24 +219,16 @@ def test_pinned_verl_reward_api(tokenizer_dir, tokenizer, manager_module):
     import verl
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls, naive
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-    from verl.trainer.ppo.reward import (
-        _call_with_kwargs,
-        get_custom_reward_fn,
-        load_reward_manager,
-        resolve_reward_manager_cls,
-    )
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+    from verl.trainer.ppo.reward import _call_with_kwargs, get_custom_reward_fn, load_reward_manager
+    from verl.trainer.ppo.reward import resolve_reward_manager_cls as resolve
     from verl.workers.config.reward import RewardManagerConfig
 
     assert verl.__version__ == "0.9.1"
-    assert get_reward_manager_cls("dara_parallel") is manager_module.DaraParallelRewardManager
-    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
-
-    assert REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
+    assert get_reward_manager_cls("dara_parallel") is REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
     # verl resolves reward.reward_manager (source register or importlib) to the manager class through them
     config = verl_config(tokenizer_dir)
-    assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
-    config.reward.reward_manager = IMPORTLIB_MANAGER
-    assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
+    assert resolve(config) is resolve(by_file(config, IMPORTLIB_MANAGER)) is manager_module.DaraParallelRewardManager
     # verl 0.9.1 keeps that node a DictConfig: its dataclass, whose __post_init__ would check the name against the
     # registry, cannot even be built (it calls a __post_init__ its base lacks); an upgrade that builds it fails here
     with pytest.raises(AttributeError, match="__post_init__"):
@@ -247,72 +250,3 @@ def test_pinned_verl_reward_api(tokenizer_dir, tokenizer, manager_module):
     manager = load_reward_manager(config, tokenizer, reward_router_address=None, reward_model_tokenizer=None)
     assert type(manager) is manager_module.DaraParallelRewardManager
     assert manager.options.toolrl_length_channel is True
-    # (verl's RewardLoopWorker calling the manager's run_single: every reward-loop test below; verl's
-    # RewardLoopManager reading its results: test_verls_reward_loop_manager_assembles_the_managers_scores)
-
-
-def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, tokenizer, manager_module,
-                                                                 monkeypatch):
-    """verl's RewardLoopManager.compute_rm_score over reward workers running the manager: verl pads the batch to
-    the worker count, takes each item's "reward_score" onto its last valid token, and makes every key of the
-    first item's reward_extra_info a column (so every item must carry the same keys, as the manager's do)."""
-    import ray
-    from verl.experimental.reward_loop import reward_loop
-    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-
-    config = verl_config(tokenizer_dir, toolrl_length_channel=True)
-    worker = reward_loop.RewardLoopWorker(config)
-
-    class InProcessHandle:  # a Ray actor handle: `handle.compute_score_batch.remote(chunk)`, run here
-        class compute_score_batch:  # noqa: N801
-            @staticmethod
-            def remote(chunk):
-                return worker.loop.run_until_complete(worker.compute_score_batch(chunk))
-
-    loop_manager = object.__new__(reward_loop.RewardLoopManager)  # its workers are all it reads
-    loop_manager.config, loop_manager.reward_model_manager = config, None
-    loop_manager.reward_manager_cls = reward_loop.resolve_reward_manager_cls(config)
-    loop_manager.reward_loop_workers = [InProcessHandle(), InProcessHandle()]
-    monkeypatch.setattr(ray, "get", list)  # the handles return their results, not object references
-    rows = toolrl_rows()[:3]  # 3 rows over 2 workers: verl pads one and drops its result
-    data = make_batch(tokenizer, rows)
-    out = reward_loop.RewardLoopManager.compute_rm_score(loop_manager, data)
-
-    assert loop_manager.reward_manager_cls is manager_module.DaraParallelRewardManager
-    options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
-    expected = [verl_entry.score_sample("rlla", r["text"], r["truth"], None, options) for r in rows]
-    torch.testing.assert_close(out.batch["rm_scores"],
-                               RewardManagerBase.assemble_rm_scores(data, [e["score"] for e in expected]))
-    keys = ["score", "format", "correctness", "length", "reward_timeout", "reward_error"]
-    assert sorted(out.meta_info["reward_extra_keys"]) == sorted(keys)
-    for key in keys:
-        assert out.non_tensor_batch[key].tolist() == [e.get(key, 0.0) for e in expected], key
-
-
-def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, tokenizer, manager_module):
-    """conf/task/deepscaler.yaml: the manager by importlib, compute_score by file path with reward_kwargs."""
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
-    config = by_file(verl_config(tokenizer_dir), IMPORTLIB_MANAGER, **POOL_OPTIONS, max_response_tokens=4000)
-    config.reward.reward_kwargs = {}
-    # the naive manager's path: verl's binding of the file-loaded function forwards to the package module
-    bound = get_custom_reward_fn(config)
-    assert bound(data_source="amc23", solution_str="\\boxed{6}", ground_truth="6",
-                 extra_info={"response_tokens": 9}) == {"score": 2.0, "correctness": 1.0, "length": 1.0}
-    rows = [{"source": "amc23", "text": f"\\boxed{{{n}}}", "truth": "6"} for n in (6, 7)]
-    worker, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
-    assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
-    assert [o["reward_score"] for o in outputs] == [2.0, 1.0]
-
-
-def test_naive_manager_with_the_file_path_entry_as_the_toolrl_configs_use_it(tokenizer_dir, tokenizer):
-    """conf/task/toolrl*.yaml: verl's naive manager calls compute_score (by file path) per sample."""
-    naive = {"source": "register", "name": "naive", "module": {"path": None}}
-    config = by_file(verl_config(tokenizer_dir), naive, toolrl_length_channel=True)
-    config.reward.reward_kwargs = {}
-    rows = toolrl_rows()
-    _, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
-    options = RewardOptions(toolrl_length_channel=True)
-    for row, output in zip(rows, outputs, strict=True):
-        assert output["reward_extra_info"] == verl_entry.score_sample("rlla", row["text"], row["truth"], None, options)
-        assert output["reward_score"] == output["reward_extra_info"]["score"]
