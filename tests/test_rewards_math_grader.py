@@ -56,14 +56,6 @@ def test_default_grader_equals_verl_on_every_benchmark_answer(name):
     assert compared == len(rows) * len(perturbations("a", "b"))
 
 
-def test_standalone_grader_is_verls_installed_module():
-    module = math_reward.verl_hendrycks_grader()
-    assert module.__file__ == verl_math_reward.__file__ or module is verl_math_reward
-    for response, reference in [("\\boxed{\\frac12}", "\\frac{1}{2}"), ("\\boxed{0.5}", "\\frac{1}{2}"),
-                                ("\\boxed{2}", "3"), ("nothing", "3")]:
-        assert module.compute_score(response, reference) == verl_math_reward.compute_score(response, reference)
-
-
 def test_native_answer_forms_reach_verl_as_the_first_accepted_string():
     assert math_reward.score("\\boxed{142}", 142.0, 10)["correctness"] == 1.0  # AMC floats
     assert math_reward.score("\\boxed{2^{1009}}", ["$2^{1009}$"], 10)["correctness"] == 1.0  # OlympiadBench

@@ -8,8 +8,6 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dara import SAMPLE_DATA
 from rewards.pool import ERROR, OK, TIMEOUT, HardTimeoutPool
@@ -89,11 +87,3 @@ def test_close_resolves_running_and_queued_items_and_refuses_new_ones():
 def test_bad_settings_are_clear_errors(kwargs):
     with pytest.raises(ValueError, match="timeout_s|num_processes"):
         HardTimeoutPool(**{"num_processes": 1, "timeout_s": 1.0, **kwargs})
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.sampled_from(["\\boxed{", "}", "{", "^{", "!", "9", "(", ")", "\\frac", "x", ",", "</think>", " "]),
-                max_size=24).map("".join))
-def test_random_latex_through_the_pool_never_errors(pool, response):
-    outcome = pool.submit(score_sample, "math500", response, "2", 10, RewardOptions()).result()
-    assert outcome.status == OK and outcome.value["length"] == 1.0  # a model's text is scored, never an error
