@@ -150,22 +150,15 @@ def test_numeq_box_equals_the_plain_reading(pieces):
     assert math_eval.numeq_boxed(text) == plain_last_shallow_box(text)
 
 
-def test_numeq_reads_an_earlier_box_when_the_last_nests_deeper():
-    response = "first \\boxed{25}, finally \\boxed{\\frac{50}{\\sqrt{4}}}"
-    assert math_eval.numeq_boxed(response) == "25"
-    record = {"case_id": "q", "data_source": "aime24", "answer": "25",
-              "samples": [{"text": response, "n_tokens": 10, "finish_reason": "stop"}]}
+@pytest.mark.parametrize("answer, texts, strict, correct", [
+    ("25", ["first \\boxed{25}, finally \\boxed{\\frac{50}{\\sqrt{4}}}"], [0], [1]),  # the last box nests deeper
+    # the kept multi-answer: the authors' number reader drops "$" and "," on both sides, reading "69, 84" as 6984
+    (["$69$,$84$"], ["\\boxed{69, 84}", "\\boxed{69,84}", "\\boxed{69} and \\boxed{84}", "\\boxed{84, 69}"],
+     [0, 0, 0, 0], [1, 1, 0, 0]),
+])
+def test_numeq_fallback_keeps_the_authors_quirks(answer, texts, strict, correct):
+    record = {"case_id": "q", "data_source": "aime24", "answer": answer,
+              "samples": [{"text": t, "n_tokens": 10, "finish_reason": "stop"} for t in texts]}
     scored = math_eval.score_record(record)
-    assert scored["strict"] == [0] and scored["correct"] == [1]  # the authors' fallback, quirk included
-
-
-def test_numeq_on_the_kept_multi_answer():
-    """'$69$,$84$' is never accepted by the strict grader for the answers written plainly; the authors'
-    number reader drops "$" and "," on both sides, so their fallback reads "69, 84" as 6984 and accepts it."""
-    samples = ["\\boxed{69, 84}", "\\boxed{69,84}", "\\boxed{69} and \\boxed{84}", "\\boxed{84, 69}"]
-    record = {"case_id": "q", "data_source": "olympiad_bench", "answer": ["$69$,$84$"],
-              "samples": [{"text": t, "n_tokens": 10, "finish_reason": "stop"} for t in samples]}
-    scored = math_eval.score_record(record)
-    assert scored["strict"] == [0, 0, 0, 0]
-    assert scored["correct"] == [1, 1, 0, 0]
+    assert (scored["strict"], scored["correct"]) == (strict, correct)
     assert math_eval.plain_number("50\\%") is None and math_eval.plain_number("50%") == 50.0

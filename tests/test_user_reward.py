@@ -62,13 +62,13 @@ def always(tmp_path: Path, case: str) -> str:
     return write(tmp_path, MODULE.replace(f'if "{case}" in solution_str', "if True"), f"always_{case}.py")
 
 
+SCORER = "\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {}\n"
+
+
 @pytest.mark.parametrize("text, message", [
-    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {}\n",
-     "declares no reward channels: add a module-level REWARD_CHANNELS"),
-    ("REWARD_CHANNELS = {'a': (1, 0)}\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):"
-     "\n    return {}\n", "channel 'a' range must be finite with low < high"),
-    ("REWARD_CHANNELS = {'score': (0, 1)}\ndef compute_score(data_source, solution_str, ground_truth, "
-     "extra_info=None):\n    return {}\n", "channel name 'score' must be an identifier"),
+    (SCORER, "declares no reward channels: add a module-level REWARD_CHANNELS"),
+    ("REWARD_CHANNELS = {'a': (1, 0)}" + SCORER, "channel 'a' range must be finite with low < high"),
+    ("REWARD_CHANNELS = {'score': (0, 1)}" + SCORER, "channel name 'score' must be an identifier"),
     ("REWARD_CHANNELS = {'a': (0, 1)}\n", "has no function 'compute_score'"),
     ("REWARD_CHANNELS = {'a': (0, 1)}\ndef compute_score(text):\n    return {}\n", "cannot be called as verl calls it"),
     ("import no_such_package\n", "failed to import: ModuleNotFoundError"),
