@@ -116,7 +116,8 @@ class HardTimeoutPool:
                 task = self._queue.get_nowait()
             except queue.Empty:
                 break
-            task[3].set_result(Outcome(ERROR, error="pool closed before the item ran"))
+            if task[3].set_running_or_notify_cancel():  # not cancelled by its caller
+                task[3].set_result(Outcome(ERROR, error="pool closed before the item ran"))
         for worker in list(self._workers):
             if worker is not None:
                 worker[0].kill()
@@ -189,6 +190,8 @@ class HardTimeoutPool:
             if task is None:
                 break
             fn, args, kwargs, future = task
+            if not future.set_running_or_notify_cancel():  # cancelled by its caller (e.g. asyncio): not run
+                continue
             if self._workers[index] is None:
                 future.set_result(Outcome(ERROR, error=broken or "pool closed before the item ran"))
             else:

@@ -68,6 +68,12 @@ def test_failures_are_reported_and_the_pool_goes_on(pool, fn, args, message):
     assert pool.submit(int, "12").result(timeout=30).value == 12
 
 
+def test_a_cancelled_item_is_skipped_and_the_pool_goes_on(pool):  # asyncio cancels the futures it wraps
+    running = [pool.submit(time.sleep, 0.5) for _ in range(2)]  # both workers busy: the items below wait
+    assert all(pool.submit(pow, 2, 2).cancel() for _ in range(4))
+    assert [f.result().status for f in running] == [OK, OK] and pool.submit(pow, 2, 5).result().value == 32
+
+
 def test_workers_that_cannot_start_fail_items_instead_of_hanging():
     with HardTimeoutPool(num_processes=1, timeout_s=1.0, preload=("no_such_module_for_the_pool_test",)) as broken:
         outcome = broken.submit(pow, 2, 2).result(timeout=60)
