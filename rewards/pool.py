@@ -185,7 +185,10 @@ class HardTimeoutPool:
         broken = ""
         while True:
             if self._workers[index] is None and not broken and not self.closed:
-                broken = self._start_worker(index)
+                try:
+                    broken = self._start_worker(index)
+                except Exception as error:  # noqa: BLE001 - e.g. no process can start: items fail, never hang
+                    broken = f"reward pool worker failed to start: {type(error).__name__}: {error}"
             task = self._queue.get()
             if task is None:
                 break
