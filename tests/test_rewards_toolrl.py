@@ -1,10 +1,6 @@
-"""ToolRL rewards against the original scorer (verl.utils.reward_score.rlla), case by case.
-
-Every held-out ground truth, the readable ground truths of the shared SFT rows, and thousands of generated
-variants (value types, repeated and misplaced tags, partial calls, missing fields, tag soup) must score
-exactly what verl's ``customize_format_reward_func`` and ``customize_correctness_reward_tool`` give on the
-scorer's own assistant text; the length channel follows the authors' last-think rule.
-"""
+"""ToolRL rewards against the original scorer (verl.utils.reward_score.rlla), case by case: ground truths and
+thousands of variants score exactly what verl's ``customize_format_reward_func`` and
+``customize_correctness_reward_tool`` give on the scorer's own assistant text; length: the authors' last-think rule."""
 
 from __future__ import annotations
 
