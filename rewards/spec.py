@@ -30,8 +30,7 @@ TIMEOUT_KEY = "reward_timeout"
 ERROR_KEY = "reward_error"
 RESERVED = frozenset({SCORE_KEY, TIMEOUT_KEY, ERROR_KEY})  # no channel may take these names
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# reward_kwargs that are the reward manager's own (its pool's size and time limit, `RewardOptions` fields):
-# they never reach a reward module of your own
+# reward_kwargs that are the reward manager's pool's own (`RewardOptions` fields), never passed to your module
 POOL_OPTIONS = ("timeout_s", "num_processes")
 
 Ranges = dict[str, tuple[float, float]]
@@ -64,9 +63,8 @@ class RewardSpec:
 
 
 def merged_reward_kwargs(manager_kwargs: Mapping, function_kwargs: Mapping) -> dict[str, Any]:
-    """`reward.reward_kwargs` and `reward.custom_reward_function.reward_kwargs` as one mapping, the options
-    the manager's pool and a reward module of your own both see; a key set to different values in both is
-    an error naming it."""
+    """`reward.reward_kwargs` and `reward.custom_reward_function.reward_kwargs` as one mapping; a key set to
+    different values in both is an error naming it."""
     clashes = sorted(k for k in manager_kwargs.keys() & function_kwargs.keys() if manager_kwargs[k] != function_kwargs[k])
     if clashes:
         raise ValueError(
@@ -77,8 +75,7 @@ def merged_reward_kwargs(manager_kwargs: Mapping, function_kwargs: Mapping) -> d
 
 def split_pool_options(kwargs: Mapping) -> tuple[dict[str, Any], dict[str, Any]]:
     """reward_kwargs as (the pool's own `POOL_OPTIONS`, what a reward module of your own is called with)."""
-    pool = {key: value for key, value in kwargs.items() if key in POOL_OPTIONS}
-    return pool, {key: value for key, value in kwargs.items() if key not in POOL_OPTIONS}
+    return ({k: v for k, v in kwargs.items() if k in POOL_OPTIONS}, {k: v for k, v in kwargs.items() if k not in POOL_OPTIONS})
 
 
 def check_declaration(declared: Any, where: str) -> Ranges:
@@ -120,8 +117,7 @@ def declared_channels(module: Any, data_source: str | None, reward_kwargs: Mappi
 
 
 def module_file(path: str | Path) -> str:
-    """The file of `reward.custom_reward_function.path`: the path itself, or the module's file for a
-    `pkg://package.module` path (as verl takes it); a package not found is left as given."""
+    """The file of `reward.custom_reward_function.path` (a `pkg://package.module` path too, as verl takes it)."""
     text = str(path)
     if not text.startswith(PKG_PREFIX):
         return text
@@ -131,8 +127,7 @@ def module_file(path: str | Path) -> str:
 
 def load_reward_spec(path: str | Path, function: str = "compute_score", data_source: str | None = None,
                      reward_kwargs: Mapping | None = None) -> RewardSpec:
-    """Load the reward module at `path` (a file or pkg://module) and read its declaration; each problem is one
-    RewardSpecError line."""
+    """Load the reward module at `path` and read its declaration; each problem is one RewardSpecError line."""
     where = f"reward module {path}"
     try:
         path = module_file(path)
@@ -191,7 +186,7 @@ def check_result(result: Any, channels: Ranges) -> dict[str, float]:
 
 def score_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data_source: str, solution_str: str,
                ground_truth: Any, extra_info: Mapping | None) -> dict[str, float]:
-    """One item scored by the module at `path` (loaded once per process) and checked against its declaration;
+    """One item scored by the module at `path` (loaded once per process) and checked against its declaration:
     what a pool worker runs for a reward of your own."""
     scorer = getattr(load_module_file(path), function)
     result = scorer(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth,
@@ -205,11 +200,10 @@ def score_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data
 PROBE_ROWS = 4
 
 
-def probe_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data_source: str, solution_str: str,
-               ground_truth: Any, extra_info: Mapping | None) -> tuple[str, str]:
+def probe_item(*args) -> tuple[str, str]:
     """("ok", ""), ("contract", message) or ("error", "Type: message") of one probe item (in a pool worker)."""
     try:
-        score_item(path, function, kwargs, channels, data_source, solution_str, ground_truth, extra_info)
+        score_item(*args)
     except RewardContractError as error:
         return "contract", str(error)
     except Exception as error:  # the user's function raised: counted, reported if every item does
@@ -218,27 +212,26 @@ def probe_item(path: str, function: str, kwargs: Mapping, channels: Ranges, data
 
 
 def probe(spec: RewardSpec, kwargs: Mapping, rows: list[tuple[str, Any, Mapping | None]], timeout_s: float) -> int:
-    """Score each row twice (the ground truth as the response, and an empty response) in a one-worker pool
-    with the run's time limit. A broken declaration on any item, or a failure on every item, raises
-    RewardSpecError naming the module; returns the number of items that scored."""
-    from rewards.pool import OK, TIMEOUT, HardTimeoutPool
+    """Score each row twice (the ground truth as the response, and an empty response) in a one-worker pool with
+    the run's time limit. A broken declaration on any item, or a failure on every item, raises RewardSpecError
+    naming the module; returns the number of items that scored."""
+    from rewards.pool import OK, HardTimeoutPool
 
     items = [(source, response, truth, extra) for source, truth, extra in rows
              for response in (truth if isinstance(truth, str) else str(truth), "")]
     with HardTimeoutPool(1, timeout_s, preload=("rewards.spec",)) as pool:
-        futures = [pool.submit(probe_item, spec.path, spec.function, dict(kwargs), spec.channels, source,
-                               response, truth, {**dict(extra or {}), "response_tokens": len(response.split())})
-                   for source, response, truth, extra in items]
-        outcomes = [future.result() for future in futures]
+        outcomes = pool.map(probe_item, [
+            (spec.path, spec.function, dict(kwargs), spec.channels, source, response, truth,
+             {**dict(extra or {}), "response_tokens": len(response.split())})
+            for source, response, truth, extra in items])
     failures = []
     for (source, response, _, _), outcome in zip(items, outcomes, strict=True):
-        kind, message = outcome.value if outcome.status == OK else ("error", outcome.status if
-                                                                      outcome.status == TIMEOUT else outcome.error)
+        kind, message = outcome.value if outcome.status == OK else ("error", outcome.error or outcome.status)
         if kind == "contract":
             raise RewardSpecError(f"reward module {spec.path}: {message} (probe item: data_source {source!r}, "
                                   f"{'the ground truth' if response else 'an empty response'} as the response)")
         if kind == "error":
-            failures.append("over the time limit" if message == TIMEOUT else message.strip().splitlines()[-1])
+            failures.append(message.strip().splitlines()[-1])
     if items and len(failures) == len(items):
         raise RewardSpecError(f"reward module {spec.path} failed on every probe item ({len(items)}: the first "
                               f"{len(rows)} training rows, with their ground truth and with an empty response as "

@@ -33,9 +33,7 @@ def format_reward(text: str, ground_truth: str) -> float:
 def think_length_reward(text: str, word_limit: int = THINK_WORD_LIMIT) -> float:
     """1.0 if the last think span has at most ``word_limit`` words; 0.0 when longer or a tag is missing."""
     thought = protocol.last_think_span(text)
-    if thought is None:
-        return 0.0
-    return 1.0 if len(thought.split()) <= word_limit else 0.0
+    return 1.0 if thought is not None and len(thought.split()) <= word_limit else 0.0
 
 
 def match_score(reference: Sequence[Any], predicted: Sequence[Any]) -> float:
@@ -116,8 +114,7 @@ def correctness_reward(text: str, ground_truth: str) -> float:
 
 def channel_names(length_channel: bool = False) -> tuple[str, ...]:
     """The channels `score` returns, in order."""
-    base = (FORMAT_CHANNEL, CORRECTNESS_CHANNEL)
-    return (*base, LENGTH_CHANNEL) if length_channel else base
+    return (FORMAT_CHANNEL, CORRECTNESS_CHANNEL, LENGTH_CHANNEL)[: 3 if length_channel else 2]
 
 
 def score(response: str, ground_truth: str, *, length_channel: bool = False) -> dict[str, float]:
@@ -146,7 +143,5 @@ _CHANNEL_REWARDS = {
 
 def fallback_score(*, length_channel: bool = False) -> dict[str, float]:
     """The channel minimums: what an item scores when its scoring timed out or failed."""
-    channels = {FORMAT_CHANNEL: 0.0, CORRECTNESS_CHANNEL: MIN_CORRECTNESS}
-    if length_channel:
-        channels[LENGTH_CHANNEL] = 0.0
-    return channels
+    lows = (0.0, MIN_CORRECTNESS, 0.0)
+    return dict(zip(channel_names(length_channel), lows, strict=False))

@@ -1,10 +1,9 @@
 """verl entry: `compute_score` for verl's reward loop, and the per-sample scorer the parallel manager runs.
 
-`compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns {"score": sum of
-the channels, <channel>: value, ...}; the task of a row is the registered one for its data_source
-(`tasks.registry`), whose scorer (`rewards.task_rewards`) declares the channels. Options: `RewardOptions`
-(unknown ones are an error). Math items run in a process pool under a hard per-item time limit (an item over
-it scores the task's fallback and counts in `timeout_count()`); ToolRL items in-process. docs/rewards.md.
+`compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns {"score": sum of the
+channels, <channel>: value, ...}; a row's task is the one registered for its data_source (`tasks.registry`), whose
+scorer (`rewards.task_rewards`) declares the channels. Options: `RewardOptions` (an unknown one is an error).
+docs/rewards.md.
 """
 
 # No `from __future__ import annotations`: verl loads this file by path as a module missing from
@@ -28,21 +27,18 @@ logger = logging.getLogger(__name__)
 
 # verl's reward managers pass these to compute_score; they carry nothing a rule reward needs.
 _VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
-# Modules every pool worker imports before taking items: sympy and math-verify (about a second), then
-# math-verify's first-use warm-up (rewards.warm), so no item pays for either.
-POOL_PRELOAD = ("rewards.verl_entry", "rewards.warm")
+POOL_PRELOAD = ("rewards.verl_entry",)  # every pool worker imports it before taking items
 
 
 @dataclass(frozen=True)
 class RewardOptions:
-    """Reward options, from config (`reward_kwargs`), never from environment variables; each is described in
-    docs/rewards.md "Options" (num_processes None: the CPUs this process may use, at most 16)."""
+    """Reward options from config (`reward_kwargs`), each described in docs/rewards.md "Options"
+    (num_processes None: the CPUs this process may use, at most 16)."""
 
     toolrl_length_channel: bool = False
     math_length_conditioned: bool = False
     math_grader: str = math_task.DEFAULT_GRADER
     max_response_tokens: int = math_reward.DEFAULT_MAX_TOKENS
-    max_answer_digits: float | None = math_reward.DEFAULT_MAX_ANSWER_DIGITS
     timeout_s: float = 10.0
     num_processes: int | None = None
 
@@ -60,19 +56,18 @@ class RewardOptions:
 
     def validate(self) -> None:
         math_task.check_grader(self.math_grader)
-        if int(self.max_response_tokens) < 1:
-            raise ValueError(f"max_response_tokens must be positive, got {self.max_response_tokens!r}")
-        if not float(self.timeout_s) > 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
-        if self.num_processes is not None and int(self.num_processes) < 1:
-            raise ValueError(f"num_processes must be at least 1, got {self.num_processes!r}")
+        for name, ok in (("max_response_tokens", int(self.max_response_tokens) >= 1),
+                         ("timeout_s", float(self.timeout_s) > 0),
+                         ("num_processes", self.num_processes is None or int(self.num_processes) >= 1)):
+            if not ok:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
 
     def pool_size(self) -> int:
         return int(self.num_processes) if self.num_processes is not None else min(available_cpus(), 16)
 
 
 def task_of(data_source: str) -> str:
-    """The registered task's name for a data_source ("toolrl", "math"); any other source is an error naming it."""
+    """The registered task's name for a data_source; any other source is an error naming it."""
     return task_for_source(data_source).name
 
 
@@ -81,68 +76,40 @@ def task_reward(data_source: str):
     return load_ref(task_for_source(data_source).reward)
 
 
-def channel_ranges(data_source: str, options: RewardOptions | None = None) -> dict[str, tuple[float, float]]:
-    """The reward channels of a data_source with their [low, high] ranges, in order."""
-    return task_reward(data_source).channels(options or RewardOptions())
+def reward_channels(data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> dict[str, tuple[float, float]]:
+    """The reward's declaration (`rewards.spec`): the channels `compute_score` returns for `data_source` under
+    the config's `reward_kwargs`, in order, each with its [low, high] range."""
+    return task_reward(data_source).channels(RewardOptions.from_kwargs(reward_kwargs))
 
 
 def channel_names(data_source: str, options: RewardOptions | None = None) -> tuple[str, ...]:
     """The reward channels of a data_source, in order (the keys of compute_score minus "score")."""
-    return tuple(channel_ranges(data_source, options))
-
-
-def reward_channels(data_source: str, reward_kwargs: Mapping[str, Any] | None = None) -> dict[str, tuple[float, float]]:
-    """The reward's declaration (`rewards.spec`): the channels `compute_score` returns for `data_source` under
-    the config's `reward_kwargs`, each with its range (read by the config checks before anything starts)."""
-    return channel_ranges(data_source, RewardOptions.from_kwargs(reward_kwargs))
-
-
-def response_tokens_of(extra_info: Mapping[str, Any] | None) -> int:
-    """The rollout's response token count, which the math length reward needs."""
-    count = (extra_info or {}).get("response_tokens")
-    if count is None:
-        raise ValueError(
-            "the math length reward needs the rollout's response token count in extra_info['response_tokens'] "
-            "(the dara_parallel reward manager passes it; verl's naive manager does not)"
-        )
-    return int(count)
+    return tuple(task_reward(data_source).channels(options or RewardOptions()))
 
 
 def with_total(channels: dict[str, float]) -> dict[str, float]:
     """{"score": sum of the channels, **channels}."""
-    return {
-        SCORE_KEY: float(sum(channels.values())),
-        **{key: float(value) for key, value in channels.items()},
-    }
+    return {SCORE_KEY: float(sum(channels.values())), **{key: float(value) for key, value in channels.items()}}
 
 
-def score_sample(
-    data_source: str,
-    solution_str: str,
-    ground_truth: Any,
-    response_tokens: int | None,
-    options: RewardOptions,
-) -> dict[str, float]:
-    """The channels of one sample plus "score", computed in this process with no time limit.
-
-    This is what pool workers run; it raises only on bad data or options, never on model output."""
+def score_sample(data_source: str, solution_str: str, ground_truth: Any, response_tokens: int | None,
+                 options: RewardOptions) -> dict[str, float]:
+    """The channels of one sample plus "score", with no time limit (what pool workers run); raises only on bad
+    data or options, never on model output."""
     reward = task_reward(data_source)
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
     return with_total(reward.score(solution_str, ground_truth, response_tokens, options))
 
 
-def fallback_sample(
-    data_source: str, response_tokens: int | None, options: RewardOptions
-) -> dict[str, float]:
-    """What a sample scores when its scoring timed out or failed: the lowest value of each channel,
-    except the math length channel, which the token count decides without any verification."""
+def fallback_sample(data_source: str, response_tokens: int | None, options: RewardOptions) -> dict[str, float]:
+    """What a sample scores when its scoring timed out or failed: the task's fallback (each channel's lowest
+    value, except the math length channel, which the token count decides)."""
     return with_total(task_reward(data_source).fallback(response_tokens, options))
 
 
-def resolve_outcome(
-    outcome: Outcome, data_source: str, fallback: Callable[[], dict[str, float]]
-) -> tuple[dict[str, float], bool, bool]:
+def resolve_outcome(outcome: Outcome, data_source: str, fallback: Callable[[], dict[str, float]]
+                    ) -> tuple[dict[str, float], bool, bool]:
     """(channels with "score", timed out, failed) of a pool outcome, `fallback()` where it did not score;
     failures are logged. The fallback is the caller's: a registered task's or a reward module's own."""
     if outcome.status == OK:
@@ -154,24 +121,21 @@ def resolve_outcome(
     return fallback(), False, True
 
 
-# ----------------------------------------------------------------------------- shared pool
 _pool_lock = threading.Lock()
 _shared_pools: dict[tuple[int, float], HardTimeoutPool] = {}
-_timeouts = [0]
 
 
 def shared_pool(options: RewardOptions) -> HardTimeoutPool:
-    """This process's pool for the options' size and time limit, started on first use and shared by
-    every caller with the same two settings."""
+    """This process's pool for the options' size and time limit, started on first use and shared by every
+    caller with the same two settings."""
     key = (options.pool_size(), float(options.timeout_s))
     with _pool_lock:
-        pool = _shared_pools.get(key)
-        if pool is None or pool.closed:
-            pool = HardTimeoutPool(key[0], key[1], preload=POOL_PRELOAD)
-            _shared_pools[key] = pool
-        return pool
+        if key not in _shared_pools or _shared_pools[key].closed:
+            _shared_pools[key] = HardTimeoutPool(key[0], key[1], preload=POOL_PRELOAD)
+        return _shared_pools[key]
 
 
+@atexit.register
 def close_shared_pools() -> None:
     with _pool_lock:
         for pool in _shared_pools.values():
@@ -179,53 +143,17 @@ def close_shared_pools() -> None:
         _shared_pools.clear()
 
 
-atexit.register(close_shared_pools)
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
+                  **kwargs: Any) -> dict[str, float]:
+    """verl's custom reward function (its naive manager's path): {"score", <channels>} for one sample, scored in
+    this process; math needs extra_info["response_tokens"]."""
+    tokens = (extra_info or {}).get("response_tokens")
+    return score_sample(data_source, solution_str, ground_truth, tokens, RewardOptions.from_kwargs(kwargs))
 
 
-def timeout_count() -> int:
-    """Samples `compute_score` scored as fallback because they ran over the time limit (this process)."""
-    return _timeouts[0]
-
-
-def compute_score(
-    data_source: str,
-    solution_str: str,
-    ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,
-    **kwargs: Any,
-) -> dict[str, float]:
-    """verl's custom reward function: {"score", <channels>} for one sample.
-
-    Math samples need extra_info["response_tokens"] and run in the shared pool under the hard time
-    limit; ToolRL samples are scored in-process."""
-    import rewards.verl_entry as canonical
-
-    if canonical.compute_score is not compute_score:
-        # Loaded from its file path (reward.custom_reward_function.path), this is a second copy of the
-        # module: its functions cannot be pickled for the pool by name, and it would own a second pool.
-        return canonical.compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
-    options = RewardOptions.from_kwargs(kwargs)
-    if task_reward(data_source).in_process:
-        return score_sample(data_source, solution_str, ground_truth, None, options)
-    response_tokens = response_tokens_of(extra_info)
-    math_reward.length_reward(response_tokens)  # a bad count is a clear error here, not a worker failure
-    outcome = (
-        shared_pool(options)
-        .submit(score_sample, data_source, solution_str, ground_truth, response_tokens, options)
-        .result()
-    )
-    channels, timed_out, _ = resolve_outcome(
-        outcome, data_source, lambda: fallback_sample(data_source, response_tokens, options)
-    )
-    with _pool_lock:  # verl's naive manager calls this from several threads
-        _timeouts[0] += timed_out
-    return channels
-
-
-# ----------------------------------------------------------------------------- per-step metrics
 def step_metrics(reward_extra_info: Mapping[str, Sequence[Any]], channels: Sequence[str]) -> dict[str, float]:
-    """Per-step reward metrics from a batch's reward_extra_info (lists or arrays, one value per sample):
-    "reward/<channel>/mean" for each channel, "reward/timeouts" and "reward/errors" (counts)."""
+    """Per-step reward metrics from a batch's reward_extra_info (one value per sample): "reward/<channel>/mean"
+    for each channel, "reward/timeouts" and "reward/errors" (counts)."""
     metrics = {}
     for channel in channels:
         values = np.asarray(reward_extra_info[channel], dtype=np.float64)

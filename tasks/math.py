@@ -27,9 +27,8 @@ CORRECTNESS_CHANNEL = "correctness"
 LENGTH_CHANNEL = "length"
 CHANNELS = (CORRECTNESS_CHANNEL, LENGTH_CHANNEL)
 
-# "hendrycks": verl.utils.reward_score.math_reward.compute_score (the paper's reward);
-# "math_verify": the more lenient math-verify comparison after </think> (an option, not the paper's).
-GRADERS = ("hendrycks", "math_verify")
+# "hendrycks": verl.utils.reward_score.math_reward.compute_score (the paper's reward).
+GRADERS = ("hendrycks",)
 DEFAULT_GRADER = "hendrycks"
 
 # data_source -> rows in the authors' evaluation (OlympiadBench: the local DeepScaleR copy has 675).

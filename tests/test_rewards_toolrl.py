@@ -1,10 +1,6 @@
-"""ToolRL rewards against the original scorer (verl.utils.reward_score.rlla), case by case.
-
-Every held-out ground truth, the readable ground truths of the shared SFT rows, and thousands of generated
-variants (value types, repeated and misplaced tags, partial calls, missing fields, tag soup) must score
-exactly what verl's ``customize_format_reward_func`` and ``customize_correctness_reward_tool`` give on the
-scorer's own assistant text; the length channel follows the authors' last-think rule.
-"""
+"""ToolRL rewards against the original scorer (verl.utils.reward_score.rlla), case by case: ground truths and
+thousands of variants score exactly what verl's ``customize_format_reward_func`` and
+``customize_correctness_reward_tool`` give on the scorer's own assistant text; length: the authors' last-think rule."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ from verl.utils.reward_score import rlla
 
 from dara import SAMPLE_DATA
 from rewards import toolrl
-from tasks import toolrl as protocol
 
 TOOLRL_DATA = SAMPLE_DATA / "toolrl"
 
@@ -163,32 +158,18 @@ def block(lines: list[str]) -> str:
 def variants(truth: str, rng: random.Random) -> list[str]:
     """Responses derived from a ground truth: layout, tags, partial and mutated calls."""
     out = [
-        truth,
-        truth + "\n",
-        "  \n" + truth + "\n<|im_end|>",
-        "<|im_start|>assistant\n" + truth + "<|im_end|>trailing text",
-        truth.replace("\n", "", 1),
-        truth + "\ntrailing text",
+        truth, truth + "\n", "  \n" + truth + "\n<|im_end|>", "<|im_start|>assistant\n" + truth + "<|im_end|>trailing text",
+        truth.replace("\n", "", 1), truth + "\ntrailing text",
         "<think> an earlier thought </think>\n" + truth,  # two think blocks: think tags are not counted
         truth.replace("<think>", "<think> I will use <tool_call> now,", 1),  # the first <tool_call> is in the think
         truth.replace("<think>", "<think> no </tool_call> yet,", 1),
-        truth.replace("</think>", "</think>\n<response> hi </response>", 1),
-        truth + "\n<response> done </response>",
-        truth + "\n" + truth,
-        truth + "<tool_call>",
-        "<tool_call>\n" + truth,
-        truth.replace("<think>", "", 1),
-        truth.replace("</think>", "", 1),
-        truth.replace("</tool_call>", "", 1),
-        truth.replace("<tool_call>\n", "<tool_call>", 1),
-        truth.replace("\n</tool_call>", "</tool_call>", 1),
-        truth.replace("<response>", "<response><response>", 1),
-        truth.replace("</response>", "", 1),
+        truth.replace("</think>", "</think>\n<response> hi </response>", 1), truth + "\n<response> done </response>",
+        truth + "\n" + truth, truth + "<tool_call>", "<tool_call>\n" + truth,
+        *(truth.replace(old, new, 1) for old, new in [("<think>", ""), ("</think>", ""), ("</tool_call>", ""),
+                                                      ("<tool_call>\n", "<tool_call>"), ("\n</tool_call>", "</tool_call>"),
+                                                      ("<response>", "<response><response>"), ("</response>", "")]),
         truth[: rng.randrange(len(truth) + 1)],  # cut anywhere: partial calls, unclosed blocks
-        "<think></think>\n<tool_call>\n\n</tool_call>",
-        "<think></think>\n<response></response>",
-        "<think></think>",
-        "",
+        "<think></think>\n<tool_call>\n\n</tool_call>", "<think></think>\n<response></response>", "<think></think>", "",
     ]
     if "<tool_call>" in truth:
         calls = toolrl.reference_calls(truth)
@@ -239,65 +220,25 @@ def test_tag_soup_agrees_with_the_scorer_for_every_ground_truth_kind():
             assert_agrees(response, truth)
 
 
-def test_format_test_equals_the_regex_and_counts_on_raw_strings():
-    """matches_format against the pattern strings themselves, on unstripped text (a final newline too)."""
-    rng = random.Random(2)
-    tags = {(True, False): ["<tool_call>", "</tool_call>"], (False, True): ["<response>", "</response>"]}
-    tags[(True, True)] = tags[(True, False)] + tags[(False, True)]
-    tags[(False, False)] = []
-    truths = {(True, False): GT_TOOL, (False, True): GT_RESPONSE, (True, True): GT_BOTH, (False, False): GT_NEITHER}
-    for _ in range(6000):
-        text = "".join(rng.choice(SOUP[:9] + ["x"]) for _ in range(rng.randrange(12)))
-        for kind, pattern in protocol.FORMAT_PATTERNS.items():
-            expected = bool(re.search(pattern, text, re.DOTALL)) and all(text.count(t) == 1 for t in tags[kind])
-            assert protocol.matches_format(text, truths[kind]) == expected, (text, kind)
+THINK = "<think>" + " w" * 16 + " </think>\n"
+LONG = "<think>" + " w" * 17 + " </think>\n"
 
 
-# ----------------------------------------------------------------------------- the rules, named
-def calls_text(*calls, think="<think> t </think>"):
-    return think + "\n" + block([json.dumps(c) for c in calls])
-
-
-@pytest.mark.parametrize(
-    "response, expected",
-    [
-        # Python equality: 3.0 == 3 and True == 1 are equal values (the previous strict rule scored 1.5)
-        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": 3.0}}), 3.0),
-        (calls_text({"name": "get_weather", "parameters": {"days": 3, "city": "Paris"}}), 3.0),
-        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": "3"}}), 1.5),
-        # an extra call without parameters and an unmatched name costs only the name match: 1/2 + 3 of 4
-        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}, {"name": "x"}), 2.25),
-        # ... while one whose name matches a ground-truth call is read, and raises: -3
-        (calls_text({"name": "get_weather"}, {"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}), -3.0),
-        # the first <tool_call> anywhere is read: a mention inside the thinking decides
-        (calls_text({"name": "get_weather", "parameters": {"city": "Paris", "days": 3}},
-                    think="<think> I will write <tool_call> </think>"), -3.0),
-    ],
-)
-def test_correctness_rules(response, expected):
-    assert toolrl.score(response, GT_TOOL)["correctness"] == pytest.approx(expected)
-    assert reference(response, GT_TOOL)["correctness"] == pytest.approx(expected)
-
-
-def test_two_think_blocks_keep_format_and_length_reads_the_last():
-    response = "<think> " + "long " * 30 + "</think>\n<think> short </think>\n<response> hi </response>"
-    scores = toolrl.score(response, GT_RESPONSE, length_channel=True)
-    assert scores["format"] == 1.0 and scores["length"] == 1.0
-    first_short = "<think> short </think>\n<think> " + "long " * 30 + "</think>\n<response> hi </response>"
-    assert toolrl.score(first_short, GT_RESPONSE, length_channel=True)["length"] == 0.0
-
-
-@pytest.mark.parametrize("words, expected", [(16, 1.0), (17, 0.0), (0, 1.0)])
-def test_length_limit_is_sixteen_words(words, expected):
-    response = "<think>" + " w" * words + " </think>\n<response> x </response>"
-    assert toolrl.score(response, GT_RESPONSE, length_channel=True)["length"] == expected
-    assert toolrl.score("<response> x </response>", GT_RESPONSE, length_channel=True)["length"] == 0.0
+@pytest.mark.parametrize("response, expected", [
+    (THINK + "<response> x </response>", {"format": 1.0, "correctness": 0.0, "length": 1.0}),  # 16 words
+    (LONG + "<response> x </response>", {"format": 1.0, "correctness": 0.0, "length": 0.0}),
+    ("<think> </think>\n<response> x </response>", {"format": 1.0, "correctness": 0.0, "length": 1.0}),
+    ("<response> x </response>", {"format": 0.0, "correctness": 0.0, "length": 0.0}),  # a think tag missing
+    (LONG + THINK + "<response> x </response>", {"format": 1.0, "correctness": 0.0, "length": 1.0}),  # the last
+    (THINK + LONG + "<response> x </response>", {"format": 1.0, "correctness": 0.0, "length": 0.0}),  # think counts
+])
+def test_think_length_reads_the_last_think_span_of_sixteen_words_at_most(response, expected):
+    assert toolrl.score(response, GT_RESPONSE, length_channel=True) == expected == reference(response, GT_RESPONSE)
 
 
 def test_channels_and_fallback():
-    assert toolrl.channel_names() == ("format", "correctness")
     assert toolrl.channel_names(True) == ("format", "correctness", "length")
-    assert set(toolrl.score(GT_TOOL, GT_TOOL)) == {"format", "correctness"}
+    assert set(toolrl.score(GT_TOOL, GT_TOOL)) == set(toolrl.channel_names()) == {"format", "correctness"}
     assert toolrl.fallback_score(length_channel=True) == {"format": 0.0, "correctness": -3.0, "length": 0.0}
     with pytest.raises(TypeError, match="must be str"):
         toolrl.score(None, GT_TOOL)

@@ -3,7 +3,6 @@ run through verl 0.9.1's own RewardLoopWorker on a real DataProto built with a r
 
 import functools
 import inspect
-import threading
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,6 @@ from rewards.verl_entry import RewardOptions, compute_score, step_metrics
 TOOLRL_TEST = str(SAMPLE_DATA / "toolrl" / "rlla_4k_test.parquet")
 # One pool size and time limit for the whole module, so the shared pool is built once.
 POOL_OPTIONS = {"timeout_s": 3.0, "num_processes": 2}
-ADVERSARIAL = "Therefore \\boxed{9^{9^{9^{9}}}}"
 
 
 # ----------------------------------------------------------------------------- compute_score
@@ -31,14 +29,8 @@ def test_compute_score_keys_and_total_per_task():
     assert three["score"] == sum(v for k, v in three.items() if k != "score")
     math = compute_score("aime24", "\\boxed{33}", "33", {"response_tokens": 5000}, **POOL_OPTIONS)
     assert math == {"score": 1.0, "correctness": 1.0, "length": 0.0}
-    # the default grader is verl's strict Hendrycks grader; math-verify (an option) accepts "033" for 33
-    assert compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5000}, **POOL_OPTIONS)["correctness"] == 0.0
-    lenient = compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5000}, math_grader="math_verify",
-                            **POOL_OPTIONS)
-    assert lenient == {"score": 1.0, "correctness": 1.0, "length": 0.0}
-    conditioned = compute_score(
-        "deepscaler", "\\boxed{1}", "2", {"response_tokens": 5}, math_length_conditioned=True, **POOL_OPTIONS
-    )
+    assert compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5})["correctness"] == 0.0  # strict
+    conditioned = compute_score("deepscaler", "\\boxed{1}", "2", {"response_tokens": 5}, math_length_conditioned=True)
     assert conditioned == {"score": 0.0, "correctness": 0.0, "length": 0.0}
     assert verl_entry.channel_names("rlla") == ("format", "correctness")
     assert verl_entry.channel_names("minerva") == ("correctness", "length")
@@ -49,51 +41,20 @@ def test_compute_score_keys_and_total_per_task():
     pytest.param(("rlla", "x", "<think></think>"), {"toolrl_length": True}, TypeError, "unknown reward option",
                  id="misspelt-option"),
     pytest.param(("math500", "\\boxed{1}", "1", {}), {}, ValueError, "response_tokens", id="math-without-tokens"),
+    pytest.param(("rlla", "x", "<think></think>"), {"reward_router_address": None}, None, "", id="verls-own-kwargs"),
 ])
 def test_compute_score_errors_name_the_problem(args, kwargs, error, message):
+    if error is None:  # verl's managers pass these; they are accepted and ignored
+        assert compute_score(*args, **kwargs)["format"] == 0.0
+        return
     with pytest.raises(error, match=message):
         compute_score(*args, **kwargs)
 
 
-def test_compute_score_accepts_and_ignores_verls_own_extra_kwargs():
-    assert compute_score("rlla", "x", "<think></think>", reward_router_address=None)["format"] == 0.0
-
-
-def test_adversarial_latex_is_cut_off_from_a_thread_and_counts_a_timeout():
-    results = {}
-    before = verl_entry.timeout_count()
-
-    def score_in_thread():
-        results["score"] = compute_score(
-            "aime24", ADVERSARIAL, "5", {"response_tokens": 10}, max_answer_digits=None,
-            math_grader="math_verify", **POOL_OPTIONS  # the hard time limit guards math-verify's parser
-        )
-
-    thread = threading.Thread(target=score_in_thread)
-    thread.start()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    assert results["score"] == {
-        "score": 1.0,
-        "correctness": 0.0,
-        "length": 1.0,
-    }  # length needs no verification
-    assert verl_entry.timeout_count() == before + 1
-    # the guard (on by default) rejects the same answer at once, with no timeout
-    guarded = compute_score("aime24", ADVERSARIAL, "5", {"response_tokens": 10}, math_grader="math_verify",
-                            **POOL_OPTIONS)
-    assert guarded["correctness"] == 0.0
-    assert verl_entry.timeout_count() == before + 1
-
-
 def test_step_metrics_match_a_plain_loop():
     rng = np.random.default_rng(0)
-    extra = {
-        "format": rng.integers(0, 2, 37).astype(float).tolist(),
-        "correctness": rng.uniform(-3, 3, 37).tolist(),
-        "reward_timeout": [0.0] * 35 + [1.0, 1.0],
-        "reward_error": [0.0] * 37,
-    }
+    extra = {"format": rng.integers(0, 2, 37).astype(float).tolist(), "correctness": rng.uniform(-3, 3, 37).tolist(),
+             "reward_timeout": [0.0] * 35 + [1.0, 1.0], "reward_error": [0.0] * 37}
     metrics = step_metrics(extra, ["format", "correctness"])
     for channel in ("format", "correctness"):
         total = 0.0
@@ -113,20 +74,13 @@ def manager_module():
 
 
 def verl_config(tokenizer_dir, **reward_kwargs):
-    return OmegaConf.create(
-        {
-            "actor_rollout_ref": {"model": {"path": tokenizer_dir, "tokenizer_path": None}},
-            "trainer": {"experiment_name": "test"},
-            "reward": {
-                "num_workers": 1,
-                "reward_kwargs": {**POOL_OPTIONS, **reward_kwargs},
-                "custom_reward_function": {"path": None, "name": "compute_score"},
-                "reward_manager": {"source": "register", "name": "dara_parallel", "module": {"path": None}},
-                "reward_model": {"enable": False},
-                "sandbox_fusion": {"url": None},
-            },
-        }
-    )
+    return OmegaConf.create({
+        "actor_rollout_ref": {"model": {"path": tokenizer_dir, "tokenizer_path": None}},
+        "trainer": {"experiment_name": "test"},
+        "reward": {"num_workers": 1, "reward_kwargs": {**POOL_OPTIONS, **reward_kwargs},
+                   "custom_reward_function": {"path": None, "name": "compute_score"},
+                   "reward_manager": {"source": "register", "name": "dara_parallel", "module": {"path": None}},
+                   "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
 
 
 IMPORTLIB_MANAGER = {"source": "importlib", "name": "DaraParallelRewardManager",
@@ -144,38 +98,24 @@ def by_file(config, manager=None, path=verl_entry.__file__, **entry_kwargs):
 
 def make_batch(tokenizer, rows, prompt_length=6, response_padding=3):
     """A verl rollout batch: left-padded prompts, right-padded responses (each ending in <|im_end|>)."""
-    pad = tokenizer.pad_token_id
-    encoded = [tokenizer(row["text"] + "<|im_end|>", add_special_tokens=False)["input_ids"] for row in rows]
-    response_length = max(len(ids) for ids in encoded) + response_padding
-    prompts, responses, masks = [], [], []
-    for response_ids in encoded:
-        prompt_ids = tokenizer("question", add_special_tokens=False)["input_ids"][:prompt_length]
-        prompts.append([pad] * (prompt_length - len(prompt_ids)) + prompt_ids)
-        responses.append(response_ids + [pad] * (response_length - len(response_ids)))
-        masks.append(
-            [0] * (prompt_length - len(prompt_ids))
-            + [1] * len(prompt_ids)
-            + [1] * len(response_ids)
-            + [0] * (response_length - len(response_ids))
-        )
     from verl import DataProto
 
-    prompts, responses, masks = torch.tensor(prompts), torch.tensor(responses), torch.tensor(masks)
+    pad = tokenizer.pad_token_id
+    encoded = [tokenizer(row["text"] + "<|im_end|>", add_special_tokens=False)["input_ids"] for row in rows]
+    width = max(len(ids) for ids in encoded) + response_padding
+    prompt_ids = tokenizer("question", add_special_tokens=False)["input_ids"][:prompt_length]
+    prompt = [pad] * (prompt_length - len(prompt_ids)) + prompt_ids
+    prompts = torch.tensor([prompt] * len(rows))
+    responses = torch.tensor([ids + [pad] * (width - len(ids)) for ids in encoded])
+    prompt_mask = [0] * (prompt_length - len(prompt_ids)) + [1] * len(prompt_ids)
+    masks = torch.tensor([prompt_mask + [1] * len(ids) + [0] * (width - len(ids)) for ids in encoded])
+    non_tensors = {"data_source": [row["source"] for row in rows],
+                   "reward_model": [{"style": "rule", "ground_truth": row["truth"]} for row in rows],
+                   "extra_info": [{"index": i} for i in range(len(rows))]}
     return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": masks,
-        },
-        non_tensors={
-            "data_source": np.array([row["source"] for row in rows], dtype=object),
-            "reward_model": np.array(
-                [{"style": "rule", "ground_truth": row["truth"]} for row in rows], dtype=object
-            ),
-            "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
-        },
-    )
+        tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+                 "attention_mask": masks},
+        non_tensors={key: np.array(values, dtype=object) for key, values in non_tensors.items()})
 
 
 def run_reward_loop(config, data):
@@ -189,72 +129,61 @@ def run_reward_loop(config, data):
 
 def toolrl_rows():
     truths = [r["ground_truth"] for r in pd.read_parquet(TOOLRL_TEST)["reward_model"][:3]]
-    return [
-        {"source": "rlla", "text": truths[0], "truth": truths[0]},
-        {"source": "rlla", "text": truths[1], "truth": truths[1]},
-        {
-            "source": "rlla",
-            "text": "<think> x </think>\n<tool_call>\n{bad json}\n</tool_call>",
-            "truth": truths[2],
-        },
-        {"source": "rlla", "text": "no format at all", "truth": truths[0]},
-    ]
+    texts = [truths[0], truths[1], "<think> x </think>\n<tool_call>\n{bad json}\n</tool_call>", "no format at all"]
+    return [{"source": "rlla", "text": text, "truth": truth}
+            for text, truth in zip(texts, [*truths, truths[0]], strict=True)]
 
 
-def test_registered_manager_scores_toolrl_rows_through_verls_reward_loop(tokenizer_dir, tokenizer,
-                                                                         manager_module):
+NAIVE_MANAGER = {"source": "register", "name": "naive", "module": {"path": None}}
+
+
+@pytest.mark.parametrize("manager", [None, IMPORTLIB_MANAGER, NAIVE_MANAGER], ids=["registered", "importlib", "naive"])
+def test_each_configured_manager_scores_through_verls_reward_loop_as_score_sample(tokenizer_dir, tokenizer,
+                                                                                   manager_module, manager):
+    """The registered manager; the manager by importlib with compute_score by file path and its reward_kwargs
+    (conf/task/deepscaler.yaml); verl's naive manager calling compute_score by file path (conf/task/toolrl*.yaml)."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
     config = verl_config(tokenizer_dir, toolrl_length_channel=True)
+    if manager is not None:
+        config = by_file(config, manager, toolrl_length_channel=True)
+        config.reward.reward_kwargs = {}
+        assert get_custom_reward_fn(config)(data_source="amc23", solution_str="\\boxed{6}", ground_truth="6",
+                                            extra_info={"response_tokens": 9})["length"] == 1.0
     worker, outputs = run_reward_loop(config, make_batch(tokenizer, toolrl_rows()))
-    assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
-    options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
-    keys = {"score", "format", "correctness", "length", "reward_timeout", "reward_error"}
+    ours = manager is not NAIVE_MANAGER
+    assert (type(worker.reward_manager) is manager_module.DaraParallelRewardManager) == ours
+    options = RewardOptions(toolrl_length_channel=True)
     for row, output in zip(toolrl_rows(), outputs, strict=True):
-        expected = verl_entry.score_sample(
-            "rlla", row["text"], row["truth"], None, options
-        )  # serial, in-process
-        extra = output["reward_extra_info"]
-        assert set(extra) == keys
-        assert {k: extra[k] for k in expected} == expected
+        expected = verl_entry.score_sample("rlla", row["text"], row["truth"], None, options)  # serial, in-process
+        flags = {"reward_timeout": 0.0, "reward_error": 0.0} if ours else {}
+        assert output["reward_extra_info"] == {**expected, **flags}
         assert output["reward_score"] == expected["score"]
-        assert extra["reward_timeout"] == 0.0 and extra["reward_error"] == 0.0
     assert [o["reward_extra_info"]["correctness"] for o in outputs][:3] == [3.0, 0.0, -3.0]
 
 
-@pytest.mark.slow  # verl's reward loop over adversarial math (~6 s)
-def test_manager_passes_valid_token_counts_and_survives_adversarial_math(tokenizer_dir, tokenizer,
-                                                                         manager_module):
-    rows = [
-        {"source": "math500", "text": "short \\boxed{\\frac{1}{2}}", "truth": "0.5"},
-        {
-            "source": "math500",
-            "text": "a much longer line of reasoning " * 2 + "\\boxed{0.5}",
-            "truth": "\\frac{1}{2}",
-        },
-        {"source": "aime24", "text": ADVERSARIAL, "truth": "5"},
-        {"source": "minerva", "text": "\\boxed{3}", "truth": "4"},
-    ]
+def test_manager_passes_valid_token_counts_and_its_batch_call_agrees(tokenizer_dir, tokenizer, manager_module):
+    rows = [{"source": "math500", "text": "short \\boxed{\\frac{1}{2}}", "truth": "\\frac{1}{2}"},
+            {"source": "math500", "text": "a much longer line of reasoning " * 2 + "\\boxed{0.5}", "truth": "0.5"},
+            {"source": "minerva", "text": "\\boxed{3}", "truth": "4"}]
     data = make_batch(tokenizer, rows)
     valid = manager_module.valid_response_lengths(data)
     limit = int(valid[0])  # the first response fits, the second does not
     assert int(valid[1]) > limit
-    # math-verify (an option; equivalent forms, parser under a hard time limit) through the manager's pool
-    config = verl_config(tokenizer_dir, max_response_tokens=limit, max_answer_digits=None, math_grader="math_verify")
+    config = verl_config(tokenizer_dir, max_response_tokens=limit)
     _, outputs = run_reward_loop(config, data)
     extras = [o["reward_extra_info"] for o in outputs]
-    assert [e["correctness"] for e in extras] == [1.0, 1.0, 0.0, 0.0]
+    assert [e["correctness"] for e in extras] == [1.0, 1.0, 0.0]
     assert [e["length"] for e in extras] == [float(int(v) <= limit) for v in valid]
-    assert [e["reward_timeout"] for e in extras] == [0.0, 0.0, 1.0, 0.0]
     assert all(e["score"] == e["correctness"] + e["length"] for e in extras)
-
     # the synchronous batch call agrees, puts each score on the last valid token, and reports step metrics
-    manager = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)
-    result = manager(data, return_dict=True)
+    result = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)(data, return_dict=True)
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
     expected_tensor = RewardManagerBase.assemble_rm_scores(data, [o["reward_score"] for o in outputs])
     torch.testing.assert_close(result["reward_tensor"], expected_tensor)
-    assert result["metrics"]["reward/timeouts"] == 1.0
-    assert result["metrics"]["reward/correctness/mean"] == 0.5
+    assert result["metrics"]["reward/correctness/mean"] == pytest.approx(2 / 3)
+    assert result["metrics"]["reward/timeouts"] == 0.0
 
 
 def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, tokenizer, manager_module):
@@ -263,13 +192,8 @@ def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir
     unknown = make_batch(tokenizer, [{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}])
     with pytest.raises(ValueError, match="unknown data_source"):
         manager(unknown)
-    mixed = make_batch(
-        tokenizer,
-        [
-            {"source": "rlla", "text": "x", "truth": "<think></think>"},
-            {"source": "amc23", "text": "x", "truth": "1"},
-        ],
-    )
+    mixed = make_batch(tokenizer, [{"source": "rlla", "text": "x", "truth": "<think></think>"},
+                                   {"source": "amc23", "text": "x", "truth": "1"}])
     with pytest.raises(ValueError, match="mixes tasks"):
         manager(mixed)
 
@@ -295,45 +219,26 @@ def test_pinned_verl_reward_api(tokenizer_dir, tokenizer, manager_module):
     import verl
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls, naive
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-    from verl.trainer.ppo.reward import (
-        _call_with_kwargs,
-        get_custom_reward_fn,
-        load_reward_manager,
-        resolve_reward_manager_cls,
-    )
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+    from verl.trainer.ppo.reward import _call_with_kwargs, get_custom_reward_fn, load_reward_manager
+    from verl.trainer.ppo.reward import resolve_reward_manager_cls as resolve
     from verl.workers.config.reward import RewardManagerConfig
 
     assert verl.__version__ == "0.9.1"
-    assert get_reward_manager_cls("dara_parallel") is manager_module.DaraParallelRewardManager
-    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
-
-    assert REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
+    assert get_reward_manager_cls("dara_parallel") is REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
     # verl resolves reward.reward_manager (source register or importlib) to the manager class through them
     config = verl_config(tokenizer_dir)
-    assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
-    config.reward.reward_manager = IMPORTLIB_MANAGER
-    assert resolve_reward_manager_cls(config) is manager_module.DaraParallelRewardManager
+    assert resolve(config) is resolve(by_file(config, IMPORTLIB_MANAGER)) is manager_module.DaraParallelRewardManager
     # verl 0.9.1 keeps that node a DictConfig: its dataclass, whose __post_init__ would check the name against the
     # registry, cannot even be built (it calls a __post_init__ its base lacks); an upgrade that builds it fails here
     with pytest.raises(AttributeError, match="__post_init__"):
         RewardManagerConfig(source="register", name="dara_parallel")
-    assert list(inspect.signature(RewardManagerBase.__init__).parameters) == [
-        "self",
-        "config",
-        "tokenizer",
-        "compute_score",
-    ]
+    assert list(inspect.signature(RewardManagerBase.__init__).parameters) == ["self", "config", "tokenizer",
+                                                                               "compute_score"]
     assert inspect.iscoroutinefunction(RewardManagerBase.run_single)
     assert list(inspect.signature(RewardManagerBase.assemble_rm_scores).parameters) == ["data", "scores"]
-    naive_params = list(inspect.signature(naive.NaiveRewardManager.__init__).parameters)
-    assert naive_params == [
-        "self",
-        "config",
-        "tokenizer",
-        "compute_score",
-        "reward_router_address",
-        "reward_model_tokenizer",
-    ]
+    assert list(inspect.signature(naive.NaiveRewardManager.__init__).parameters) == [
+        "self", "config", "tokenizer", "compute_score", "reward_router_address", "reward_model_tokenizer"]
     # verl binds the configured function with its reward_kwargs as partial(_call_with_kwargs, raw_fn, kwargs):
     # the manager reads the kwargs (args[1]) and the function's file (args[0])
     config = by_file(verl_config(tokenizer_dir), toolrl_length_channel=True)
@@ -345,82 +250,3 @@ def test_pinned_verl_reward_api(tokenizer_dir, tokenizer, manager_module):
     manager = load_reward_manager(config, tokenizer, reward_router_address=None, reward_model_tokenizer=None)
     assert type(manager) is manager_module.DaraParallelRewardManager
     assert manager.options.toolrl_length_channel is True
-    # (verl's RewardLoopWorker calling the manager's run_single: every reward-loop test below; verl's
-    # RewardLoopManager reading its results: test_verls_reward_loop_manager_assembles_the_managers_scores)
-
-
-def test_verls_reward_loop_manager_assembles_the_managers_scores(tokenizer_dir, tokenizer, manager_module,
-                                                                 monkeypatch):
-    """verl's RewardLoopManager.compute_rm_score over reward workers running the manager: verl pads the batch to
-    the worker count, takes each item's "reward_score" onto its last valid token, and makes every key of the
-    first item's reward_extra_info a column (so every item must carry the same keys, as the manager's do)."""
-    import ray
-    from verl.experimental.reward_loop import reward_loop
-    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-
-    config = verl_config(tokenizer_dir, toolrl_length_channel=True)
-    worker = reward_loop.RewardLoopWorker(config)
-
-    class InProcessHandle:  # a Ray actor handle: `handle.compute_score_batch.remote(chunk)`, run here
-        class compute_score_batch:  # noqa: N801
-            @staticmethod
-            def remote(chunk):
-                return worker.loop.run_until_complete(worker.compute_score_batch(chunk))
-
-    loop_manager = object.__new__(reward_loop.RewardLoopManager)  # its workers are all it reads
-    loop_manager.config, loop_manager.reward_model_manager = config, None
-    loop_manager.reward_manager_cls = reward_loop.resolve_reward_manager_cls(config)
-    loop_manager.reward_loop_workers = [InProcessHandle(), InProcessHandle()]
-    monkeypatch.setattr(ray, "get", list)  # the handles return their results, not object references
-    rows = toolrl_rows()[:3]  # 3 rows over 2 workers: verl pads one and drops its result
-    data = make_batch(tokenizer, rows)
-    out = reward_loop.RewardLoopManager.compute_rm_score(loop_manager, data)
-
-    assert loop_manager.reward_manager_cls is manager_module.DaraParallelRewardManager
-    options = RewardOptions.from_kwargs(config.reward.reward_kwargs)
-    expected = [verl_entry.score_sample("rlla", r["text"], r["truth"], None, options) for r in rows]
-    torch.testing.assert_close(out.batch["rm_scores"],
-                               RewardManagerBase.assemble_rm_scores(data, [e["score"] for e in expected]))
-    keys = ["score", "format", "correctness", "length", "reward_timeout", "reward_error"]
-    assert sorted(out.meta_info["reward_extra_keys"]) == sorted(keys)
-    for key in keys:
-        assert out.non_tensor_batch[key].tolist() == [e.get(key, 0.0) for e in expected], key
-
-
-def test_file_path_config_as_the_paper_configs_use_it(tokenizer_dir, tokenizer, manager_module):
-    """conf/task/deepscaler.yaml: the manager by importlib, compute_score by file path with reward_kwargs."""
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
-    config = by_file(verl_config(tokenizer_dir), IMPORTLIB_MANAGER, **POOL_OPTIONS, max_response_tokens=4000)
-    config.reward.reward_kwargs = {}
-    # the naive manager's path: verl's binding of the file-loaded function forwards to the package module
-    bound = get_custom_reward_fn(config)
-    assert bound(
-        data_source="amc23", solution_str="\\boxed{6}", ground_truth="6", extra_info={"response_tokens": 9}
-    ) == {
-        "score": 2.0,
-        "correctness": 1.0,
-        "length": 1.0,
-    }
-    rows = [
-        {"source": "amc23", "text": "\\boxed{6}", "truth": "6"},
-        {"source": "amc23", "text": "\\boxed{7}", "truth": "6"},
-    ]
-    worker, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
-    assert type(worker.reward_manager) is manager_module.DaraParallelRewardManager
-    assert [o["reward_score"] for o in outputs] == [2.0, 1.0]
-
-
-def test_naive_manager_with_the_file_path_entry_as_the_toolrl_configs_use_it(tokenizer_dir, tokenizer):
-    """conf/task/toolrl*.yaml: verl's naive manager calls compute_score (by file path) per sample."""
-    naive = {"source": "register", "name": "naive", "module": {"path": None}}
-    config = by_file(verl_config(tokenizer_dir), naive, toolrl_length_channel=True)
-    config.reward.reward_kwargs = {}
-    rows = toolrl_rows()
-    _, outputs = run_reward_loop(config, make_batch(tokenizer, rows))
-    options = RewardOptions(toolrl_length_channel=True)
-    for row, output in zip(rows, outputs, strict=True):
-        assert output["reward_extra_info"] == verl_entry.score_sample(
-            "rlla", row["text"], row["truth"], None, options
-        )
-        assert output["reward_score"] == output["reward_extra_info"]["score"]
