@@ -1,34 +1,22 @@
-"""BFCL v4 -> verl test parquet, rendered with ToolRL's system prompt and tool list (docs/data.md "bfcl").
+"""BFCL v4 test entries as the evaluation (results.evaluation.bfcl_eval) reads them (docs/data.md "bfcl").
 
-The 14 categories of the paper's Average (3,301 cases), read from the data ``bfcl-eval`` bundles (found without
-importing the package, whose pins clash with verl) or ``--source DIR`` of the same layout. Entries are prepared as
-BFCL prepares them (multi-turn function docs of the involved classes, miss_func's held-out functions under
-``missed_function``, language hints, Java/JavaScript parameters as strings), then rendered as ToolRL's BFCL handler
-does (``tasks.toolrl.bfcl_messages``). Ground truth: BFCL's possible answer as JSON; ``extra_info["entry"]``: the
-whole prepared entry as JSON, for the multi-turn driver and BFCL's checker.
+Read from the data ``bfcl-eval`` bundles (found without importing the package, whose pins clash with verl),
+prepared as BFCL prepares them (multi-turn function docs of the involved classes, miss_func's held-out functions
+under ``missed_function``, language hints, Java/JavaScript parameters as strings), then rendered as ToolRL's BFCL
+handler does (``tasks.toolrl.bfcl_messages``) into a verl row: ground truth BFCL's possible answer as JSON,
+``extra_info["entry"]`` the whole prepared entry as JSON.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.metadata
 import importlib.util
 import json
 from pathlib import Path
 
-from data_prep.common import DataPrepError, FilterLog, make_row, sha256_file, write_build
+from data_prep.common import DataPrepError, make_row
 from tasks import toolrl as protocol
 
-DESCRIPTION = "BFCL v4 categories of the paper's Average -> test parquet"
-# category -> (group of the paper's Average, expected cases)
-CATEGORIES = {
-    "simple_python": ("non_live", 400), "simple_java": ("non_live", 100), "simple_javascript": ("non_live", 50),
-    "multiple": ("non_live", 200), "parallel": ("non_live", 200), "parallel_multiple": ("non_live", 200),
-    "live_simple": ("live", 258), "live_multiple": ("live", 1053), "live_parallel": ("live", 16),
-    "live_parallel_multiple": ("live", 24), "multi_turn_base": ("multi_turn", 200),
-    "multi_turn_miss_func": ("multi_turn", 200), "multi_turn_miss_param": ("multi_turn", 200),
-    "multi_turn_long_context": ("multi_turn", 200),
-}
 # BFCL's class -> function doc file of the multi-turn backends
 MULTI_TURN_FUNC_DOCS = {
     "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
@@ -119,62 +107,8 @@ def prepare_entry(entry: dict, category: str, data_dir: Path, docs_cache: dict) 
 
 def entry_row(entry: dict, answer: dict, category: str, index: int) -> dict:
     """The verl row of a prepared entry: its first turn as ToolRL's BFCL handler renders it."""
-    group = CATEGORIES[category][0]
+    group = "multi_turn" if category.startswith("multi_turn") else "live" if category.startswith("live") else "non_live"
     messages = protocol.bfcl_messages(entry["question"][0], entry["function"], multi_turn=group == "multi_turn")
     extra = {"split": "test", "index": index, "id": entry["id"], "category": category, "group": group,
              "turns": len(entry["question"]), "entry": json.dumps(entry)}
     return make_row(f"bfcl_{category}", messages, json.dumps(answer["ground_truth"]), extra, ability="tool_calling")
-
-
-def build(out_dir, source: str | None = None, categories: list[str] | None = None) -> dict:
-    """Write test.parquet and data_card.json into ``out_dir``; returns the data card."""
-    categories = categories or list(CATEGORIES)
-    unknown = [c for c in categories if c not in CATEGORIES]
-    if unknown:
-        raise DataPrepError(f"unknown BFCL categories {unknown}; known: {list(CATEGORIES)}")
-    data_dir = Path(source) if source else package_data_dir()
-    if not data_dir.is_dir():
-        raise DataPrepError(f"BFCL data folder not found: {data_dir}")
-    filters = FilterLog({"no_possible_answer": "test entry without a possible answer",
-                         "empty_question": "test entry without a first turn"})
-    rows, inputs, counts, unexpected, docs_cache = [], {}, {}, {}, {}
-    for category in categories:
-        files = [f"BFCL_v4_{category}.json", f"possible_answer/BFCL_v4_{category}.json"]
-        entries, answers = (read_json_lines(data_dir / name) for name in files)
-        answers = {a["id"]: a for a in answers}
-        found = []
-        for entry in entries:
-            if entry.get("id") not in answers:
-                filters.drop("no_possible_answer")
-            elif not entry.get("question") or not entry["question"][0]:
-                filters.drop("empty_question")
-            else:
-                prepared = prepare_entry(entry, category, data_dir, docs_cache)
-                found.append(entry_row(prepared, answers[entry["id"]], category, len(found)))
-        inputs.update({name: sha256_file(data_dir / name) for name in files})
-        counts[category] = len(found)
-        if len(found) != CATEGORIES[category][1]:
-            unexpected[category] = {"rows": len(found), "expected": CATEGORIES[category][1]}
-        rows.extend(found)
-        print(f"[bfcl] {category}: {len(found)} cases", flush=True)
-    for class_name in sorted(docs_cache):
-        name = f"multi_turn_func_doc/{MULTI_TURN_FUNC_DOCS[class_name]}"
-        inputs[name] = sha256_file(data_dir / name)
-    try:
-        version = None if source else importlib.metadata.version("bfcl-eval")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    return write_build(out_dir, {"test": rows}, filters, {
-        "dataset": "bfcl", "data_source": [f"bfcl_{c}" for c in categories],
-        "source": str(source) if source else "bfcl-eval package data", "bfcl_eval_version": version,
-        "inputs_sha256": inputs, "splits": {"test": len(rows)}, "rows_per_category": counts,
-        "unexpected_row_counts": unexpected, "tokenizer": None})
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--source", default=None, help="BFCL's data folder (default: the bfcl-eval package's)")
-
-
-def main(args) -> dict:
-    card = build(args.out, args.source)
-    return {"out": str(Path(args.out).absolute()), "rows_per_category": card["rows_per_category"]}

@@ -20,9 +20,8 @@ from data_prep.tiny_model import SMOKE_SHAPE, tiny_qwen2
 from tasks import toolrl as protocol
 
 DATA_SOURCE = protocol.DATA_SOURCE
-N_TRAIN, N_TEST = 256, 32
+N_TRAIN, N_TEST, VOCAB_SIZE = 256, 32, 1024
 MAX_PROMPT_TOKENS, MAX_ANSWER_TOKENS = 150, 60
-VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's pre-tokenisation split (contractions, letter runs, single digits, punctuation runs, newlines, spaces).
 QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -32,16 +31,10 @@ DESCRIPTION = "tiny offline Qwen2 model, tokenizer and tool-calling set for the 
 
 # Qwen2.5-Instruct's chat template for plain messages (no tools), with its default system turn.
 CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if not (message.role == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    "<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
@@ -107,8 +100,7 @@ def synthetic_example(rng: random.Random) -> dict:
 
 
 def synthetic_records(seed: int, count: int) -> list[dict]:
-    rng = random.Random(seed)
-    return [synthetic_example(rng) for _ in range(count)]
+    return [synthetic_example(rng) for rng in [random.Random(seed)] for _ in range(count)]
 
 
 def messages(record: dict) -> list[dict]:
@@ -219,12 +211,9 @@ def generate(model, tokenizer, prompts: list[list[dict]], group: int, seed: int,
     """``group`` samples per prompt at T = 1 (top-p 1, no top-k): (texts, response tokens)."""
     import torch
 
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    try:
-        batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_tensors="pt",
-                                              return_dict=True)
-    finally:
-        tokenizer.padding_side = side
+    tokenizer.padding_side = "left"  # the probe's tokenizer, loaded after the model folder was written
+    batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_tensors="pt",
+                                          return_dict=True)
     torch.manual_seed(seed)
     with torch.no_grad():
         generated = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
@@ -276,8 +265,7 @@ def load(model_dir):
 
 
 def code_version(*more: Path) -> str:
-    """sha256 over the source files that decide the output (these, then a variant's ``more``): a code change
-    forces a rebuild."""
+    """sha256 of the source files that decide the output (and a variant's ``more``): a code change forces a rebuild."""
     here = Path(__file__).parent
     digest = hashlib.sha256()
     for path in (here / "smoke.py", here / "common.py", here.parent / "tasks" / "toolrl.py",
@@ -288,11 +276,9 @@ def code_version(*more: Path) -> str:
 
 def build_variant(name: str, out_dir, seed: int, force: bool, options: dict, version: str, build_into,
                   splits: tuple[str, ...] = ("train", "test")) -> dict:
-    """Build (or reuse) a variant's assets in ``out_dir``; returns {"model_dir", <split>: parquet path}.
-
-    A complete earlier build with the same seed, options and code version is reused unless ``force``. Else
-    ``build_into(staging)`` (-> the data card's fields) runs in an atomic staging folder, with torch on
-    WARM_START's threads and deterministic ops (restored after)."""
+    """{"model_dir", <split>: parquet path} of a variant's assets in ``out_dir``: a complete build with the same seed,
+    options and code version is reused unless ``force``; else ``build_into(staging)`` (-> the data card's fields)
+    runs in an atomic staging folder, torch on WARM_START's threads and deterministic ops (restored after)."""
     import torch
 
     out_dir = Path(out_dir).absolute()
