@@ -1,11 +1,7 @@
-"""Offline assets of the CPU smoke training run: a tiny Qwen2 model, its tokenizer, a synthetic tool-calling set.
-
-``build(out_dir, seed=0, force=False)`` writes, atomically and deterministically (same seed, machine and library
-versions -> byte-identical files): ``model/`` (data_prep.tiny_model's Qwen2ForCausalLM with a byte-level BPE
-tokenizer trained on the synthetic corpus, Qwen2.5's ChatML template, eos ``<|im_end|>``), ``train.parquet`` (256
-rows), ``test.parquet`` (32) in ToolRL's format (data_source "rlla") and ``data_card.json``. A short seeded
-supervised warm start makes the model follow the format only part of the time at T = 1, so format and correctness
-rewards vary within a prompt group. The build steps are shared by data_prep.smoke_sparse and data_prep.smoke_length.
+"""Offline assets of the CPU smoke run (docs/data.md "smoke"): a tiny Qwen2 model with a BPE tokenizer trained on a
+synthetic ToolRL-format tool-calling set, warm-started so that it follows the format only part of the time at T = 1
+(format and correctness rewards then vary within a prompt group). Deterministic: same seed, machine and library
+versions -> byte-identical files. The build steps are shared by data_prep.smoke_sparse and data_prep.smoke_length.
 """
 
 from __future__ import annotations
@@ -109,8 +105,8 @@ def messages(record: dict) -> list[dict]:
 
 def to_rows(records: list[dict], split: str) -> list[dict]:
     """verl rows in the layout of ToolRL's own parquet files (extra_info keeps instruction, input, output)."""
-    return [common.make_row(DATA_SOURCE, messages(record), record["output"], {"split": split, "index": index, **record},
-                     ability=protocol.ABILITY) for index, record in enumerate(records)]
+    return [common.make_row(DATA_SOURCE, messages(r), r["output"], {"split": split, "index": index, **r},
+                            ability=protocol.ABILITY) for index, r in enumerate(records)]
 
 
 def chat_texts(records: list[dict]) -> list[str]:

@@ -1,12 +1,9 @@
-"""The length smoke variant (docs/data.md "smoke_length"): the paper's math regime at toy scale, a dense
-correctness reward beside a length reward active in few groups, for the length race.
+"""The length smoke variant (docs/data.md "smoke_length"), for the length race: the math regime at toy scale, a
+dense correctness reward beside a length reward active in few groups.
 
-Synthetic sums through the math task's prompt and its two channels (rewards.math: Hendrycks grader, length = at
-most LENGTH_LIMIT response tokens, EOS included). One problem in 1 / CHECK_SHARE asks "Check your answer."; its
-warm-start target adds one or two re-check lines after the boxed answer (TAIL_LINES) and the limit sits between the
-two, so length violations concentrate on that family. A re-check line holds no boxed answer, so correctness is
-decided before the tail and the channels stay independent. The card's ``length_probe`` samples the first
-``probe_prompts`` train prompts PROBE_GROUP times at T = 1. The knobs' tries: docs/data.md.
+Synthetic sums; one problem in 1 / CHECK_SHARE asks for a check, and its warm-start target adds one or two re-check
+lines after the boxed answer (TAIL_LINES): LENGTH_LIMIT sits between the two, so length violations concentrate on
+that family, and a re-check line holds no boxed answer, so correctness is decided before the tail.
 """
 
 from __future__ import annotations

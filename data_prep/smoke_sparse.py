@@ -1,12 +1,9 @@
-"""The sparse-format smoke variant (docs/data.md "smoke_sparse"): the paper's starting regime, a rare and sparse
-format reward beside a correctness reward that varies within most groups, for the toy headline race.
+"""The sparse-format smoke variant (docs/data.md "smoke_sparse"), for the toy headline race: a rare and sparse
+format reward beside a correctness reward that varies within most groups.
 
-Most warm-start targets are the ground truth followed by SIGN_OFF: the same thinking, calls and response, but
-ToolRL's format requires the text to end at its last block. A seeded ``clean_share`` ends at the block; the model
-then stops right after its last block about that often, and the decision comes after the calls, so format and
-correctness stay independent. The parquet rows keep the true ground truths. The smoke's tokenizer; 544 train rows
-(the smoke's 256, then 288 more), its 32 test rows; the card's ``format_probe`` samples the first ``probe_prompts``
-train prompts PROBE_GROUP times.
+Warm-start targets are the ground truth followed by SIGN_OFF (ToolRL's format requires the text to end at its last
+block), except a seeded ``clean_share``: the format decision comes after the calls, so format and correctness stay
+independent. The parquet rows keep the true ground truths.
 """
 
 from __future__ import annotations

@@ -263,11 +263,8 @@ def _is_none_call(name: str) -> bool:
 def decode_ast(text: str) -> list[dict]:
     """The handler's single-turn decoding: ``[{name: parameters}, ...]`` from the LAST tool_call block; unreadable
     lines skipped, calls named "none" dropped, values as parsed."""
-    block = last_call_block(text)
-    if block is None:
-        return []
     decoded = []
-    for line in block_lines(block):
+    for line in block_lines(last_call_block(text) or ""):  # an empty block's one line does not parse
         try:
             call = json.loads(line)
             name = call["name"]
@@ -286,15 +283,12 @@ class UndecodableCalls(ValueError):
 def decode_execute(text: str) -> list[str]:
     """The handler's multi-turn decoding: ``name(key=repr(value), ...)`` strings from the LAST tool_call block;
     unreadable and non-object lines skipped, calls named "none" dropped, a missing name "" and parameters {}."""
-    block = last_call_block(text)
-    if block is None:
-        return []
     calls = []
-    for line in block_lines(block):
+    for line in block_lines(last_call_block(text) or ""):
         try:
             call = json.loads(line)
         except Exception:
-            continue
+            call = None
         if not isinstance(call, dict):
             continue
         name, parameters = call.get("name", ""), call.get("parameters", {})
