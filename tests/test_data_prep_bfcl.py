@@ -70,7 +70,6 @@ def test_miss_func_holds_out_functions_without_the_hint(data_dir):
     ({**MISS_FUNC, "involved_classes": ["Cobol"]}, None, "unknown multi-turn class 'Cobol'"),
     ({**MISS_FUNC, "missed_function": {"1": ["cube"]}}, None, "missed function 'cube' is not among"),
     (MISS_FUNC, "{not json\n", "math_api.json:1 is not a JSON object"),
-    (MISS_FUNC, "\n", "holds no entries"),
 ])
 def test_bad_data_gives_one_clear_error(data_dir, entry, content, message):
     if content is not None:

@@ -1,5 +1,4 @@
-"""Smoke assets: loadable offline, verl rows in ToolRL format, deterministic, reused when complete; the tiny-model
-builder."""
+"""Smoke assets: loadable offline, verl rows in ToolRL format, deterministic, reused when complete."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ def test_card_and_model_load_offline(built, monkeypatch):
     card = read_data_card(out)
     assert card["splits"] == {"train": 256, "test": 32} and card["code_version"] == smoke.code_version()
     # the warm start leaves the format reward varying within prompt groups
-    assert 0.1 <= card["format_probe"]["format_rate"] <= 0.6
-    assert card["format_probe"]["groups_with_mixed_format"] >= 8
+    assert 0.1 <= card["format_probe"]["format_rate"] <= 0.6 and card["format_probe"]["groups_with_mixed_format"] >= 8
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tokenizer = AutoTokenizer.from_pretrained(paths["model_dir"])
     model = AutoModelForCausalLM.from_pretrained(paths["model_dir"])
@@ -65,7 +63,6 @@ def test_rows_follow_verl_schema_and_toolrl_format_within_the_prompt_limit(built
     for split in ("train", "test"):
         for index, row in enumerate(pq.read_table(paths[split]).to_pylist()):
             truth = row["reward_model"]["ground_truth"]
-            assert list(row) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
             assert (row["data_source"], row["reward_model"]["style"]) == ("rlla", "rule")
             assert [m["role"] for m in row["prompt"]] == ["system", "user"] and "1. Name: " in row["prompt"][0]["content"]
             assert (row["extra_info"]["split"], row["extra_info"]["index"]) == (split, index)
@@ -101,18 +98,6 @@ def test_forced_rebuild_is_byte_identical(built):
     before = file_bytes(out)
     smoke.build(out, seed=0, force=True)
     assert file_bytes(out) == before
-
-
-def test_the_tiny_model_takes_its_shape_and_seed():
-    from data_prep.tiny_model import tiny_qwen2
-
-    model = tiny_qwen2(100, shape={"num_hidden_layers": 3}, seed=1)
-    config = model.config
-    assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.intermediate_size,
-            len(model.model.layers)) == (64, 2, 1, 192, 3)
-    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied
-    again = tiny_qwen2(100, shape={"num_hidden_layers": 3}, seed=1).state_dict().values()
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again, strict=True))
 
 
 def test_response_tokens_count_up_to_the_first_stop_token_like_a_loop():
