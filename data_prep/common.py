@@ -95,14 +95,6 @@ class FilterLog:
         return sum(info["dropped"] for info in self.drops.values())
 
 
-def command_line() -> str:
-    """The command that produced the output (module form when run with ``python -m data_prep``)."""
-    argv = list(sys.argv)
-    if argv and argv[0].endswith(os.path.join("data_prep", "__main__.py")):
-        argv[0] = "python -m data_prep"
-    return " ".join(argv)
-
-
 def output_hashes(folder: str | os.PathLike) -> dict[str, str]:
     """sha256 of every file under ``folder`` (relative paths) except the data card."""
     folder = Path(folder)
@@ -139,7 +131,9 @@ def write_build(out_dir: str | os.PathLike, splits: dict[str, list[dict]], filte
     with atomic_folder(out_dir) as staging:
         for name, rows in splits.items():
             write_parquet(rows, staging / f"{name}.parquet")
-        return write_data_card(staging, {**card, "filters": filters.as_list(), "command": command_line()})
+        module_form = sys.argv[0].endswith(os.path.join("data_prep", "__main__.py"))  # run as python -m data_prep
+        command = " ".join(["python -m data_prep", *sys.argv[1:]] if module_form else sys.argv)
+        return write_data_card(staging, {**card, "filters": filters.as_list(), "command": command})
 
 
 @contextlib.contextmanager

@@ -8,9 +8,7 @@ the authors' template (tasks.math). Filters, counted in the data card: no proble
 from __future__ import annotations
 
 import hashlib
-import json
 import random
-import tempfile
 from pathlib import Path
 
 from data_prep import common
@@ -35,13 +33,16 @@ def load_tokenizer(name_or_path: str):
         raise common.DataPrepError(f"could not load tokenizer {name_or_path!r}: {err}") from err
 
 
-def build(out_dir, source: str | None = None, tokenizer: str | None = None,
+def build(out_dir, source: str | list[dict] | None = None, tokenizer: str | None = None,
           max_prompt_tokens: int = task.MAX_PROMPT_TOKENS, val_rows: int = 0, data_source: str = task.DATA_SOURCE
           ) -> dict:
     """Write train.parquet (and val.parquet: ``val_rows`` rows drawn with ``random.Random(VAL_SEED)`` among the
-    rows that pass the filters) and data_card.json into ``out_dir``; returns the data card."""
+    rows that pass the filters) and data_card.json into ``out_dir`` from a JSON file, a hub id or records; returns
+    the data card."""
     source, tokenizer = source or HUB_ID, tokenizer or DEFAULT_TOKENIZER
-    if Path(source).exists():
+    if isinstance(source, list):
+        records, inputs, source = source, {"inputs_sha256": {}}, "synthetic records"
+    elif Path(source).exists():
         records = common.read_json_records(source, ("problem", "answer"))
         inputs = {"inputs_sha256": {Path(source).name: common.sha256_file(source)}}
     else:
@@ -92,12 +93,7 @@ def build_smoke(out_dir, tokenizer_dir: str, *, count: int = 64, seed: int = 0, 
     for _ in range(count):
         a, b = rng.randint(1, 50), rng.randint(1, 50)
         records.append({"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"})
-    Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=Path(out_dir).parent) as scratch:
-        source = Path(scratch) / "smoke_math.json"
-        source.write_text(json.dumps(records))
-        return build(out_dir, str(source), tokenizer_dir, max_prompt_tokens, val_rows=8,
-                     data_source=task.SMOKE_DATA_SOURCE)
+    return build(out_dir, records, tokenizer_dir, max_prompt_tokens, val_rows=8, data_source=task.SMOKE_DATA_SOURCE)
 
 
 def add_arguments(parser) -> None:

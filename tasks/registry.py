@@ -106,18 +106,15 @@ def _part(part: str) -> dict[str, str]:
     return {name: ref for spec in task_specs().values() for name, ref in getattr(spec, part).items()}
 
 
-def datasets() -> dict[str, str]:
-    """`data_prep` dataset name -> module path, over every task."""
+def datasets() -> dict[str, str]:  # `data_prep` dataset name -> module path, over every task
     return _part("datasets")
 
 
-def asset_builders() -> dict[str, str]:
-    """`run.assets` name -> builder import path, over every task."""
+def asset_builders() -> dict[str, str]:  # `run.assets` name -> builder import path
     return _part("assets")
 
 
-def evaluations() -> dict[str, str]:
-    """Evaluation bench name -> bench import path, over every task."""
+def evaluations() -> dict[str, str]:  # evaluation bench name -> bench import path
     return _part("evaluations")
 
 
