@@ -65,10 +65,8 @@ def tool_entry(position: int, name: str, description: str, parameters: Any) -> s
 
 def tool_listing(tools: Sequence[dict]) -> str:
     """The numbered tools ({name, description, parameters}), each entry ending in a newline."""
-    return "".join(
-        tool_entry(i + 1, tool["name"], tool.get("description", ""), tool.get("parameters", {})) + "\n"
-        for i, tool in enumerate(tools)
-    )
+    return "".join(tool_entry(i + 1, tool["name"], tool.get("description", ""), tool.get("parameters", {})) + "\n"
+                   for i, tool in enumerate(tools))
 
 
 def system_prompt(tools: Sequence[dict]) -> str:
@@ -147,9 +145,8 @@ def matches_format(text: str, ground_truth: str) -> bool:
     call_end = body.find(TOOL_CALL_CLOSE) + len(TOOL_CALL_CLOSE)
     if not has_response:
         return call_end == len(body) and _call_block_at(body, call, call_end)
-    return _call_block_at(body, call, call_end) and body.startswith("\n" + RESPONSE_OPEN, call_end) and (
-        opening == call_end + 1
-    )
+    return (_call_block_at(body, call, call_end) and body.startswith("\n" + RESPONSE_OPEN, call_end)
+            and opening == call_end + 1)
 
 
 def last_think_span(text: str) -> str | None:

@@ -21,10 +21,6 @@ def built(smoke_assets_dir, smoke_assets):
     return smoke_assets_dir, smoke_assets  # the session's one build (tests/conftest.py)
 
 
-def file_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_card_and_model_load_offline(built, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,9 +91,9 @@ def test_a_complete_build_is_reused_and_a_changed_one_is_not(built, tmp_path, ca
 @pytest.mark.slow  # a second full smoke build (~20 s)
 def test_forced_rebuild_is_byte_identical(built):
     out, _ = built
-    before = file_bytes(out)
+    before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     smoke.build(out, seed=0, force=True)
-    assert file_bytes(out) == before
+    assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
 def test_response_tokens_count_up_to_the_first_stop_token_like_a_loop():
