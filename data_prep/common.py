@@ -119,10 +119,8 @@ def read_data_card(folder: str | os.PathLike) -> dict | None:
 
 def folder_is_complete(folder: str | os.PathLike, expect: dict) -> bool:
     """True when ``folder``'s data card holds ``expect``'s fields and its output hashes still match."""
-    card = read_data_card(folder)
-    if card is None or any(card.get(key) != value for key, value in expect.items()):
-        return False
-    return card.get("outputs_sha256") == output_hashes(folder)
+    card = read_data_card(folder) or {}
+    return all(card.get(key) == value for key, value in expect.items()) and card.get("outputs_sha256") == output_hashes(folder)
 
 
 def write_build(out_dir: str | os.PathLike, splits: dict[str, list[dict]], filters: FilterLog, card: dict) -> dict:
