@@ -1,9 +1,8 @@
-"""Command line: ``python -m data_prep <dataset> --out DIR [options]``.
+"""Command line: ``python -m data_prep <dataset> --out DIR [options]`` (docs/data.md).
 
-Datasets: those the registered tasks name (`tasks.registry.datasets()`: toolrl, bfcl, smoke, smoke_sparse, deepscaler,
-math_eval, smoke_length). Each data_prep module gives its one-line `DESCRIPTION`, its options (`add_arguments`) and
-`main(args)`; each writes verl parquet files and data_card.json into ``--out`` (atomically: the folder appears
-complete or not at all). See docs/data.md for the expected counts.
+Datasets: those the registered tasks name (`tasks.registry.datasets()`). Each data_prep module gives its one-line
+`DESCRIPTION`, its options (`add_arguments`) and `main(args)`, which writes verl parquet files and data_card.json into
+``--out`` atomically.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    module = importlib.import_module(datasets()[args.dataset])
     try:
-        result = module.main(args)
+        result = importlib.import_module(datasets()[args.dataset]).main(args)
     except DataPrepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,10 +1,8 @@
-"""Offline assets a training run builds before it starts (`run.model_assets`, `run.assets`; registered by
-task in `tasks`).
+"""Offline assets a training run builds before it starts (`run.assets`, `run.model_assets`; registered by task).
 
-Each builder is `fn(assets_dir, output_root)`: it writes the run's data (`run.assets_dir`) or, for a model
-(`tiny_model`, `tiny_sparse_model`, ...), the variant's build under `<output_root>/assets/<folder>` (where
-conf/model/tiny*.yaml look) and returns the model folder; a complete earlier build is reused. `dara.assets`
-calls the ones a run names; a builder of your own is `run.assets=FILE.py:FUNCTION`.
+Each builder is `fn(assets_dir, output_root)`: it writes the run's data into `assets_dir` or, for a model
+(`tiny_model`, ...), the variant's build under `<output_root>/assets/<folder>` (where conf/model/tiny*.yaml look)
+and returns the model folder; a complete earlier build is reused.
 """
 
 from __future__ import annotations
@@ -14,8 +12,8 @@ from pathlib import Path
 
 
 def _builder(variant: str, model_folder: str | None = None, rare: bool = False):
-    """The builder of `data_prep.<variant>.build(seed=0)`: into the run's assets_dir, or (`model_folder`) into
-    `<output_root>/assets/<model_folder>`; `rare`: the format race's rarer-format build of the sparse variant."""
+    """`data_prep.<variant>.build(seed=0)` into the run's assets_dir or `<output_root>/assets/<model_folder>`;
+    `rare`: the format race's rarer-format build of the sparse variant."""
 
     def build(assets_dir: str | Path | None, output_root: str | Path) -> str:
         module = importlib.import_module(f"data_prep.{variant}")
@@ -26,8 +24,8 @@ def _builder(variant: str, model_folder: str | None = None, rare: bool = False):
     return build
 
 
-tiny_model = _builder("smoke", "smoke")  # the tiny model (conf/model/tiny.yaml): any task runs with model=tiny
-smoke = _builder("smoke")  # the CPU smoke run: synthetic ToolRL-format tool calls (train 256 / test 32)
+tiny_model = _builder("smoke", "smoke")  # conf/model/tiny.yaml: any task runs with model=tiny
+smoke = _builder("smoke")  # the CPU smoke run (train 256 / test 32)
 smoke_sparse = _builder("smoke_sparse")  # the toy headline race (train 544 / test 32)
 tiny_sparse_model = _builder("smoke_sparse", "smoke_sparse")
 smoke_rare = _builder("smoke_sparse", rare=True)  # the format race (task=smoke_rare)

@@ -1,10 +1,10 @@
 """Math ground truths: a benchmark's native answer -> the one string every grader compares against.
 
-One rule (``RULE``; docs/data.md "math_eval"), the authors' ``unwrap_math``, shared by data prep, the math
-reward and the evaluation: a list is graded against its FIRST item (the others are ``answer_alternatives``);
-an integral float is written as an integer; text is stripped, then up to three rounds remove outer ``$$..$$``,
-``$..$``, ``\\(..\\)``, ``\\[..\\]`` only when the inner text is non-empty and holds no such delimiter (so
-OlympiadBench's ``"$69$,$84$"`` stays as it is). Unusable values raise ValueError: data prep drops such rows.
+One rule (``RULE``; docs/data.md "math_eval"), the authors' ``unwrap_math``, shared by data prep, the math reward
+and the evaluation: a list is graded against its FIRST item (the others are ``answer_alternatives``); an integral
+float is written as an integer; text is stripped, then up to three rounds remove outer ``$$..$$``, ``$..$``,
+``\\(..\\)``, ``\\[..\\]`` only when the inner text is non-empty and holds no such delimiter (so OlympiadBench's
+``"$69$,$84$"`` stays as it is). Unusable values raise ValueError: data prep drops such rows.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import math
 import numbers
 from collections.abc import Mapping
 
-# The delimiters in the order each round tries them.
-MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))  # the order each round tries them
 MAX_UNWRAP_ROUNDS = 3
 RULE = (
     "ground truth = the first listed answer; integral floats as integers; up to three rounds removing "
@@ -23,36 +22,19 @@ RULE = (
 )
 
 
-def _without_delimiter(text: str, opening: str, closing: str) -> str:
-    """``text`` without one outer ``opening``..``closing`` pair, or unchanged when the rule says keep it."""
-    if len(text) <= len(opening) + len(closing) or not (text.startswith(opening) and text.endswith(closing)):
-        return text
-    inner = text[len(opening) : len(text) - len(closing)].strip()
-    if not inner or opening in inner or closing in inner:
-        return text
-    return inner
-
-
 def unwrap_math(text: str) -> str:
-    """The stripped text without its outer math delimiters (see the module docstring for the rule)."""
+    """The stripped text without its outer math delimiters (the module's rule)."""
     text = text.strip()
     for _ in range(MAX_UNWRAP_ROUNDS):
         before = text
         for opening, closing in MATH_DELIMITERS:
-            text = _without_delimiter(text, opening, closing)
+            if len(text) > len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
+                inner = text[len(opening):len(text) - len(closing)].strip()
+                if inner and opening not in inner and closing not in inner:
+                    text = inner
         if text == before:
             break
     return text
-
-
-def _number_text(value: numbers.Number) -> str:
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"not a finite answer: {value!r}")
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def _as_items(value) -> list | None:
@@ -67,7 +49,7 @@ def _as_items(value) -> list | None:
 
 def reference_answer(value) -> str:
     """The one answer string graded against (the first listed answer for a list)."""
-    if value is None or isinstance(value, bool):
+    if value is None or isinstance(value, bool | Mapping):
         raise ValueError(f"not a math answer: {value!r}")
     items = _as_items(value)
     if items is not None:
@@ -76,18 +58,19 @@ def reference_answer(value) -> str:
         return reference_answer(items[0])
     if isinstance(value, numbers.Number) and hasattr(value, "item"):  # a numpy scalar: its Python value
         value = value.item()
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite answer: {value!r}")
+        return str(int(value)) if value.is_integer() else str(value)
     if isinstance(value, numbers.Number):
-        return _number_text(value)
+        return str(value)
     if isinstance(value, tuple):
         return "(" + ", ".join(reference_answer(item) for item in value) + ")"
-    if isinstance(value, str):
-        text = unwrap_math(value)
-        if not text:
-            raise ValueError("empty answer")
-        return text
-    if isinstance(value, Mapping):
-        raise ValueError(f"a mapping is not a math answer: {value!r}")
-    raise ValueError(f"unsupported answer type {type(value).__name__}: {value!r}")
+    if isinstance(value, str) and unwrap_math(value):
+        return unwrap_math(value)
+    raise ValueError(f"not a math answer ({type(value).__name__}): {value!r}")
 
 
 def answer_alternatives(value) -> list[str]:

@@ -1,10 +1,9 @@
 """The task registry: one `TaskSpec` per task, looked up by name or by a row's `data_source`.
 
-A task names the `data_source` values of its rows, the reward that scores them, the `data_prep` datasets, the
-offline asset builders (`run.assets`) and its evaluation benches. Tasks are the bottom layer (tasks < rewards,
-data_prep < dara < results): parts in higher layers are import paths ("package.module:attribute") loaded by
-their users (`load_ref`). The project's tasks register in their protocol modules (`BUILTIN`); another task
-registers with `register_task(TaskSpec(...))` (docs/own_experiment.md).
+Tasks are the bottom layer (tasks < rewards, data_prep < dara < results): a task names its parts in higher layers
+by import path ("package.module:attribute"), loaded by their users (`load_ref`). The project's tasks register in
+their protocol modules (`BUILTIN`); another task registers with `register_task(TaskSpec(...))`
+(docs/own_experiment.md).
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ from typing import Any
 
 # the project's tasks and their protocol modules, imported (and so registered) on the first lookup
 BUILTIN = {"toolrl": "tasks.toolrl", "math": "tasks.math"}
+PARTS = ("datasets", "assets", "evaluations")
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task. Parts in higher layers are import paths ("module:attribute"), loaded by their users.
+    """One task.
 
-    name: the task's name ("toolrl", "math").
     data_sources: the `data_source` values of its rows; each belongs to one task.
     reward: the scorer of its rows (`rewards.task_rewards.TaskReward`: channels with ranges, score, fallback).
     datasets: `python -m data_prep <name>` -> the data_prep module that builds it.
@@ -49,26 +48,24 @@ class TaskSpec:
             raise ValueError(f"a task needs a name and at least one data_source, got {self.name!r}, "
                              f"{self.data_sources!r}")
         object.__setattr__(self, "data_sources", tuple(self.data_sources))
-        for part in ("datasets", "assets", "evaluations"):
+        for part in PARTS:
             object.__setattr__(self, part, MappingProxyType(dict(getattr(self, part))))
 
 
 _lock = threading.RLock()
 _tasks: dict[str, TaskSpec] = {}
-_builtins_loaded = False
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
-    """Add a task (idempotent for an equal spec); a name, data_source or part name another task already
-    holds is an error naming both."""
+    """Add a task (idempotent for an equal spec); a name, data_source or part name another task holds is an error
+    naming both."""
     with _lock:
-        existing = _tasks.get(spec.name)
-        if existing is not None:
-            if existing == spec:
-                return existing
+        if spec.name in _tasks:
+            if _tasks[spec.name] == spec:
+                return spec
             raise ValueError(f"task {spec.name!r} is already registered with another spec")
         for other in _tasks.values():
-            for part in ("data_sources", "datasets", "assets", "evaluations"):
+            for part in ("data_sources", *PARTS):
                 clash = set(getattr(spec, part)) & set(getattr(other, part))
                 if clash:
                     raise ValueError(f"task {spec.name!r}: {part} {sorted(clash)} already belong to task {other.name!r}")
@@ -84,22 +81,12 @@ def unregister_task(name: str) -> None:
         _tasks.pop(name, None)
 
 
-def _load_builtins() -> None:
-    global _builtins_loaded
-    with _lock:
-        if _builtins_loaded:
-            return
-        _builtins_loaded = True
-        for module in BUILTIN.values():
-            importlib.import_module(module)
-
-
 def task_specs() -> dict[str, TaskSpec]:
     """Every registered task by name (the project's own first, in `BUILTIN` order)."""
-    _load_builtins()
+    for module in BUILTIN.values():
+        importlib.import_module(module)
     with _lock:
-        order = [*BUILTIN, *(name for name in _tasks if name not in BUILTIN)]
-        return {name: _tasks[name] for name in order if name in _tasks}
+        return {name: _tasks[name] for name in [*BUILTIN, *(n for n in _tasks if n not in BUILTIN)]}
 
 
 def task_for_source(data_source: str) -> TaskSpec:
@@ -119,82 +106,59 @@ def _part(part: str) -> dict[str, str]:
     return {name: ref for spec in task_specs().values() for name, ref in getattr(spec, part).items()}
 
 
-def datasets() -> dict[str, str]:
-    """`data_prep` dataset name -> module path, over every task."""
+def datasets() -> dict[str, str]:  # `data_prep` dataset name -> module path, over every task
     return _part("datasets")
 
 
-def asset_builders() -> dict[str, str]:
-    """`run.assets` name -> builder import path, over every task."""
+def asset_builders() -> dict[str, str]:  # `run.assets` name -> builder import path
     return _part("assets")
 
 
-def evaluations() -> dict[str, str]:
-    """Evaluation bench name -> bench import path, over every task."""
+def evaluations() -> dict[str, str]:  # evaluation bench name -> bench import path
     return _part("evaluations")
 
 
-# ----------------------------------------------------------------------------- import paths
 def load_module_file(path: str | Path) -> ModuleType:
-    """A Python file as a module. A file that is an importable module's (on sys.path) is imported under its
-    own name, so it is one module, not a copy; any other file is loaded once under a name derived from its
-    resolved path (`dara_file_<hash>`) and kept in sys.modules."""
+    """A Python file as a module: an importable module's file (on sys.path) is imported under its own name (one
+    module, not a copy); any other file is loaded once as `dara_file_<hash of its resolved path>`."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    dotted = _importable_name(path)
-    if dotted is not None:
-        return importlib.import_module(dotted)
-    name = "dara_file_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    with _lock:
-        if name in sys.modules:
-            return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-        return module
-
-
-def _importable_name(path: Path) -> str | None:
-    """The dotted name under which `path` is imported from sys.path, or None."""
     for entry in sys.path:
-        root = Path(entry or ".").resolve()
-        try:
-            relative = path.relative_to(root)
-        except ValueError:
+        parts = path.with_suffix("").parts
+        root = Path(entry or ".").resolve().parts
+        if parts[:len(root)] != root or not all(p.isidentifier() for p in parts[len(root):]):
             continue
-        parts = relative.with_suffix("").parts
-        if not parts or not all(part.isidentifier() for part in parts):
-            continue
-        dotted = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        dotted = ".".join(parts[len(root):-1] if parts[-1] == "__init__" else parts[len(root):])
         try:
-            found = importlib.util.find_spec(dotted)
+            found = dotted and importlib.util.find_spec(dotted)
         except (ImportError, ValueError):
             continue
-        if found is not None and found.origin and Path(found.origin).resolve() == path:
-            return dotted
-    return None
+        if found and found.origin and Path(found.origin).resolve() == path:
+            return importlib.import_module(dotted)
+    name = "dara_file_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    with _lock:
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            sys.modules[name] = module = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        return sys.modules[name]
 
 
 def load_ref(ref: str) -> Any:
     """The object an import path names: "package.module:attr.sub", "package.module" (the module) or
-    "/path/to/file.py:attr" (a file loaded by `load_module_file`). A bad path is an error naming it."""
+    "/path/to/file.py:attr" (`load_module_file`). A bad path is an error naming it."""
     if not isinstance(ref, str) or not ref.strip():
         raise ValueError(f"an import path must be a non-empty string, got {ref!r}")
     target, _, attribute = ref.strip().rpartition(":") if ":" in ref else (ref.strip(), "", "")
     try:
-        if target.endswith(".py") or "/" in target:
-            module = load_module_file(target)
-        else:
-            module = importlib.import_module(target)
+        value = load_module_file(target) if target.endswith(".py") or "/" in target else importlib.import_module(target)
     except (ImportError, OSError) as error:
         raise ValueError(f"cannot load {ref!r}: {error}") from None
-    value: Any = module
     for name in filter(None, attribute.split(".")):
         if not hasattr(value, name):
             raise ValueError(f"cannot load {ref!r}: {getattr(value, '__name__', value)!s} has no attribute {name!r}")

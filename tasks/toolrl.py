@@ -1,11 +1,7 @@
-"""The ToolRL protocol: tags, the output format, prompt rendering (training rows and BFCL) and decoding.
-
-One definition of what the model sees and how its text is read, imported by ``data_prep``, ``rewards.toolrl`` and
-the BFCL evaluation (docs/rewards.md, docs/data.md). The output format is the original scorer's
-(``verl.utils.reward_score.rlla``), decided by tag positions in linear time (``matches_format``); the scorer
-reads the FIRST call block (``first_call_block``), ToolRL's BFCL handler the LAST (``last_call_block``,
-``decode_ast``, ``decode_execute``); BFCL sees the dialogue as that handler renders it (``bfcl_messages``), its
-instruction sentences reproduced exactly.
+"""The ToolRL protocol: tags, the output format, prompt rendering (training rows and BFCL) and decoding, for
+``data_prep``, ``rewards.toolrl`` and the BFCL evaluation. The format is the original scorer's
+(``verl.utils.reward_score.rlla``), decided in linear time (``matches_format``); the scorer reads the FIRST call
+block, ToolRL's BFCL handler the LAST; BFCL sees the dialogue as that handler renders it (``bfcl_messages``).
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
 
-# The scorer's patterns (re.search, DOTALL, on the stripped assistant text), keyed by the ground truth's
-# (has tool call, has response). ``matches_format`` implements them without a regex; tests check it
-# against these strings and against verl's function.
+# The scorer's patterns (re.search, DOTALL, on the stripped assistant text) by the ground truth's (has tool call,
+# has response); ``matches_format`` implements them without a regex.
 FORMAT_PATTERNS = {
     (True, False): r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>$",
     (False, True): r"^<think>.*?</think>\n<response>.*?</response>$",
@@ -33,16 +28,8 @@ FORMAT_PATTERNS = {
     (False, False): r"^<think>.*?</think>$",
 }
 
-# What the verl reward receives is the decoded response; the scorer's entry keeps the text after the last
-# "<|im_start|>assistant" and before the first "<|im_end|>", stripped (its Qwen branch).
-ASSISTANT_START = "<|im_start|>assistant"
-END_OF_TURN = "<|im_end|>"
-
-# ToolRL's own parquet rows carry ability "math" (inherited from its verl data template); kept so that our
-# rows equal the official ones field for field.
-ABILITY = "math"
-
-# ------------------------------------------------------------------------------------------ training prompt
+ASSISTANT_START, END_OF_TURN = "<|im_start|>assistant", "<|im_end|>"
+ABILITY = "math"  # as ToolRL's own parquet rows (its verl data template's), so ours equal them field for field
 SYSTEM_HEADER = (
     "You are a helpful multi-turn dialogue assistant capable of leveraging tool calls to solve user tasks "
     "and provide structured chat responses.\n\n**Available Tools**\nIn your response, you can use the "
@@ -77,12 +64,9 @@ def tool_entry(position: int, name: str, description: str, parameters: Any) -> s
 
 
 def tool_listing(tools: Sequence[dict]) -> str:
-    """The numbered tools (each {name, description, parameters}), each entry ending in a newline (the
-    training rows' listing; the BFCL handler joins the entries with newlines instead)."""
-    return "".join(
-        tool_entry(i + 1, tool["name"], tool.get("description", ""), tool.get("parameters", {})) + "\n"
-        for i, tool in enumerate(tools)
-    )
+    """The numbered tools ({name, description, parameters}), each entry ending in a newline."""
+    return "".join(tool_entry(i + 1, tool["name"], tool.get("description", ""), tool.get("parameters", {})) + "\n"
+                   for i, tool in enumerate(tools))
 
 
 def system_prompt(tools: Sequence[dict]) -> str:
@@ -91,7 +75,6 @@ def system_prompt(tools: Sequence[dict]) -> str:
 
 
 def user_turn(text: str) -> str:
-    """ToolRL's training user message: the dialogue history with one user turn."""
     return f"{HISTORY_HEADER}<user> {text} </user>"
 
 
@@ -110,10 +93,9 @@ def render_output(think: str, calls: Sequence[dict] | None = None, response: str
     return "\n".join(parts)
 
 
-# ------------------------------------------------------------------------------------------ output format
 def assistant_text(solution: str) -> str:
-    """The scorer's assistant text: after the last "<|im_start|>assistant", before the first "<|im_end|>",
-    stripped (a decoded response without special tokens passes through, stripped)."""
+    """The scorer's assistant text (its Qwen branch): after the last "<|im_start|>assistant", before the first
+    "<|im_end|>", stripped."""
     start = solution.rfind(ASSISTANT_START)
     if start >= 0:
         solution = solution[start + len(ASSISTANT_START) :]
@@ -129,29 +111,20 @@ def ground_truth_kind(ground_truth: str) -> tuple[bool, bool]:
 def _think_then(body: str, position: int) -> bool:
     """``^<think>.*?</think>\\n`` ends exactly at ``position``."""
     close = position - len(THINK_CLOSE) - 1
-    return (
-        body.startswith(THINK_OPEN)
-        and close >= len(THINK_OPEN)
-        and body.startswith(THINK_CLOSE + "\n", close)
-    )
+    return body.startswith(THINK_OPEN) and close >= len(THINK_OPEN) and body.startswith(THINK_CLOSE + "\n", close)
 
 
 def _call_block_at(body: str, start: int, end: int) -> bool:
     """``<tool_call>\\n.*?\\n</tool_call>`` spans exactly body[start:end]."""
     close = end - len(TOOL_CALL_CLOSE)
-    return (
-        body.startswith(TOOL_CALL_OPEN + "\n", start)
-        and body.startswith("\n" + TOOL_CALL_CLOSE, close - 1)
-        and close - 1 >= start + len(TOOL_CALL_OPEN) + 1
-    )
+    return (body.startswith(TOOL_CALL_OPEN + "\n", start) and body.startswith("\n" + TOOL_CALL_CLOSE, close - 1)
+            and close - 1 >= start + len(TOOL_CALL_OPEN) + 1)
 
 
 def matches_format(text: str, ground_truth: str) -> bool:
-    """The scorer's format test on ``text`` (the stripped assistant text), in linear time.
-
-    With each required tool_call / response tag present exactly once, the anchored lazy pattern holds
-    exactly when the literals sit at fixed places around those unique tags; only the think tags may repeat
-    (they are not counted), so the ``</think>\\n`` right before the first required block decides."""
+    """The scorer's format test on ``text`` (the stripped assistant text), in linear time: with each required
+    tool_call / response tag present exactly once, the anchored lazy pattern holds exactly when the literals sit at
+    fixed places around those tags; the think tags may repeat, so the ``</think>\\n`` before the first block decides."""
     has_call, has_response = ground_truth_kind(ground_truth)
     for tag in (TOOL_CALL_OPEN, TOOL_CALL_CLOSE) * has_call + (RESPONSE_OPEN, RESPONSE_CLOSE) * has_response:
         if text.count(tag) != 1:
@@ -172,9 +145,8 @@ def matches_format(text: str, ground_truth: str) -> bool:
     call_end = body.find(TOOL_CALL_CLOSE) + len(TOOL_CALL_CLOSE)
     if not has_response:
         return call_end == len(body) and _call_block_at(body, call, call_end)
-    return _call_block_at(body, call, call_end) and body.startswith("\n" + RESPONSE_OPEN, call_end) and (
-        opening == call_end + 1
-    )
+    return (_call_block_at(body, call, call_end) and body.startswith("\n" + RESPONSE_OPEN, call_end)
+            and opening == call_end + 1)
 
 
 def last_think_span(text: str) -> str | None:
@@ -188,9 +160,8 @@ def last_think_span(text: str) -> str | None:
 
 
 def first_call_block(text: str, *, require_close: bool = True) -> str | None:
-    """The scorer's call block: after the first "<tool_call>", up to the next "<tool_call>" or "</tool_call>"
-    (whichever comes first; the end of the text when neither does). None without a "<tool_call>", or (for a
-    response, ``require_close``) without a "</tool_call>" anywhere."""
+    """The scorer's call block: after the first "<tool_call>", up to the next "<tool_call>" or "</tool_call>" (or
+    the end). None without a "<tool_call>", or (``require_close``) without a "</tool_call>" anywhere."""
     start = text.find(TOOL_CALL_OPEN)
     if start < 0 or (require_close and TOOL_CALL_CLOSE not in text):
         return None
@@ -200,8 +171,7 @@ def first_call_block(text: str, *, require_close: bool = True) -> str | None:
 
 
 def last_call_block(text: str) -> str | None:
-    """ToolRL's BFCL handler's block: after the last "<tool_call>", up to the next "</tool_call>" (or the end).
-    None when the text has no "<tool_call>"."""
+    """ToolRL's BFCL handler's block: after the last "<tool_call>", up to the next "</tool_call>" (or the end)."""
     start = text.rfind(TOOL_CALL_OPEN)
     if start < 0:
         return None
@@ -211,11 +181,9 @@ def last_call_block(text: str) -> str | None:
 
 
 def block_lines(block: str) -> list[str]:
-    """The call lines of a block: stripped, split on newlines (an empty block gives one empty line)."""
     return block.strip().split("\n")
 
 
-# ------------------------------------------------------------------------------------------ BFCL (handler)
 BFCL_SINGLE_TURN_INSTRUCTION = (
     "If there's no appropriate tools to apply or required parameters are missing, please directly inform me in "
     "your response without any tool call, or call the tool with the name as 'None'. Otherwise, you should use "
@@ -242,26 +210,20 @@ BFCL_MORE_FUNCTIONS_PROMPT = "{functions}\nI have updated some more functions yo
 
 def bfcl_tools(functions: Sequence[dict]) -> list[dict]:
     """BFCL function docs as ToolRL tools: name, description, parameters = the parameter properties."""
-    return [
-        {"name": f["name"], "description": f["description"], "parameters": f["parameters"].get("properties", {})}
-        for f in functions
-    ]
+    return [{"name": f["name"], "description": f["description"], "parameters": f["parameters"].get("properties", {})}
+            for f in functions]
 
 
 def bfcl_system_prompt(functions: Sequence[dict]) -> str:
-    """The handler's system prompt: the training instruction over BFCL's functions (entries joined by
-    newlines, then a blank line), ending in a newline. Equal to ``system_prompt(...) + "\\n"`` for a
-    non-empty list."""
+    """The handler's system prompt: ``system_prompt(bfcl_tools(functions)) + "\\n"`` for a non-empty list."""
     tools = bfcl_tools(functions)
     entries = "\n".join(tool_entry(i + 1, t["name"], t["description"], t["parameters"]) for i, t in enumerate(tools))
     return SYSTEM_HEADER + entries + "\n" + SYSTEM_FOOTER + "\n"
 
 
 def bfcl_user_prompt(history: Sequence[dict], multi_turn: bool) -> str:
-    """The handler's one user message holding the whole dialogue.
-
-    ``history``: BFCL's messages so far: user / system (skipped) turns, assistant emissions, and tool results
-    ``{"role": "tool", "name": <the executed call>, "content": <result>}``."""
+    """The handler's one user message holding the whole dialogue: BFCL's messages so far (user / system (skipped)
+    turns, assistant emissions, tool results ``{"role": "tool", "name": <the executed call>, "content": ...}``)."""
     instruction = BFCL_MULTI_TURN_INSTRUCTION if multi_turn else BFCL_SINGLE_TURN_INSTRUCTION
     text = HISTORY_HEADER
     for index, message in enumerate(history):
@@ -271,10 +233,8 @@ def bfcl_user_prompt(history: Sequence[dict], multi_turn: bool) -> str:
         if role == "user":
             text += f"<user> {message['content'].strip()}\n{instruction} </user>\n"
         elif role == "tool":
-            text += (
-                f"<obs> You have made the tool call {message['name'].strip()}. "
-                f"Execution returns: {message['content'].strip()} </obs>\n"
-            )
+            text += (f"<obs> You have made the tool call {message['name'].strip()}. "
+                     f"Execution returns: {message['content'].strip()} </obs>\n")
             if index == len(history) - 1:
                 text += f"\n<user> {BFCL_FOLLOW_UP_INSTRUCTION} </user>\n"
         elif role == "assistant":
@@ -285,15 +245,11 @@ def bfcl_user_prompt(history: Sequence[dict], multi_turn: bool) -> str:
 
 
 def bfcl_messages(history: Sequence[dict], functions: Sequence[dict], multi_turn: bool) -> list[dict]:
-    """The chat the model receives at each BFCL step: [system, user]."""
-    return [
-        {"role": "system", "content": bfcl_system_prompt(functions)},
-        {"role": "user", "content": bfcl_user_prompt(history, multi_turn)},
-    ]
+    return [{"role": "system", "content": bfcl_system_prompt(functions)},
+            {"role": "user", "content": bfcl_user_prompt(history, multi_turn)}]
 
 
 def bfcl_more_functions_message(functions: Sequence[dict]) -> dict:
-    """BFCL's user message of a miss_func turn (the held-out function docs, as BFCL formats them)."""
     return {"role": "user", "content": BFCL_MORE_FUNCTIONS_PROMPT.format(functions=list(functions))}
 
 
@@ -302,14 +258,10 @@ def _is_none_call(name: str) -> bool:
 
 
 def decode_ast(text: str) -> list[dict]:
-    """The handler's single-turn decoding: ``[{name: parameters}, ...]`` from the LAST tool_call block; lines
-    that fail to parse or lack a string "name" / a "parameters" are skipped, calls named "none" dropped;
-    values stay as parsed (no conversion for Java / JavaScript)."""
-    block = last_call_block(text)
-    if block is None:
-        return []
+    """The handler's single-turn decoding: ``[{name: parameters}, ...]`` from the LAST tool_call block; unreadable
+    lines skipped, calls named "none" dropped, values as parsed."""
     decoded = []
-    for line in block_lines(block):
+    for line in block_lines(last_call_block(text) or ""):  # an empty block's one line does not parse
         try:
             call = json.loads(line)
             name = call["name"]
@@ -322,23 +274,18 @@ def decode_ast(text: str) -> list[dict]:
 
 
 class UndecodableCalls(ValueError):
-    """A call the handler's execution decoding fails on (a non-string name, non-object parameters): BFCL
-    then ends the turn during generation and skips the step when checking."""
+    """A call the handler's execution decoding fails on (BFCL ends the turn and skips the step when checking)."""
 
 
 def decode_execute(text: str) -> list[str]:
-    """The handler's multi-turn decoding: executable ``name(key=repr(value), ...)`` strings from the LAST
-    tool_call block. Unparseable lines and non-object lines are skipped, calls named "none" dropped; a
-    missing name is "" and missing parameters {}. Raises UndecodableCalls where the handler raises."""
-    block = last_call_block(text)
-    if block is None:
-        return []
+    """The handler's multi-turn decoding: ``name(key=repr(value), ...)`` strings from the LAST tool_call block;
+    unreadable and non-object lines skipped, calls named "none" dropped, a missing name "" and parameters {}."""
     calls = []
-    for line in block_lines(block):
+    for line in block_lines(last_call_block(text) or ""):
         try:
             call = json.loads(line)
         except Exception:
-            continue
+            call = None
         if not isinstance(call, dict):
             continue
         name, parameters = call.get("name", ""), call.get("parameters", {})
@@ -353,14 +300,11 @@ def decode_execute(text: str) -> list[str]:
     return calls
 
 
-# ------------------------------------------------------------------------------------------ the task
 SPEC = register_task(TaskSpec(
     name="toolrl",
     data_sources=(DATA_SOURCE,),
     reward="rewards.task_rewards:TOOLRL",
-    datasets={"toolrl": "data_prep.toolrl", "bfcl": "data_prep.bfcl", "smoke": "data_prep.smoke",
-              "smoke_sparse": "data_prep.smoke_sparse"},
-    # the tiny offline model is trained on this task's synthetic rows (conf/model/tiny.yaml builds it)
+    datasets={"toolrl": "data_prep.toolrl", "smoke": "data_prep.smoke", "smoke_sparse": "data_prep.smoke_sparse"},
     assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model",
             "smoke_sparse": "data_prep.run_assets:smoke_sparse",
             "tiny_sparse_model": "data_prep.run_assets:tiny_sparse_model",

@@ -1,180 +1,93 @@
-"""BFCL v4: BFCL's preparation of test entries, ToolRL rendering, counts on the bundled data."""
+"""BFCL v4: BFCL's preparation of test entries and ToolRL's rendering (data_prep.bfcl, read by the evaluation)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
-from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from data_prep import bfcl
-from data_prep.__main__ import main as cli_main
-from data_prep.common import DataPrepError, read_data_card
+from data_prep.common import DataPrepError
+from results.bfcl import CASE_COUNTS
 from tasks import toolrl as protocol
 
-JAVA_FUNCTION = {
-    "name": "Util.join",
-    "description": "Join items.",
-    "parameters": {
-        "type": "dict",
-        "properties": {
-            "items": {"type": "Array", "description": "The items.", "items": {"type": "String"}},
-            "sep": {"type": "String", "description": "Separator."},
-            "ctx": {"type": "any", "description": "Context."},
-        },
-        "required": ["items"],
-    },
-}
-MATH_DOCS = [
-    {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {"type": "dict", "properties": {"a": {"type": "float", "description": "a"}}},
-    },
-    {
-        "name": "sqrt",
-        "description": "Square root.",
-        "parameters": {"type": "dict", "properties": {"x": {"type": "float", "description": "x"}}},
-    },
-]
-
-
-def write_lines(path: Path, entries: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(json.dumps(e) for e in entries) + "\n")
+JAVA_FUNCTION = {"name": "Util.join", "description": "Join items.", "parameters": {"type": "dict", "properties": {
+    "items": {"type": "Array", "description": "The items.", "items": {"type": "String"}},
+    "sep": {"type": "String", "description": "Separator."}, "ctx": {"type": "any", "description": "Context."}},
+    "required": ["items"]}}
+MATH_DOCS = [{"name": name, "description": name, "parameters": {"type": "dict", "properties": {
+    "x": {"type": "float", "description": "x"}}}} for name in ("add", "sqrt")]
+MISS_FUNC = {"id": "multi_turn_miss_func_0", "question": [[{"role": "user", "content": "Add 1 and 2."}], [],
+                                                          [{"role": "user", "content": "Root of 9?"}]],
+             "initial_config": {"MathAPI": {}}, "involved_classes": ["MathAPI"], "missed_function": {"2": ["sqrt"]}}
 
 
 @pytest.fixture()
-def bfcl_folder(tmp_path):
-    """A tiny folder in the layout bfcl-eval bundles: one Java case and one miss_func multi-turn case."""
-    data = tmp_path / "data"
-    write_lines(
-        data / "BFCL_v4_simple_java.json",
-        [
-            {
-                "id": "simple_java_0",
-                "question": [[{"role": "user", "content": " Join a and b. "}]],
-                "function": [JAVA_FUNCTION],
-            },
-        ],
-    )
-    write_lines(
-        data / "possible_answer" / "BFCL_v4_simple_java.json",
-        [
-            {"id": "simple_java_0", "ground_truth": [{"Util.join": {"items": ["[a, b]"]}}]},
-        ],
-    )
-    write_lines(
-        data / "BFCL_v4_multi_turn_miss_func.json",
-        [
-            {
-                "id": "multi_turn_miss_func_0",
-                "question": [
-                    [{"role": "user", "content": "Add 1 and 2."}],
-                    [],
-                    [{"role": "user", "content": "Root of 9?"}],
-                ],
-                "initial_config": {"MathAPI": {}},
-                "path": ["MathAPI.add"],
-                "involved_classes": ["MathAPI"],
-                "missed_function": {"2": ["sqrt"]},
-                "excluded_function": [],
-            },
-            {
-                "id": "multi_turn_miss_func_1",
-                "question": [[{"role": "user", "content": "x"}]],
-                "involved_classes": ["MathAPI"],
-            },
-        ],
-    )
-    write_lines(
-        data / "possible_answer" / "BFCL_v4_multi_turn_miss_func.json",
-        [
-            {"id": "multi_turn_miss_func_0", "ground_truth": [["add(a=1.0)"], [], ["sqrt(x=9.0)"]]},
-        ],
-    )
-    write_lines(data / "multi_turn_func_doc" / "math_api.json", MATH_DOCS)
-    return data
+def data_dir(tmp_path):
+    (tmp_path / "multi_turn_func_doc").mkdir()
+    (tmp_path / "multi_turn_func_doc" / "math_api.json").write_text("\n".join(json.dumps(d) for d in MATH_DOCS))
+    return tmp_path
 
 
-def test_java_case_is_prepared_and_rendered_like_bfcl_and_toolrl(bfcl_folder, tmp_path):
-    card = bfcl.build(tmp_path / "out", str(bfcl_folder), ["simple_java"])
-    (row,) = pq.read_table(tmp_path / "out" / "test.parquet").to_pylist()
-    assert row["data_source"] == "bfcl_simple_java"
-    expected_parameters = {
-        "items": {
-            "type": "string",
-            "description": "The items. This is Java Array type parameter in string "
-            "representation. The list elements are of type String; they are not in string representation.",
-        },
-        "sep": {
-            "type": "string",
-            "description": "Separator. This is Java String type parameter in string representation.",
-        },
-        "ctx": {
-            "type": "string",
-            "description": "Context. This parameter can be of any type of Java object in "
-            "string representation.",
-        },
-    }
-    tool = {
-        "name": "Util.join",
-        "description": "Join items. Note that the provided function is in Java 8 SDK syntax.",
-        "parameters": expected_parameters,
-    }
-    assert row["prompt"][0] == {"role": "system", "content": protocol.system_prompt([tool]) + "\n"}
-    assert row["prompt"][1]["content"] == (
-        "**Dialogue Records History**\n<user> Join a and b.\n" + protocol.BFCL_SINGLE_TURN_INSTRUCTION + " </user>"
-    )
+def test_java_case_is_prepared_and_rendered_like_bfcl_and_toolrl(data_dir):
+    entry = {"id": "simple_java_0", "question": [[{"role": "user", "content": " Join a and b. "}]],
+             "function": [JAVA_FUNCTION]}
+    original = copy.deepcopy(entry)
+    prepared = bfcl.prepare_entry(entry, "simple_java", data_dir, {})
+    row = bfcl.entry_row(prepared, {"ground_truth": [{"Util.join": {"items": ["[a, b]"]}}]}, "simple_java", 0)
+    note = "type parameter in string representation."
+    tool = {"name": "Util.join", "description": "Join items. Note that the provided function is in Java 8 SDK syntax.",
+            "parameters": {
+                "items": {"type": "string", "description": f"The items. This is Java Array {note} The list elements "
+                          "are of type String; they are not in string representation."},
+                "sep": {"type": "string", "description": f"Separator. This is Java String {note}"},
+                "ctx": {"type": "string", "description": "Context. This parameter can be of any type of Java object "
+                        "in string representation."}}}
+    assert row["prompt"] == [
+        {"role": "system", "content": protocol.system_prompt([tool]) + "\n"},
+        {"role": "user", "content": f"**Dialogue Records History**\n<user> Join a and b.\n"
+                                    f"{protocol.BFCL_SINGLE_TURN_INSTRUCTION} </user>"}]
+    assert row["data_source"] == "bfcl_simple_java" and entry == original  # the input is not mutated
     assert json.loads(row["reward_model"]["ground_truth"]) == [{"Util.join": {"items": ["[a, b]"]}}]
     assert row["extra_info"]["id"] == "simple_java_0" and row["extra_info"]["group"] == "non_live"
-    assert JAVA_FUNCTION["parameters"]["properties"]["sep"]["type"] == "String"  # the input is not mutated
-    assert card["unexpected_row_counts"] == {"simple_java": {"rows": 1, "expected": 100}}
 
 
-def test_miss_func_holds_out_functions_and_drops_cases_without_answers(bfcl_folder, tmp_path):
-    card = bfcl.build(tmp_path / "out", str(bfcl_folder), ["multi_turn_miss_func"])
-    rows = pq.read_table(tmp_path / "out" / "test.parquet").to_pylist()
-    assert len(rows) == 1
-    assert {f["name"]: f["dropped"] for f in card["filters"]} == {
-        "no_possible_answer": 1,
-        "empty_question": 0,
-    }
-    row = rows[0]
+def test_miss_func_holds_out_functions_without_the_hint(data_dir):
+    prepared = bfcl.prepare_entry(MISS_FUNC, "multi_turn_miss_func", data_dir, {})
+    row = bfcl.entry_row(prepared, {"ground_truth": [["add(x=1.0)"], [], ["sqrt(x=9.0)"]]}, "multi_turn_miss_func", 0)
     entry = json.loads(row["extra_info"]["entry"])
     assert [f["name"] for f in entry["function"]] == ["add"]
-    assert entry["function"][0]["description"].endswith(
-        "Note that the provided function is in Python 3 syntax."
-    )
+    assert entry["function"][0]["description"] == "add Note that the provided function is in Python 3 syntax."
     assert entry["missed_function"] == {"2": [MATH_DOCS[1]]}  # held out, without the hint, as BFCL does
     assert "Name: sqrt" not in row["prompt"][0]["content"] and "1. Name: add\n" in row["prompt"][0]["content"]
     assert protocol.BFCL_MULTI_TURN_INSTRUCTION in row["prompt"][1]["content"]
     assert row["extra_info"]["turns"] == 3 and row["extra_info"]["group"] == "multi_turn"
-    assert card["inputs_sha256"].keys() >= {"multi_turn_func_doc/math_api.json"}
 
 
-def test_bad_requests_give_clear_errors(bfcl_folder, tmp_path):
-    with pytest.raises(DataPrepError, match="unknown BFCL categories"):
-        bfcl.build(tmp_path / "out", str(bfcl_folder), ["simple_cobol"])
-    with pytest.raises(DataPrepError, match="BFCL file not found"):
-        bfcl.build(tmp_path / "out", str(bfcl_folder), ["simple_python"])
-    (bfcl_folder / "BFCL_v4_simple_java.json").write_text("{not json\n")
-    with pytest.raises(DataPrepError, match="is not a JSON object"):
-        bfcl.build(tmp_path / "out", str(bfcl_folder), ["simple_java"])
-    assert not (tmp_path / "out").exists()
+@pytest.mark.parametrize("entry, content, message", [
+    ({**MISS_FUNC, "involved_classes": ["Cobol"]}, None, "unknown multi-turn class 'Cobol'"),
+    ({**MISS_FUNC, "missed_function": {"1": ["cube"]}}, None, "missed function 'cube' is not among"),
+    (MISS_FUNC, "{not json\n", "math_api.json:1 is not a JSON object"),
+])
+def test_bad_data_gives_one_clear_error(data_dir, entry, content, message):
+    if content is not None:
+        (data_dir / "multi_turn_func_doc" / "math_api.json").write_text(content)
+    with pytest.raises(DataPrepError, match=message):
+        bfcl.prepare_entry(entry, "multi_turn_miss_func", data_dir, {})
 
 
-@pytest.mark.slow  # builds all 3,301 BFCL cases (~6 s)
+@pytest.mark.slow  # prepares all 3,301 BFCL cases (~6 s)
 @pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="bfcl-eval is not installed")
-def test_bundled_data_gives_the_papers_3301_cases(tmp_path, capsys):
-    assert cli_main(["bfcl", "--out", str(tmp_path / "out")]) == 0
-    card = read_data_card(tmp_path / "out")
-    assert card["rows_per_category"] == {name: count for name, (_, count) in bfcl.CATEGORIES.items()}
-    assert card["splits"] == {"test": 3301} and card["unexpected_row_counts"] == {}
-    rows = pq.read_table(tmp_path / "out" / "test.parquet", columns=["data_source", "prompt"]).to_pylist()
-    assert all(r["prompt"][0]["content"].startswith(protocol.SYSTEM_HEADER + "1. Name: ") for r in rows)
-    first = (tmp_path / "out" / "test.parquet").read_bytes()
-    assert cli_main(["bfcl", "--out", str(tmp_path / "again")]) == 0
-    assert (tmp_path / "again" / "test.parquet").read_bytes() == first
+def test_bundled_data_gives_the_papers_3301_cases():
+    data_dir, cache, counts = bfcl.package_data_dir(), {}, {}
+    for category in CASE_COUNTS:
+        entries = bfcl.read_json_lines(data_dir / f"BFCL_v4_{category}.json")
+        answers = {a["id"] for a in bfcl.read_json_lines(data_dir / "possible_answer" / f"BFCL_v4_{category}.json")}
+        assert {e["id"] for e in entries} == answers
+        for entry in entries:
+            row = bfcl.entry_row(bfcl.prepare_entry(entry, category, data_dir, cache), {"ground_truth": []}, category, 0)
+            assert row["prompt"][0]["content"].startswith(protocol.SYSTEM_HEADER + "1. Name: ")
+        counts[category] = len(entries)
+    assert counts == CASE_COUNTS and sum(counts.values()) == 3301

@@ -25,11 +25,9 @@ def own_folder(tmp_path_factory):
 
 
 def test_the_search_path_override_keeps_verls_config_folder():
-    assert with_verl_searchpath(["task=x", "hydra.searchpath=[file:///a,file://b]"]) == [
-        "task=x", "hydra.searchpath=[pkg://verl.trainer.config,file:///a,file://b]"]
-    assert with_verl_searchpath(["hydra.searchpath=[]"]) == ["hydra.searchpath=[pkg://verl.trainer.config]"]
     kept = "hydra.searchpath=[pkg://verl.trainer.config,file:///a]"
-    assert with_verl_searchpath([kept]) == [kept]
+    assert with_verl_searchpath(["task=x", "hydra.searchpath=[file:///a]", kept]) == ["task=x", kept, kept]
+    assert with_verl_searchpath(["hydra.searchpath=[]"]) == ["hydra.searchpath=[pkg://verl.trainer.config]"]
     assert [str(p) for p in search_dirs(["hydra.searchpath=[file:///a, pkg://x, file://b]"])] == ["/a", "b"]
 
 
@@ -81,5 +79,4 @@ def test_a_recipe_of_your_own_runs_from_its_file(own_folder, tmp_path, capsys):
     runs = load_ref(f"{own_folder / 'recipe.py'}:runs")()
     assert expected_steps(runs[0]) == 3  # read from the task file in the recipe's folder (over conf/task/smoke)
     assert main(["no_such_recipe"]) == 2 and "unknown recipe 'no_such_recipe'" in capsys.readouterr().err
-    assert main([str(own_folder / "build_data.py")]) == 2
-    assert "defines no DESCRIPTION, DEFAULT_SEEDS, runs" in capsys.readouterr().err
+    assert main([str(own_folder / "build_data.py")]) == 2 and "defines no DESCRIPTION" in capsys.readouterr().err
