@@ -1,8 +1,6 @@
-"""Checks that reject an invalid experiment before Ray starts, each with a message naming the problem.
+"""Checks that reject an invalid experiment before Ray starts, each a one-line ConfigError naming the problem.
 
-`check_config` runs a list of checks (`CONFIG_CHECKS`); a new check is one function appended there.
-`ConfigError` and the schemas live in `dara.config`.
-"""
+`check_config` runs `CONFIG_CHECKS` in order; a new check is one function appended there."""
 
 from __future__ import annotations
 
@@ -32,11 +30,8 @@ from rewards.spec import (
 
 
 def composition_error_line(error: BaseException) -> str:
-    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints.
-
-    Hydra prints these over several lines (the cause on its own, OmegaConf's `full_key` / `object_type` lines,
-    the config search path); the key and the reason are all a user needs, and a list of available options
-    ("Available options in 'estimator':" then one per line) becomes one comma-separated clause."""
+    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints (without
+    OmegaConf's full_key / object_type lines and the search path; a listing of options becomes one clause)."""
 
     def clauses(exc: BaseException) -> list[str]:
         out: list[str] = []
@@ -69,8 +64,7 @@ def _check_required(cfg: DictConfig) -> None:
 
 
 def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
-    """(the pool's options, a reward module's own options) from reward.reward_kwargs and
-    reward.custom_reward_function.reward_kwargs merged, as the reward manager splits them in training."""
+    """(the pool's options, the reward module's own) of both reward_kwargs merged, as the reward manager splits them."""
 
     def node(key: str) -> dict:
         kwargs = OmegaConf.select(cfg, key, default=None)
@@ -84,9 +78,8 @@ def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
 
 
 def reward_spec(cfg: DictConfig) -> RewardSpec | None:
-    """The run's reward module with its declared channels and ranges (`rewards.spec`): the file
-    `reward.custom_reward_function.path` for `run.data_source`; None when no reward module is named (verl's
-    built-in scorers declare no channels). A module that cannot be used is a ConfigError naming it."""
+    """The run's reward module (`reward.custom_reward_function.path`) with its declared channels and ranges for
+    `run.data_source` (`rewards.spec`); None without one (verl's built-in scorers declare no channels)."""
     path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
     if not path:
         return None
@@ -103,8 +96,8 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
 
 
 def _check_channels(cfg: DictConfig) -> None:
-    """algorithm.reward_channels defaults to the reward's channels (a channel it lacks fails here), and
-    algorithm.dara.reward_ranges to their declared ranges, by name (a range given there overrides one)."""
+    """algorithm.reward_channels defaults to the reward's channels, algorithm.dara.reward_ranges to their declared
+    ranges (a range given there overrides one)."""
     spec = reward_spec(cfg)
     declared = None if spec is None else spec.names
     channels = list(cfg.algorithm.get("reward_channels", None) or []) or list(declared or [])
@@ -132,9 +125,8 @@ def _check_channels(cfg: DictConfig) -> None:
 
 
 def narrow_range_warnings(declared: Mapping, given: Mapping) -> list[str]:
-    """One line per channel whose range in algorithm.dara.reward_ranges leaves out part of the range its
-    reward declares: a score there is valid for the reward but stops the run (dara.verl.estimators
-    check_reward_ranges). A range that is not [min, max] is left to the estimator options' own check."""
+    """One line per channel whose given range leaves out part of the range its reward declares: a score there
+    stops the run (dara.verl.estimators.check_reward_ranges). A malformed range is left to the options' check."""
     lines = []
     for name, pair in given.items():
         if name not in declared:
@@ -166,19 +158,15 @@ def _ray_init_names() -> tuple[set[str], set[str]]:
 
 
 def ray_option_problem(ray_init: Mapping) -> str | None:
-    """What Ray would refuse in `ray_kwargs.ray_init` (as plain values), in one line, or None: an env var that
-    is not a string (Ray takes Dict[str, str] and fails deep inside ray.init, after its processes started), a
-    runtime_env Ray's own validation refuses, a keyword ray.init does not take."""
+    """What Ray would refuse in `ray_kwargs.ray_init`, in one line, or None: an env var that is not a string (Ray
+    fails deep inside ray.init, after its processes started), a runtime_env Ray's validation refuses, a keyword
+    ray.init does not take."""
     runtime_env = ray_init.get("runtime_env") or {}
-    if not isinstance(runtime_env, Mapping):
-        return f"{RAY_INIT}.runtime_env must be a mapping, got {runtime_env!r}"
-    env_vars = runtime_env.get("env_vars") or {}
+    env_vars = (runtime_env.get("env_vars") or {}) if isinstance(runtime_env, Mapping) else None
     if not isinstance(env_vars, Mapping):
-        return f"{RAY_INIT}.runtime_env.env_vars must map names to strings, got {env_vars!r}"
+        return f"{RAY_INIT}.runtime_env must be a mapping whose env_vars map names to strings, got {runtime_env!r}"
     for key, value in env_vars.items():
         where = f"{RAY_INIT}.runtime_env.env_vars.{key}"
-        if not isinstance(key, str):
-            return f"{where}: Ray takes env var names as strings, got {type(key).__name__} {key!r}"
         if not isinstance(value, str):
             text = str(value).lower() if isinstance(value, bool) else str(value)
             hint = (f"write it as a string, e.g. the override '{where}=\"{text}\"'" if value is not None
@@ -201,14 +189,8 @@ def ray_option_problem(ray_init: Mapping) -> str | None:
 
 
 def check_ray_options(cfg: DictConfig) -> None:
-    """The options verl passes to ray.init hold nothing Ray would refuse (`ray_option_problem`): one line
-    before Ray starts instead of a traceback from inside ray.init."""
     node = OmegaConf.select(cfg, RAY_INIT, default=None)
-    if node is None:
-        return
-    ray_init = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-    problem = ray_option_problem(ray_init)
-    if problem:
+    if node is not None and (problem := ray_option_problem(OmegaConf.to_container(node, resolve=True))):
         raise ConfigError(problem)
 
 
@@ -216,11 +198,9 @@ ESTIMATOR_MODULE = "algorithm.dara.estimator_module"
 
 
 def estimator_module(cfg: DictConfig):
-    """Load the module of estimators of your own that algorithm.dara.estimator_module names (a .py file, an
-    import path or pkg://package.module), before any other check reads the estimator's name; the loaded
-    module (`dara.estimators.EstimatorModule`: file, sha256, names) or None. A file's path is pinned absolute
-    (Ray's actors start in other folders). A module that fails to import, registers nothing or takes one of
-    verl's names is a ConfigError naming it."""
+    """Load the estimators of your own that algorithm.dara.estimator_module names (a .py file, an import path or
+    pkg://package.module), before any check reads the estimator's name; the loaded module or None. A file's path
+    is pinned absolute (Ray's actors start in other folders)."""
     spec = OmegaConf.select(cfg, ESTIMATOR_MODULE, default=None)
     if not spec:
         return None
@@ -264,9 +244,8 @@ def _check_estimator(cfg: DictConfig) -> None:
 
 
 def divisibility_problems(cfg: DictConfig) -> list[str]:
-    """What verl asserts only after Ray started (or a rollout ran), for cfg's trainer.nnodes x n_gpus_per_node
-    (and the heads of `run.model_facts`, where the model file keeps them); the preflight's allocation section
-    lists them too."""
+    """What verl asserts only after Ray started (or a rollout ran), for trainer.nnodes x n_gpus_per_node and the
+    heads of `run.model_facts`."""
     trainer, arr = cfg.trainer, cfg.actor_rollout_ref
     world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
     n = int(arr.rollout.n)
@@ -301,8 +280,7 @@ def divisibility_problems(cfg: DictConfig) -> list[str]:
 
 
 def _check_allocation(cfg: DictConfig) -> None:
-    problems = divisibility_problems(cfg)
-    if problems:
+    if problems := divisibility_problems(cfg):
         raise ConfigError("allocation: " + "; ".join(problems))
 
 
@@ -312,7 +290,7 @@ TRL_WITHOUT_VALUE_HEAD = "1.13"
 
 
 def importable_trl() -> tuple[str | None, str] | None:
-    """(version, location) of the trl that verl would import in this environment; None when there is none."""
+    """(version, location) of the trl verl would import here, or None."""
     import importlib.metadata
 
     spec = importlib.util.find_spec("trl")
@@ -326,7 +304,6 @@ def importable_trl() -> tuple[str | None, str] | None:
 
 
 def trl_conflict(version: str | None, location: str) -> str | None:
-    """The one-line problem of an importable trl (`version` None: unknown) next to verl 0.9.1, or None."""
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -341,9 +318,7 @@ def trl_conflict(version: str | None, location: str) -> str | None:
 
 
 def _check_trl(cfg: DictConfig) -> None:
-    found = importable_trl()
-    problem = trl_conflict(*found) if found else None
-    if problem:
+    if (found := importable_trl()) and (problem := trl_conflict(*found)):
         raise ConfigError(problem)
 
 
@@ -387,15 +362,14 @@ def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict |
 
 
 def check_reward(cfg: DictConfig) -> None:
-    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): a
-    broken declaration, or a function that fails on every item, is one line here, not a stuck run."""
+    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): one line
+    here, not a stuck run."""
     import rewards.verl_entry
     from rewards.verl_entry import RewardOptions
 
     spec = reward_spec(cfg)
     if spec is None or Path(spec.path) == Path(rewards.verl_entry.__file__).resolve():  # the project's own, tested
         return
-
     pool_kwargs, user_kwargs = _reward_kwargs(cfg)
     timeout = float(RewardOptions(**pool_kwargs).timeout_s)
     try:
