@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import MissingMandatoryValue
 
 from dara.assets import check_assets
 from dara.config import ConfigError, library_estimator
@@ -55,23 +54,15 @@ def composition_error_line(error: BaseException) -> str:
     return "; ".join([head + (f": {'; '.join(cause)}" if cause else ""), *hints])
 
 
-def _check_required(cfg: DictConfig) -> None:
-    for key in ("run.task", "run.model", "run.name"):
-        try:
-            OmegaConf.select(cfg, key, throw_on_missing=True)
-        except MissingMandatoryValue:
-            raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
+def _plain(cfg: DictConfig, key: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.select(cfg, key, default=None) or OmegaConf.create(), resolve=True)
 
 
 def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
     """(the pool's options, the reward module's own) of both reward_kwargs merged, as the reward manager splits them."""
-
-    def node(key: str) -> dict:
-        kwargs = OmegaConf.select(cfg, key, default=None)
-        return OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
-
     try:
-        merged = merged_reward_kwargs(node("reward.reward_kwargs"), node("reward.custom_reward_function.reward_kwargs"))
+        merged = merged_reward_kwargs(_plain(cfg, "reward.reward_kwargs"),
+                                      _plain(cfg, "reward.custom_reward_function.reward_kwargs"))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     return split_pool_options(merged)
@@ -101,18 +92,15 @@ def _check_channels(cfg: DictConfig) -> None:
     spec = reward_spec(cfg)
     declared = None if spec is None else spec.names
     channels = list(cfg.algorithm.get("reward_channels", None) or []) or list(declared or [])
-    if declared is not None:
-        for channel in channels:
-            if channel not in declared:
-                raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
-                                  f"returns: the reward's channels are {declared} ({spec.path})")
+    for channel in channels if declared is not None else []:
+        if channel not in declared:
+            raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
+                              f"returns: the reward's channels are {declared} ({spec.path})")
     if library_estimator(str(cfg.algorithm.adv_estimator)) is not None and (
             not channels or len(set(channels)) != len(channels)):
         raise ConfigError(f"algorithm.reward_channels must name distinct reward channels, got {channels}")
-    given = OmegaConf.select(cfg, "algorithm.dara.reward_ranges", default=None)
-    given = OmegaConf.to_container(given, resolve=True) if given is not None else {}
-    unknown = sorted(set(given) - set(channels))
-    if unknown:
+    given = _plain(cfg, "algorithm.dara.reward_ranges")
+    if unknown := sorted(set(given) - set(channels)):
         raise ConfigError(f"algorithm.dara.reward_ranges names {unknown}, not among the run's reward channels "
                           f"{channels}")
     ranges = {c: list(spec.channels[c]) for c in channels} if spec is not None else {}
@@ -246,37 +234,24 @@ def _check_estimator(cfg: DictConfig) -> None:
 def divisibility_problems(cfg: DictConfig) -> list[str]:
     """What verl asserts only after Ray started (or a rollout ran), for trainer.nnodes x n_gpus_per_node and the
     heads of `run.model_facts`."""
-    trainer, arr = cfg.trainer, cfg.actor_rollout_ref
-    world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
-    n = int(arr.rollout.n)
+    trainer, arr, rollout = cfg.trainer, cfg.actor_rollout_ref, cfg.actor_rollout_ref.rollout
+    world, n, gpus = int(trainer.nnodes) * int(trainer.n_gpus_per_node), int(rollout.n), int(trainer.n_gpus_per_node)
     sp = int(OmegaConf.select(arr, "actor.ulysses_sequence_parallel_size", default=1) or 1)
-    problems = []
-    if world % sp:
-        problems.append(f"{world} GPUs are not divisible by actor.ulysses_sequence_parallel_size {sp}")
-    dp = max(1, world // sp)
-    mini = int(arr.actor.ppo_mini_batch_size) * n
-    if mini % dp:
-        problems.append(
-            f"actor.ppo_mini_batch_size x rollout.n = {arr.actor.ppo_mini_batch_size} x {n} = {mini} is not divisible "
-            f"by the data-parallel size {dp} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPUs / SP {sp}); "
-            f"verl asserts this at the first actor update, after a full generation")
-    rollout = arr.rollout
-    tp = int(rollout.tensor_model_parallel_size)
+    dp, mini, tp = max(1, world // sp), int(arr.actor.ppo_mini_batch_size) * n, int(rollout.tensor_model_parallel_size)
     infer = tp * int(rollout.get("data_parallel_size", 1) or 1) * int(rollout.get("pipeline_model_parallel_size", 1) or 1)
-    if world % infer:
-        problems.append(f"{world} GPUs are not divisible by the rollout's TP x DP x PP = {infer}")
-    if cfg.trainer.device == "cuda" and int(trainer.n_gpus_per_node) % tp:
-        problems.append(f"rollout tensor_model_parallel_size {tp} does not divide the {trainer.n_gpus_per_node} GPUs "
-                        "of a node (a vLLM replica stays within one node)")
-    heads = OmegaConf.select(cfg, "run.model_facts.num_attention_heads", default=None)
-    kv = OmegaConf.select(cfg, "run.model_facts.num_key_value_heads", default=None)
-    if heads is not None and int(heads) % tp:
-        problems.append(f"{heads} attention heads are not divisible by rollout TP {tp}")
-    if kv is not None and int(kv) % tp and tp % int(kv):
-        problems.append(f"{kv} KV heads and rollout TP {tp}: neither divides the other")
-    if heads is not None and int(heads) % sp:
-        problems.append(f"{heads} attention heads are not divisible by Ulysses SP {sp}")
-    return problems
+    heads = int(OmegaConf.select(cfg, "run.model_facts.num_attention_heads", default=None) or sp * tp)
+    kv = int(OmegaConf.select(cfg, "run.model_facts.num_key_value_heads", default=None) or tp)
+    return [problem for bad, problem in (
+        (world % sp, f"{world} GPUs are not divisible by actor.ulysses_sequence_parallel_size {sp}"),
+        (mini % dp, f"actor.ppo_mini_batch_size x rollout.n = {arr.actor.ppo_mini_batch_size} x {n} = {mini} is not "
+                    f"divisible by the data-parallel size {dp} ({trainer.nnodes} node(s) x {gpus} GPUs / SP {sp}); "
+                    "verl asserts this at the first actor update, after a full generation"),
+        (world % infer, f"{world} GPUs are not divisible by the rollout's TP x DP x PP = {infer}"),
+        (trainer.device == "cuda" and gpus % tp, f"rollout tensor_model_parallel_size {tp} does not divide the {gpus} "
+                                                 "GPUs of a node (a vLLM replica stays within one node)"),
+        (heads % tp, f"{heads} attention heads are not divisible by rollout TP {tp}"),
+        (kv % tp and tp % kv, f"{kv} KV heads and rollout TP {tp}: neither divides the other"),
+        (heads % sp, f"{heads} attention heads are not divisible by Ulysses SP {sp}")) if bad]
 
 
 def _check_allocation(cfg: DictConfig) -> None:
@@ -335,7 +310,7 @@ def _check_determinism(cfg: DictConfig) -> None:
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], object]] = [
-    _check_required, estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
+    estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
     check_assets, _check_trl, _check_determinism]
 
 

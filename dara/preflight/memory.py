@@ -1,28 +1,20 @@
 """Per-GPU memory plan of a hybrid-engine run (FSDP actor/reference and vLLM sharing each GPU), in verl 0.9.1's terms.
 
-Three phases must each fit one card (`run.hardware.gpu_memory_gib`); each term names the verl key it comes from:
-- rollout (vLLM awake): the FSDP state kept on the GPU by offload choice (in `*.fsdp_config.model_dtype`, fp32 in
-  verl's config; the reference too) + vLLM's share (`rollout.gpu_memory_utilization` x card: its context, weights,
-  workspace and KV cache) + the trainer's CUDA context and runtime overhead.
-- weight sync (`update_weights`): vLLM's weights resumed before its KV cache, the actor's params on the GPU (even
-  with param offload), the `update_weights_bucket_megabytes` buffer and the largest gathered tensor.
-- training (vLLM asleep at sleep level 2; its worker keeps a context and CUDA graphs): fp32 params + grads + Adam
-  (2 states) over the GPUs, the reference unless offloaded, the FSDP all-gather of the largest unit (current +
-  prefetch, bf16), checkpointed activations, one recomputed decoder layer (`layer_width`), and the logits of a
-  micro-batch of `actor.ppo_max_token_len_per_gpu` tokens at `logits_bytes` per token x vocabulary entry. Under
-  SDPA (`run.attention=sdpa`, no remove-padding) verl pads each micro-batch to its longest sequence: the token
-  terms are planned at SDPA_PADDING_FACTOR x the budget.
+Three phases must each fit one card; each term names the verl key it comes from: rollout (vLLM awake: the FSDP
+state kept by offload choice, in `fsdp_config.model_dtype`, fp32 in verl's config, + vLLM's
+`gpu_memory_utilization` share), weight sync (vLLM's weights resumed before its KV cache, the actor's params, the
+`update_weights_bucket_megabytes` buffer, the largest gathered tensor) and training (vLLM asleep at sleep level 2:
+fp32 params + grads + Adam, the resident reference, the FSDP all-gather of 2 units, checkpointed activations, one
+recomputed layer, the logits of a micro-batch of `actor.ppo_max_token_len_per_gpu` tokens; under SDPA verl pads
+micro-batches to their longest sequence: planned at SDPA_PADDING_FACTOR x the budget).
 
 `logits_bytes` follows verl 0.9.1's FSDP engine (`prepare_model_outputs`, `forward_step`, utils/torch_functional):
-the logits are bf16, plus a copy when temperature != 1. With padding removed the flash-attn cross-entropy writes
-its gradient into the logits unless the entropy has gradients (`entropy_coeff != 0`): then a bf16 cross-entropy
-gradient and the entropy's bf16 gradient sit beside them. The entropy runs under `torch.compile`
-(`use_torch_compile`), which keeps only its bf16 input for the backward (eager keeps the fp32 softmax); its forward
-holds one fp32 softmax, the peak of the log-prob pass (which always computes the entropy). Padded (sdpa): the
-entropy runs uncompiled (fp32 input copy and softmax), the real tokens are copied out, and
-`logprobs_from_logits_v2` keeps the fp32 log-softmax for the backward. Each pass sums what can be alive at once.
-The constants are estimates; a phase above (1 - HEADROOM) of the card gets a note; `python -m recipes gpu_smoke`
-measures the phases next to this plan.
+bf16 logits, + a copy when temperature != 1. With padding removed the flash-attn cross-entropy writes its gradient
+into the logits unless the entropy has gradients (`entropy_coeff != 0`: + the cross-entropy's and the entropy's
+bf16 gradients). The compiled entropy (`use_torch_compile`) keeps only its bf16 input for the backward; its forward
+holds one fp32 softmax, the log-prob pass's peak (eager: + an fp32 input copy). Padded (sdpa): the entropy runs
+uncompiled, the real tokens are copied out and `logprobs_from_logits_v2` keeps an fp32 log-softmax. The constants
+are estimates; `python -m recipes gpu_smoke` measures the phases next to this plan.
 """
 
 from __future__ import annotations

