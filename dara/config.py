@@ -26,12 +26,7 @@ from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 
 # conf/ of the checkout, through the link dara/conf (a non-editable install ships it there: pyproject.toml)
 CONF_DIR = Path(dara.__file__).resolve().parent / "conf"
-CONFIG_NAME = "train"
-JOB_NAME = "train"
-ALGO_SCHEMA = "dara_algo_schema"  # conf/train.yaml's defaults list names both schemas
-RUN_SCHEMA = "dara_run_schema"
-# conf/train.yaml's hydra.searchpath: verl's own trainer config (ppo_trainer and its groups)
-VERL_SEARCHPATH = "pkg://verl.trainer.config"
+VERL_SEARCHPATH = "pkg://verl.trainer.config"  # conf/train.yaml's hydra.searchpath: verl's own trainer config
 SEARCHPATH_KEY = "hydra.searchpath"
 LIBRARY_PREFIX = VERL_PREFIX  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
 
@@ -148,9 +143,8 @@ def register_schemas() -> None:
     algo = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
     OmegaConf.set_struct(algo.algorithm.dara.reward_ranges, False)
     OmegaConf.set_struct(algo.algorithm.dara.options, False)
-    store = ConfigStore.instance()
-    store.store(name=ALGO_SCHEMA, node=algo)
-    store.store(name=RUN_SCHEMA, node={"run": RunConfig})
+    ConfigStore.instance().store(name="dara_algo_schema", node=algo)  # conf/train.yaml's defaults list names both
+    ConfigStore.instance().store(name="dara_run_schema", node={"run": RunConfig})
 
 
 # ----------------------------------------------------------------------------- names
@@ -174,13 +168,10 @@ def searchpath_file(name: str) -> str:
     try:
         entries = list(HydraConfig.get().searchpath)
     except ValueError:
-        raise ValueError(f"${{dara.searchpath:{name}}} needs Hydra's run config (compose with dara.config.compose)"
-                         ) from None
-    for entry in entries:
-        if str(entry).startswith("file://"):
-            candidate = Path(str(entry)[len("file://"):]).expanduser() / name
-            if candidate.exists():
-                return str(candidate.resolve())
+        raise ValueError(f"${{dara.searchpath:{name}}} needs Hydra's run config (dara.config.compose)") from None
+    for entry in map(str, entries):
+        if entry.startswith("file://") and (Path(entry[7:]).expanduser() / name).exists():
+            return str((Path(entry[7:]).expanduser() / name).resolve())
     raise ValueError(f"${{dara.searchpath:{name}}}: no {name} in the folders of hydra.searchpath {entries}")
 
 
@@ -222,9 +213,8 @@ def compose(overrides: Sequence[str] = (), *, resolve: bool = True, conf_dir: st
     from hydra.core.hydra_config import HydraConfig
 
     register_schemas()
-    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name=JOB_NAME):
-        cfg = hydra_compose(config_name=CONFIG_NAME, overrides=with_verl_searchpath(overrides),
-                            return_hydra_config=True)
+    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name="train"):
+        cfg = hydra_compose(config_name="train", overrides=with_verl_searchpath(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # as Hydra's app runner does: ${hydra:...} and the search path
     with open_dict(cfg):
         del cfg["hydra"]

@@ -76,8 +76,7 @@ class Calibration:
     step_minutes_by_cluster: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def step_minutes(self, cluster: str, model: str) -> float | None:
-        value = self.step_minutes_by_cluster.get(cluster, {}).get(model)
-        return None if value is None else float(value)
+        return self.step_minutes_by_cluster.get(cluster, {}).get(model)
 
     def describe(self) -> str:
         return f"gpu_smoke on {self.gpu}, {self.measured_at}, {self.path}"
@@ -85,8 +84,7 @@ class Calibration:
 
 def write_calibration(path: str | Path, *, gpu: str, measured_at: str, step_minutes: dict[str, dict[str, float]],
                       measured: dict, derivation: str) -> Path:
-    path = Path(path)
-    atomic_write_json(path, {"kind": KIND, "version": VERSION, "gpu": gpu, "measured_at": measured_at,
+    atomic_write_json(path := Path(path), {"kind": KIND, "version": VERSION, "gpu": gpu, "measured_at": measured_at,
                              "step_minutes": step_minutes, "measured": measured, "derivation": derivation})
     return path
 
@@ -97,12 +95,10 @@ def load_calibration(path: str | Path) -> Calibration:
         raise CalibrationError(f"calibration file {path} does not exist (python -m recipes gpu_smoke writes it)")
     try:
         content = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, ValueError) as error:
         raise CalibrationError(f"calibration file {path} is not JSON: {error}") from None
-    if not isinstance(content, dict) or content.get("kind") != KIND:
-        raise CalibrationError(f"{path} is not a gpu_smoke calibration file (kind {KIND!r})")
-    if content.get("version") != VERSION:
-        raise CalibrationError(f"{path} has calibration version {content.get('version')!r}, this code reads {VERSION}")
+    if not isinstance(content, dict) or (content.get("kind"), content.get("version")) != (KIND, VERSION):
+        raise CalibrationError(f"{path} is not a gpu_smoke calibration file (kind {KIND!r}, version {VERSION})")
     table = content.get("step_minutes")
     if not isinstance(table, dict) or not all(
             isinstance(models, dict) and all(isinstance(v, (int, float)) and v > 0 for v in models.values())

