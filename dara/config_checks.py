@@ -168,9 +168,7 @@ def ray_option_problem(ray_init: Mapping) -> str | None:
         first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
         return f"{RAY_INIT}.runtime_env: Ray refuses it: {first}"
     names, hidden = _ray_init_names()
-    unknown = sorted(key for key in ray_init if key not in names and not (key.startswith("_") and
-                                                                          (not hidden or key in hidden)))
-    if unknown:
+    if unknown := sorted(k for k in ray_init if k not in names and not (k.startswith("_") and (not hidden or k in hidden))):
         return (f"{RAY_INIT} has {', '.join(unknown)}, not an option of ray.init (it takes "
                 f"{', '.join(sorted(names))})")
     return None
@@ -326,14 +324,10 @@ def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict |
     files = OmegaConf.select(cfg, "data.train_files")
     first = files if isinstance(files, str) else list(files)[0]
     frame = pd.read_parquet(first).head(count)
-    missing = {"data_source", "reward_model"} - set(frame.columns)
-    if missing:
+    if missing := {"data_source", "reward_model"} - set(frame.columns):
         raise ConfigError(f"data.train_files: {first} lacks the verl column(s) {sorted(missing)}")
-    rows = []
-    for row in frame.to_dict("records"):
-        truth = row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict) else None
-        rows.append((str(row["data_source"]), truth, row.get("extra_info")))
-    return rows
+    return [(str(row["data_source"]), row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict)
+             else None, row.get("extra_info")) for row in frame.to_dict("records")]
 
 
 def check_reward(cfg: DictConfig) -> None:
