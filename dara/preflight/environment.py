@@ -89,10 +89,6 @@ def vllm_cuda(version: str) -> str | None:
     return f"{label[2:-1]}.{label[-1]}" if label.startswith("cu") and label[2:].isdigit() else "13.0"
 
 
-def cuda_line(cuda: str | None) -> str:
-    return "CUDA=13.0" if cuda and int(cuda.split(".")[0]) >= 13 else "CUDA=12.9"
-
-
 def describe(env: Environment) -> str:
     build = "missing" if env.torch is None else (f"CUDA {env.torch_cuda} build" if env.torch_cuda else "CPU build")
     vllm = "missing" if env.vllm is None else env.vllm + (" (CPU build)" if is_cpu_vllm(env.vllm) else "")
@@ -122,7 +118,7 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
                      f"{GPU_INSTALL} on a GPU node")
     elif rollout == "vllm" and env.torch_cuda and vllm_cuda(env.vllm).split(".")[0] != env.torch_cuda.split(".")[0]:
         found.append(f"vllm {env.vllm} (CUDA {vllm_cuda(env.vllm)}) and torch {env.torch} (CUDA {env.torch_cuda}) are "
-                     f"different CUDA builds; fix: {GPU_INSTALL} {cuda_line(env.torch_cuda)}")
+                     f"different CUDA builds; fix: {GPU_INSTALL} CUDA={'13.0' if int(env.torch_cuda.split('.')[0]) >= 13 else '12.9'}")
     if attention == "flash_attention_2" and env.flash_attn is not None:
         found.append(f"flash_attn {env.flash_attn} and run.attention=flash_attention_2; fix: {FLASH_ATTN_BUILD} "
                      "(builds it against this torch); run.attention=sdpa runs without it only at the smaller token "
