@@ -1,20 +1,10 @@
-"""The training configuration in one place: where it lives, its schemas, how it is composed and checked by verl.
+"""The training configuration: where it lives, its schemas, how it is composed and checked by verl.
 
-    from dara.config import compose
-    cfg = compose(["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b"])   # what dara.train would run
-
-- `CONF_DIR`: the project's conf/ (conf/train.yaml over verl 0.9.1's own `ppo_trainer`).
-- `RunConfig`: the typed schema of the project's `run.*` node (one dataclass per sub-node), registered with
-  `DaraAlgoConfig` (`algorithm.dara`) in Hydra's ConfigStore, so `--cfg job` shows every default and a
-  mistyped key or a wrong type fails at composition. A new `run.*` key is a field here (a new sub-node, a
-  dataclass of its own).
-- `compose(overrides)`: the config `python -m dara.train <overrides>` runs, composed by Hydra exactly as the app
-  does (same search path and schemas, Hydra's run config set so `${hydra:...}` and `${dara.searchpath:...}`
-  resolve), then resolved. A task config of your own is found through Hydra's search path,
-  `hydra.searchpath=[file://DIR]` with DIR/task/<name>.yaml (`with_verl_searchpath` keeps verl's folder in it).
-- `run_name(...)`: the run-name rule (`${dara.run_name:...}` in the schema; the recipes' runs use it too).
-- `library_estimator(adv_estimator)`: the library estimator behind an `algorithm.adv_estimator` value.
-- `verl_validation_error(cfg)` / `validate_with_verl(cfg)`: verl's own start-up checks, as text or ConfigError.
+`compose(overrides)` is the config `python -m dara.train <overrides>` runs (Hydra over conf/train.yaml and verl
+0.9.1's `ppo_trainer`, the same search path and schemas, `${hydra:...}` resolvable), resolved; e.g.
+`compose(["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b"])`. `RunConfig` types and defaults the `run.*`
+node (a mistyped key or a wrong type fails at composition); a task of your own is found through
+`hydra.searchpath=[file://DIR]` (`with_verl_searchpath` keeps verl's folder in it).
 """
 
 from __future__ import annotations
@@ -36,12 +26,7 @@ from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 
 # conf/ of the checkout, through the link dara/conf (a non-editable install ships it there: pyproject.toml)
 CONF_DIR = Path(dara.__file__).resolve().parent / "conf"
-CONFIG_NAME = "train"
-JOB_NAME = "train"
-ALGO_SCHEMA = "dara_algo_schema"  # conf/train.yaml's defaults list names both schemas
-RUN_SCHEMA = "dara_run_schema"
-# conf/train.yaml's hydra.searchpath: verl's own trainer config (ppo_trainer and its groups)
-VERL_SEARCHPATH = "pkg://verl.trainer.config"
+VERL_SEARCHPATH = "pkg://verl.trainer.config"  # conf/train.yaml's hydra.searchpath: verl's own trainer config
 SEARCHPATH_KEY = "hydra.searchpath"
 LIBRARY_PREFIX = VERL_PREFIX  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
 
@@ -53,10 +38,8 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- the run.* schema
 @dataclass
 class CheckpointConfig:
-    """Checkpoint policy (docs/experiments.md): verl keeps the newest `keep_last` checkpoints (about 14 bytes
-    per parameter each with the HF export); the HF weights of `keep_hf_steps` (the evaluated steps) are kept in
-    `kept_dir` by dara.verl.checkpoints.KeepEvaluatedSteps. The task's trainer.save_freq must let a job reach its
-    next save within the time limit (python -m dara.preflight checks it)."""
+    """verl keeps the newest `keep_last` checkpoints; the HF weights of `keep_hf_steps` (the evaluated steps) are
+    kept in `kept_dir` (dara.verl.checkpoints.KeepEvaluatedSteps)."""
 
     keep_last: int = 2
     keep_hf_steps: List[int] = field(default_factory=lambda: [50, 60, 100])  # noqa: UP006
@@ -84,8 +67,7 @@ class HardwareConfig:
     job_time_limit_minutes: Optional[int] = None  # noqa: UP045 - one Slurm job's limit (submitit takes whole minutes)
     job_startup_minutes: Optional[float] = None  # noqa: UP045 - Ray, model load, vLLM start before step 1
     step_minutes_estimate: Dict[str, float] = field(default_factory=dict)  # noqa: UP006 - model -> minutes
-    # sbatch's pre-timeout signal comes this long before the job's limit (--signal=B:USR1@<x 60>): the trainer
-    # then checkpoints at its next step boundary and the job requeues itself (dara.verl.stop_request)
+    # sbatch's pre-timeout signal this long before the limit: the trainer checkpoints and the job requeues itself
     signal_lead_minutes: float = DEFAULT_SIGNAL_LEAD_MINUTES
     small: Optional[ScaleConfig] = None  # noqa: UP045
     medium: Optional[ScaleConfig] = None  # noqa: UP045
@@ -94,11 +76,9 @@ class HardwareConfig:
 
 @dataclass
 class DynamicSamplingConfig:
-    """Dynamic sampling (keep only groups whose summed reward varies; docs/experiments.md "Math dynamic
-    sampling"): mode null = none; "rounds" = the authors' (dara.verl.rounds: whole rounds of `round_prompts`
-    dataloader prompts, at most `max_rounds` per step, 0 = no cap, then the step fails in one line); "replay" =
-    verl 0.9.1's own replay-buffer filter (algorithm.filter_groups, whose `enable` conf/train.yaml derives from
-    the mode). The criterion is algorithm.filter_groups.metric in both modes."""
+    """Keep only groups whose summed reward varies (algorithm.filter_groups.metric): mode null = none; "rounds" =
+    the authors' (dara.verl.rounds: rounds of `round_prompts` prompts, at most `max_rounds` per step, 0 = no cap);
+    "replay" = verl 0.9.1's replay-buffer filter (algorithm.filter_groups)."""
 
     mode: Optional[str] = None  # noqa: UP045
     round_prompts: Optional[int] = None  # noqa: UP045
@@ -114,72 +94,57 @@ class RunConfig:
     model: str = MISSING
     method: str = "${algorithm.adv_estimator}"
     seed: int = 0
-    # deterministic (`run_name`): a rerun of the same settings finds (and resumes) the same folder; a variant
-    # (a recipe's "g8") tells apart runs whose task, model, method and seed coincide
+    # deterministic: a rerun finds (and resumes) the same folder; a variant (a recipe's "g8") tells runs apart
     variant: str = ""
     name: str = "${dara.run_name:${run.task},${run.model},${run.method},${run.seed},${run.variant}}"
     output_root: str = "outputs"
     output_dir: str = "${run.output_root}/${run.name}"
-    # the data_source of the task's rows; the project's reward declares its channels for it
+    # the data_source of the task's rows (the reward declares its channels for it)
     data_source: Optional[str] = None  # noqa: UP045
     data_dir: Optional[str] = None  # noqa: UP045 - where the task's prepared data lives (python -m data_prep)
-    # offline assets built before starting: a builder a task registers (tasks.registry: "smoke", "smoke_math",
-    # "tiny_model") or one of your own (FILE.py:FUNCTION); model_assets: the model's (model=tiny: "tiny_model")
+    # assets built before starting: a builder tasks.registry has, or FILE.py:FUNCTION; model_assets: the model's
     assets: Optional[str] = None  # noqa: UP045
     model_assets: Optional[str] = None  # noqa: UP045
     assets_dir: str = "${run.output_root}/assets/${run.task}"
-    # a run whose metrics.jsonl already holds its last step is skipped (recipes rerun safely)
+    # a run whose metrics.jsonl holds its last step is skipped
     skip_if_finished: bool = False
-    # the paper table / figure the run belongs to (its wandb group); a recipe sets it, else the task's name
+    # the paper table / figure the run belongs to (its wandb group)
     recipe: Optional[str] = None  # noqa: UP045
-    # wandb (a trainer.logger backend): auto = online when the environment holds WANDB_API_KEY, else offline
-    # (files in <run folder>/wandb/, `wandb sync` uploads them later); offline | online | disabled
+    # auto = online with WANDB_API_KEY in the environment, else offline; offline | online | disabled
     wandb_mode: str = "auto"
-    # false: verl's and Ray's output goes to <run folder>/logs/main.log; `--verbose` sets it true
+    # false: verl's and Ray's output goes to <run folder>/logs/main.log
     verbose: bool = False
-    # vLLM's context per request: the task's prompt + response budget (unset, vLLM takes the model's maximum,
-    # e.g. 262,144 tokens for Qwen3-4B-2507, and may not fit one request's KV cache)
+    # vLLM's context per request (unset, vLLM takes the model's maximum, which may not fit one request's KV cache)
     max_model_len: int = "${dara.sum:${data.max_prompt_length},${data.max_response_length}}"  # type: ignore[assignment]
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # modules the trainer imports in its Ray actor before training (dara.verl.trainer)
     import_modules: Optional[List[str]] = None  # noqa: UP006, UP045
-    # the model file's size class (small | medium | large: the cluster's per-scale row) and config.json facts
+    # the model's size class (small | medium | large: the cluster's per-scale row) and config.json facts
     model_scale: Optional[str] = None  # noqa: UP045
     model_facts: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045 - dara.preflight.facts.ModelFacts
-    # the cluster file's name and facts
     cluster: Optional[str] = None  # noqa: UP045
     hardware: Optional[HardwareConfig] = None  # noqa: UP045
-    # the actor's and reference's attention (the cluster file's): flash_attention_2 (verl's default, padding
-    # removed) or sdpa (padded micro-batches; until `make flash-attn` has built flash-attn)
+    # the actor's and reference's attention: flash_attention_2 (padding removed) or sdpa (padded micro-batches)
     attention: str = "flash_attention_2"
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    # every optimizer update should be clipped (tool calling reproduces the authors' always-clipped updates,
-    # conf/task/toolrl.yaml): a step with an unclipped update is counted and warned about (dara.verl.grad_clip)
+    # every update should be clipped (tool calling, as the authors'): an unclipped one is warned about
     expect_clipped_updates: bool = False
-    # seconds between the trainer's polls of each rollout server's /health: a dead engine ends the run in one
-    # line after three failed polls (verl would wait for ever); 0 turns the watch off (dara.verl.engine_watchdog)
+    # seconds between polls of each rollout server's /health (a dead engine ends the run); 0: off
     engine_watchdog_s: float = 5.0
-    # per-request sampling seeds (dara.verl.seeded_rollout): every response gets its own vLLM seed from the run
-    # seed, step, row and place in its group, so a run seed fixes its rollouts; validation is seeded apart from
-    # training. Off by default: vLLM samples seeded requests one generator at a time (docs/training.md)
+    # a vLLM seed per response from the run seed, step, row and place in its group (dara.verl.seeded_rollout)
     seeded_rollout: bool = False
 
 
 def register_schemas() -> None:
-    """`algorithm.dara` is a `DaraAlgoConfig` and `run` a `RunConfig` (idempotent).
-
-    `algorithm.dara.reward_ranges` takes any channel name (`algorithm.dara.reward_ranges.correctness=[-3,3]`,
-    no `+`): the channels are the reward's, known only once its module is read. `algorithm.dara.options`
-    takes any option name the same way (`algorithm.dara.options.temperature=2`): the estimator declares them,
-    checked once its module is loaded (dara.config_checks)."""
+    """`algorithm.dara` is a `DaraAlgoConfig` and `run` a `RunConfig` (idempotent). `algorithm.dara.reward_ranges`
+    and `.options` take any name without `+` (the reward and the estimator declare them, checked later)."""
     from hydra.core.config_store import ConfigStore
 
     algo = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
     OmegaConf.set_struct(algo.algorithm.dara.reward_ranges, False)
     OmegaConf.set_struct(algo.algorithm.dara.options, False)
-    store = ConfigStore.instance()
-    store.store(name=ALGO_SCHEMA, node=algo)
-    store.store(name=RUN_SCHEMA, node={"run": RunConfig})
+    ConfigStore.instance().store(name="dara_algo_schema", node=algo)  # conf/train.yaml's defaults list names both
+    ConfigStore.instance().store(name="dara_run_schema", node={"run": RunConfig})
 
 
 # ----------------------------------------------------------------------------- names
@@ -189,28 +154,24 @@ def run_name(task: str, model: str, method: str, seed: int | str, variant: str =
 
 
 def library_estimator(adv_estimator: str) -> str | None:
-    """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where
-    verl owns the bare one), or None for one of verl's own estimators (or no estimator at all). The registry
-    is read now: an estimator a loaded module registered counts."""
+    """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where verl
+    owns the bare one), or None (one of verl's own, or none)."""
     return next((name for name in (adv_estimator, adv_estimator.removeprefix(LIBRARY_PREFIX))
                  if name in ESTIMATOR_NAMES), None)
 
 
 def searchpath_file(name: str) -> str:
-    """`${dara.searchpath:NAME}`: the absolute path of NAME in the first `hydra.searchpath` folder (file://)
-    that holds it, so a task config in your own folder names the files beside it (its reward, its data builder)."""
+    """`${dara.searchpath:NAME}`: the absolute path of NAME in the first `hydra.searchpath` folder holding it (a
+    task config in your own folder names the files beside it)."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
         entries = list(HydraConfig.get().searchpath)
     except ValueError:
-        raise ValueError(f"${{dara.searchpath:{name}}} needs Hydra's run config (compose with dara.config.compose)"
-                         ) from None
-    for entry in entries:
-        if str(entry).startswith("file://"):
-            candidate = Path(str(entry)[len("file://"):]).expanduser() / name
-            if candidate.exists():
-                return str(candidate.resolve())
+        raise ValueError(f"${{dara.searchpath:{name}}} needs Hydra's run config (dara.config.compose)") from None
+    for entry in map(str, entries):
+        if entry.startswith("file://") and (Path(entry[7:]).expanduser() / name).exists():
+            return str((Path(entry[7:]).expanduser() / name).resolve())
     raise ValueError(f"${{dara.searchpath:{name}}}: no {name} in the folders of hydra.searchpath {entries}")
 
 
@@ -252,9 +213,8 @@ def compose(overrides: Sequence[str] = (), *, resolve: bool = True, conf_dir: st
     from hydra.core.hydra_config import HydraConfig
 
     register_schemas()
-    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name=JOB_NAME):
-        cfg = hydra_compose(config_name=CONFIG_NAME, overrides=with_verl_searchpath(overrides),
-                            return_hydra_config=True)
+    with initialize_config_dir(config_dir=str(conf_dir or CONF_DIR), version_base=None, job_name="train"):
+        cfg = hydra_compose(config_name="train", overrides=with_verl_searchpath(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # as Hydra's app runner does: ${hydra:...} and the search path
     with open_dict(cfg):
         del cfg["hydra"]
@@ -265,8 +225,7 @@ def compose(overrides: Sequence[str] = (), *, resolve: bool = True, conf_dir: st
 
 # ----------------------------------------------------------------------------- verl's own checks
 def verl_validation_error(cfg: DictConfig) -> str | None:
-    """verl's own start-up checks (what `verl.trainer.main_ppo` runs before Ray: `validate_config`, the rollout
-    config dataclass); the error text, or None. verl's prints and warnings are swallowed."""
+    """verl's own start-up checks (`validate_config`, the rollout config dataclass): the error text, or None."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
@@ -281,9 +240,7 @@ def verl_validation_error(cfg: DictConfig) -> str | None:
 
 
 def validate_with_verl(cfg: DictConfig) -> None:
-    """verl's own checks (batch sizes, parallelism), their message as one ConfigError instead of a traceback."""
-    error = verl_validation_error(cfg)
-    if error is not None:
+    if (error := verl_validation_error(cfg)) is not None:
         raise ConfigError(f"verl rejects the config: {error}")
 
 

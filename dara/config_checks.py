@@ -1,8 +1,6 @@
-"""Checks that reject an invalid experiment before Ray starts, each with a message naming the problem.
+"""Checks that reject an invalid experiment before Ray starts, each a one-line ConfigError naming the problem.
 
-`check_config` runs a list of checks (`CONFIG_CHECKS`); a new check is one function appended there.
-`ConfigError` and the schemas live in `dara.config`.
-"""
+`check_config` runs `CONFIG_CHECKS` in order; a new check is one function appended there."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import MissingMandatoryValue
 
 from dara.assets import check_assets
 from dara.config import ConfigError, library_estimator
@@ -32,11 +29,8 @@ from rewards.spec import (
 
 
 def composition_error_line(error: BaseException) -> str:
-    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints.
-
-    Hydra prints these over several lines (the cause on its own, OmegaConf's `full_key` / `object_type` lines,
-    the config search path); the key and the reason are all a user needs, and a list of available options
-    ("Available options in 'estimator':" then one per line) becomes one comma-separated clause."""
+    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints (without
+    OmegaConf's full_key / object_type lines and the search path; a listing of options becomes one clause)."""
 
     def clauses(exc: BaseException) -> list[str]:
         out: list[str] = []
@@ -60,33 +54,23 @@ def composition_error_line(error: BaseException) -> str:
     return "; ".join([head + (f": {'; '.join(cause)}" if cause else ""), *hints])
 
 
-def _check_required(cfg: DictConfig) -> None:
-    for key in ("run.task", "run.model", "run.name"):
-        try:
-            OmegaConf.select(cfg, key, throw_on_missing=True)
-        except MissingMandatoryValue:
-            raise ConfigError(f"{key} is not set: choose a task and a model (e.g. task=smoke model=tiny)") from None
+def _plain(cfg: DictConfig, key: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.select(cfg, key, default=None) or OmegaConf.create(), resolve=True)
 
 
 def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
-    """(the pool's options, a reward module's own options) from reward.reward_kwargs and
-    reward.custom_reward_function.reward_kwargs merged, as the reward manager splits them in training."""
-
-    def node(key: str) -> dict:
-        kwargs = OmegaConf.select(cfg, key, default=None)
-        return OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else {}
-
+    """(the pool's options, the reward module's own) of both reward_kwargs merged, as the reward manager splits them."""
     try:
-        merged = merged_reward_kwargs(node("reward.reward_kwargs"), node("reward.custom_reward_function.reward_kwargs"))
+        merged = merged_reward_kwargs(_plain(cfg, "reward.reward_kwargs"),
+                                      _plain(cfg, "reward.custom_reward_function.reward_kwargs"))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     return split_pool_options(merged)
 
 
 def reward_spec(cfg: DictConfig) -> RewardSpec | None:
-    """The run's reward module with its declared channels and ranges (`rewards.spec`): the file
-    `reward.custom_reward_function.path` for `run.data_source`; None when no reward module is named (verl's
-    built-in scorers declare no channels). A module that cannot be used is a ConfigError naming it."""
+    """The run's reward module (`reward.custom_reward_function.path`) with its declared channels and ranges for
+    `run.data_source` (`rewards.spec`); None without one (verl's built-in scorers declare no channels)."""
     path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
     if not path:
         return None
@@ -103,23 +87,20 @@ def reward_spec(cfg: DictConfig) -> RewardSpec | None:
 
 
 def _check_channels(cfg: DictConfig) -> None:
-    """algorithm.reward_channels defaults to the reward's channels (a channel it lacks fails here), and
-    algorithm.dara.reward_ranges to their declared ranges, by name (a range given there overrides one)."""
+    """algorithm.reward_channels defaults to the reward's channels, algorithm.dara.reward_ranges to their declared
+    ranges (a range given there overrides one)."""
     spec = reward_spec(cfg)
     declared = None if spec is None else spec.names
     channels = list(cfg.algorithm.get("reward_channels", None) or []) or list(declared or [])
-    if declared is not None:
-        for channel in channels:
-            if channel not in declared:
-                raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
-                                  f"returns: the reward's channels are {declared} ({spec.path})")
+    for channel in channels if declared is not None else []:
+        if channel not in declared:
+            raise ConfigError(f"reward channel {channel!r} (algorithm.reward_channels) is not one the reward "
+                              f"returns: the reward's channels are {declared} ({spec.path})")
     if library_estimator(str(cfg.algorithm.adv_estimator)) is not None and (
             not channels or len(set(channels)) != len(channels)):
         raise ConfigError(f"algorithm.reward_channels must name distinct reward channels, got {channels}")
-    given = OmegaConf.select(cfg, "algorithm.dara.reward_ranges", default=None)
-    given = OmegaConf.to_container(given, resolve=True) if given is not None else {}
-    unknown = sorted(set(given) - set(channels))
-    if unknown:
+    given = _plain(cfg, "algorithm.dara.reward_ranges")
+    if unknown := sorted(set(given) - set(channels)):
         raise ConfigError(f"algorithm.dara.reward_ranges names {unknown}, not among the run's reward channels "
                           f"{channels}")
     ranges = {c: list(spec.channels[c]) for c in channels} if spec is not None else {}
@@ -132,9 +113,8 @@ def _check_channels(cfg: DictConfig) -> None:
 
 
 def narrow_range_warnings(declared: Mapping, given: Mapping) -> list[str]:
-    """One line per channel whose range in algorithm.dara.reward_ranges leaves out part of the range its
-    reward declares: a score there is valid for the reward but stops the run (dara.verl.estimators
-    check_reward_ranges). A range that is not [min, max] is left to the estimator options' own check."""
+    """One line per channel whose given range leaves out part of the range its reward declares: a score there
+    stops the run (dara.verl.estimators.check_reward_ranges). A malformed range is left to the options' check."""
     lines = []
     for name, pair in given.items():
         if name not in declared:
@@ -166,19 +146,15 @@ def _ray_init_names() -> tuple[set[str], set[str]]:
 
 
 def ray_option_problem(ray_init: Mapping) -> str | None:
-    """What Ray would refuse in `ray_kwargs.ray_init` (as plain values), in one line, or None: an env var that
-    is not a string (Ray takes Dict[str, str] and fails deep inside ray.init, after its processes started), a
-    runtime_env Ray's own validation refuses, a keyword ray.init does not take."""
+    """What Ray would refuse in `ray_kwargs.ray_init`, in one line, or None: an env var that is not a string (Ray
+    fails deep inside ray.init, after its processes started), a runtime_env Ray's validation refuses, a keyword
+    ray.init does not take."""
     runtime_env = ray_init.get("runtime_env") or {}
-    if not isinstance(runtime_env, Mapping):
-        return f"{RAY_INIT}.runtime_env must be a mapping, got {runtime_env!r}"
-    env_vars = runtime_env.get("env_vars") or {}
+    env_vars = (runtime_env.get("env_vars") or {}) if isinstance(runtime_env, Mapping) else None
     if not isinstance(env_vars, Mapping):
-        return f"{RAY_INIT}.runtime_env.env_vars must map names to strings, got {env_vars!r}"
+        return f"{RAY_INIT}.runtime_env must be a mapping whose env_vars map names to strings, got {runtime_env!r}"
     for key, value in env_vars.items():
         where = f"{RAY_INIT}.runtime_env.env_vars.{key}"
-        if not isinstance(key, str):
-            return f"{where}: Ray takes env var names as strings, got {type(key).__name__} {key!r}"
         if not isinstance(value, str):
             text = str(value).lower() if isinstance(value, bool) else str(value)
             hint = (f"write it as a string, e.g. the override '{where}=\"{text}\"'" if value is not None
@@ -192,23 +168,15 @@ def ray_option_problem(ray_init: Mapping) -> str | None:
         first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
         return f"{RAY_INIT}.runtime_env: Ray refuses it: {first}"
     names, hidden = _ray_init_names()
-    unknown = sorted(key for key in ray_init if key not in names and not (key.startswith("_") and
-                                                                          (not hidden or key in hidden)))
-    if unknown:
+    if unknown := sorted(k for k in ray_init if k not in names and not (k.startswith("_") and (not hidden or k in hidden))):
         return (f"{RAY_INIT} has {', '.join(unknown)}, not an option of ray.init (it takes "
                 f"{', '.join(sorted(names))})")
     return None
 
 
 def check_ray_options(cfg: DictConfig) -> None:
-    """The options verl passes to ray.init hold nothing Ray would refuse (`ray_option_problem`): one line
-    before Ray starts instead of a traceback from inside ray.init."""
     node = OmegaConf.select(cfg, RAY_INIT, default=None)
-    if node is None:
-        return
-    ray_init = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-    problem = ray_option_problem(ray_init)
-    if problem:
+    if node is not None and (problem := ray_option_problem(OmegaConf.to_container(node, resolve=True))):
         raise ConfigError(problem)
 
 
@@ -216,11 +184,9 @@ ESTIMATOR_MODULE = "algorithm.dara.estimator_module"
 
 
 def estimator_module(cfg: DictConfig):
-    """Load the module of estimators of your own that algorithm.dara.estimator_module names (a .py file, an
-    import path or pkg://package.module), before any other check reads the estimator's name; the loaded
-    module (`dara.estimators.EstimatorModule`: file, sha256, names) or None. A file's path is pinned absolute
-    (Ray's actors start in other folders). A module that fails to import, registers nothing or takes one of
-    verl's names is a ConfigError naming it."""
+    """Load the estimators of your own that algorithm.dara.estimator_module names (a .py file, an import path or
+    pkg://package.module), before any check reads the estimator's name; the loaded module or None. A file's path
+    is pinned absolute (Ray's actors start in other folders)."""
     spec = OmegaConf.select(cfg, ESTIMATOR_MODULE, default=None)
     if not spec:
         return None
@@ -264,45 +230,30 @@ def _check_estimator(cfg: DictConfig) -> None:
 
 
 def divisibility_problems(cfg: DictConfig) -> list[str]:
-    """What verl asserts only after Ray started (or a rollout ran), for cfg's trainer.nnodes x n_gpus_per_node
-    (and the heads of `run.model_facts`, where the model file keeps them); the preflight's allocation section
-    lists them too."""
-    trainer, arr = cfg.trainer, cfg.actor_rollout_ref
-    world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
-    n = int(arr.rollout.n)
+    """What verl asserts only after Ray started (or a rollout ran), for trainer.nnodes x n_gpus_per_node and the
+    heads of `run.model_facts`."""
+    trainer, arr, rollout = cfg.trainer, cfg.actor_rollout_ref, cfg.actor_rollout_ref.rollout
+    world, n, gpus = int(trainer.nnodes) * int(trainer.n_gpus_per_node), int(rollout.n), int(trainer.n_gpus_per_node)
     sp = int(OmegaConf.select(arr, "actor.ulysses_sequence_parallel_size", default=1) or 1)
-    problems = []
-    if world % sp:
-        problems.append(f"{world} GPUs are not divisible by actor.ulysses_sequence_parallel_size {sp}")
-    dp = max(1, world // sp)
-    mini = int(arr.actor.ppo_mini_batch_size) * n
-    if mini % dp:
-        problems.append(
-            f"actor.ppo_mini_batch_size x rollout.n = {arr.actor.ppo_mini_batch_size} x {n} = {mini} is not divisible "
-            f"by the data-parallel size {dp} ({trainer.nnodes} node(s) x {trainer.n_gpus_per_node} GPUs / SP {sp}); "
-            f"verl asserts this at the first actor update, after a full generation")
-    rollout = arr.rollout
-    tp = int(rollout.tensor_model_parallel_size)
+    dp, mini, tp = max(1, world // sp), int(arr.actor.ppo_mini_batch_size) * n, int(rollout.tensor_model_parallel_size)
     infer = tp * int(rollout.get("data_parallel_size", 1) or 1) * int(rollout.get("pipeline_model_parallel_size", 1) or 1)
-    if world % infer:
-        problems.append(f"{world} GPUs are not divisible by the rollout's TP x DP x PP = {infer}")
-    if cfg.trainer.device == "cuda" and int(trainer.n_gpus_per_node) % tp:
-        problems.append(f"rollout tensor_model_parallel_size {tp} does not divide the {trainer.n_gpus_per_node} GPUs "
-                        "of a node (a vLLM replica stays within one node)")
-    heads = OmegaConf.select(cfg, "run.model_facts.num_attention_heads", default=None)
-    kv = OmegaConf.select(cfg, "run.model_facts.num_key_value_heads", default=None)
-    if heads is not None and int(heads) % tp:
-        problems.append(f"{heads} attention heads are not divisible by rollout TP {tp}")
-    if kv is not None and int(kv) % tp and tp % int(kv):
-        problems.append(f"{kv} KV heads and rollout TP {tp}: neither divides the other")
-    if heads is not None and int(heads) % sp:
-        problems.append(f"{heads} attention heads are not divisible by Ulysses SP {sp}")
-    return problems
+    heads = int(OmegaConf.select(cfg, "run.model_facts.num_attention_heads", default=None) or sp * tp)
+    kv = int(OmegaConf.select(cfg, "run.model_facts.num_key_value_heads", default=None) or tp)
+    return [problem for bad, problem in (
+        (world % sp, f"{world} GPUs are not divisible by actor.ulysses_sequence_parallel_size {sp}"),
+        (mini % dp, f"actor.ppo_mini_batch_size x rollout.n = {arr.actor.ppo_mini_batch_size} x {n} = {mini} is not "
+                    f"divisible by the data-parallel size {dp} ({trainer.nnodes} node(s) x {gpus} GPUs / SP {sp}); "
+                    "verl asserts this at the first actor update, after a full generation"),
+        (world % infer, f"{world} GPUs are not divisible by the rollout's TP x DP x PP = {infer}"),
+        (trainer.device == "cuda" and gpus % tp, f"rollout tensor_model_parallel_size {tp} does not divide the {gpus} "
+                                                 "GPUs of a node (a vLLM replica stays within one node)"),
+        (heads % tp, f"{heads} attention heads are not divisible by rollout TP {tp}"),
+        (kv % tp and tp % kv, f"{kv} KV heads and rollout TP {tp}: neither divides the other"),
+        (heads % sp, f"{heads} attention heads are not divisible by Ulysses SP {sp}")) if bad]
 
 
 def _check_allocation(cfg: DictConfig) -> None:
-    problems = divisibility_problems(cfg)
-    if problems:
+    if problems := divisibility_problems(cfg):
         raise ConfigError("allocation: " + "; ".join(problems))
 
 
@@ -312,7 +263,7 @@ TRL_WITHOUT_VALUE_HEAD = "1.13"
 
 
 def importable_trl() -> tuple[str | None, str] | None:
-    """(version, location) of the trl that verl would import in this environment; None when there is none."""
+    """(version, location) of the trl verl would import here, or None."""
     import importlib.metadata
 
     spec = importlib.util.find_spec("trl")
@@ -326,7 +277,6 @@ def importable_trl() -> tuple[str | None, str] | None:
 
 
 def trl_conflict(version: str | None, location: str) -> str | None:
-    """The one-line problem of an importable trl (`version` None: unknown) next to verl 0.9.1, or None."""
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -341,9 +291,7 @@ def trl_conflict(version: str | None, location: str) -> str | None:
 
 
 def _check_trl(cfg: DictConfig) -> None:
-    found = importable_trl()
-    problem = trl_conflict(*found) if found else None
-    if problem:
+    if (found := importable_trl()) and (problem := trl_conflict(*found)):
         raise ConfigError(problem)
 
 
@@ -360,7 +308,7 @@ def _check_determinism(cfg: DictConfig) -> None:
 
 # Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], object]] = [
-    _check_required, estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
+    estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
     check_assets, _check_trl, _check_determinism]
 
 
@@ -376,26 +324,21 @@ def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict |
     files = OmegaConf.select(cfg, "data.train_files")
     first = files if isinstance(files, str) else list(files)[0]
     frame = pd.read_parquet(first).head(count)
-    missing = {"data_source", "reward_model"} - set(frame.columns)
-    if missing:
+    if missing := {"data_source", "reward_model"} - set(frame.columns):
         raise ConfigError(f"data.train_files: {first} lacks the verl column(s) {sorted(missing)}")
-    rows = []
-    for row in frame.to_dict("records"):
-        truth = row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict) else None
-        rows.append((str(row["data_source"]), truth, row.get("extra_info")))
-    return rows
+    return [(str(row["data_source"]), row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict)
+             else None, row.get("extra_info")) for row in frame.to_dict("records")]
 
 
 def check_reward(cfg: DictConfig) -> None:
-    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): a
-    broken declaration, or a function that fails on every item, is one line here, not a stuck run."""
+    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): one line
+    here, not a stuck run."""
     import rewards.verl_entry
     from rewards.verl_entry import RewardOptions
 
     spec = reward_spec(cfg)
     if spec is None or Path(spec.path) == Path(rewards.verl_entry.__file__).resolve():  # the project's own, tested
         return
-
     pool_kwargs, user_kwargs = _reward_kwargs(cfg)
     timeout = float(RewardOptions(**pool_kwargs).timeout_s)
     try:

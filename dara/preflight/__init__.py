@@ -1,25 +1,11 @@
 """`python -m dara.preflight <overrides> [--nodes N] [--gpus-per-node G] [--time T] [--calibration F] [--skip-env]`.
 
-Answers, on a login node or a laptop without a GPU, "would this run start and finish here?". It composes the
-run exactly as `python -m dara.train` does (same conf/, same overrides), then checks, each in its own section:
-- rollout: the rollout name and mode are registered with verl, vLLM's engine_kwargs are options of `vllm serve`,
-  and on a CPU run the model's head_dim and rollout.dtype are ones vLLM's CPU build takes
-  (`dara.preflight.rollout`);
-- allocation: verl 0.9.1's own start-up validation for nodes x GPUs, then what verl asserts only later
-  (mini-batch x n by the data-parallel size, SP, rollout TP, heads), token budgets and max_model_len
-  (`dara.preflight.allocation`);
-- memory: the per-GPU plan of the rollout, weight-sync and training phases with its arithmetic, and vLLM's KV
-  cache (`dara.preflight.memory`);
-- checkpoints: disk per save and per run (`dara.preflight.budget`);
-- time limit: whether a job makes progress (a checkpoint) within the time requested (`--time`, else the cluster
-  file's `job_time_limit_minutes`), from the cluster file's step estimate or a gpu_smoke calibration file, and
-  how: a clean stop at the pre-timeout signal, or a requeue at the limit from the newest checkpoint;
-- ray ports: verl's Ray workers and the port range a job's Ray gets for them (`dara.preflight.ray_ports`);
-- unless `--skip-env` (the checks of this machine): environment (torch's build against the driver, vllm,
-  flash_attn for the chosen attention; on a CPU run vLLM's CPU build at its pinned version, importing; each with
-  its fixing command: `dara.preflight.environment`) and disk
-  (free space at the checkpoint folder against the retained plan + one save in flight).
-`python -m recipes NAME --preflight` runs it for every run of a recipe; the Slurm launcher refuses a failing run.
+Answers, without a GPU, "would this run start and finish here?": it composes the run as `python -m dara.train`
+does and checks, a section each, with the arithmetic shown: the rollout (`rollout`), the allocation (verl's own
+start-up validation, then what verl asserts only later, token budgets: `allocation`), the per-GPU memory plan
+(`memory`), checkpoint disk, progress within the job's time limit (`budget`), the Ray port range (`ray_ports`),
+and unless `--skip-env` this machine's environment and free disk (`environment`). `python -m recipes NAME
+--preflight` runs it for every run of a recipe; the Slurm launcher refuses a failing run.
 """
 
 from __future__ import annotations
@@ -50,8 +36,8 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
     nodes = int(nodes if nodes is not None else cfg.trainer.nnodes)
     gpus = int(gpus_per_node if gpus_per_node is not None else cfg.trainer.n_gpus_per_node)
     cfg = with_allocation(cfg, nodes, gpus)
-    gpu = OmegaConf.select(cfg, "run.hardware.gpu", default=None) or cfg.trainer.device
-    report = Report(str(cfg.run.name), f"{nodes} node(s) x {gpus} {gpu}")
+    report = Report(str(cfg.run.name), f"{nodes} node(s) x {gpus} "
+                    f"{OmegaConf.select(cfg, 'run.hardware.gpu', default=None) or cfg.trainer.device}")
     facts = model_facts(cfg)
     config = report.section("configuration")
     try:
@@ -77,11 +63,9 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
 
 def node_checks(cfg: DictConfig, *, time_limit_minutes: float | None = None,
                 calibration: Calibration | None = None, cpus: int | None = None) -> Report:
-    """What the first step of a job checks on its compute node: the environment, free disk at the checkpoint
-    folder, progress within the job's actual time limit, and the Ray port range for the node's `cpus` (the
-    allocation is the job's own)."""
-    report = Report(str(cfg.run.name), "this node")
-    facts = model_facts(cfg)
+    """The first step of a Slurm job on its compute node: the environment, free disk, progress within the job's
+    actual time limit, and the Ray port range for the node's `cpus`."""
+    report, facts = Report(str(cfg.run.name), "this node"), model_facts(cfg)
     check_environment(cfg, report.section("environment"))
     check_disk(cfg, facts, report.section("disk"))
     check_time(cfg, facts, report.section("time limit"), time_limit_minutes, calibration)

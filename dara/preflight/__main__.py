@@ -13,7 +13,7 @@ from dara.config_checks import composition_error_line
 from dara.preflight import CalibrationError, compose, load_calibration, parse_time_limit, preflight
 
 
-def parser() -> argparse.ArgumentParser:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     top = argparse.ArgumentParser(prog="python -m dara.preflight",
                                   description="Would this run start and finish on this allocation? (starts nothing)")
     top.add_argument("overrides", nargs="*", help="the Hydra overrides of python -m dara.train")
@@ -24,30 +24,22 @@ def parser() -> argparse.ArgumentParser:
                      help="minutes per step measured by python -m recipes gpu_smoke (instead of the cluster's estimates)")
     top.add_argument("--skip-env", action="store_true",
                      help="skip the checks of this machine (torch/vllm/flash_attn/driver, free disk)")
-    return top
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The flags, and the overrides in their order wherever they stand: before, between or after the flags
-    (as `python -m dara.train` takes them)."""
-    return parser().parse_intermixed_args(argv)
+    return top.parse_intermixed_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         calibration = load_calibration(args.calibration) if args.calibration else None
+        cfg = compose(args.overrides)
     except CalibrationError as error:
         print(f"[preflight] {error}", file=sys.stderr)
         return 2
-    try:
-        cfg = compose(args.overrides)
     except (HydraException, OmegaConfBaseException) as error:  # they name the bad override
         print(f"[preflight] cannot compose the run: {composition_error_line(error)}", file=sys.stderr)
         return 2
-    report = preflight(cfg, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                       time_limit_minutes=parse_time_limit(args.time), skip_env=args.skip_env,
-                       calibration=calibration)
+    report = preflight(cfg, nodes=args.nodes, gpus_per_node=args.gpus_per_node, skip_env=args.skip_env,
+                       time_limit_minutes=parse_time_limit(args.time), calibration=calibration)
     print(report.text(), flush=True)
     return 0 if report.ok else 1
 

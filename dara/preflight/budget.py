@@ -1,20 +1,15 @@
-"""Checkpoint disk per save and per run, free space at the checkpoint folder, and whether a job makes progress
-within its time limit.
+"""Checkpoint disk per save and per run, free space at the checkpoint folder, and progress within the time limit.
 
-Bytes per parameter of one verl 0.9.1 FSDP checkpoint: sharded model 4 (fp32: `model_dtype`) + Adam 8 (two fp32
-states), plus the HF export 4 with `hf_model` in `actor.checkpoint.save_contents`: `utils/checkpoint/
-fsdp_checkpoint_manager.py` saves the FSDP full state dict of the fp32 module with `save_pretrained`, so the
-export is fp32 too (the bf16 skeleton it builds is replaced by that state dict). Retention keeps the newest
-`trainer.max_actor_ckpt_to_keep` saves plus the HF weights of `run.checkpoint.keep_hf_steps`; while a save is
-written the previous ones are still there, so the disk must hold the retained plan plus one save in flight.
+Bytes per parameter of one verl 0.9.1 FSDP checkpoint: sharded model 4 (fp32 `model_dtype`) + Adam 8, plus 4 for
+the HF export with `hf_model` in `save_contents` (verl exports the fp32 module's full state dict). Retention keeps
+the newest `trainer.max_actor_ckpt_to_keep` saves plus the HF weights of `run.checkpoint.keep_hf_steps`; a save is
+written before the oldest is deleted, so the disk holds the retained plan plus one save in flight.
 
-The minutes per step are the cluster file's `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE, printed as
-one), or a `python -m recipes gpu_smoke` calibration file's figure for the cluster and model (`--calibration`).
-A job makes progress when it writes a checkpoint before its time limit: at the first step boundary after the
-pre-timeout signal (`run.hardware.signal_lead_minutes` before the limit: the trainer saves there and stops,
-dara.verl.stop_request), which is in time only when a step plus a save fit in the lead, or else at its newest
-`save_freq` step: Slurm then ends the job at the limit in the middle of a step and train.sbatch requeues it from
-that checkpoint. The section's verdict says which of the two each job relies on, and how many jobs the run takes.
+Minutes per step: the cluster file's `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE), or a gpu_smoke
+calibration file's figure (`--calibration`). A job makes progress when it writes a checkpoint before its limit:
+at the first step boundary after the pre-timeout signal (`signal_lead_minutes` before the limit; in time only when a
+step plus a save fit in the lead: dara.verl.stop_request), or else at its newest `save_freq` step, from which
+train.sbatch requeues it after Slurm ends it at the limit. The verdict says which, and how many jobs the run takes.
 """
 
 from __future__ import annotations
@@ -47,82 +42,61 @@ class DiskPlan:
 
     @property
     def retained(self) -> float:
-        """What stays on disk at the end: the newest `keep` saves and the kept steps' HF weights."""
-        kept = min(self.saves, self.keep) if self.keep else self.saves
-        return kept * self.per_save + len(self.kept_steps) * self.hf
+        """The newest `keep` saves and the kept steps' HF weights."""
+        return (min(self.saves, self.keep) if self.keep else self.saves) * self.per_save + len(self.kept_steps) * self.hf
 
     @property
     def peak(self) -> float:
-        """The retained plan plus one save in flight (written before rotation deletes the oldest)."""
         return self.retained + (self.per_save if self.saves else 0)
 
 
-def disk_plan(cfg: DictConfig, facts: ModelFacts) -> DiskPlan | None:
+def disk_plan(cfg: DictConfig, facts: ModelFacts | None) -> DiskPlan | None:
     steps, freq = int(cfg.trainer.total_training_steps), int(cfg.trainer.save_freq)
-    if freq <= 0:
+    if freq <= 0 or facts is None:
         return None
     contents = list(OmegaConf.select(cfg, "actor_rollout_ref.actor.checkpoint.save_contents", default=[]) or [])
     per_param = sum(CONTENT_BYTES.get(c, 0) for c in contents)
     keep = OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=None)
-    kept_steps = tuple(int(s) for s in (OmegaConf.select(cfg, "run.checkpoint.keep_hf_steps", default=[]) or [])
-                       if int(s) % freq == 0 and int(s) <= steps)
+    kept = tuple(int(s) for s in OmegaConf.select(cfg, "run.checkpoint.keep_hf_steps", default=[]) or []
+                 if int(s) % freq == 0 and int(s) <= steps)
     hf = CONTENT_BYTES["hf_model"] * facts.num_parameters if "hf_model" in contents else 0
-    return DiskPlan(per_param, per_param * facts.num_parameters, hf, steps // freq, int(keep) if keep else None,
-                    kept_steps)
+    return DiskPlan(per_param, per_param * facts.num_parameters, hf, steps // freq, int(keep) if keep else None, kept)
 
 
 def check_checkpoints(cfg: DictConfig, facts: ModelFacts | None, section: Section) -> None:
     steps, freq = int(cfg.trainer.total_training_steps), int(cfg.trainer.save_freq)
-    if freq <= 0:
-        section.line(f"trainer.save_freq={freq}: no checkpoints")
-        return
     contents = list(OmegaConf.select(cfg, "actor_rollout_ref.actor.checkpoint.save_contents", default=[]) or [])
-    if facts is None:
-        section.line(f"save every {freq} steps of {steps}; contents {contents}")
-        section.note("no run.model_facts: disk not estimated")
-        return
     plan = disk_plan(cfg, facts)
+    if plan is None:
+        section.line(f"trainer.save_freq={freq}, contents {contents}: " + ("no checkpoints" if freq <= 0 else
+                                                                          "no run.model_facts, disk not estimated"))
+        return
+    saves = f"{plan.per_save / GB:.1f} GB"
     section.line(f"save every {freq} steps of {steps}: {plan.saves} saves; contents {contents} = {plan.per_param} "
                  "B/param (model 4 fp32 + optimizer 8 + fp32 HF export 4)")
-    section.line(f"per save: {plan.per_param} B x {facts.num_parameters / 1e9:.3f}e9 = {plan.per_save / GB:.1f} GB")
+    section.line(f"per save: {plan.per_param} B x {facts.num_parameters / 1e9:.3f}e9 = {saves}")
     if plan.keep:
-        section.line(f"whole run: newest {plan.keep} kept x {plan.per_save / GB:.1f} GB + HF weights of steps "
-                     f"{list(plan.kept_steps)} x {plan.hf / GB:.1f} GB = {plan.retained / GB:.1f} GB (without the cap: "
+        section.line(f"whole run: newest {plan.keep} kept x {saves} + HF weights of steps {list(plan.kept_steps)} x "
+                     f"{plan.hf / GB:.1f} GB = {plan.retained / GB:.1f} GB (without the cap: "
                      f"{plan.saves * plan.per_save / GB:.1f} GB); with one save in flight {plan.peak / GB:.1f} GB")
     else:
-        section.line(f"whole run: every save kept: {plan.saves} x {plan.per_save / GB:.1f} GB = "
-                     f"{plan.retained / GB:.1f} GB")
+        section.line(f"whole run: every save kept: {plan.saves} x {saves} = {plan.retained / GB:.1f} GB")
         section.note("trainer.max_actor_ckpt_to_keep is unset: nothing caps the checkpoints")
-
-
-def _existing_folder(path: Path) -> Path:
-    """The path itself or its nearest existing parent (the file system the folder will be on)."""
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def bytes_under(*folders: str | os.PathLike) -> int:
-    """Bytes of the files under the folders (what a resumed run already has on disk)."""
-    total = 0
-    for folder in folders:
-        for root, _dirs, files in os.walk(folder):
-            total += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
-    return total
 
 
 def check_disk(cfg: DictConfig, facts: ModelFacts | None, section: Section, *, usage=shutil.disk_usage) -> None:
     """Free space at the checkpoint folder against the retained plan + one save in flight, less what is there."""
-    plan = disk_plan(cfg, facts) if facts is not None else None
-    folder = Path(str(cfg.trainer.default_local_dir))
+    plan, folder = disk_plan(cfg, facts), Path(str(cfg.trainer.default_local_dir))
     if plan is None:
         section.line(f"{folder}: no checkpoints planned (trainer.save_freq={cfg.trainer.save_freq}) or no model facts")
         return
     kept_dir = OmegaConf.select(cfg, "run.checkpoint.kept_dir", default=None)
-    there = bytes_under(*(p for p in (folder, kept_dir) if p and os.path.isdir(p)))
+    there = sum(os.lstat(os.path.join(root, name)).st_size for top in (folder, kept_dir) if top and os.path.isdir(top)
+                for root, _, files in os.walk(top) for name in files)
     needed = max(0.0, plan.peak - there)
-    mount = _existing_folder(folder)
+    mount = folder.absolute()
+    while not mount.exists() and mount != mount.parent:  # the file system the folder will be on
+        mount = mount.parent
     free = usage(mount).free
     section.line(f"free at {mount}: {free / GB:.1f} GB; the run needs {plan.peak / GB:.1f} GB (retained "
                  f"{plan.retained / GB:.1f} + one save in flight {plan.per_save / GB:.1f}) - {there / GB:.1f} GB "
@@ -136,10 +110,9 @@ def check_disk(cfg: DictConfig, facts: ModelFacts | None, section: Section, *, u
 def step_minutes(cfg: DictConfig, calibration=None) -> tuple[float, str] | None:
     """(minutes per step, where the figure comes from) for the run's model on its cluster, or None."""
     model, cluster = str(cfg.run.model), str(OmegaConf.select(cfg, "run.cluster", default=""))
-    if calibration is not None:
-        measured = calibration.step_minutes(cluster, model)
-        if measured is not None:
-            return measured, f"CALIBRATED ({calibration.describe()})"
+    measured = calibration.step_minutes(cluster, model) if calibration is not None else None
+    if measured is not None:
+        return measured, f"CALIBRATED ({calibration.describe()})"
     estimates = OmegaConf.select(cfg, "run.hardware.step_minutes_estimate", default=None) or {}
     if model in estimates:  # keys hold dots (qwen2.5-...): looked up as keys, not as a dotted path
         return float(estimates[model]), f"ESTIMATE (cluster file {cluster})"
@@ -160,14 +133,14 @@ def check_time(cfg: DictConfig, facts: ModelFacts | None, section: Section, time
     step, source = found
     requested = time_limit_minutes is not None
     limit = float(time_limit_minutes if requested else hardware.job_time_limit_minutes)
-    startup = float(hardware.job_startup_minutes)
-    lead = float(hardware.signal_lead_minutes)
+    startup, lead = float(hardware.job_startup_minutes), float(hardware.signal_lead_minutes)
     steps, freq = int(cfg.trainer.total_training_steps), int(cfg.trainer.save_freq)
     per_job = int((limit - startup) // step)
     section.line(f"{step:g} min/step {source}; job limit {format_time_limit(limit)} "
                  f"({'--time' if requested else 'the cluster file job_time_limit_minutes'}) - start-up {startup:g} min "
                  f"-> {per_job} steps per job; save_freq {freq}; {steps} steps = about {steps * step / 60:.1f} h")
-    save = _save_bytes(cfg, facts) / GB / SAVE_GB_PER_S / 60
+    plan = disk_plan(cfg, facts)
+    save = (plan.per_save if plan else 0.0) / GB / SAVE_GB_PER_S / 60
     in_flight = round(step + save, 1)  # decided on the printed figure, so the line and the verdict agree
     clean = in_flight <= lead
     section.line(f"pre-timeout signal {lead:g} min before the limit: the trainer stops at its next step boundary "
@@ -200,8 +173,3 @@ def check_time(cfg: DictConfig, facts: ModelFacts | None, section: Section, time
         section.line(f"each job: about {per_job} steps, checkpointed every {freq}: the newest at its step {kept}, "
                      f"so about {per_job - kept} step(s) ({(per_job - kept) * step:g} min) and the step in flight are "
                      f"redone by the next job; {steps} steps = {steps} / {kept} -> about {jobs} jobs")
-
-
-def _save_bytes(cfg: DictConfig, facts: ModelFacts | None) -> float:
-    plan = disk_plan(cfg, facts) if facts is not None else None
-    return plan.per_save if plan else 0.0

@@ -1,18 +1,13 @@
 """Minutes per step measured on a GPU type, in place of the cluster files' estimates (`--calibration FILE`).
 
-`python -m recipes gpu_smoke` measures, on one GPU, the rollout, update and log-prob throughput of a small model
-on the real tool-calling task, and writes this file: per cluster whose GPU is that type, per model, the minutes
-of one step of that model's paper run. The scaling from the measured model to a paper run (`scaled_step_minutes`)
-is arithmetic, written out in `derivation` inside the file:
-- throughput per GPU scales with 1 / parameters (compute and weight reads per token both grow with them);
-- a step generates `responses x max_response x response_fill` tokens and trains on `responses x (max_prompt x
-  prompt_fill + max_response x response_fill)` tokens `ppo_epochs` times, with one log-prob pass of the actor
-  and one of the reference (when KL is used), spread over the run's GPUs;
-- fills are the smoke's measured mean / budget on the tool-calling task, 1.0 (every sequence at its budget, an
-  upper bound) on other tasks; dynamic sampling (`algorithm.filter_groups`) multiplies the generation by
-  DYNAMIC_SAMPLING_DRAWS (an estimate: groups drawn per kept group);
-- the rest of a measured step (reward, weight sync, bookkeeping) is added as seconds per response.
-The file is JSON; `load_calibration` checks its kind and version and names any problem in one line.
+`python -m recipes gpu_smoke` measures a small model's rollout, update and log-prob throughput on one GPU and
+writes this JSON file: per cluster with that GPU, per model, the minutes of one step of its paper run, scaled by
+`scaled_step_minutes` (the arithmetic is written into the file's `derivation`): throughput per GPU goes with
+1 / parameters; a step generates `responses x max_response x response_fill` tokens (x DYNAMIC_SAMPLING_DRAWS, an
+estimate, under dynamic sampling) and trains on `responses x (max_prompt x prompt_fill + max_response x
+response_fill)` tokens `ppo_epochs` times plus a log-prob pass of the actor and one of the reference, over the run's
+GPUs; fills are the smoke's on the tool-calling task, 1.0 elsewhere (an upper bound); the rest of a step is seconds
+per response.
 """
 
 from __future__ import annotations
@@ -29,12 +24,12 @@ DYNAMIC_SAMPLING_DRAWS = 2.0
 
 
 class CalibrationError(ValueError):
-    """A calibration file that cannot be used (missing, another kind, malformed): the message names it."""
+    """A calibration file that cannot be used: the message names it."""
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """What gpu_smoke measured on one GPU (per GPU): tokens per second of each phase and the rest of a step."""
+    """What gpu_smoke measured, per GPU."""
 
     num_parameters: int
     rollout_tokens_per_s: float  # generated (response) tokens / generation seconds
@@ -47,7 +42,7 @@ class Throughput:
 
 @dataclass(frozen=True)
 class RunShape:
-    """The numbers of a paper run that its step time follows (read from its task, model and cluster files)."""
+    """The numbers of a paper run that its step time follows."""
 
     num_parameters: int
     gpus: int
@@ -61,7 +56,6 @@ class RunShape:
 
 
 def scaled_step_minutes(measured: Throughput, run: RunShape) -> float:
-    """Minutes of one step of `run` from the smoke's throughput (module docstring: the arithmetic)."""
     scale = measured.num_parameters / run.num_parameters
     prompt_fill, response_fill = (measured.prompt_fill, measured.response_fill) if run.measured_task else (1.0, 1.0)
     generated = run.responses * run.max_response * response_fill
@@ -82,8 +76,7 @@ class Calibration:
     step_minutes_by_cluster: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def step_minutes(self, cluster: str, model: str) -> float | None:
-        value = self.step_minutes_by_cluster.get(cluster, {}).get(model)
-        return None if value is None else float(value)
+        return self.step_minutes_by_cluster.get(cluster, {}).get(model)
 
     def describe(self) -> str:
         return f"gpu_smoke on {self.gpu}, {self.measured_at}, {self.path}"
@@ -91,9 +84,7 @@ class Calibration:
 
 def write_calibration(path: str | Path, *, gpu: str, measured_at: str, step_minutes: dict[str, dict[str, float]],
                       measured: dict, derivation: str) -> Path:
-    """The calibration file (atomic): the figures per cluster and model, and what they came from."""
-    path = Path(path)
-    atomic_write_json(path, {"kind": KIND, "version": VERSION, "gpu": gpu, "measured_at": measured_at,
+    atomic_write_json(path := Path(path), {"kind": KIND, "version": VERSION, "gpu": gpu, "measured_at": measured_at,
                              "step_minutes": step_minutes, "measured": measured, "derivation": derivation})
     return path
 
@@ -104,12 +95,10 @@ def load_calibration(path: str | Path) -> Calibration:
         raise CalibrationError(f"calibration file {path} does not exist (python -m recipes gpu_smoke writes it)")
     try:
         content = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, ValueError) as error:
         raise CalibrationError(f"calibration file {path} is not JSON: {error}") from None
-    if not isinstance(content, dict) or content.get("kind") != KIND:
-        raise CalibrationError(f"{path} is not a gpu_smoke calibration file (kind {KIND!r})")
-    if content.get("version") != VERSION:
-        raise CalibrationError(f"{path} has calibration version {content.get('version')!r}, this code reads {VERSION}")
+    if not isinstance(content, dict) or (content.get("kind"), content.get("version")) != (KIND, VERSION):
+        raise CalibrationError(f"{path} is not a gpu_smoke calibration file (kind {KIND!r}, version {VERSION})")
     table = content.get("step_minutes")
     if not isinstance(table, dict) or not all(
             isinstance(models, dict) and all(isinstance(v, (int, float)) and v > 0 for v in models.values())

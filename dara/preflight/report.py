@@ -11,7 +11,7 @@ class Section:
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    verdict: str = ""  # what "ok" means here, printed after it (the time limit: how a job makes progress)
+    verdict: str = ""  # what "ok" means here (the time limit: how a job makes progress)
 
     def line(self, text: str) -> None:
         self.lines.append(text)
@@ -43,12 +43,9 @@ class Report:
 
     def text(self) -> str:
         out = [f"[preflight] {self.run_name} on {self.allocation}"]
-        for section in self.sections:
-            verdict = "FAIL" if section.problems else ("ok: " + section.verdict if section.verdict else "ok")
-            out.append(f"== {section.title}: {verdict}")
-            out += [f"   {line}" for line in section.lines]
-            out += [f"   note: {note}" for note in section.notes]
-            out += [f"   PROBLEM: {problem}" for problem in section.problems]
-        out.append(f"[preflight] {self.run_name}: " + ("would start and reach its checkpoints" if self.ok else
-                                                       f"{len(self.problems)} problem(s); fix before submitting"))
-        return "\n".join(out)
+        for s in self.sections:
+            out += [f"== {s.title}: " + ("FAIL" if s.problems else "ok" + (f": {s.verdict}" if s.verdict else "")),
+                    *(f"   {x}" for x in s.lines), *(f"   note: {x}" for x in s.notes),
+                    *(f"   PROBLEM: {x}" for x in s.problems)]
+        return "\n".join([*out, f"[preflight] {self.run_name}: " + ("would start and reach its checkpoints" if self.ok
+                          else f"{len(self.problems)} problem(s); fix before submitting")])
