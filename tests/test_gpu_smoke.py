@@ -18,10 +18,10 @@ from recipes import load
 from recipes.__main__ import main
 from recipes.gpu_smoke import (
     CHECKS,
-    Checklist,
     Measured,
     attention_check,
     calibrate,
+    checklist,
     checkpoint_resume_check,
     matching_clusters,
     paper_runs,
@@ -32,18 +32,14 @@ from recipes.gpu_smoke import (
 
 
 def test_checklist_says_ok_or_fail_for_each_part():
-    checks = Checklist()
-    checks.add("install", True, "torch 2.11.0+cu129 (CUDA 12.9 build)")
-    checks.add("rollout", False, "no steps")
-    lines = checks.text().splitlines()
+    checks = {"install": (True, "torch 2.11.0+cu129 (CUDA 12.9 build)"), "rollout": (False, "no steps")}
+    ok, text = checklist(checks)
+    lines = text.splitlines()
     assert [line.split()[1] for line in lines] == ["install", "attention", "rollout", "weight", "checkpoint",
                                                    "evaluation"]
     assert lines[0].startswith("[gpu_smoke] install ....") and " ok    torch 2.11.0+cu129" in lines[0]
-    assert "FAIL  no steps" in lines[2] and "FAIL  not reached" in lines[1]
-    assert not checks.ok
-    for name in CHECKS:
-        checks.add(name, True, "fine")
-    assert checks.ok and json.loads(json.dumps(checks.as_json()))["rollout"] == {"ok": True, "detail": "fine"}
+    assert "FAIL  no steps" in lines[2] and "FAIL  not reached" in lines[1] and not ok
+    assert checklist(dict.fromkeys(CHECKS, (True, "fine")))[0]
 
 
 def test_the_sdpa_fallback_fails_the_attention_check():
@@ -103,25 +99,20 @@ def test_calibration_is_written_and_the_preflight_reads_it(tmp_path):
     assert step_minutes(cfg) == (25.0, "ESTIMATE (cluster file h100_x8)")
 
 
-@pytest.mark.slow  # composes the smoke's config (Hydra over verl's trainer config), twice
+@pytest.mark.slow  # composes the smoke's config (Hydra over verl's trainer config)
 def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
     assert main(["gpu_smoke", "--preflight", "--skip-env", "--output-root", str(tmp_path)]) == 0
     assert "1 of 1 runs pass" in capsys.readouterr().out
-    assert main(["gpu_smoke", "--dry-run", "--launcher", "slurm", "--output-root", str(tmp_path)]) == 0
+    assert main(["gpu_smoke", "--dry-run", "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "stop request once step 2 is logged: checkpoint at step 3" in out
     assert "results.evaluation bfcl all" in out and "--limit 20" in out and "--device cuda" in out
-    (sbatch,) = [line for line in out.splitlines() if line.startswith("[recipes] sbatch")]
-    assert "--gpus-per-node=1" in sbatch and "--time=1:00:00" in sbatch and "scripts/slurm/gpu_smoke.sbatch" in sbatch
     assert load("gpu_smoke").runs()[0].cluster == "one_gpu"
-
 
 
 def test_the_checkpoint_resume_check_reads_a_run_folder(tmp_path):
     """What a forced stop and its resume leave: a checkpoint at the stop's step, every step logged once, the
     resume marker at the last step; each missing piece is named."""
-    import json as _json
-
     from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, METRICS_FILE
 
     def folder(steps, checkpoints, marker):
@@ -130,7 +121,7 @@ def test_the_checkpoint_resume_check_reads_a_run_folder(tmp_path):
         for step in checkpoints:
             (run / CHECKPOINTS / f"global_step_{step}").mkdir()
         (run / CHECKPOINTS / CHECKPOINT_TRACKER).write_text(f"{marker}\n")
-        (run / METRICS_FILE).write_text("".join(_json.dumps({"step": s}) + "\n" for s in steps))
+        (run / METRICS_FILE).write_text("".join(json.dumps({"step": s}) + "\n" for s in steps))
         return run
 
     ok, detail = checkpoint_resume_check(folder([1, 2, 3, 4], [2, 4], 4), 4, 2, (0, 0))
@@ -167,10 +158,10 @@ for step in range(start + 1, steps + 1):
 
 
 def test_train_with_forced_stop_stops_after_the_step_asked_and_resumes_the_rest(tmp_path):
-    import sys as _sys
+    import sys
 
     stand_in = tmp_path / "python"
-    stand_in.write_text(f"#!{_sys.executable}\n{STAND_IN}")
+    stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
     run_dir = tmp_path / "run"
     run_dir.mkdir()

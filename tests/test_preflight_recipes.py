@@ -86,22 +86,14 @@ def test_slurm_launcher_refuses_a_failing_run_and_submits_nothing(tmp_path, monk
 
     from recipes.runner import RecipeError, SlurmOptions, launch_slurm, with_options
 
-    calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("sbatch was called"))
+    real = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda command, *a, **k: pytest.fail("sbatch was called")
+                        if list(command)[:1] == ["sbatch"] else real(command, *a, **k))
     runs = [r for r in load("math_main").runs((0,)) if r.model == "deepseek-r1-distill-qwen-7b" and r.method == "grpo"]
     runs = with_options(runs, output_root=str(tmp_path))
     # 4 h jobs at an estimated 45 min per 7B math step: no job reaches the next save
     with pytest.raises(RecipeError, match="preflight failed for 1 job array"):
-        launch_slurm(runs, SlurmOptions(time="4:00:00"), skip_env=True, squeue=lambda: "")  # nothing queued
-    assert not calls
-
-
-def test_recipes_preflight_flag_checks_every_run(capsys, tmp_path):
-    from recipes.__main__ import main
-
-    assert main(["smoke", "--preflight", "--output-root", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "preflight [1/1] smoke-tiny-dara_asym-s{0}: ok" in out and "1 of 1 runs pass" in out
+        launch_slurm(runs, SlurmOptions(time="4:00:00"), skip_env=True)
 
 
 def test_time_check_finds_a_step_estimate_for_every_model_of_every_recipe():
@@ -114,3 +106,11 @@ def test_time_check_finds_a_step_estimate_for_every_model_of_every_recipe():
         cfg = OmegaConf.create({"run": {"model": model, "cluster": cluster, "hardware": hardware}})
         found = step_minutes(cfg)
         assert found is not None and found[0] > 0 and found[1] == f"ESTIMATE (cluster file {cluster})", (cluster, model)
+
+
+def test_recipes_preflight_flag_checks_every_seed_group(capsys, tmp_path):
+    from recipes.__main__ import main
+
+    assert main(["smoke", "--preflight", "--seeds", "0", "1", "--output-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "preflight [1/1] smoke-tiny-dara_asym-s{0,1}: ok" in out and "2 of 2 runs pass" in out
