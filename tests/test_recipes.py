@@ -137,3 +137,26 @@ def test_every_run_carries_its_recipe_as_the_wandb_group():
     run = with_options(load("three_rewards").runs((0,)), extra=["run.recipe=three_rewards"])[0]
     assert "run.recipe=three_rewards" in sbatch_command([run], SlurmOptions())
     assert wandb_env(compose_run(run.overrides()), {})["WANDB_RUN_GROUP"] == "three_rewards"
+
+
+@pytest.mark.parametrize("name, first, order", [
+    ("cpu_headline", "smoke_sparse-tiny_sparse-grpo-s0",
+     lambda p: [(m, s) for m in ("grpo", "gdpo", "dara_sym", "dara_asym") for s in range(5)]),
+    ("race_format", "smoke_rare-tiny_rare-gdpo-s0", lambda p: [(m, s) for s in p["seeds"] for m in p["methods"]]),
+    ("race_length", "smoke_length-tiny_length-gdpo-s0",
+     lambda p: [(m, s) for ms in (p["methods"], p["extra_methods"]) for s in p["seeds"] for m in ms]),
+])
+def test_each_race_runs_its_committed_protocol_in_order(name, first, order, capsys, tmp_path):
+    from recipes.race import load_protocol
+
+    race = load(name)
+    protocol = load_protocol(race.protocol_file)
+    runs = race.runs()
+    assert runs[0].name == first and [(run.method, run.seed) for run in runs] == order(protocol)
+    for run in runs:
+        assert {f"trainer.total_training_steps={protocol['steps']}", f"actor_rollout_ref.rollout.n={protocol['group_size']}",
+                f"data.train_batch_size={protocol['prompts_per_step']}"} <= set(run.overrides())
+        assert ("algorithm.dara.weights=[1.0,5.0]" in run.overrides()) == run.method.startswith("static_")
+    assert main([name, "--dry-run", "--output-root", str(tmp_path)]) == 0
+    plan = [line.split() for line in capsys.readouterr().out.splitlines() if " method " in line and " seed " in line]
+    assert [(words[2], int(words[4])) for words in plan] == order(protocol)
