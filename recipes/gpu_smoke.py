@@ -8,6 +8,7 @@ job: `srun --gpus-per-node=1 python -m recipes gpu_smoke`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -228,32 +229,25 @@ def _smi(*query: str) -> list[str]:
     return [part.strip() for part in out.stdout.splitlines()[0].split(",")]
 
 
-class MemorySampler:
-    """GPU memory used by every process (nvidia-smi every 0.5 s) while training runs, into memory.csv."""
+@contextlib.contextmanager
+def sampled_memory(path: Path):
+    """GPU memory used by every process (nvidia-smi every 0.5 s) while the block runs, into memory.csv; yields the
+    (unix time, MiB) samples."""
+    samples, stop = [], threading.Event()
 
-    def __init__(self, path: Path):
-        self.path, self.samples, self._stop = path, [], threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    def sample():
+        while not stop.wait(0.5):
+            with contextlib.suppress(RecipeError, OSError, subprocess.TimeoutExpired, ValueError):
+                samples.append((time.time(), float(_smi("memory.used")[0])))
 
-    def _loop(self):
-        while not self._stop.wait(0.5):
-            try:
-                self.samples.append((time.time(), float(_smi("memory.used")[0])))
-            except (RecipeError, OSError, subprocess.TimeoutExpired, ValueError):
-                continue
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.path.write_text("unix_time,memory_used_mib\n" + "".join(f"{t:.1f},{m:.0f}\n" for t, m in self.samples))
-
-    @property
-    def peak_gib(self) -> float:
-        return max((m for _, m in self.samples), default=0.0) / 1024
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        path.write_text("unix_time,memory_used_mib\n" + "".join(f"{t:.1f},{m:.0f}\n" for t, m in samples))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -310,7 +304,7 @@ def install_check(env, gpu_name: str | None, memory_gib: float | None) -> tuple[
     return not found, "; ".join(found) or f"{describe(env)}; {gpu_name}, {memory_gib:.1f} GiB"
 
 
-def memory_lines(overrides: list[str], memory_gib: float, sampler: MemorySampler, records: list[dict]) -> list[str]:
+def memory_lines(overrides: list[str], memory_gib: float, samples: list, records: list[dict]) -> list[str]:
     """Measured GPU memory next to the preflight's plan of the same config on this card."""
     from omegaconf import open_dict
 
@@ -325,7 +319,7 @@ def memory_lines(overrides: list[str], memory_gib: float, sampler: MemorySampler
     trainer = max((float(r.get("actor/perf/max_memory_reserved_gb", 0.0)) for r in records), default=0.0)
     return [f"[gpu_smoke] memory plan (preflight, {memory_gib:.1f} GiB card, {result.attention}) vs measured:",
             *(f"[gpu_smoke]   plan {phase:38s} {gib:6.1f} GiB" for phase, gib in totals),
-            f"[gpu_smoke]   measured peak, all processes (nvidia-smi)  {sampler.peak_gib:6.1f} GiB "
+            f"[gpu_smoke]   measured peak, all processes (nvidia-smi)  {max((m for _, m in samples), default=0.0) / 1024:6.1f} GiB "
             f"(plan: the largest phase, {max(gib for _, gib in totals):.1f})",
             f"[gpu_smoke]   measured trainer torch peak (training)    {trainer:6.1f} GiB "
             "(actor/perf/max_memory_reserved_gb)"]
@@ -350,10 +344,10 @@ def run_locally(runs: list[Run], args) -> int:
     checks["install"] = install_check(env, gpu_name, memory_gib)
     if checks["install"][0]:
         overrides = [*run.overrides(), f"run.attention={attention_for(env)}"]
-        with MemorySampler(out / "memory.csv") as sampler:
+        with sampled_memory(out / "memory.csv") as samples:
             records = train_and_check(run, overrides, checks, args)
         if records:
-            report_and_calibrate(run, overrides, records, gpu_name, memory_gib, sampler, out, args)
+            report_and_calibrate(run, overrides, records, gpu_name, memory_gib, samples, out, args)
     ok, text = checklist(checks)
     (out / "checklist.json").write_text(json.dumps({n: {"ok": o, "detail": d} for n, (o, d) in checks.items()},
                                                    indent=1) + "\n")
@@ -377,7 +371,7 @@ def train_and_check(run: Run, overrides: list[str], checks: dict, args) -> list[
     return records
 
 
-def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, sampler, out: Path, args) -> None:
+def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, samples, out: Path, args) -> None:
     from dara.preflight.calibration import DYNAMIC_SAMPLING_DRAWS, write_calibration
 
     shape = run_shape(run, run.cluster)
@@ -386,7 +380,7 @@ def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, sampler,
     except ZeroDivisionError:
         print("[gpu_smoke] the steps logged no generation / update / log-prob timing: no throughput, no calibration")
         return
-    print("\n".join(memory_lines(overrides, memory_gib, sampler, records)), flush=True)
+    print("\n".join(memory_lines(overrides, memory_gib, samples, records)), flush=True)
     print(f"[gpu_smoke] throughput per GPU: rollout {m.rollout_tokens_per_s:.0f} generated tokens/s, update "
           f"{m.update_tokens_per_s:.0f} tokens/s, log-probs {m.logprob_tokens_per_s:.0f} tokens/s, the rest "
           f"{m.other_seconds_per_response * 1000:.0f} ms/response; mean prompt {m.mean_prompt:.0f}, response "
@@ -412,16 +406,14 @@ def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, sampler,
           f"--calibration {path}", flush=True)
 
 
-def describe_plan(runs: list[Run], python: str = "python") -> str:
-    """The dry run: what the smoke would run, in order."""
+def describe_plan(runs: list[Run]) -> str:
+    """The dry run: what the smoke would run after the training command listed above, in order."""
     run = runs[0]
-    command = shlex.join([python, "-m", "dara.train", *run.overrides(), "run.attention=<flash_attention_2|sdpa>"])
-    evals = eval_commands(run.output_dir / HF_KEPT / f"global_step_{STEPS}", run.output_dir / "gpu_smoke" / "eval",
-                          python)
+    evals = eval_commands(run.output_dir / HF_KEPT / f"global_step_{STEPS}", run.output_dir / "gpu_smoke" / "eval")
     return "\n".join(f"[gpu_smoke] {line}" for line in (
         f"1. install: environment check of this node, one GPU of >= {MIN_GPU_GIB:g} GiB (nvidia-smi)",
-        f"2. {command}",
-        f"   stop request once step {STOP_AFTER_STEP} is logged: checkpoint at step {STOP_AFTER_STEP + 1}",
+        f"2. the training command above with run.attention=<flash_attention_2|sdpa>; a stop request once step "
+        f"{STOP_AFTER_STEP} is logged: checkpoint at step {STOP_AFTER_STEP + 1}",
         f"3. the same command again: resumes to step {STEPS}",
-        f"4. {shlex.join(evals['bfcl'])}", f"   {shlex.join(evals['math'])}",
+        *(f"4. {shlex.join(command)}" for command in evals.values()),
         f"5. checklist, memory vs plan, throughput, calibration in {run.output_dir / 'gpu_smoke'}"))
