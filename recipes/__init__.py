@@ -32,7 +32,6 @@ def load(name: str):
         raise KeyError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)} (or a file / package.module "
                        "of your own)")
     from tasks.registry import load_ref
-
     try:
         module = load_ref(name)
     except ValueError as error:

@@ -60,7 +60,6 @@ def checklist(checks: dict[str, tuple[bool, str]]) -> tuple[bool, str]:
 # ----------------------------------------------------------------------------- training with a forced stop
 def _records(run_dir: Path) -> list[dict]:
     from dara.run_log import read_metrics
-
     path = run_dir / METRICS_FILE
     return read_metrics(path) if path.exists() else []
 
@@ -74,7 +73,6 @@ def train_with_forced_stop(overrides: list[str], run_dir: Path, stop_after: int 
     """`dara.train` until `stop_after` is logged, a stop request, then the same command again (the resume).
     Returns (first exit code, the step the first run stopped at, second exit code)."""
     from dara.verl.stop_request import clear_stop_request, request_stop
-
     command = [python, "-m", "dara.train", *overrides]
     clear_stop_request(run_dir)
     first = subprocess.Popen(command, cwd=PROJECT_ROOT)
@@ -141,7 +139,6 @@ def measure(records: list[dict], responses: int) -> Measured:
 
     def mean(key):
         return sum(float(r.get(key, 0.0)) for r in steps) / len(steps)
-
     prompt, response = mean("prompt_length/mean"), mean("response_length/mean")
     tokens = responses * (prompt + response)
     gen, update = mean("timing_s/gen"), mean("timing_s/update_actor")
@@ -160,7 +157,6 @@ def _file_value(group: str, choice: str, key: str, default=None):
 def run_shape(run: Run, cluster: str):
     """A paper run's numbers (task, model, cluster files and the run's overrides; nothing composed) on `cluster`."""
     from dara.preflight.calibration import RunShape
-
     on = replace(run, cluster=cluster)
 
     def value(group, key, default=None):
@@ -169,7 +165,6 @@ def run_shape(run: Run, cluster: str):
 
     def flag(key):
         return value("task", key, False) in ("true", "True", True)
-
     return RunShape(
         num_parameters=int(value("model", "run.model_facts.num_parameters")),
         gpus=int(value("cluster", "trainer.nnodes", 1)) * int(value("cluster", "trainer.n_gpus_per_node", 1)),
@@ -185,7 +180,6 @@ def run_shape(run: Run, cluster: str):
 def paper_runs() -> list[Run]:
     """Every GPU run of the project's recipes (not the smokes; the CPU races are cluster=cpu)."""
     from recipes import RECIPES, load
-
     return [run for name in RECIPES if name not in ("smoke", "gpu_smoke")
             for run in load(name).runs(load(name).DEFAULT_SEEDS) if run.cluster != "cpu"]
 
@@ -205,7 +199,6 @@ def matching_clusters(gpu_name: str, memory_gib: float) -> list[str]:
 def calibrate(measured: Measured, smoke: Run, clusters: list[str]) -> dict[str, dict[str, float]]:
     """Minutes per step of every paper model on each cluster, the largest over its runs (tasks, variants)."""
     from dara.preflight.calibration import Throughput, scaled_step_minutes
-
     shape = run_shape(smoke, smoke.cluster)
     throughput = Throughput(shape.num_parameters, measured.rollout_tokens_per_s, measured.update_tokens_per_s,
                             measured.logprob_tokens_per_s, measured.other_seconds_per_response,
@@ -239,7 +232,6 @@ def sampled_memory(path: Path):
         while not stop.wait(0.5):
             with contextlib.suppress(RecipeError, OSError, subprocess.TimeoutExpired, ValueError):
                 samples.append((time.time(), float(_smi("memory.used")[0])))
-
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     try:
@@ -295,7 +287,6 @@ def attention_check(attention: str, records: list[dict]) -> tuple[bool, str]:
 
 def install_check(env, gpu_name: str | None, memory_gib: float | None) -> tuple[bool, str]:
     from dara.preflight.environment import describe, problems
-
     found = problems(env, attention=attention_for(env))
     if gpu_name is None:
         found.append("no GPU visible (nvidia-smi)")
@@ -310,7 +301,6 @@ def memory_lines(overrides: list[str], memory_gib: float, samples: list, records
 
     from dara.preflight import compose, model_facts
     from dara.preflight.memory import GIB, MemoryPlan, plan
-
     cfg = compose(overrides)
     with open_dict(cfg):
         cfg.run.hardware.gpu_memory_gib = memory_gib
@@ -328,7 +318,6 @@ def memory_lines(overrides: list[str], memory_gib: float, samples: list, records
 def run_locally(runs: list[Run], args) -> int:
     """The smoke on this node's first GPU (see the module docstring); exit 0 when every check is ok."""
     from dara.preflight.environment import probe_environment
-
     run = runs[0]
     if run.output_dir.exists():  # a smoke starts from nothing: an earlier smoke's folder would be resumed
         print(f"[gpu_smoke] removing the previous smoke run {run.output_dir}", flush=True)
@@ -373,7 +362,6 @@ def train_and_check(run: Run, overrides: list[str], checks: dict, args) -> list[
 
 def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, samples, out: Path, args) -> None:
     from dara.preflight.calibration import DYNAMIC_SAMPLING_DRAWS, write_calibration
-
     shape = run_shape(run, run.cluster)
     try:
         m = measure(records, shape.responses)

@@ -85,7 +85,6 @@ def commit_logs(run: Run, logs_dir, label: str, attempts: int = 5) -> bool:
 @dataclass(frozen=True)
 class Race:
     """A race as a recipe (DESCRIPTION, DEFAULT_SEEDS, runs, run_locally, describe_plan)."""
-
     NAME: str
     DESCRIPTION: str
     task: str

@@ -40,7 +40,6 @@ class Run:
     folder. `estimator_module` names a module of estimators of your own (a .py file, pinned absolute for the
     Slurm job, or an import path): `estimator` is then a name it registers, given as `algorithm.adv_estimator`.
     """
-
     task: str
     model: str
     estimator: str
@@ -209,7 +208,6 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
     against the time its jobs get (`job_time`). Returns (group, report) pairs."""
     from dara.config import compose
     from dara.preflight import CalibrationError, load_calibration, parse_time_limit, preflight
-
     try:
         measured = load_calibration(calibration) if calibration else None
     except CalibrationError as error:
@@ -239,7 +237,6 @@ class SlurmOptions:
 def job_time(run: Run, time: str | None = None) -> str:
     """The --time a job of `run` gets: the launcher's, else its cluster file's job_time_limit_minutes."""
     from dara.slurm_time import format_time_limit, parse_time_limit
-
     if time:
         if parse_time_limit(time) is None:
             raise RecipeError(f"--time {time!r} sets no limit: a job needs one (its steps are checked against it)")
@@ -266,14 +263,12 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
     """`sbatch` for one job array: nodes and GPUs per node from the cluster file, one task per node, the
     pre-timeout signal the cluster file's run.hardware.signal_lead_minutes before the limit."""
     from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
-
     first, seeds = group[0], sorted({run.seed for run in group})
     if any(s < 0 for s in seeds):
         raise RecipeError(f"Slurm array indices (= seeds) must be >= 0, got {seeds}")
 
     def cluster(key, default=None):
         return group_value("cluster", first.cluster, key, default)
-
     lead = int(60 * float(cluster("run.hardware.signal_lead_minutes", DEFAULT_SIGNAL_LEAD_MINUTES)))
     # %a (the array index = the seed) and %A (the array job id) are Slurm's
     log = first.root / first.name_for("%a") / "logs" / "slurm-%A_%a.out"

@@ -25,7 +25,6 @@ def job_env(cfg, cpus: int | None = None) -> dict[str, str]:
     """Shell variables for the batch script (empty string = not set by the config); `cpus`: the node's allocated
     CPUs (default: this process's)."""
     from dara.preflight import ray_ports
-
     ray_init = OmegaConf.select(cfg, "ray_kwargs.ray_init", default={}) or {}
     ports = ray_ports.plan(cfg, cpus if cpus is not None else len(os.sched_getaffinity(0)))
     values = {
@@ -50,7 +49,6 @@ def check_node(cfg, time_limit: str | None, calibration: str | None, cpus: int |
     from dara.preflight import CalibrationError, load_calibration, node_checks, parse_time_limit
     from dara.run_folder import RunFolderError
     from dara.run_lock import check_run_folder_free
-
     try:
         check_run_folder_free(os.path.abspath(str(cfg.run.output_dir)))
     except RunFolderError as error:
@@ -82,7 +80,6 @@ def wait_for_nodes(address: str, expected: dict[str, str], timeout: float, node_
     """Connect to the Ray cluster at `address` and wait until a node of every expected address ({ip: Slurm node})
     is alive; SystemExit naming the nodes that did not join within `timeout` seconds."""
     import ray
-
     ray.init(address=address, logging_level="ERROR", log_to_driver=False,
              **({"_node_ip_address": node_ip} if node_ip else {}))
     try:
