@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # The GPU install (docs/experiments.md, "GPU install"): `make install GPU=1 [CUDA=12.9|13.0] [WHEELS=DIR]
-# [FLASH_ATTN_WHEEL=FILE|URL]` and `make flash-attn` run `bash scripts/install_gpu.sh [install|flash-attn]`.
-# install: the CUDA line from the driver (>= 580: 13.0, lock constraints/gpu-cu130.txt; 525-579: 12.9, lock
-# constraints/gpu-cu129.txt), its indexes probed (else the wheels to download and WHEELS=DIR), torch and vllm, the
-# project with verl, flash-attn from a prebuilt wheel only (kept when it imports), bfcl-eval --no-deps, a summary.
-# flash-attn: builds flash-attn 2.8.3 from source against the installed torch (MAX_JOBS from cores and RAM).
-# DRY_RUN=1 prints the commands instead (the indexes probed only with PROBE=1): tests/test_preflight_lock.py.
+# [FLASH_ATTN_WHEEL=FILE|URL]` runs `install`: the CUDA line from the driver (its lock constraints/gpu-cu1xx.txt),
+# torch, vllm, the project with verl, flash-attn from a prebuilt wheel only, bfcl-eval --no-deps, a summary.
+# `make flash-attn` runs `flash-attn`: a source build against the installed torch. DRY_RUN=1 prints the commands.
 set -uo pipefail
 
 ACTION="${1:-install}"
