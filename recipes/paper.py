@@ -1,21 +1,14 @@
 """The paper's runs, one recipe per table or figure (EXPERIMENTS.md; docs/experiments.md, "Runs per recipe").
 
-- toolrl_main: Table 1, BFCL v4 after 100 steps; Qwen2.5-1.5B/3B-Instruct, 4 x A100-40GB per run. GD2PO-Hard as the
-  DARA authors ran it (query weight after whitening). The 1.5B runs keep the HF weights of steps 10, 20, ..., 100
-  (`run.checkpoint.keep_hf_steps`): the authors' BFCL dynamics figure scores them (step 0 is the base model).
-- group_size: G in {4, 8, 16, 32} at 2,048 responses per step (512/256/128/64 prompts); the PPO mini-batch stays
-  512 responses (4 updates a step), i.e. 512 / G prompts (verl counts prompts). G = 4 is the main table's run
-  (same name and folder); the others carry the variant "g<G>".
-- three_rewards: the ToolRL setup with a third, think-length channel (conf/task/toolrl_three_rewards.yaml).
-- math_main: DeepScaleR with a length constraint, 200 steps on one 8-GPU node, tables at steps 50 and 100;
-  GD2PO-Hard as the authors ran it in math (`gd2po_hard_after`: the query weight after the response-level norm).
-- instruct_vs_thinking: DARA-Asym on Qwen3-4B-Thinking-2507 to step 100 (the authors' math README), against
-  math_main's Qwen3-4B-Instruct-2507 DARA-Asym run read at step 100.
-- fixed_weight: GDPO-style static weights [correctness 1, length 5] in both forms, against math_main's DARA runs.
-- extra_baselines: further tool-calling estimators (METHODS.md "Further estimators"), not in the paper's comparison.
-- rvpo: RVPO as in the authors' published tool-calling curves (reference/dara_authors/SOURCE.md; k = 1, token
-  whitening); `python -m results report` sets these runs beside the authors' rvpo rows.
-- smoke: the CPU smoke run (3 steps of the tiny model), the laptop and CI check of the launchers.
+- toolrl_main (Table 1, BFCL v4 at step 100): GD2PO-Hard as the DARA authors ran it (query weight after whitening);
+  the 1.5B runs keep the HF weights of steps 10, 20, ..., 100 for the authors' BFCL dynamics figure.
+- group_size: G in {4, 8, 16, 32} at 2,048 responses a step; the PPO mini-batch stays 512 responses (4 updates a
+  step), i.e. 512 / G prompts (verl counts prompts). G = 4 is the main table's run (same name and folder).
+- math_main: DeepScaleR with a length constraint, 200 steps; GD2PO-Hard as the authors ran it in math
+  (`gd2po_hard_after`: the query weight after the response-level norm). instruct_vs_thinking compares its
+  Qwen3-4B-Thinking-2507 run at step 100 with math_main's Qwen3-4B-Instruct-2507 DARA-Asym run.
+- fixed_weight: static weights [correctness 1, length 5] in both forms; extra_baselines: estimators outside the
+  paper's comparison; rvpo: RVPO as in the authors' published tool-calling curves (k = 1, token whitening).
 """
 
 from __future__ import annotations
