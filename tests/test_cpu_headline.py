@@ -1,5 +1,5 @@
-"""The toy headline race without training: its sparse-format variant, the protocol's loading, the dry run, the
-in-turn runner, per-request rollout seeds, and the verl seams the seeded agent loop stands on."""
+"""The toy headline race without training: its sparse-format variant, the protocol's loading, per-request rollout
+seeds, and the verl seams the seeded agent loop stands on."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from data_prep import smoke, smoke_sparse
 from recipes.race import CPU_HEADLINE, load_protocol
-from recipes.runner import RecipeError, run_in_turn
+from recipes.runner import RecipeError
 from rewards.toolrl import correctness_reward, format_reward
 
 
@@ -159,20 +159,3 @@ def test_seeded_agent_loop_registration_reaches_verl():
     agent = cfg.actor_rollout_ref.rollout.agent
     assert agent.default_agent_loop == AGENT_NAME and Path(agent.agent_loop_config_path) == AGENT_LOOP_CONFIG
     assert cfg.actor_rollout_ref.model.path.endswith("assets/smoke_sparse/model")
-
-
-def test_run_in_turn_skips_finished_runs_and_reports_each_run_with_the_time_left(tmp_path, capsys):
-    """The race's loop: a finished run (metrics.jsonl holds its last step) is not started; every started run
-    gets one line with its status and the time left (here the interpreter is `false`: each start fails)."""
-    from recipes.runner import with_options
-
-    race = with_options(CPU_HEADLINE.runs(), output_root=str(tmp_path))[:3]
-    race[0].output_dir.mkdir(parents=True)
-    steps = load_protocol(CPU_HEADLINE.protocol_file)["steps"]
-    (race[0].output_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, steps + 1)))
-    assert run_in_turn(race, "race", python="false") == 2
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "[race] 3 runs: 1 finished (skipped), 2 to run"
-    assert [line.split(":")[0] for line in lines[1:3]] == [f"[race] 1/2 {race[1].name}", f"[race] 2/2 {race[2].name}"]
-    assert all("FAILED (exit 1)" in line and "min left" in line for line in lines[1:3])
-    assert lines[3].startswith("[race] 0 ran, 1 skipped, 2 failed")

@@ -19,6 +19,7 @@ from recipes.runner import (
     is_finished,
     job_time,
     launch_slurm,
+    run_in_turn,
     sbatch_command,
     seed_groups,
     train_command,
@@ -88,6 +89,13 @@ def test_finished_runs_are_skipped_by_every_launcher(capsys, tmp_path):
     assert expected_steps(short) == 2 and "trainer.total_training_steps=2" in short.overrides() and is_finished(short)
     assert main(["smoke", "--seeds", "0", "--output-root", str(tmp_path)]) == 0  # nothing to start
     assert "1 runs: 1 finished (skipped), 0 to run" in capsys.readouterr().out
+    # the local launcher runs the rest in turn, one line each with the time left (`false`: each start fails)
+    assert run_in_turn([*runs, *with_options(runs[1:], total_steps=4)], "race", python="false") == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[race] 3 runs: 1 finished (skipped), 2 to run"
+    assert [line.split(":")[0] for line in lines[1:3]] == [f"[race] {i}/2 smoke-tiny-dara_asym-s1" for i in (1, 2)]
+    assert all("FAILED (exit 1)" in line and "min left" in line for line in lines[1:3])
+    assert lines[3] == "[race] 0 ran, 1 skipped, 2 failed: smoke-tiny-dara_asym-s1, smoke-tiny-dara_asym-s1"
 
 
 def test_sbatch_array_per_seed_group_with_resources_time_and_signal_from_the_cluster(tmp_path):
