@@ -1,7 +1,7 @@
-"""`python -m recipes gpu_smoke` where no GPU is: its preflight and dry run, and its parts on CPU. The checklist;
-the calibration computed from measured throughput, written and read back by the preflight; the cluster files
-matched to a GPU. The checks that read a run's steps (checkpoint + resume, rollout, weight sync, throughput) read
-a real CPU run in tests/test_training.py.
+"""`python -m recipes gpu_smoke` where no GPU is: its dry run and its parts on CPU: the checklist, the calibration
+computed from measured throughput, the cluster files matched to a GPU, the checkpoint + resume check and the forced
+stop. The checks that read a run's steps (rollout, weight sync, throughput) read a real CPU run in
+tests/test_training.py.
 """
 
 from __future__ import annotations
@@ -9,11 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from omegaconf import OmegaConf
 
-from dara.preflight import load_calibration
-from dara.preflight.budget import step_minutes
-from dara.preflight.calibration import Throughput, scaled_step_minutes, write_calibration
+from dara.preflight.calibration import Throughput, scaled_step_minutes
 from recipes.__main__ import main
 from recipes.gpu_smoke import (
     CHECKS,
@@ -65,7 +62,8 @@ MEASURED = Measured(rollout_tokens_per_s=4000.0, update_tokens_per_s=20000.0, lo
                     other_seconds_per_response=0.05, mean_prompt=1024.0, mean_response=256.0)
 
 
-def test_calibration_is_written_and_the_preflight_reads_it(tmp_path):
+def test_calibration_scales_the_measured_throughput_to_every_paper_run():
+    """(Written and read back by the preflight: tests/test_preflight.py.)"""
     smoke = runs()[0]
     table = calibrate(MEASURED, smoke, ["a100_40g_x4", "h100_x8"])
     models = {run.model for run in paper_runs()}
@@ -83,17 +81,6 @@ def test_calibration_is_written_and_the_preflight_reads_it(tmp_path):
         pytest.approx(by_hand)
     # math: dynamic sampling doubles the generation; every sequence at its budget (no measured fill)
     assert table["h100_x8"]["deepseek-r1-distill-qwen-7b"] > table["h100_x8"]["deepseek-r1-distill-qwen-1.5b"]
-
-    path = write_calibration(tmp_path / "calibration.json", gpu="NVIDIA H100 80GB HBM3", measured_at="test",
-                             step_minutes=table, measured={}, derivation="test")
-    calibration = load_calibration(path)
-    assert calibration.step_minutes("h100_x8", "qwen3-4b-instruct-2507") == table["h100_x8"]["qwen3-4b-instruct-2507"]
-    # the preflight's lookup (the whole preflight with a calibration: tests/test_preflight.py)
-    cfg = OmegaConf.create({"run": {"model": "qwen3-4b-instruct-2507", "cluster": "h100_x8",
-                                    "hardware": {"step_minutes_estimate": {"qwen3-4b-instruct-2507": 25}}}})
-    minutes, source = step_minutes(cfg, calibration)
-    assert minutes == table["h100_x8"]["qwen3-4b-instruct-2507"] and source.startswith("CALIBRATED (gpu_smoke on NVIDIA H100")
-    assert step_minutes(cfg) == (25.0, "ESTIMATE (cluster file h100_x8)")
 
 
 def test_dry_run_shows_the_smokes_plan(capsys, tmp_path):
