@@ -60,12 +60,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.recipe == "list":
-        for name in RECIPES:
-            module = load(name)
-            print(f"{name:20s} {len(module.runs(module.DEFAULT_SEEDS)):4d} runs  {module.DESCRIPTION}")
-        return 0
     try:
+        if args.recipe == "list":
+            for name in RECIPES:
+                module = load(name)
+                print(f"{name:20s} {len(module.runs(module.DEFAULT_SEEDS)):4d} runs  {module.DESCRIPTION}")
+            return 0
         module = load(args.recipe)
         seeds = tuple(args.seeds) if args.seeds is not None else module.DEFAULT_SEEDS
         # run.recipe is the wandb group: every run of one table or figure lands in one group
