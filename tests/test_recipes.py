@@ -138,15 +138,6 @@ def test_bad_requests_fail_with_a_clear_message(capsys):
                                        "--gpus-per-node=1 python -m recipes gpu_smoke\n")
 
 
-def test_every_run_carries_its_recipe_as_the_wandb_group():
-    from dara.tracking import wandb_env
-    from recipes.slurm import compose_run
-
-    run = with_options(load("three_rewards").runs((0,)), extra=["run.recipe=three_rewards"])[0]
-    assert "run.recipe=three_rewards" in sbatch_command([run], SlurmOptions())
-    assert wandb_env(compose_run(run.overrides()), {})["WANDB_RUN_GROUP"] == "three_rewards"
-
-
 @pytest.mark.parametrize("name, first, order", [
     ("cpu_headline", "smoke_sparse-tiny_sparse-grpo-s0",
      lambda p: [(m, s) for m in ("grpo", "gdpo", "dara_sym", "dara_asym") for s in range(5)]),
