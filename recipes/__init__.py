@@ -1,4 +1,4 @@
-"""Paper recipes: one module per table or figure, each enumerating its runs (see recipes/runner.py).
+"""Paper recipes: each enumerates the runs of one table or figure (recipes/paper.py, recipes/race.py).
 
     python -m recipes list
     python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds 0 1 2]
@@ -9,39 +9,29 @@ from __future__ import annotations
 
 import importlib
 
-# recipe name -> module (each defines DESCRIPTION, DEFAULT_SEEDS and runs(seeds) -> list[Run]; a module may also
-# define run_locally(runs, args), describe_plan(runs), submit(runs, options, dry_run) and pilot(args) for its own
-# procedure)
-RECIPES = {
-    "toolrl_main": "recipes.toolrl_main",
-    "group_size": "recipes.group_size",
-    "three_rewards": "recipes.three_rewards",
-    "math_main": "recipes.math_main",
-    "instruct_vs_thinking": "recipes.instruct_vs_thinking",
-    "fixed_weight": "recipes.fixed_weight",
-    "extra_baselines": "recipes.extra_baselines",
-    "rvpo": "recipes.rvpo",
-    "smoke": "recipes.smoke",
-    "gpu_smoke": "recipes.gpu_smoke",
-    "cpu_headline": "recipes.cpu_headline",
-    "race_format": "recipes.race_format",
-    "race_length": "recipes.race_length",
-}
-
-
+# A recipe defines DESCRIPTION, DEFAULT_SEEDS and runs(seeds) -> list[Run]; it may also define run_locally(runs,
+# args) and describe_plan(runs) for its own procedure, and LOCAL_ONLY (why it has no Slurm launcher).
+PAPER = ("toolrl_main", "group_size", "three_rewards", "math_main", "instruct_vs_thinking", "fixed_weight",
+         "extra_baselines", "rvpo", "smoke")
+RECIPES = {**{name: f"recipes.paper:RECIPES.{name}" for name in PAPER}, "gpu_smoke": "recipes.gpu_smoke",
+           "cpu_headline": "recipes.race:CPU_HEADLINE", "race_format": "recipes.race:RACE_FORMAT",
+           "race_length": "recipes.race:RACE_LENGTH"}
 RECIPE_ATTRIBUTES = ("DESCRIPTION", "DEFAULT_SEEDS", "runs")
 
 
 def load(name: str):
-    """The recipe module of `name`: one of the project's, or one of your own given by file (`.py`) or import path
+    """The recipe `name`: one of the project's, or one of your own given by file (`.py`) or import path
     (package.module). An unknown name, or a module lacking a recipe's attributes, is an error naming it."""
     if name in RECIPES:
-        return importlib.import_module(RECIPES[name])
+        module, _, attribute = RECIPES[name].partition(":")
+        found = importlib.import_module(module)
+        for part in filter(None, attribute.split(".")):
+            found = found[part] if isinstance(found, dict) else getattr(found, part)
+        return found
     if not (name.endswith(".py") or "/" in name or "." in name):
         raise KeyError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)} (or a file / package.module "
                        "of your own)")
     from tasks.registry import load_ref
-
     try:
         module = load_ref(name)
     except ValueError as error:

@@ -35,19 +35,14 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> int:
 def steps_since(run_dir: str | Path, step: int) -> list[dict]:
     """This job's metrics records: the run log drops lines past the checkpoint on resume, so the records after
     the starting checkpoint's step are the ones this job wrote (a torn last line is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
     records = []
-    try:
-        lines = (Path(run_dir) / METRICS_FILE).read_text().splitlines()
-    except FileNotFoundError:
-        return records
-    for line in lines:
+    for line in path.read_text().splitlines() if path.exists() else []:
         try:
-            record = json.loads(line)
+            records.append(json.loads(line))
         except json.JSONDecodeError:
             continue
-        if int(record.get("step", 0)) > step:
-            records.append(record)
-    return records
+    return [record for record in records if int(record.get("step", 0)) > step]
 
 
 PROGRESS, NO_PROGRESS, FINISHED = 0, 1, 2  # the exit status

@@ -18,75 +18,50 @@ import time
 
 from omegaconf import OmegaConf
 
-from dara.config import compose
-
-
-def compose_run(overrides: list[str]):
-    """The composed, resolved training config of `python -m dara.train <overrides>` (starts nothing)."""
-    return compose(overrides)
+from dara.config import compose as compose_run  # the config `python -m dara.train <overrides>` composes
 
 
 def job_env(cfg, cpus: int | None = None) -> dict[str, str]:
     """Shell variables for the batch script (empty string = not set by the config); `cpus`: the node's allocated
     CPUs (default: this process's)."""
     from dara.preflight import ray_ports
-
     ray_init = OmegaConf.select(cfg, "ray_kwargs.ray_init", default={}) or {}
     ports = ray_ports.plan(cfg, cpus if cpus is not None else len(os.sched_getaffinity(0)))
-
-    def text(value) -> str:
-        return "" if value is None else str(value)
-
-    return {
-        "RUN_NAME": str(cfg.run.name),
-        "RUN_DIR": os.path.abspath(str(cfg.run.output_dir)),
+    values = {
+        "RUN_NAME": cfg.run.name, "RUN_DIR": os.path.abspath(str(cfg.run.output_dir)),
         "CHECKPOINT_DIR": os.path.abspath(str(cfg.trainer.default_local_dir)),
-        "SAVE_FREQ": str(int(cfg.trainer.save_freq)),
-        "TOTAL_STEPS": text(cfg.trainer.total_training_steps),
-        "SIGNAL_LEAD_MINUTES": str(cfg.run.hardware.signal_lead_minutes),
-        "TRAINER_DEVICE": str(cfg.trainer.device),
-        "CONFIG_GPUS_PER_NODE": text(cfg.trainer.n_gpus_per_node),
-        "CONFIG_RAY_NUM_CPUS": text(ray_init.get("num_cpus")),
-        "CONFIG_RAY_NUM_GPUS": text(ray_init.get("num_gpus")),
-        "CONFIG_RAY_OBJECT_STORE_MEMORY": text(ray_init.get("object_store_memory")),
-        "RAY_CPUS": str(ports.cpus),
+        "SAVE_FREQ": int(cfg.trainer.save_freq), "TOTAL_STEPS": cfg.trainer.total_training_steps,
+        "SIGNAL_LEAD_MINUTES": cfg.run.hardware.signal_lead_minutes, "TRAINER_DEVICE": cfg.trainer.device,
+        "CONFIG_GPUS_PER_NODE": cfg.trainer.n_gpus_per_node, "CONFIG_RAY_NUM_CPUS": ray_init.get("num_cpus"),
+        "CONFIG_RAY_NUM_GPUS": ray_init.get("num_gpus"),
+        "CONFIG_RAY_OBJECT_STORE_MEMORY": ray_init.get("object_store_memory"), "RAY_CPUS": ports.cpus,
         # the port range: RAY_PORT_UNITS consecutive units of RAY_PORT_UNIT ports from RAY_PORT_BASE, starting at
         # one of RAY_PORT_PLACES units; Ray's fixed ports are its first RAY_FIXED_PORTS, the rest its workers'
-        "RAY_PORT_BASE": str(ray_ports.PORT_BASE),
-        "RAY_PORT_UNIT": str(ray_ports.PORT_UNIT),
-        "RAY_PORT_UNITS": str(ports.units),
-        "RAY_PORT_PLACES": str(ports.places),
-        "RAY_FIXED_PORTS": str(ray_ports.FIXED_PORTS),
+        "RAY_PORT_BASE": ray_ports.PORT_BASE, "RAY_PORT_UNIT": ray_ports.PORT_UNIT, "RAY_PORT_UNITS": ports.units,
+        "RAY_PORT_PLACES": ports.places, "RAY_FIXED_PORTS": ray_ports.FIXED_PORTS,
     }
+    return {key: "" if value is None else str(value) for key, value in values.items()}
 
 
-def check_run_folder(cfg) -> None:
-    """Exit in one line when another job holds the run folder."""
+def check_node(cfg, time_limit: str | None, calibration: str | None, cpus: int | None = None) -> bool:
+    """The run folder is free (else exit in one line) and the node checks of the job's first step pass, printed
+    to stderr (the job's log); False on a problem."""
+    from dara.preflight import CalibrationError, load_calibration, node_checks, parse_time_limit
     from dara.run_folder import RunFolderError
     from dara.run_lock import check_run_folder_free
-
     try:
         check_run_folder_free(os.path.abspath(str(cfg.run.output_dir)))
     except RunFolderError as error:
         raise SystemExit(f"[dara-slurm] {error}") from None
-
-
-def check_node(cfg, time_limit: str | None, calibration: str | None, cpus: int | None = None) -> bool:
-    """The node checks of the job's first step, printed to stderr (the job's log); False on a problem."""
-    from dara.preflight import CalibrationError, load_calibration, node_checks, parse_time_limit
-
     try:
         measured = load_calibration(calibration) if calibration else None
     except CalibrationError as error:
         print(f"[dara-slurm] {error}", file=sys.stderr, flush=True)
         return False
     report = node_checks(cfg, time_limit_minutes=parse_time_limit(time_limit), calibration=measured, cpus=cpus)
-    for section in report.sections:
-        for line in section.lines:
-            print(f"[dara-slurm] node check, {section.title}: {line}", file=sys.stderr)
-    for problem in report.problems:
-        print(f"[dara-slurm] this node cannot run the job: {problem}", file=sys.stderr)
-    sys.stderr.flush()
+    lines = [f"node check, {section.title}: {line}" for section in report.sections for line in section.lines]
+    lines += [f"this node cannot run the job: {problem}" for problem in report.problems]
+    print("".join(f"[dara-slurm] {line}\n" for line in lines), end="", file=sys.stderr, flush=True)
     return report.ok
 
 
@@ -102,13 +77,9 @@ def parse_expected(pairs: list[str]) -> dict[str, str]:
 
 
 def wait_for_nodes(address: str, expected: dict[str, str], timeout: float, node_ip: str | None = None) -> int:
-    """Connect to the Ray cluster at `address` and wait until a node of every expected address is alive.
-
-    `expected` maps node IP -> Slurm node name. Raises SystemExit naming the nodes that did not join within
-    `timeout` seconds (a worker that cannot reach the head, a node whose Ray failed to start).
-    """
+    """Connect to the Ray cluster at `address` and wait until a node of every expected address ({ip: Slurm node})
+    is alive; SystemExit naming the nodes that did not join within `timeout` seconds."""
     import ray
-
     ray.init(address=address, logging_level="ERROR", log_to_driver=False,
              **({"_node_ip_address": node_ip} if node_ip else {}))
     try:
@@ -141,16 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     wait.add_argument("--node-ip", default=None, help="this node's Ray address (the head's)")
     wait.add_argument("--timeout", type=float, default=300.0)
     args = top.parse_args(argv)
-    if args.command == "job-env":
-        cfg = compose_run(args.overrides)
-        check_run_folder(cfg)
-        cpus = args.cpus if args.cpus is not None else len(os.sched_getaffinity(0))
-        if not check_node(cfg, args.time_limit, args.calibration, cpus):
-            return 3
-        for key, value in job_env(cfg, cpus).items():
-            print(f"{key}={shlex.quote(value)}")
-    else:
+    if args.command == "wait-nodes":
         wait_for_nodes(args.address, parse_expected(args.expect), args.timeout, args.node_ip)
+        return 0
+    cfg = compose_run(args.overrides)
+    cpus = args.cpus if args.cpus is not None else len(os.sched_getaffinity(0))
+    if not check_node(cfg, args.time_limit, args.calibration, cpus):
+        return 3
+    print("".join(f"{key}={shlex.quote(value)}\n" for key, value in job_env(cfg, cpus).items()), end="")
     return 0
 
 

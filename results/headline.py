@@ -66,7 +66,7 @@ def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
     """The committed protocol; a missing file or key, or a threshold that is no rate, is an error naming it."""
     path = Path(path)
     if not path.is_file():
-        raise ProtocolError(f"{path} is missing: the race's `python -m recipes <race> --pilot` writes it (once)")
+        raise ProtocolError(f"{path} is missing: each race runs with its committed protocol (restore it from git)")
     protocol = json.loads(path.read_text())
     missing = [key for key in PROTOCOL_KEYS if key not in protocol]
     if missing:

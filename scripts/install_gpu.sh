@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # The GPU install (docs/experiments.md, "GPU install"): `make install GPU=1 [CUDA=12.9|13.0] [WHEELS=DIR]
-# [FLASH_ATTN_WHEEL=FILE|URL]` and `make flash-attn` run `bash scripts/install_gpu.sh [install|flash-attn]`.
-# install: the CUDA line from the driver (>= 580: 13.0, lock constraints/gpu-cu130.txt; 525-579: 12.9, lock
-# constraints/gpu-cu129.txt), its indexes probed (else the wheels to download and WHEELS=DIR), torch and vllm, the
-# project with verl, flash-attn from a prebuilt wheel only (kept when it imports), bfcl-eval --no-deps, a summary.
-# flash-attn: builds flash-attn 2.8.3 from source against the installed torch (MAX_JOBS from cores and RAM).
-# DRY_RUN=1 prints the commands instead (the indexes probed only with PROBE=1): tests/test_preflight_lock.py.
+# [FLASH_ATTN_WHEEL=FILE|URL]` runs `install`: the CUDA line from the driver (its lock constraints/gpu-cu1xx.txt),
+# torch, vllm, the project with verl, flash-attn from a prebuilt wheel only, bfcl-eval --no-deps, a summary.
+# `make flash-attn` runs `flash-attn`: a source build against the installed torch. DRY_RUN=1 prints the commands.
 set -uo pipefail
 
 ACTION="${1:-install}"
@@ -26,14 +23,8 @@ FLASH_ATTN_MAKE="make flash-attn"
 BFCL_EVAL=bfcl-eval==2026.3.23
 
 say() { echo "[install] $*"; }
-run() {
-  echo "+ $*"
-  ((DRY_RUN)) || "$@"
-}
-die() {
-  say "ERROR: $*"
-  exit 1
-}
+run() { echo "+ $*"; ((DRY_RUN)) || "$@"; }
+die() { say "ERROR: $*"; exit 1; }
 
 driver_version() {
   command -v nvidia-smi >/dev/null 2>&1 || return 1
@@ -53,13 +44,9 @@ choose_line() {  # sets LINE (cu129 | cu130) and LOCK
     driver="$(driver_version)" || driver=""
     [[ -n "$driver" ]] || die "no NVIDIA driver visible (nvidia-smi): run on a GPU node, or choose the line with CUDA=12.9 or CUDA=13.0"
     major="${driver%%.*}"
-    if ((major >= 580)); then
-      LINE=cu130
-    elif ((major >= 525)); then
-      LINE=cu129
-    else
-      die "NVIDIA driver $driver is older than 525: neither CUDA line runs on it (12.9 needs >= 525, 13.0 >= 580)"
-    fi
+    ((major >= 525)) || die "NVIDIA driver $driver is older than 525: neither CUDA line runs on it (12.9 needs >= 525, 13.0 >= 580)"
+    LINE=cu129
+    ((major >= 580)) && LINE=cu130
     say "NVIDIA driver $driver -> CUDA line ${LINE:2:2}.${LINE:4} ($([[ $LINE == cu130 ]] && echo ">= 580" || echo "525-579: torch and vLLM +cu129 builds"))"
   fi
   LOCK="constraints/gpu-${LINE}.txt"
@@ -100,13 +87,11 @@ STEPS=()
 record() { STEPS+=("$1: $2"); }
 
 build_jobs() {  # compile jobs this node's RAM carries (about 9 GB each), at most one per core
-  local cores mem_gb
+  local cores mem_gb jobs
   cores="$(nproc 2>/dev/null || echo 4)"
   mem_gb="$(awk '/^MemTotal:/ {print int($2 / 1000000)}' /proc/meminfo 2>/dev/null || echo 36)"
-  local jobs=$((mem_gb / 9))
-  ((jobs > cores)) && jobs=$cores
-  ((jobs < 1)) && jobs=1
-  echo "$jobs"
+  jobs=$((mem_gb / 9 < cores ? mem_gb / 9 : cores))
+  echo $((jobs < 1 ? 1 : jobs))
 }
 
 no_flash_attn() {  # what the first paper run needs, with the command and its cost
@@ -173,17 +158,14 @@ install() {
 }
 
 build_flash_attn() {
-  local cuda major nvcc arch
+  local cuda major nvcc arch have
   cuda="$("$PY" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null)" \
     || die "no torch in $VENV: run make install GPU=1 first"
   [[ -n "$cuda" ]] || die "torch in $VENV is a CPU build: run make install GPU=1 on a GPU node first"
   major="${cuda%%.*}"
-  LINE=cu130
-  [[ "$major" == 12 ]] && LINE=cu129
-  LOCK="constraints/gpu-${LINE}.txt"
+  LOCK="constraints/gpu-$([[ "$major" == 12 ]] && echo cu129 || echo cu130).txt"
   nvcc="${CUDA_HOME:+$CUDA_HOME/bin/}nvcc"
   command -v "$nvcc" >/dev/null 2>&1 || die "no nvcc (CUDA_HOME=${CUDA_HOME:-unset}): flash-attn builds with the CUDA $major.x toolkit (point CUDA_HOME at it, e.g. module load cuda/$cuda)"
-  local have
   have="$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
   [[ "$have" == "$major" ]] || die "nvcc is CUDA $have.x but torch is built for CUDA $cuda: point CUDA_HOME at a CUDA $major.x toolkit"
   arch="${FLASH_ATTN_CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')}"

@@ -1,22 +1,18 @@
-"""The toy headline race without training: its sparse-format variant, the protocol's rule and loading, the dry
-run, per-request rollout seeds, and the verl seams the seeded agent loop stands on."""
+"""The toy headline race without training: its sparse-format variant, the protocol's loading, per-request rollout
+seeds, and the verl seams the seeded agent loop stands on."""
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
 import json
-import random
-import statistics
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
 from data_prep import smoke, smoke_sparse
-from recipes import cpu_headline
-from recipes.__main__ import main as recipes_main
+from recipes.race import CPU_HEADLINE, load_protocol
 from recipes.runner import RecipeError
 from rewards.toolrl import correctness_reward, format_reward
 
@@ -69,82 +65,17 @@ def test_sparse_variant_starts_in_the_authors_regime(sparse_build):
 
 
 # ----------------------------------------------------------------------------------- the protocol
-def pilot_frame(curves: dict[str, list[list[float]]]) -> pd.DataFrame:
-    rows = [{"method": method, "seed": seed, "step": step, "reward/format/mean": value}
-            for method, per_seed in curves.items() for seed, values in enumerate(per_seed, 100)
-            for step, value in enumerate(values, 1)]
-    return pd.DataFrame(rows)
-
-
-def plain_threshold(curves: dict[str, list[list[float]]]) -> float:
-    """The rule of PROTOCOL_RULE, written as plain loops."""
-    levels = []
-    for per_seed in curves.values():
-        median = [statistics.median(seed[i] for seed in per_seed) for i in range(len(per_seed[0]))]
-        smoothed = [sum(median[i - 3:i]) / 3 for i in range(3, len(median) + 1)]
-        levels.append(max(smoothed))
-    raw = 0.8 * min(levels)
-    steps = 0
-    while round((steps + 1) * 0.05, 6) <= raw + 1e-9:
-        steps += 1
-    return min(0.8, max(0.1, round(steps * 0.05, 4)))
-
-
-def test_derive_protocol_follows_its_written_rule():
-    rng = random.Random(0)
-    for _ in range(30):
-        curves = {method: [[min(1.0, max(0.0, 0.03 * step * rng.uniform(0.2, 1.5) + rng.gauss(0, 0.05)))
-                            for step in range(1, 21)] for _ in range(3)]
-                  for method in cpu_headline.PILOT_METHODS}
-        found = cpu_headline.derive_protocol(pilot_frame(curves))
-        assert found["threshold"] == pytest.approx(plain_threshold(curves))
-        assert found["steps"] == 20 and found["group_size"] == 4 and found["temperature"] == 1.0
-        assert found["pilot"]["seeds"] == [100, 101, 102] and found["rule"] == cpu_headline.PROTOCOL_RULE
-
-
-def test_threshold_is_clipped_and_on_the_grid():
-    assert cpu_headline.threshold_from_levels({"grpo": 0.05, "gdpo": 0.9}) == 0.1
-    assert cpu_headline.threshold_from_levels({"grpo": 1.0, "gdpo": 1.0}) == 0.8
-    assert cpu_headline.threshold_from_levels({"grpo": 0.7, "gdpo": 0.8}) == 0.55
-
-
-def test_the_committed_protocol_loads_and_drives_every_race_run():
-    protocol_file = cpu_headline.load_protocol()
-    race = cpu_headline.runs()
-    assert [(run.method, run.seed) for run in race] == [(m, s) for m in cpu_headline.METHODS for s in range(5)]
-    for run in race:
-        assert f"trainer.total_training_steps={protocol_file['steps']}" in run.overrides()
-        assert f"actor_rollout_ref.rollout.n={protocol_file['group_size']}" in run.overrides()
-    assert protocol_file["steps"] >= 20 and 0 < protocol_file["threshold"] <= 0.8
-
-
 @pytest.mark.parametrize("broken, message", [
     (None, "is missing"),
     ({"metric": "reward/format/mean"}, "lacks threshold"),
-    ({**cpu_headline.PILOT_SETTINGS, "threshold": 3.0}, "not a format rate"),
+    ({**json.loads(CPU_HEADLINE.protocol_file.read_text()), "threshold": 3.0}, "not a format rate"),
 ])
 def test_a_missing_or_broken_protocol_is_an_error_naming_it(tmp_path, broken, message):
     path = tmp_path / "protocol.json"
     if broken is not None:
         path.write_text(json.dumps(broken))
     with pytest.raises(RecipeError, match=message):
-        cpu_headline.load_protocol(path)
-
-
-def test_the_pilot_never_derives_the_protocol_again(tmp_path):
-    existing = tmp_path / "protocol.json"
-    existing.write_text("{}")
-    with pytest.raises(RecipeError, match="derived once"):
-        cpu_headline.pilot(None, protocol_file=existing)
-
-
-def test_dry_run_prints_the_twenty_runs_with_method_and_seed(capsys, tmp_path):
-    assert recipes_main(["cpu_headline", "--dry-run", "--output-root", str(tmp_path)]) == 0
-    plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
-    assert len(plan) == 20
-    assert {(line.split()[2], int(line.split()[4])) for line in plan} == {
-        (m, s) for m in cpu_headline.METHODS for s in cpu_headline.DEFAULT_SEEDS}
-    assert not any(tmp_path.iterdir())
+        load_protocol(path)
 
 
 # ----------------------------------------------------------------------------------- per-request seeds
@@ -228,23 +159,3 @@ def test_seeded_agent_loop_registration_reaches_verl():
     agent = cfg.actor_rollout_ref.rollout.agent
     assert agent.default_agent_loop == AGENT_NAME and Path(agent.agent_loop_config_path) == AGENT_LOOP_CONFIG
     assert cfg.actor_rollout_ref.model.path.endswith("assets/smoke_sparse/model")
-
-
-def test_run_in_turn_skips_finished_runs_and_reports_each_run_with_the_time_left(tmp_path, capsys):
-    """The race's loop: a finished run (metrics.jsonl holds its last step) is not started; every started run
-    gets one line with its status and the time left (here the interpreter is `false`: each start fails)."""
-    from recipes.runner import with_options
-
-    race = with_options(cpu_headline.runs(), output_root=str(tmp_path))[:3]
-    finished = race[0]
-    finished.output_dir.mkdir(parents=True)
-    steps = cpu_headline.load_protocol()["steps"]
-    (finished.output_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": step}) + "\n" for step in range(1, steps + 1)))
-    assert cpu_headline.run_in_turn(race, "race", python="false") == 2
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "[race] 3 runs: 1 finished (skipped), 2 to run"
-    assert [line.split(":")[0] for line in lines[1:3]] == [
-        f"[race] 1/2 {race[1].method} seed {race[1].seed}", f"[race] 2/2 {race[2].method} seed {race[2].seed}"]
-    assert all("FAILED (exit 1)" in line and "min left" in line for line in lines[1:3])
-    assert lines[3].startswith("[race] 0 ran, 1 skipped, 2 failed")

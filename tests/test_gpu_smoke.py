@@ -1,7 +1,7 @@
-"""`python -m recipes gpu_smoke` where no GPU is: its preflight and dry run, and its parts on CPU. The checklist;
-the calibration computed from measured throughput, written and read back by the preflight; the cluster files
-matched to a GPU. The checks that read a run's steps (checkpoint + resume, rollout, weight sync, throughput) read
-a real CPU run in tests/test_training.py.
+"""`python -m recipes gpu_smoke` where no GPU is: its dry run and its parts on CPU: the checklist, the calibration
+computed from measured throughput, the cluster files matched to a GPU, the checkpoint + resume check and the forced
+stop. The checks that read a run's steps (rollout, weight sync, throughput) read a real CPU run in
+tests/test_training.py.
 """
 
 from __future__ import annotations
@@ -9,19 +9,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from omegaconf import OmegaConf
 
-from dara.preflight import load_calibration
-from dara.preflight.budget import step_minutes
-from dara.preflight.calibration import RunShape, Throughput, scaled_step_minutes, write_calibration
-from recipes import load
+from dara.preflight.calibration import Throughput, scaled_step_minutes
 from recipes.__main__ import main
 from recipes.gpu_smoke import (
     CHECKS,
-    Checklist,
     Measured,
     attention_check,
     calibrate,
+    checklist,
     checkpoint_resume_check,
     matching_clusters,
     paper_runs,
@@ -32,18 +28,14 @@ from recipes.gpu_smoke import (
 
 
 def test_checklist_says_ok_or_fail_for_each_part():
-    checks = Checklist()
-    checks.add("install", True, "torch 2.11.0+cu129 (CUDA 12.9 build)")
-    checks.add("rollout", False, "no steps")
-    lines = checks.text().splitlines()
+    checks = {"install": (True, "torch 2.11.0+cu129 (CUDA 12.9 build)"), "rollout": (False, "no steps")}
+    ok, text = checklist(checks)
+    lines = text.splitlines()
     assert [line.split()[1] for line in lines] == ["install", "attention", "rollout", "weight", "checkpoint",
                                                    "evaluation"]
     assert lines[0].startswith("[gpu_smoke] install ....") and " ok    torch 2.11.0+cu129" in lines[0]
-    assert "FAIL  no steps" in lines[2] and "FAIL  not reached" in lines[1]
-    assert not checks.ok
-    for name in CHECKS:
-        checks.add(name, True, "fine")
-    assert checks.ok and json.loads(json.dumps(checks.as_json()))["rollout"] == {"ok": True, "detail": "fine"}
+    assert "FAIL  no steps" in lines[2] and "FAIL  not reached" in lines[1] and not ok
+    assert checklist(dict.fromkeys(CHECKS, (True, "fine")))[0]
 
 
 def test_the_sdpa_fallback_fails_the_attention_check():
@@ -70,7 +62,8 @@ MEASURED = Measured(rollout_tokens_per_s=4000.0, update_tokens_per_s=20000.0, lo
                     other_seconds_per_response=0.05, mean_prompt=1024.0, mean_response=256.0)
 
 
-def test_calibration_is_written_and_the_preflight_reads_it(tmp_path):
+def test_calibration_scales_the_measured_throughput_to_every_paper_run():
+    """(Written and read back by the preflight: tests/test_preflight.py.)"""
     smoke = runs()[0]
     table = calibrate(MEASURED, smoke, ["a100_40g_x4", "h100_x8"])
     models = {run.model for run in paper_runs()}
@@ -87,41 +80,20 @@ def test_calibration_is_written_and_the_preflight_reads_it(tmp_path):
     assert scaled_step_minutes(Throughput(494032768, 4000, 20000, 60000, 0.05, 0.5, 0.25), shape) == \
         pytest.approx(by_hand)
     # math: dynamic sampling doubles the generation; every sequence at its budget (no measured fill)
-    math_shape = RunShape(7615616512, 8, 8192, 1024, 8000, 1, True, True, False)
-    assert math_shape.dynamic_sampling and table["h100_x8"]["deepseek-r1-distill-qwen-7b"] > table["h100_x8"][
-        "deepseek-r1-distill-qwen-1.5b"]
-
-    path = write_calibration(tmp_path / "calibration.json", gpu="NVIDIA H100 80GB HBM3", measured_at="test",
-                             step_minutes=table, measured={}, derivation="test")
-    calibration = load_calibration(path)
-    assert calibration.step_minutes("h100_x8", "qwen3-4b-instruct-2507") == table["h100_x8"]["qwen3-4b-instruct-2507"]
-    # the preflight's lookup (the whole preflight with a calibration: tests/test_preflight.py)
-    cfg = OmegaConf.create({"run": {"model": "qwen3-4b-instruct-2507", "cluster": "h100_x8",
-                                    "hardware": {"step_minutes_estimate": {"qwen3-4b-instruct-2507": 25}}}})
-    minutes, source = step_minutes(cfg, calibration)
-    assert minutes == table["h100_x8"]["qwen3-4b-instruct-2507"] and source.startswith("CALIBRATED (gpu_smoke on NVIDIA H100")
-    assert step_minutes(cfg) == (25.0, "ESTIMATE (cluster file h100_x8)")
+    assert table["h100_x8"]["deepseek-r1-distill-qwen-7b"] > table["h100_x8"]["deepseek-r1-distill-qwen-1.5b"]
 
 
-@pytest.mark.slow  # composes the smoke's config (Hydra over verl's trainer config), twice
-def test_gpu_smoke_passes_its_preflight_and_dry_run_here(capsys, tmp_path):
-    assert main(["gpu_smoke", "--preflight", "--skip-env", "--output-root", str(tmp_path)]) == 0
-    assert "1 of 1 runs pass" in capsys.readouterr().out
-    assert main(["gpu_smoke", "--dry-run", "--launcher", "slurm", "--output-root", str(tmp_path)]) == 0
+def test_dry_run_shows_the_smokes_plan(capsys, tmp_path):
+    """Its preflight on one_gpu: the every-recipe preflight test (tests/test_preflight_recipes.py)."""
+    assert main(["gpu_smoke", "--dry-run", "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "stop request once step 2 is logged: checkpoint at step 3" in out
+    assert "a stop request once step 2 is logged: checkpoint at step 3" in out and "cluster=one_gpu" in out
     assert "results.evaluation bfcl all" in out and "--limit 20" in out and "--device cuda" in out
-    (sbatch,) = [line for line in out.splitlines() if line.startswith("[recipes] sbatch")]
-    assert "--gpus-per-node=1" in sbatch and "--time=1:00:00" in sbatch and "scripts/slurm/gpu_smoke.sbatch" in sbatch
-    assert load("gpu_smoke").runs()[0].cluster == "one_gpu"
-
 
 
 def test_the_checkpoint_resume_check_reads_a_run_folder(tmp_path):
     """What a forced stop and its resume leave: a checkpoint at the stop's step, every step logged once, the
     resume marker at the last step; each missing piece is named."""
-    import json as _json
-
     from dara.run_folder import CHECKPOINT_TRACKER, CHECKPOINTS, METRICS_FILE
 
     def folder(steps, checkpoints, marker):
@@ -130,7 +102,7 @@ def test_the_checkpoint_resume_check_reads_a_run_folder(tmp_path):
         for step in checkpoints:
             (run / CHECKPOINTS / f"global_step_{step}").mkdir()
         (run / CHECKPOINTS / CHECKPOINT_TRACKER).write_text(f"{marker}\n")
-        (run / METRICS_FILE).write_text("".join(_json.dumps({"step": s}) + "\n" for s in steps))
+        (run / METRICS_FILE).write_text("".join(json.dumps({"step": s}) + "\n" for s in steps))
         return run
 
     ok, detail = checkpoint_resume_check(folder([1, 2, 3, 4], [2, 4], 4), 4, 2, (0, 0))
@@ -167,10 +139,10 @@ for step in range(start + 1, steps + 1):
 
 
 def test_train_with_forced_stop_stops_after_the_step_asked_and_resumes_the_rest(tmp_path):
-    import sys as _sys
+    import sys
 
     stand_in = tmp_path / "python"
-    stand_in.write_text(f"#!{_sys.executable}\n{STAND_IN}")
+    stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -1,5 +1,5 @@
-"""The format race without training: its pre-registration and abort rule, the dry run's order, the logs it keeps
-and restores, and the paired statistics and per-run facts (results.paired, results.race_stats) against plain
+"""The format race without training: its committed protocol against the task file, the dry run's order, the logs
+it keeps and restores, and the paired statistics and per-run facts (results.paired, results.race_stats) against plain
 loops."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import statistics
 import pandas as pd
 import pytest
 
-from recipes import race_format
-from recipes.__main__ import main as recipes_main
-from recipes.runner import RecipeError, with_options
+from recipes import race
+from recipes.race import RACE_FORMAT
+from recipes.runner import is_finished, with_options
 from results import paired, race_stats
 
 
@@ -117,84 +117,32 @@ def test_dara_active_steps_and_collapse_flags_equal_plain_loops():
 
 
 # ----------------------------------------------------------------------------------- the recipe
-def pilot_frame(crossing_at: int | None) -> pd.DataFrame:
-    rows = []
-    for method in race_format.PILOT_METHODS:
-        for seed in race_format.PILOT_SEEDS:
-            for step in range(1, 41):
-                format_density = 0.9 if crossing_at is not None and step >= crossing_at else 0.1
-                rows.append({"method": method, "seed": seed, "step": step,
-                             "reward/format/mean": min(1.0, 0.02 * step),
-                             "dara/density/format": format_density, "dara/density/correctness": 0.6})
-    return pd.DataFrame(rows)
-
-
-def test_the_abort_rule_refuses_a_regime_where_the_format_turns_dense_before_step_8():
-    with pytest.raises(RecipeError, match="abort rule.*step 7"):
-        race_format.derive_protocol(pilot_frame(7))
-    for crossing in (8, None):
-        protocol = race_format.derive_protocol(pilot_frame(crossing))
-        assert protocol["pilot"]["gdpo_crossing_step"] == crossing
-        # levels 0.8 (max trailing 3-step mean of 0.02 x step), threshold 0.8 x 0.8 = 0.64 -> 0.6 on the grid
-        assert protocol["threshold"] == 0.6 and protocol["pilot"]["levels"] == {"grpo": 0.78, "gdpo": 0.78}
-        assert protocol["seeds"] == list(range(12)) and protocol["steps"] == 40
-        assert protocol["abort_rule"] == race_format.REGISTRATION["abort_rule"]
-
-
-def test_the_registered_regime_is_the_task_file(tmp_path):
+def test_the_committed_protocol_is_the_task_file():
     from omegaconf import OmegaConf
 
+    protocol = race.load_protocol(RACE_FORMAT.protocol_file)
     task = OmegaConf.load("conf/task/smoke_rare.yaml")
-    assert task.actor_rollout_ref.actor.optim.lr == race_format.REGISTRATION["learning_rate"]
-    assert task.data.train_batch_size == race_format.SETTINGS["prompts_per_step"]
+    assert task.actor_rollout_ref.actor.optim.lr == protocol["learning_rate"]
+    assert task.data.train_batch_size == protocol["prompts_per_step"]
     # 2 updates per step: the mini-batch is half the step's prompts
     assert task.data.train_batch_size // task.actor_rollout_ref.actor.ppo_mini_batch_size == 2
-    assert task.trainer.total_training_steps == race_format.SETTINGS["steps"] >= 40
-    rows_per_epoch = 544
-    assert task.trainer.total_epochs * rows_per_epoch >= race_format.SETTINGS["steps"] * task.data.train_batch_size
-
-
-def test_dry_run_lists_the_48_runs_seed_by_seed(capsys, tmp_path):
-    protocol = {**race_format.SETTINGS, "threshold": 0.5}
-    (tmp_path / "protocol.json").write_text(json.dumps(protocol))
-    race = race_format.runs(protocol=race_format.load_protocol(tmp_path / "protocol.json"))
-    assert [(run.method, run.seed) for run in race] == [
-        (method, seed) for seed in range(12) for method in race_format.METHODS]
-    assert all("trainer.total_training_steps=40" in run.overrides() for run in race)
-    assert recipes_main(["race_format", "--dry-run", "--output-root", str(tmp_path / "out")]) == 0
-    plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
-    assert len(plan) == 48
-
-
-def test_no_race_run_starts_before_the_protocol(tmp_path):
-    from types import SimpleNamespace
-
-    from recipes import race
-
-    with pytest.raises(RecipeError, match="--pilot"):
-        race.run_keeping_logs([], SimpleNamespace(python_exe="false"), "race", tmp_path, tmp_path / "protocol.json")
-    # before the pilot the runs are listed with the pre-registered settings the protocol copies
-    assert race.race_settings(tmp_path / "protocol.json", race_format.SETTINGS) == race_format.SETTINGS
+    assert task.trainer.total_training_steps == protocol["steps"] >= 40
+    assert task.trainer.total_epochs * 544 >= protocol["steps"] * task.data.train_batch_size  # 544 rows an epoch
 
 
 def test_finished_runs_keep_their_logs_and_a_fresh_clone_skips_them(tmp_path):
-    protocol = {**race_format.SETTINGS, "threshold": 0.5}
-    race = with_options(race_format.runs(seeds=(0,), protocol=protocol), output_root=str(tmp_path / "out"))
-    finished = race[0]
+    runs = with_options(RACE_FORMAT.runs(seeds=(0,)), output_root=str(tmp_path / "out"))
+    finished = runs[0]
     finished.output_dir.mkdir(parents=True)
     records = "".join(json.dumps({"step": step}) + "\n" for step in range(1, 41))
     (finished.output_dir / "metrics.jsonl").write_text(records)
     (finished.output_dir / "run_info.json").write_text("{}")
-    from recipes import race as races
-
-    kept = races.keep_logs(finished, tmp_path / "logs")
+    kept = race.keep_logs(finished, tmp_path / "logs")
     assert (kept / "metrics.jsonl").read_text() == records
     (finished.output_dir / "metrics.jsonl").unlink()  # the run folder is gone, as in a fresh clone
-    assert races.restore_logs(race, tmp_path / "logs") == 1
-    from recipes.runner import is_finished
-
-    assert [is_finished(run) for run in race] == [True, False, False, False]
-    assert races.restore_logs(race, tmp_path / "logs") == 0  # nothing more to restore
+    assert race.restore_logs(runs, tmp_path / "logs") == 1
+    assert [is_finished(run) for run in runs] == [True, False, False, False]
+    assert race.restore_logs(runs, tmp_path / "logs") == 0  # nothing more to restore
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The length race without training: the length variant's two channels stay independent (correctness is decided
-before the re-check tail), its probe's figures against plain loops, the registered settings against the task file,
-the pilot's threshold rule and abort rule, the dry run's order, and the sustained endpoint (results.race_stats,
+before the re-check tail), its probe's figures against plain loops, the committed protocol against the task file,
+the dry run's order, and the sustained endpoint (results.race_stats,
 results.headline) against plain loops; a slow test builds the variant and checks its data card's regime."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from data_prep import smoke_length
-from recipes import race_length
-from recipes.__main__ import main as recipes_main
-from recipes.runner import RecipeError
+from recipes.race import RACE_FORMAT, RACE_LENGTH, load_protocol
 from results import headline, race_stats
 from rewards import math as math_reward
+
+PROTOCOL = load_protocol(RACE_LENGTH.protocol_file)
 
 
 # ----------------------------------------------------------------------------------- the variant
@@ -109,7 +109,7 @@ def test_the_length_variant_starts_in_the_registered_regime(tmp_path):
     run_assets.smoke_length(tmp_path / "length", tmp_path)
     card = json.loads((tmp_path / "length" / "data_card.json").read_text())
     probe = card["length_probe"]
-    assert (probe["groups"], probe["group_size"]) == (smoke_length.PROBE_PROMPTS, race_length.SETTINGS["group_size"])
+    assert (probe["groups"], probe["group_size"]) == (smoke_length.PROBE_PROMPTS, PROTOCOL["group_size"])
     assert 0.4 <= probe["correct_rate"] <= 0.6 and probe["channels"]["correctness"]["group_density"] >= 0.6
     assert 0.15 <= probe["channels"]["length"]["group_density"] <= 0.35
     assert probe["asks_check"]["channels"]["length"]["group_density"] >= 0.8
@@ -132,12 +132,12 @@ def test_the_length_variant_starts_in_the_registered_regime(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- the settings
-def test_the_registered_regime_is_the_task_file():
+def test_the_committed_protocol_is_the_task_file():
     from omegaconf import OmegaConf
 
     task = OmegaConf.load("conf/task/smoke_length.yaml")
-    settings, registration = race_length.SETTINGS, race_length.REGISTRATION
-    assert task.actor_rollout_ref.actor.optim.lr == registration["learning_rate"]
+    settings = PROTOCOL
+    assert task.actor_rollout_ref.actor.optim.lr == settings["learning_rate"]
     assert task.data.train_batch_size == settings["prompts_per_step"] and 16 <= settings["prompts_per_step"] <= 32
     assert task.actor_rollout_ref.rollout.n == settings["group_size"] == smoke_length.PROBE_GROUP
     assert task.data.train_batch_size // task.actor_rollout_ref.actor.ppo_mini_batch_size == 2
@@ -145,10 +145,9 @@ def test_the_registered_regime_is_the_task_file():
     assert task.trainer.total_epochs * smoke_length.N_TRAIN >= settings["steps"] * settings["prompts_per_step"]
     assert task.reward.custom_reward_function.reward_kwargs.max_response_tokens == smoke_length.LENGTH_LIMIT
     assert task.run.seeded_rollout is True and task.run.dynamic_sampling.mode is None
-    assert registration["dynamic_sampling"] is None and registration["batch_norm"] == "response"
+    assert settings["dynamic_sampling"] is None and settings["batch_norm"] == "response"
     # the sustained rule of the authors' math curves (10 and 20 over 200 steps), scaled to the race's steps
-    assert (registration["window"], registration["hold"]) == (10 * settings["steps"] // 200,
-                                                              20 * settings["steps"] // 200)
+    assert (settings["window"], settings["hold"]) == (10 * settings["steps"] // 200, 20 * settings["steps"] // 200)
 
 
 @pytest.mark.slow  # composes one run per method (~2 s each)
@@ -156,8 +155,8 @@ def test_each_method_composes_with_the_task_settings_and_passes_the_checks():
     from dara.config import compose
     from dara.config_checks import check_config
 
-    for method in (*race_length.METHODS, *race_length.EXTRA_METHODS):
-        run = race_length._race_run(method, 0, race_length.SETTINGS)
+    for method in (*RACE_LENGTH.methods, *RACE_LENGTH.extra_methods):
+        run = RACE_LENGTH.run(method, 0, PROTOCOL)
         cfg = compose(tuple(run.overrides()))
         check_config(cfg)
         # GRPO defines its own normalisation (the group z-score of the summed reward, as the authors' math code)
@@ -168,76 +167,6 @@ def test_each_method_composes_with_the_task_settings_and_passes_the_checks():
         if method.startswith("static_"):
             assert list(cfg.algorithm.dara.weights) == [1.0, 5.0]
             assert list(cfg.algorithm.reward_channels or ["correctness", "length"]) == ["correctness", "length"]
-
-
-# ----------------------------------------------------------------------------------- the pilot's rules
-def plain_sustained_level(values, window, hold):
-    means = [sum(values[i - window + 1:i + 1]) / window if i >= window - 1 else None for i in range(len(values))]
-    best = None
-    for start in range(len(values) - hold):
-        span = means[start:start + hold + 1]
-        if None not in span:
-            best = min(span) if best is None else max(best, min(span))
-    return best
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_sustained_level_equals_a_plain_loop_and_the_rule_confirms_it(seed):
-    from results.thresholds import first_sustained_step
-
-    rng = random.Random(seed)
-    values = [min(1.0, 0.85 + 0.004 * step + rng.uniform(-0.03, 0.03)) for step in range(40)]
-    level = race_length.sustained_level(values)
-    assert level == pytest.approx(plain_sustained_level(values, race_length.WINDOW, race_length.HOLD_STEPS))
-    steps = list(range(1, 41))
-    kwargs = {"window": race_length.WINDOW, "hold": race_length.HOLD_STEPS}
-    assert first_sustained_step(steps, values, level, **kwargs) is not None
-    assert first_sustained_step(steps, values, level + 1e-9, **kwargs) is None
-
-
-def pilot_frame(crossing_at: int | None, rise: float = 0.004) -> pd.DataFrame:
-    rows = []
-    for seed in race_length.PILOT_SEEDS:
-        for step in range(1, 41):
-            length_density = 0.95 if crossing_at is not None and step >= crossing_at else 0.25
-            rows.append({"method": "gdpo", "seed": seed, "step": step,
-                         "reward/length/mean": min(1.0, 0.88 + rise * (step - 1)),
-                         "dara/density/length": length_density, "dara/density/correctness": 0.9})
-    return pd.DataFrame(rows)
-
-
-def test_the_abort_rule_refuses_an_early_crossing_and_a_pilot_that_learns_nothing():
-    with pytest.raises(RecipeError, match="abort rule.*step 7"):
-        race_length.derive_protocol(pilot_frame(7))
-    with pytest.raises(RecipeError, match="abort rule.*no race"):
-        race_length.derive_protocol(pilot_frame(None, rise=0.0))
-    for crossing in (8, None):
-        protocol = race_length.derive_protocol(pilot_frame(crossing))
-        assert protocol["pilot"]["gdpo_crossing_step"] == crossing
-        # start 0.88; the curve min(1, 0.88 + 0.004 (step - 1)) is 1 from step 31, so its 2-step mean holds 1.0
-        assert protocol["pilot"]["start"] == 0.88 and protocol["pilot"]["level"] == 1.0
-        assert protocol["threshold"] == 0.97   # 0.88 + 0.8 x 0.12 = 0.976, rounded down to 0.01
-        assert protocol["threshold_rule"] == "sustained" and headline.step_rule(protocol) == {
-            "rule": "sustained", "window": 2, "hold": 4}
-        assert protocol["seeds"] == list(range(12)) and protocol["steps"] == 40
-        assert protocol["abort_rule"] == race_length.REGISTRATION["abort_rule"]
-
-
-# ----------------------------------------------------------------------------------- the recipe
-def test_dry_run_lists_the_main_three_seed_by_seed_then_the_extras(capsys, tmp_path):
-    protocol = {**race_length.SETTINGS, "threshold": 0.97}
-    race = race_length.runs(protocol=protocol)
-    main = [(method, seed) for seed in range(12) for method in race_length.METHODS]
-    extras = [(method, seed) for seed in range(12) for method in race_length.EXTRA_METHODS]
-    assert [(run.method, run.seed) for run in race] == main + extras
-    assert all("trainer.total_training_steps=40" in run.overrides() for run in race)
-    static = [run for run in race if run.method.startswith("static_")]
-    assert all(race_length.STATIC_WEIGHTS in run.overrides() and "estimator=static" in run.overrides()
-               for run in static)
-    assert {run.method for run in static} == {"static_asym", "static_sym"}
-    assert recipes_main(["race_length", "--dry-run", "--output-root", str(tmp_path / "out")]) == 0
-    plan = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "method " in line]
-    assert len(plan) == len(race)
 
 
 # ----------------------------------------------------------------------------------- the sustained endpoint
@@ -296,36 +225,24 @@ def test_the_sustained_endpoint_and_tables_equal_plain_loops():
 
 
 def test_the_step_rule_defaults_to_first_reaching_and_needs_its_window():
-    from recipes import race_format
-
-    assert headline.step_rule(race_format.REGISTRATION) == {"rule": "median"}   # its text says how it was set
-    assert headline.step_rule({}) == {"rule": "median"}
+    assert headline.step_rule(load_protocol(RACE_FORMAT.protocol_file)) == {"rule": "median"} == headline.step_rule({})
     with pytest.raises(headline.ProtocolError, match="window"):
         headline.step_rule({"threshold_rule": "sustained", "hold": 4})
-    frame = length_frame(1)
-    first = race_stats.threshold_endpoint(frame, "reward/length/mean", 0.93, 20)
-    for (method, seed), run in frame.groupby(["method", "seed"]):
-        values = list(run.sort_values("step")["reward/length/mean"])
-        assert first[method][seed] == next((s for s, v in enumerate(values, 1) if v >= 0.93), 21)
 
 
-def test_the_results_command_applies_a_sustained_protocol(tmp_path, capsys):
-    """`python -m results headline` on a committed runs.csv with the length race's kind of protocol: thresholds.csv
-    holds each run's sustained step (a loop's), and the summary names the rule."""
+def test_the_results_command_applies_a_sustained_protocol(tmp_path):
+    """`python -m results headline` on a runs.csv with the length race's protocol: each run's sustained step."""
     from results.cli import main as results_main
 
     frame = length_frame(2)
     frame.to_csv(tmp_path / "runs.csv", index=False)
-    protocol = {**race_length.SETTINGS, "steps": 20, "threshold": 0.93, **race_length.REGISTRATION,
-                "secondary_steps": [1, 10]}
-    (tmp_path / "protocol.json").write_text(json.dumps(protocol))
+    (tmp_path / "protocol.json").write_text(json.dumps({**PROTOCOL, "steps": 20, "threshold": 0.93,
+                                                        "secondary_steps": [1, 10]}))
     assert results_main(["headline", str(tmp_path / "runs.csv"), "--out", str(tmp_path)]) == 0
     written = pd.read_csv(tmp_path / "thresholds.csv")
-    assert set(written["method"]) == set(race_length.METHODS)
+    assert set(written["method"]) == set(PROTOCOL["methods"])
     for row in written.itertuples(index=False):
         run = frame[(frame["method"] == row.method) & (frame["seed"] == row.seed)].sort_values("step")
-        step = plain_sustained_step(list(run["reward/length/mean"]), 0.93, race_length.WINDOW, race_length.HOLD_STEPS)
+        step = plain_sustained_step(list(run["reward/length/mean"]), 0.93, PROTOCOL["window"], PROTOCOL["hold"])
         assert (None if pd.isna(row.step) else int(row.step)) == step
-    assert list(pd.read_csv(tmp_path / "runs.csv").columns[3:5]) == ["reward/correctness/mean", "reward/length/mean"]
     assert "trailing 2-step mean" in (tmp_path / "summary.md").read_text()
-    assert "dara_asym - gdpo" in (tmp_path / "statistics.csv").read_text()

@@ -9,7 +9,6 @@ import pytest
 
 from recipes import RECIPES, load
 from recipes.__main__ import main
-from recipes.group_size import settings
 from recipes.runner import (
     PROJECT_ROOT,
     SBATCH_SCRIPT,
@@ -18,9 +17,9 @@ from recipes.runner import (
     SlurmOptions,
     expected_steps,
     is_finished,
-    launch_local,
+    job_time,
     launch_slurm,
-    parse_squeue,
+    run_in_turn,
     sbatch_command,
     seed_groups,
     train_command,
@@ -31,8 +30,7 @@ from recipes.runner import (
 def finish(run: Run, steps: int | None = None) -> None:
     """Write the metrics.jsonl a completed run leaves (one line per step up to its last)."""
     run.output_dir.mkdir(parents=True, exist_ok=True)
-    last = steps or expected_steps(run)
-    lines = [json.dumps({"step": step, "reward/format/mean": 0.5}) for step in range(1, last + 1)]
+    lines = [json.dumps({"step": step}) for step in range(1, (steps or expected_steps(run)) + 1)]
     (run.output_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -45,7 +43,7 @@ def test_list_names_every_recipe_with_its_run_count(capsys):
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
-def test_dry_run_lists_each_run_with_overrides_and_folder(recipe, capsys, tmp_path):
+def test_dry_run_lists_each_run_with_overrides_folder_and_wandb_group(recipe, capsys, tmp_path):
     module = load(recipe)
     runs = with_options(module.runs(module.DEFAULT_SEEDS), output_root=str(tmp_path), extra=[f"run.recipe={recipe}"])
     assert main([recipe, "--dry-run", "--output-root", str(tmp_path)]) == 0
@@ -53,27 +51,26 @@ def test_dry_run_lists_each_run_with_overrides_and_folder(recipe, capsys, tmp_pa
     assert out.count("(to run)") == len(runs) and "(finished)" not in out
     for run in runs:
         assert f"output: {tmp_path / run.name}" in out
-        assert f"python -m dara.train {shlex.join(run.overrides())}" in out
+        assert f"python -m dara.train {shlex.join(run.overrides())}" in out  # run.recipe= is the wandb group
     assert not any(tmp_path.iterdir()), "a dry run writes nothing"
 
 
-def test_names_are_deterministic_and_unique_across_the_paper():
+def test_names_are_unique_across_the_paper_but_group_size_4_is_the_main_tables_run():
     names = [run.name for recipe in RECIPES for run in load(recipe).runs(load(recipe).DEFAULT_SEEDS)]
-    again = [run.name for recipe in RECIPES for run in load(recipe).runs(load(recipe).DEFAULT_SEEDS)]
-    assert names == again
-    # the group-size study's G=4 runs are the main table's (shared on purpose); every other name is unique
-    main_names = {r.name for r in load("toolrl_main").runs((0, 1, 2, 4, 5))}
+    main_names = {r.name for r in load("toolrl_main").runs()}
     shared = [n for n in names if n in main_names]
-    assert len(set(names)) == len(names) - (len(shared) - len(main_names))
+    assert len(shared) == len(main_names) + 12 and len(set(names)) == len(names) - 12
+    g8 = next(r for r in load("group_size").runs((0,)) if r.variant == "g8")
+    assert g8.name == "toolrl-qwen2.5-1.5b-instruct-grpo-g8-s0"
+    assert {"data.train_batch_size=256", "actor_rollout_ref.actor.ppo_mini_batch_size=64"} <= set(g8.overrides())
 
 
 def test_seeds_option_and_only_filter(capsys, tmp_path):
     assert main(["three_rewards", "--dry-run", "--seeds", "7", "9", "--only", "dara_sym",
                  "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("(to run)") == 2
+    assert out.count("(to run)") == 2 and "-grpo-" not in out
     assert "toolrl_three_rewards-qwen2.5-1.5b-instruct-dara_sym-s7" in out and "-s9" in out
-    assert "-grpo-" not in out
 
 
 def test_finished_runs_are_skipped_by_every_launcher(capsys, tmp_path):
@@ -87,114 +84,78 @@ def test_finished_runs_are_skipped_by_every_launcher(capsys, tmp_path):
     launch_slurm(runs, dry_run=True)
     out = capsys.readouterr().out
     assert "--array=1 " in out and "1 runs to submit, 1 already finished" in out
-    assert launch_local(runs[:1]) == 0  # nothing to start
-    assert "finished, skipped" in capsys.readouterr().out
+    # --steps moves the finish line
+    short = with_options(runs, total_steps=2)[1]
+    assert expected_steps(short) == 2 and "trainer.total_training_steps=2" in short.overrides() and is_finished(short)
+    assert main(["smoke", "--seeds", "0", "--output-root", str(tmp_path)]) == 0  # nothing to start
+    assert "1 runs: 1 finished (skipped), 0 to run" in capsys.readouterr().out
+    # the local launcher runs the rest in turn, one line each with the time left (`false`: each start fails)
+    assert run_in_turn([*runs, *with_options(runs[1:], total_steps=4)], "race", python="false") == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[race] 3 runs: 1 finished (skipped), 2 to run"
+    assert [line.split(":")[0] for line in lines[1:3]] == [f"[race] {i}/2 smoke-tiny-dara_asym-s1" for i in (1, 2)]
+    assert all("FAILED (exit 1)" in line and "min left" in line for line in lines[1:3])
+    assert lines[3] == "[race] 0 ran, 1 skipped, 2 failed: smoke-tiny-dara_asym-s1, smoke-tiny-dara_asym-s1"
 
 
-SQUEUE = """toolrl-qwen2.5-1.5b-instruct-grpo|0|8812_0|RUNNING
-toolrl-qwen2.5-1.5b-instruct-grpo|2|8812_2|PENDING
-toolrl-qwen2.5-1.5b-instruct-gdpo|[1-2,4%2]|8813_[1-2,4%2]|PENDING
-toolrl-qwen2.5-1.5b-instruct-dvao|N/A|8814|RUNNING
-"""
-
-
-def test_slurm_launcher_skips_runs_whose_job_is_queued_and_says_so(capsys, tmp_path):
-    assert parse_squeue(SQUEUE)[("toolrl-qwen2.5-1.5b-instruct-gdpo", 4)] == ("8813_[1-2,4%2]", "PENDING")
-    runs = [r for r in with_options(load("toolrl_main").runs((0, 1, 2)), output_root=str(tmp_path))
-            if r.model == "qwen2.5-1.5b-instruct" and r.method in ("grpo", "gdpo", "dvao")]
-    launch_slurm(runs, dry_run=True, squeue=lambda: SQUEUE)
-    out = capsys.readouterr().out
-    assert "toolrl-qwen2.5-1.5b-instruct-grpo-s0: job 8812_0 is running; skipped" in out
-    assert "toolrl-qwen2.5-1.5b-instruct-grpo-s2: job 8812_2 is pending; skipped" in out
-    arrays = [line.split("--array=")[1].split()[0] for line in out.splitlines() if "--array=" in line]
-    assert arrays == ["1", "0", "0,1,2"]  # grpo: seed 1; gdpo: seed 0; dvao: a plain job names no seed
-    assert "3 job arrays, 5 runs to submit, 0 already finished, 4 queued or running" in out
-    launch_slurm(runs, dry_run=True, squeue=lambda: None)  # no squeue here: nothing is skipped, and it says so
-    out = capsys.readouterr().out
-    assert "squeue did not answer" in out and "9 runs to submit" in out
-
-
-def test_steps_override_moves_the_finish_line(tmp_path):
-    run = with_options(load("smoke").runs((0,)), output_root=str(tmp_path), total_steps=2)[0]
-    assert expected_steps(run) == 2 and "trainer.total_training_steps=2" in run.overrides()
-    finish(run, steps=2)
-    assert is_finished(run)
-
-
-def test_sbatch_array_per_seed_group_with_resources_from_the_cluster(tmp_path):
-    runs = with_options(load("toolrl_main").runs((0, 1, 2, 4, 5)), output_root=str(tmp_path))
+def test_sbatch_array_per_seed_group_with_resources_time_and_signal_from_the_cluster(tmp_path):
+    runs = with_options(load("toolrl_main").runs(), output_root=str(tmp_path))
     groups = seed_groups(runs)
     assert len(groups) == 12 and all(len(g) == 5 for g in groups)
-    command = sbatch_command(groups[0], SlurmOptions(partition="gpu", time="24:00:00",
-                                                     extra_args=("--qos=high",)))
+    command = sbatch_command(groups[0], SlurmOptions(partition="gpu", time="12:00:00", extra_args=("--qos=high",),
+                                                     calibration="calib.json"))
     first = groups[0][0]
-    assert command[:2] == ["sbatch", "--parsable"]
+    assert command[:2] == ["sbatch", "--parsable"] and "--job-name=toolrl-qwen2.5-1.5b-instruct-grpo" in command
     assert "--array=0,1,2,4,5" in command and "--nodes=1" in command and "--gpus-per-node=4" in command
-    assert {"--requeue", "--open-mode=append", "--partition=gpu", "--time=24:00:00", "--qos=high"} <= set(command)
+    assert {"--requeue", "--open-mode=append", "--partition=gpu", "--time=12:00:00", "--qos=high"} <= set(command)
     assert f"--output={tmp_path}/{first.name_for('%a')}/logs/slurm-%A_%a.out" in command
-    assert f"--chdir={PROJECT_ROOT}" in command
+    assert f"--chdir={PROJECT_ROOT}" in command and "--signal=B:USR1@300" in command  # a100_40g_x4: 5 min lead
     script = command.index(str(SBATCH_SCRIPT))
-    assert command[script + 1:] == ["--seed-from-array", *first.group_overrides()]
-    assert not any(item.startswith("run.seed=") for item in command)
-
-
-def test_cpu_cluster_asks_for_no_gpus_and_math_for_eight(tmp_path):
-    smoke = sbatch_command(load("smoke").runs((0,)))
-    assert not any(item.startswith("--gpus") for item in smoke) and "--exclusive" not in smoke
-    math = sbatch_command(seed_groups(load("math_main").runs((0,)))[0])
-    assert "--gpus-per-node=8" in math and "--nodes=1" in math
+    assert command[script + 1:] == ["--calibration", str(PROJECT_ROOT / "calib.json"), "--seed-from-array",
+                                    *first.group_overrides()]
+    assert "--time=1-00:00:00" in sbatch_command(groups[0])  # the cluster file's 1440 minutes
+    smoke = sbatch_command(load("smoke").runs())
+    assert "--time=1:00:00" in smoke and not any(item.startswith("--gpus") for item in smoke)
+    assert "--exclusive" not in smoke
+    assert "--gpus-per-node=8" in sbatch_command(seed_groups(load("math_main").runs())[0])
 
 
 def test_local_command_is_the_training_entry_with_skip_if_finished():
     run = load("fixed_weight").runs((3,))[1]
     command = train_command(run, python="PY")
-    assert command[:3] == ["PY", "-m", "dara.train"]
-    assert command[3:] == [*run.overrides(), "run.skip_if_finished=true"]
+    assert command == ["PY", "-m", "dara.train", *run.overrides(), "run.skip_if_finished=true"]
     assert "estimator=static" in command and "algorithm.dara.form=asym" in command
     assert run.name == "deepscaler-deepseek-r1-distill-qwen-1.5b-static_asym-s3"
 
 
-def test_bad_requests_fail_with_a_clear_message():
-    with pytest.raises(ValueError, match="G=3"):
-        settings(3)
+def test_bad_requests_fail_with_a_clear_message(capsys):
     with pytest.raises(RecipeError, match=">= 0"):
         sbatch_command([Run(task="smoke", model="tiny", estimator="grpo", cluster="cpu", seed=-1)])
-
-
-def test_every_run_carries_its_recipe_as_the_wandb_group(capsys, tmp_path):
-    """run.recipe (the wandb group) is the recipe's name in every run's overrides, local or Slurm."""
-    from dara.tracking import wandb_env
-    from recipes.slurm import compose_run
-
-    assert main(["three_rewards", "--dry-run", "--seeds", "0", "--output-root", str(tmp_path)]) == 0
-    commands = [line for line in capsys.readouterr().out.splitlines() if "python -m dara.train" in line]
-    assert commands and all("run.recipe=three_rewards" in line for line in commands)
-    run = with_options(load("three_rewards").runs((0,)), extra=["run.recipe=three_rewards"])[0]
-    assert "run.recipe=three_rewards" in sbatch_command([run], SlurmOptions())
-    cfg = compose_run(run.overrides())
-    assert cfg.run.recipe == "three_rewards"
-    assert wandb_env(cfg, {})["WANDB_RUN_GROUP"] == "three_rewards"
-
-
-def test_every_job_gets_an_explicit_time_and_the_pre_timeout_signal(tmp_path):
-    """--time: the launcher's, else the cluster file's job_time_limit_minutes; the signal lead from the cluster."""
-    from recipes.runner import job_time
-
-    group = seed_groups(with_options(load("toolrl_main").runs((0, 1)), output_root=str(tmp_path)))[0]
-    default = sbatch_command(group)
-    assert "--time=1-00:00:00" in default and "--signal=B:USR1@300" in default  # a100_40g_x4: 1440 min, 5 min
-    assert "--time=1-00:00:00" not in sbatch_command(group, SlurmOptions(time="12:00:00"))
-    smoke = sbatch_command(load("smoke").runs((0,)))
-    assert "--time=1:00:00" in smoke  # the CPU cluster file's 60 minutes
-    calibrated = sbatch_command(group, SlurmOptions(calibration="calib.json"))
-    script = calibrated.index(str(SBATCH_SCRIPT))
-    assert calibrated[script + 1:script + 3] == ["--calibration", str(PROJECT_ROOT / "calib.json")]
-    assert job_time(group[0], "2-00:00:00") == "2-00:00:00"
     with pytest.raises(RecipeError, match="sets no limit"):
-        job_time(group[0], "UNLIMITED")
+        job_time(load("smoke").runs()[0], "UNLIMITED")
+    assert main(["gpu_smoke", "--launcher", "slurm", "--dry-run"]) == 2
+    assert capsys.readouterr().err == ("[recipes] error: gpu_smoke runs on the GPU node itself: srun "
+                                       "--gpus-per-node=1 python -m recipes gpu_smoke\n")
 
 
-def test_dry_run_shows_the_time_each_job_gets(capsys, tmp_path):
-    assert main(["smoke", "--dry-run", "--launcher", "slurm", "--output-root", str(tmp_path)]) == 0
-    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[recipes] sbatch")]
-    assert "--time=1:00:00" in line and "--signal=B:USR1@300" in line
+@pytest.mark.parametrize("name, first, order", [
+    ("cpu_headline", "smoke_sparse-tiny_sparse-grpo-s0",
+     lambda p: [(m, s) for m in ("grpo", "gdpo", "dara_sym", "dara_asym") for s in range(5)]),
+    ("race_format", "smoke_rare-tiny_rare-gdpo-s0", lambda p: [(m, s) for s in p["seeds"] for m in p["methods"]]),
+    ("race_length", "smoke_length-tiny_length-gdpo-s0",
+     lambda p: [(m, s) for ms in (p["methods"], p["extra_methods"]) for s in p["seeds"] for m in ms]),
+])
+def test_each_race_runs_its_committed_protocol_in_order(name, first, order, capsys, tmp_path):
+    from recipes.race import load_protocol
+
+    race = load(name)
+    protocol = load_protocol(race.protocol_file)
+    runs = race.runs()
+    assert runs[0].name == first and [(run.method, run.seed) for run in runs] == order(protocol)
+    for run in runs:
+        assert {f"trainer.total_training_steps={protocol['steps']}", f"actor_rollout_ref.rollout.n={protocol['group_size']}",
+                f"data.train_batch_size={protocol['prompts_per_step']}"} <= set(run.overrides())
+        assert ("algorithm.dara.weights=[1.0,5.0]" in run.overrides()) == run.method.startswith("static_")
+    assert main([name, "--dry-run", "--output-root", str(tmp_path)]) == 0
+    plan = [line.split() for line in capsys.readouterr().out.splitlines() if " method " in line and " seed " in line]
+    assert [(words[2], int(words[4])) for words in plan] == order(protocol)

@@ -3,17 +3,12 @@
 #
 #   ray_node.sh --temp DIR [--wait-for HOST:PORT] [--wait-timeout S] -- RAY start ... --block
 #
-#  - a worker (--wait-for) first waits until the head's GCS port answers from this node (a clear error after
-#    --wait-timeout seconds, default 120), instead of a fixed sleep;
-#  - runs `ray start --block` with the node's own temp folder DIR;
-#  - on exit, error or SIGTERM (srun forwards the job's TERM) stops every process of this node's Ray: the
-#    process tree of `ray start` and any process naming DIR's sessions (a daemon that left the tree), SIGKILL
-#    after 4 s by the clock (inside Slurm's KillWait), and deletes DIR. It never stops another job's or another user's Ray (no `ray stop`).
+# A worker (--wait-for) first waits until the head's GCS port answers (a clear error after --wait-timeout s). On
+# exit, error or SIGTERM it stops this node's Ray (the tree of `ray start` and any process naming DIR's sessions),
+# SIGKILL after 4 s (inside Slurm's KillWait), and deletes DIR; never another job's Ray (no `ray stop`).
 set -uo pipefail
 
-TEMP=""
-WAIT_FOR=""
-WAIT_TIMEOUT=120
+TEMP="" WAIT_FOR="" WAIT_TIMEOUT=120
 while (($#)); do
   case "$1" in
     --temp) TEMP="$2"; shift 2 ;;
@@ -28,9 +23,8 @@ NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 log() { echo "[dara-ray-node] $(date -u +%H:%M:%S) ${NODE}: $*"; }
 
 ray_pids() {  # this node's Ray: the process tree of `ray start`, and every process naming its temp folder
-  # one `ps` per call (a `ps` per descendant takes seconds on a loaded node, past Slurm's KillWait); the folder
-  # goes through the environment so that awk's own command line does not name it; -ww: whole command lines
-  # (without it ps may cut them at 80 columns, before the folder, when it cannot tell the output's width)
+  # one `ps` (one per descendant takes seconds on a loaded node); the folder goes through the environment so
+  # that awk's own command line does not name it; -ww: whole command lines (not cut at 80 columns)
   ps -ww -e -o pid=,ppid=,args= 2>/dev/null |
     RAY_NODE_SESSIONS="${TEMP}/session_" awk -v root="${RAY_PID:-0}" '
       { pid[NR] = $1; parent[$1] = $2; if (index($0, ENVIRON["RAY_NODE_SESSIONS"])) mark[$1] = 1 }
@@ -53,8 +47,8 @@ stop_node() {
   trap '' TERM INT  # a second SIGTERM (Slurm's and the job's cleanup both send one) must not end this or ps
   pids="$(ray_pids)"
   for pid in $pids; do kill -TERM "$pid" 2>/dev/null; done
-  # Ray's `--block` answers SIGTERM by draining for up to 30 s; Slurm's SIGKILL comes KillWait after its
-  # SIGTERM (30 s by default, 10 s in the tests): give Ray 4 s by the clock, then SIGKILL what is left
+  # `ray start --block` drains up to 30 s on SIGTERM, Slurm's SIGKILL comes KillWait (30 s, 10 s in the tests)
+  # after its SIGTERM: 4 s by the clock, then SIGKILL what is left
   deadline=$((SECONDS + 4))
   while [[ -n "$pids" ]] && ((SECONDS < deadline)); do
     sleep 0.2
