@@ -1,8 +1,5 @@
-"""verl's external platform "cpu" (dara.verl.cpu.platform) and the seams of verl it relies on.
-
-verl resolves its platform once per process, so the checks through verl's own helpers run in a fresh
-interpreter configured exactly as conf/cluster/cpu.yaml configures Ray workers.
-"""
+"""verl's external platform "cpu" (dara.verl.cpu), the seams of verl it relies on (checked through verl's own
+helpers in a fresh interpreter configured as conf/cluster/cpu.yaml configures Ray workers), the local Ray."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from verl.plugin.platform import PlatformRegistry
 from dara.verl.cpu.platform import CPU_DEVICE_MODULE, PlatformCPU
 
 
-def test_registered_under_cpu_after_verls_own_platforms():
+def test_registered_under_cpu_after_verls_own_platforms_and_answers_verls_cuda_style_calls():
     assert PlatformRegistry.get("cpu") is PlatformCPU
     assert PlatformRegistry.registered_names()[-1] == "cpu"  # probed last: only where no accelerator answers
     platform = PlatformCPU()
@@ -31,13 +28,9 @@ def test_registered_under_cpu_after_verls_own_platforms():
     assert torch.ones(2).to(platform.current_device()).device.type == "cpu"
     with platform.nvtx_range("no-op"):
         pass
-
-
-def test_device_module_answers_the_cuda_style_calls_verl_makes():
-    module = PlatformCPU().device_module
-    assert module is CPU_DEVICE_MODULE
+    module = platform.device_module
+    assert module is CPU_DEVICE_MODULE and module.get_device_name() == "CPU"
     assert module.is_available() and module.device_count() == 1 and module.current_device() == "cpu"
-    assert module.get_device_name() == "CPU"
     for counter in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         assert getattr(module, counter)() == 0
     free, total = module.mem_get_info()
@@ -86,19 +79,15 @@ PROBE = textwrap.dedent(
 @pytest.mark.slow  # a Ray worker importing verl (~11 s)
 def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    env.update({
-        "VERL_ENGINE_DEVICE": "cuda",  # no VERL_PLATFORM: no accelerator here, so the plugin's "cpu" is detected
-        "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517",
-    })
+    env.update({"VERL_ENGINE_DEVICE": "cuda",  # no VERL_PLATFORM: no accelerator here, the plugin's "cpu" is found
+                "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"})
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     report = json.loads(lines[-1][len("PROBE"):])
-    assert report["device"] == "cpu" and report["backend"] == "gloo"
-    assert report["reserved"] == 0 and report["name"] == "CPU"
-    assert report["auto_set_device"] == "cpu"
-    assert report["engine"] == "FSDPEngineWithLMHead"
+    assert (report["device"], report["backend"], report["reserved"], report["name"]) == ("cpu", "gloo", 0, "CPU")
+    assert report["auto_set_device"] == "cpu" and report["engine"] == "FSDPEngineWithLMHead"
     # the seam dara.verl.cpu.workers exists for: if verl stops naming the device twice, it can go
     assert "Duplicate device type cpu" in report["verl_join"]
     assert report["joined"] is True and report["group_backend"] == "gloo" and report["all_reduce"] == [1.0, 1.0]
