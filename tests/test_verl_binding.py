@@ -75,6 +75,10 @@ def test_plugin_registers_with_verl_on_import():
     assert PlatformRegistry.get("cpu") is PlatformCPU
     assert get_reward_manager_cls("dara_parallel") is DaraParallelRewardManager
     assert {"dara_run_schema.yaml", "dara_algo_schema.yaml"} <= set(ConfigStore.instance().list("/"))
+    registry = core_algos.ADV_ESTIMATOR_REGISTRY
+    assert all(registry[verl_estimator_name(name)].__module__ == "dara.verl.estimators" for name in ESTIMATOR_NAMES)
+    assert verl_estimator_name("grpo") == "dara_grpo" and verl_estimator_name("dara_asym") == "dara_asym"
+    assert registry["gdpo"].__module__ == "verl.trainer.ppo.core_algos"  # verl keeps its own under the bare name
 
 
 def test_plugin_imports_nothing_of_verl_until_verl_asks():
@@ -108,15 +112,6 @@ def test_cpu_worker_classes_replace_verls_only_on_cpu():
         assert classes and all(cls is expected for cls in classes), (device, classes)
 
 
-def test_seam_registry_names():
-    registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    for name in ESTIMATOR_NAMES:
-        assert registry[verl_estimator_name(name)].__module__ == "dara.verl.estimators"
-    assert verl_estimator_name("grpo") == "dara_grpo" and verl_estimator_name("dara_asym") == "dara_asym"
-    # verl keeps its own gdpo under the bare name
-    assert registry["gdpo"].__module__ == "verl.trainer.ppo.core_algos"
-
-
 def test_seam_compute_advantage_passes_config_and_index():
     seen = {}
 
@@ -134,9 +129,8 @@ def test_seam_compute_advantage_passes_config_and_index():
 
 
 def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
-    """verl's agent loop (AgentLoopWorkerTQ, run on two outputs of one session) stores what the reward worker
-    returned under each trajectory's extra_fields["reward_extra_info"] in TransferQueue: where the project's
-    advantage step reads the channels."""
+    """verl's agent loop (AgentLoopWorkerTQ, on two outputs of one session) stores what the reward worker returned
+    in each trajectory's extra_fields["reward_extra_info"] in TransferQueue, where the advantage step reads it."""
     import asyncio
 
     import transfer_queue as tq
@@ -176,12 +170,15 @@ def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
     assert [row.tolist() for row in call["fields"]["rm_scores"].unbind()] == [[0.0, 4.0], [4.0]]
 
 
-def test_channel_scores_from_extra_fields():
-    fields = [{"reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0}},
-              {"reward_extra_info": {"correctness": -3.0, "format": 0.0, "score": -3.0}}]
-    scores = channel_scores_from_extra_fields(fields, CHANNELS)
-    assert scores.tolist() == [[3.0, 1.0], [-3.0, 0.0]]
-    with pytest.raises(ValueError, match=r"'length'.*returned keys \['correctness', 'format', 'score'\]"):
+def test_channel_scores_and_reward_flags_from_extra_fields():
+    from dara.verl.trainer import reward_flag_counts
+
+    fields = [{"reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0, "reward_timeout": 1}},
+              {"reward_extra_info": {"correctness": -3.0, "format": 0.0, "score": -3.0, "reward_error": 1}}]
+    assert channel_scores_from_extra_fields(fields, CHANNELS).tolist() == [[3.0, 1.0], [-3.0, 0.0]]
+    assert reward_flag_counts(fields) == {"reward/timeouts": 1.0, "reward/errors": 1.0}
+    assert reward_flag_counts([{"reward_extra_info": {"format": 1.0}}]) == {}
+    with pytest.raises(ValueError, match=r"'length'.*returned keys \['correctness', 'format', 'reward_timeout', "):
         channel_scores_from_extra_fields(fields, ["correctness", "length"])
     fields[1]["reward_extra_info"]["format"] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
@@ -192,6 +189,7 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
     from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
+    from dara.run_log import RunLog, read_metrics
     from dara.verl.trainer import CHECKPOINT_TRACKER, group_filter_counts
 
     batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"],
@@ -214,8 +212,6 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
                                                           "filter_groups": {"enable": False}}})
             self.run_log = RunLog(tmp_path / "metrics.jsonl")
 
-    from dara.run_log import RunLog, read_metrics
-
     trainer = Trainer()
     for step in (1, 2):
         trainer.global_steps = step
@@ -231,15 +227,3 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
     logged = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in logged] == [1, 2, 3] and "filter/kept_groups" not in logged[0]
     assert (logged[2]["filter/kept_groups"], logged[2]["filter/drawn_groups"]) == (2.0, 5.0)
-
-
-def test_reward_flag_counts():
-    from dara.verl.trainer import reward_flag_counts
-
-    fields = [{"reward_extra_info": {"format": 1.0, "reward_timeout": 1, "reward_error": 0}},
-              {"reward_extra_info": {"format": 0.0, "reward_timeout": 0, "reward_error": 1}},
-              {"reward_extra_info": {"format": 0.0, "reward_timeout": 1, "reward_error": 0}}]
-    assert reward_flag_counts(fields) == {"reward/timeouts": 2.0, "reward/errors": 1.0}
-    assert reward_flag_counts([{"reward_extra_info": {"format": 1.0}}]) == {}
-
-
