@@ -160,19 +160,27 @@ def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
     return f"{name[: -len(suffix)]}-{label}{suffix}" if name.endswith(suffix) else f"{name}-{label}"
 
 
+def _recorded(run_dir: str | Path, key: str, strict: bool) -> Any:
+    """`key` of the folder's run_info.json where the folder holds results, else None; an unreadable file raises
+    RunFolderError when `strict` (else None: the strict check reports it)."""
+    info_path = Path(run_dir) / RUN_INFO
+    if not info_path.exists() or not has_results(run_dir):
+        return None
+    try:
+        return json.loads(info_path.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        if strict:
+            raise RunFolderError(f"{info_path} cannot be read: is this a run folder? Set run.name=... or "
+                                 "run.output_root=... for a folder of this run's own") from None
+        return None
+
+
 def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> list[str]:
     """Raise RunFolderError when `run_dir` holds results of another experiment configuration than `config`.
 
     A folder without run_info.json, its "config" or results is free to take. Keys only one side has (the code
     added or dropped them since) are taken as unchanged and returned, for the caller to say so."""
-    info_path = Path(run_dir) / RUN_INFO
-    if not info_path.exists() or not has_results(run_dir):
-        return []
-    try:
-        recorded = json.loads(info_path.read_text()).get("config")
-    except (OSError, ValueError, AttributeError):
-        raise RunFolderError(f"{info_path} cannot be read: is this a run folder? Set run.name=... or "
-                             "run.output_root=... for a folder of this run's own") from None
+    recorded = _recorded(run_dir, "config", strict=True)
     if not isinstance(recorded, Mapping):
         return []
     # a record written before a key was known not to change the experiment still holds it
@@ -192,13 +200,7 @@ def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: 
 def check_same_estimator_module(run_dir: str | Path, current: Mapping[str, Any] | None, name: str, seed: Any) -> None:
     """Raise RunFolderError when `run_dir` holds results of a run whose `algorithm.dara.estimator_module` changed
     since (its recorded sha256): a resume would train on other code. `current`: this run's record, or None."""
-    info_path = Path(run_dir) / RUN_INFO
-    if current is None or not info_path.exists() or not has_results(run_dir):
-        return
-    try:
-        recorded = json.loads(info_path.read_text()).get("estimator_module")
-    except (OSError, ValueError, AttributeError):
-        return  # check_same_experiment reports an unreadable run_info.json
+    recorded = None if current is None else _recorded(run_dir, "estimator_module", strict=False)
     if not isinstance(recorded, Mapping) or not recorded.get("sha256"):
         return
     if recorded["sha256"] != current.get("sha256"):

@@ -47,10 +47,8 @@ def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch
     for channel in channels:
         missing = sum(channel not in info for info in infos)
         if missing:
-            raise ValueError(
-                f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's extra info of "
-                f"{missing}/{len(infos)} samples; the reward function returned keys {available}"
-            )
+            raise ValueError(f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's "
+                             f"extra info of {missing}/{len(infos)} samples; the reward function returned keys {available}")
     rows = [[float(info[c]) for c in channels] for info in infos]
     scores = torch.tensor(rows, dtype=torch.float64).reshape(len(infos), len(channels))
     if not torch.isfinite(scores).all():
@@ -74,15 +72,10 @@ REWARD_FLAGS = {TIMEOUT_KEY: "reward/timeouts", ERROR_KEY: "reward/errors"}  # e
 
 def reward_flag_counts(extra_fields) -> dict[str, float]:
     """Per-step counts of the reward manager's per-sample flags (timed out, failed), where it sets them."""
-    counts = dict.fromkeys(REWARD_FLAGS.values(), 0.0)
-    seen = False
-    for value in extra_fields:
-        info = reward_info(value)
-        for flag, key in REWARD_FLAGS.items():
-            if flag in info:
-                seen = True
-                counts[key] += float(info[flag])
-    return counts if seen else {}
+    infos = [reward_info(value) for value in extra_fields]
+    if not any(flag in info for info in infos for flag in REWARD_FLAGS):
+        return {}
+    return {key: sum(float(info.get(flag, 0.0)) for info in infos) for flag, key in REWARD_FLAGS.items()}
 
 
 def check_reward_failures(counts: dict, items: int, step: int, run_dir: str | None) -> None:
