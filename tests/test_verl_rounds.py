@@ -66,10 +66,11 @@ def group(lengths: list[int], length_rewards: list[int], correctness: list[int] 
 
 
 class Rounds:
-    """`submit_round`: writes the next planned round into the store as generated and scored prompts."""
+    """`submit_round`: writes the next planned round into the store as generated and scored prompts; `seen`:
+    every generated row's tag and summed reward (before any is cleared)."""
 
     def __init__(self, store: TransferQueueStore, plan: list[list]):
-        self.store, self.plan, self.submitted = store, list(plan), []
+        self.store, self.plan, self.submitted, self.seen = store, list(plan), [], {}
 
     def __call__(self, prompts: int) -> list[str]:
         number = len(self.submitted) + 1
@@ -83,6 +84,7 @@ class Rounds:
             for session, (seq_len, correct, short) in enumerate([] if failed else responses):
                 key = f"{uid}_{session}_0"
                 self.store.tags["train"][key] = {"status": "success", "seq_len": seq_len, "global_steps": 1}
+                self.seen[key] = {**self.store.tags["train"][key], "sum": float(correct + short)}
                 self.store.fields[key] = {"rm_scores": torch.tensor([0.0, float(correct + short)]),
                                           "extra_fields": {"reward_extra_info": {"correctness": correct,
                                                                                  "length": short}}}
@@ -100,34 +102,20 @@ def buffer_for(plan, store, round_prompts=4, max_rounds=3, world_size=2, channel
     return with_prefilter_metrics(buffer, list(channels)), submit
 
 
-def expected_batch(store_before: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
+def expected_batch(seen: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
     """The rule as a loop: per round, rows (prompt, session) in their order; informative = summed rewards not all
     equal over >= 2 responses; the first batch_size informative uids over the rounds; all their rows."""
     ordered, informative = [], set()
     for uids in submitted:
-        keys = [k for u in uids for k in sorted(k for k in store_before if k.startswith(u + "_"))]
-        order = loop_order([store_before[k]["seq_len"] for k in keys], world_size)
+        keys = [k for u in uids for k in sorted(k for k in seen if k.startswith(u + "_"))]
+        order = loop_order([seen[k]["seq_len"] for k in keys], world_size)
         ordered += [keys[i] for i in order]
         for uid in uids:
-            sums = [store_before[k]["sum"] for k in keys if k.startswith(uid + "_")]
+            sums = [seen[k]["sum"] for k in keys if k.startswith(uid + "_")]
             if len(sums) >= 2 and len(set(sums)) > 1:
                 informative.add(uid)
     kept = loop_first_uids([k.split("_")[0] for k in ordered], informative, batch_size)
     return [k for k in ordered if k.split("_")[0] in kept]
-
-
-def recording(buffer, submit: Rounds, store: TransferQueueStore) -> dict:
-    """Every generated row's tag and summed reward, as each round leaves the generator (before any is cleared)."""
-    seen = {}
-
-    def submit_and_record(prompts):
-        uids = submit(prompts)
-        seen.update({k: {**t, "sum": float(store.fields[k]["rm_scores"].sum())}
-                     for k, t in store.tags["train"].items() if not t.get("is_prompt") and k in store.fields})
-        return uids
-
-    buffer.submit_round = submit_and_record
-    return seen
 
 
 def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store):
@@ -137,7 +125,7 @@ def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store)
              group([333, 334], [0, 1])]]
     buffer, submit = buffer_for(plan, store, channels=("correctness", "length"))
     assert type(buffer) is PrefilterRoundsReplayBuffer
-    seen = recording(buffer, submit, store)
+    seen = submit.seen
     batch, metrics = buffer.sample(1, "train", 4)
     assert batch.keys == expected_batch(seen, submit.submitted, 4, world_size=2)
     kept = {k.split("_")[0] for k in batch.keys}
@@ -171,9 +159,8 @@ CONSTANT = group([10, 20], [0, 0])
 ])
 def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_size, metrics):
     buffer, submit = buffer_for(plan, store, **options)
-    seen = recording(buffer, submit, store)
     batch, found = buffer.sample(1, "train", batch_size)
-    assert batch.keys == expected_batch(seen, submit.submitted, batch_size, options.get("world_size", 2))
+    assert batch.keys == expected_batch(submit.seen, submit.submitted, batch_size, options.get("world_size", 2))
     assert {key: found[key] for key in metrics} == metrics
 
 

@@ -77,11 +77,6 @@ def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: 
                                "lie outside it")
 
 
-def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
-    """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
-    return {"channel_names": list(channel_names), **algo_options(algorithm).keywords()}
-
-
 class EstimatorNameTaken(ValueError):
     """A user's estimator whose name verl's own registry already holds."""
 
