@@ -230,30 +230,6 @@ def _remove(path: Path) -> str | None:
     return None
 
 
-def apply_plan(plan: RetentionPlan, checkpoint_dir, kept_dir=None) -> list[str]:
-    """Carry the plan out; returns what could not be deleted."""
-    checkpoint_dir = Path(checkpoint_dir)
-    for step in plan.keep_hf:
-        keep_tree(checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface",
-                  Path(kept_dir) / f"global_step_{step}")
-    tracker = checkpoint_dir / CHECKPOINT_TRACKER
-    if plan.marker_changed:
-        if plan.marker is None:
-            tracker.unlink(missing_ok=True)
-        else:
-            atomic_write_text(tracker, str(plan.marker))
-    return [f for step in sorted(plan.delete) if (f := _remove(checkpoint_dir / f"global_step_{step}"))]
-
-
-def _summary(plan: RetentionPlan, failed: list[str]) -> str:
-    deleted = "; ".join(f"{s} ({why})" for s, why in sorted(plan.delete.items()))
-    parts = [f"[dara] checkpoints: kept steps {', '.join(map(str, plan.keep)) or 'none'}",
-             deleted and f"deleted {deleted}",
-             plan.keep_hf and f"HF weights of steps {', '.join(map(str, plan.keep_hf))} kept first",
-             plan.resume_note, failed and f"could not delete {', '.join(failed)}"]
-    return "; ".join(p for p in parts if p)
-
-
 def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | None:
     """The run's retention policy on its checkpoint folder; one line when it changes anything."""
     if at_start and str(OmegaConf.select(cfg, "trainer.resume_mode", default="auto")) != "auto":
@@ -272,7 +248,19 @@ def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | 
     keep_last = OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=None)
     plan = plan_retention(checkpoint_dir, CheckpointLayout.from_config(cfg), keep_last,
                           policy.get("keep_hf_steps", None), kept_dir, at_start=at_start)
-    failed = apply_plan(plan, checkpoint_dir, kept_dir)
+    for step in plan.keep_hf:
+        keep_tree(checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface", Path(kept_dir) / f"global_step_{step}")
+    tracker = checkpoint_dir / CHECKPOINT_TRACKER
+    if plan.marker_changed and plan.marker is None:
+        tracker.unlink(missing_ok=True)
+    elif plan.marker_changed:
+        atomic_write_text(tracker, str(plan.marker))
+    failed = [f for step in sorted(plan.delete) if (f := _remove(checkpoint_dir / f"global_step_{step}"))]
     if plan.delete or plan.marker_changed or failed:
-        write(_summary(plan, failed), flush=True)
+        deleted = "; ".join(f"{s} ({why})" for s, why in sorted(plan.delete.items()))
+        parts = [f"[dara] checkpoints: kept steps {', '.join(map(str, plan.keep)) or 'none'}",
+                 deleted and f"deleted {deleted}",
+                 plan.keep_hf and f"HF weights of steps {', '.join(map(str, plan.keep_hf))} kept first",
+                 plan.resume_note, failed and f"could not delete {', '.join(failed)}"]
+        write("; ".join(p for p in parts if p), flush=True)
     return plan

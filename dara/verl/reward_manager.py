@@ -146,9 +146,6 @@ class DaraParallelRewardManager(RewardManagerBase):
         self._logged_errors = 0
         self._log_lock = threading.Lock()
 
-    def _submit(self, data_source: str, text: str, ground_truth: Any, response_tokens: int, extra_info=None):
-        return self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info)
-
     def _result(self, outcome: Outcome, data_source: str, response_tokens: int) -> dict[str, Any]:
         channels, timed_out, failed = verl_entry.resolve_outcome(
             outcome, data_source, lambda: self.scorer.fallback(data_source, response_tokens))
@@ -179,7 +176,8 @@ class DaraParallelRewardManager(RewardManagerBase):
         extra_info = item.non_tensor_batch.get("extra_info", None)
         loop = asyncio.get_running_loop()
         text = await loop.run_in_executor(None, lambda: self.tokenizer.decode(valid_ids, skip_special_tokens=True))
-        outcome = await asyncio.wrap_future(self._submit(data_source, text, ground_truth, response_tokens, extra_info))
+        outcome = await asyncio.wrap_future(
+            self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info))
         return self._result(outcome, data_source, response_tokens)
 
     def score_batch(self, data: DataProto) -> dict[str, Any]:
@@ -195,8 +193,8 @@ class DaraParallelRewardManager(RewardManagerBase):
             raise ValueError(f"one batch mixes tasks with different reward channels {sorted(channel_sets)}")
         reward_models = data.non_tensor_batch["reward_model"]
         extra_infos = data.non_tensor_batch.get("extra_info", [None] * len(data))
-        futures = [self._submit(sources[row], texts[row], _ground_truth({"reward_model": reward_models[row]}),
-                                int(lengths[row]), extra_infos[row]) for row in range(len(data))]
+        futures = [self.scorer.submit(self.pool, sources[row], texts[row], _ground_truth({"reward_model": reward_models[row]}),
+                                     int(lengths[row]), extra_infos[row]) for row in range(len(data))]
         results = [self._result(future.result(), sources[row], int(lengths[row])) for row, future in enumerate(futures)]
         reward_tensor = torch.zeros_like(responses, dtype=torch.float32)
         reward_tensor[torch.arange(len(data)), (lengths - 1).clamp(min=0)] = torch.tensor(
