@@ -149,10 +149,11 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
 
 
 @contextmanager
-def _one_line(error_class=RunFolderError):
+def _one_line():
+    """A run folder or host the run must not use: one line naming it."""
     try:
         yield
-    except error_class as error:
+    except RunFolderError as error:
         raise SystemExit(f"[dara] {error}") from None
 
 
