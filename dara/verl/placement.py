@@ -102,22 +102,13 @@ def ray_nodes() -> list[dict]:
             for node in ray.nodes()]
 
 
-def locate_workers(trainer, timeout_s: float = 60.0) -> dict[str, list[dict]]:
-    """{role: [location of each rank, in rank order]} for every verl worker group of the trainer."""
-    located = {}
-    for role, group in worker_groups(trainer).items():
-        handles = list(group.workers or [])  # verl's RayWorkerGroup: the actor handles, in rank order
-        rows = ray.get([handle.__ray_call__.remote(_worker_location) for handle in handles], timeout=timeout_s)
-        located[role] = sorted(rows, key=lambda row: row["rank"])
-    return located
-
-
 def _merge(previous: dict, nodes: list[dict], workers: dict[str, list[dict]], stage: str) -> dict:
     """The file's content after this stage."""
     recorded = dict(previous.get("recorded", {})) if stage == "end" else {}
     recorded[stage] = time.time()
     distinct = len({row["node_id"] for rows in workers.values() for row in rows})
-    return {"nodes": nodes, "worker_groups": {role: list(rows) for role, rows in workers.items()}, "distinct_worker_nodes": distinct, "recorded": recorded}
+    return {"nodes": nodes, "worker_groups": {role: list(rows) for role, rows in workers.items()},
+            "distinct_worker_nodes": distinct, "recorded": recorded}
 
 
 def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start") -> Path:
@@ -125,7 +116,12 @@ def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start
     path = Path(output_dir) / RAY_NODES
     try:
         previous = json.loads(path.read_text()) if stage == "end" and path.exists() else {}
-        content = _merge(previous, ray_nodes(), locate_workers(trainer), stage)
+        nodes = ray_nodes()
+        # each rank's location, in rank order (a RayWorkerGroup's `workers`: its actor handles)
+        workers = {role: sorted(ray.get([handle.__ray_call__.remote(_worker_location) for handle in group.workers or []],
+                                        timeout=60.0), key=lambda row: row["rank"])
+                   for role, group in worker_groups(trainer).items()}
+        content = _merge(previous, nodes, workers, stage)
         summary = ", ".join(f"{role}: ranks on {len({row['ip'] for row in rows})} node(s) "
                             f"({' '.join(sorted({row['ip'] for row in rows}))})"
                             for role, rows in content["worker_groups"].items())
