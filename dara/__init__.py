@@ -13,8 +13,7 @@ import importlib.util
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# Small real data carried in the repository (each folder has a README: source, licence, sha256):
-# the ToolRL and math samples the tests, examples and default commands use, and the authors' published results.
+# small real data in the repository (each folder's README: source, licence, sha256)
 SAMPLE_DATA = PROJECT_ROOT / "sample_data"
 AUTHORS_REFERENCE = PROJECT_ROOT / "reference" / "dara_authors"
 
@@ -33,18 +32,15 @@ def missing_extra(extra: str, what: str) -> str | None:
             "alone (dara.estimators) needs neither")
 
 
+RESOLVERS = {  # `${dara.<name>:...}` in conf/ files
+    "dara.root": lambda: str(PROJECT_ROOT),  # the checkout's root: configs name project files portably
+    "dara.sum": lambda *values: sum(int(v) for v in values),  # e.g. vLLM's max_model_len = prompt + response
+    "dara.if_eq": lambda a, b, then, otherwise: then if a == b else otherwise,  # a key derived from a mode
+}
 try:
     from omegaconf import OmegaConf
 except ImportError:  # the estimator library alone needs only torch and numpy (e.g. a bare GPU box)
     OmegaConf = None
-
-# `${dara.root:}` in conf/ files: the checkout's root, so configs name project files portably.
-if OmegaConf is not None and not OmegaConf.has_resolver("dara.root"):
-    OmegaConf.register_new_resolver("dara.root", lambda: str(PROJECT_ROOT))
-# `${dara.sum:a,b}`: integer sum (e.g. vLLM's max_model_len = prompt + response budget).
-if OmegaConf is not None and not OmegaConf.has_resolver("dara.sum"):
-    OmegaConf.register_new_resolver("dara.sum", lambda *values: sum(int(v) for v in values))
-# `${dara.if_eq:a,b,then,else}`: `then` when a == b, else `else` (a config key derived from a mode, e.g. verl's
-# replay-buffer filter on only in `run.dynamic_sampling.mode=replay`).
-if OmegaConf is not None and not OmegaConf.has_resolver("dara.if_eq"):
-    OmegaConf.register_new_resolver("dara.if_eq", lambda a, b, then, otherwise: then if a == b else otherwise)
+for _name, _resolver in RESOLVERS.items():
+    if OmegaConf is not None and not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _resolver)

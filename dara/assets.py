@@ -1,10 +1,6 @@
-"""The offline assets a run builds before Ray starts: a registry lookup, or a builder of your own.
-
-`run.model_assets` (the model's, e.g. model=tiny: "tiny_model") and then `run.assets` (the task's) each name a
-builder a task registered (`tasks.registry.asset_builders()`: "smoke", "smoke_math", "tiny_model", "smoke_sparse",
-"tiny_sparse_model"), or an import path `FILE.py:FUNCTION` / `package.module:FUNCTION` of your own. A builder is called as
-`fn(assets_dir, output_root)` with the run's `run.assets_dir` and `run.output_root` and writes the files the
-config reads (e.g. `${run.assets_dir}/train.parquet`).
+"""The offline assets a run builds before Ray starts: `run.model_assets` (the model's, e.g. "tiny_model"), then
+`run.assets` (the task's), each a builder a task registered (`tasks.registry.asset_builders()`) or an import path
+`FILE.py:FUNCTION` / `package.module:FUNCTION` of your own, called as `fn(run.assets_dir, run.output_root)`.
 """
 
 from __future__ import annotations
@@ -35,20 +31,19 @@ def asset_builder(name: str, key: str = "assets") -> Callable:
     return builder
 
 
-def _named(cfg: DictConfig) -> list[tuple[str, str]]:
-    return [(key, str(cfg.run[key])) for key in KEYS if cfg.run.get(key, None) is not None]
+def _builders(cfg: DictConfig) -> list[tuple[str, str, Callable]]:
+    return [(key, str(cfg.run[key]), asset_builder(str(cfg.run[key]), key)) for key in KEYS
+            if cfg.run.get(key, None) is not None]
 
 
 def check_assets(cfg: DictConfig) -> None:
     """The run's asset builders load (a config check: before anything is built or started)."""
-    for key, name in _named(cfg):
-        asset_builder(name, key)
+    _builders(cfg)
 
 
 def prepare_assets(cfg: DictConfig) -> None:
     """Build the model's, then the task's offline assets, where the run names any."""
-    for key, name in _named(cfg):
-        builder = asset_builder(name, key)
+    for key, name, builder in _builders(cfg):
         where = cfg.run.assets_dir if key == "assets" else cfg.actor_rollout_ref.model.path
         print(f"[dara] preparing offline {name} assets in {where}", flush=True)
         builder(str(cfg.run.assets_dir), str(cfg.run.output_root))

@@ -1,10 +1,4 @@
-"""A quiet main job: everything verl, Ray and the workers print goes to a file; the console gets progress.
-
-`quiet_output(log_path)` points the process's stdout and stderr file descriptors at `log_path` (so the
-driver's own prints, Python warnings, Ray's forwarded worker output and the processes Ray starts all land
-there) and yields a line-buffered stream to the real console. `follow_progress` prints one line per step
-from the run's metrics.jsonl (written by the trainer's Ray actor) while training runs.
-"""
+"""A quiet main job: everything verl, Ray and the workers print goes to a file; the console gets progress."""
 
 from __future__ import annotations
 
@@ -18,15 +12,15 @@ from typing import TextIO
 
 from dara.run_log import Progress
 
-# Per-step counts the console reports as warnings when they are non-zero (a reward that timed out or failed; an
-# optimizer update left unclipped where the task expects every update clipped, dara.verl.grad_clip).
+# per-step counts the console reports as warnings when non-zero
 WARN_COUNTS = {"reward/timeouts": "reward timeouts", "reward/errors": "reward errors",
                "actor/grad_unclipped_updates": "optimizer update(s) not clipped (run.expect_clipped_updates)"}
 
 
 @contextmanager
 def quiet_output(log_path: str | os.PathLike) -> Iterator[TextIO]:
-    """Redirect fds 1 and 2 into `log_path` (appended) for the block; yield a stream to the real stdout."""
+    """Redirect fds 1 and 2 (the driver's prints, warnings, Ray's forwarded worker output, the processes Ray
+    starts) into `log_path` (appended) for the block; yield a line-buffered stream to the real stdout."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
@@ -56,8 +50,7 @@ def step_warnings(record: dict) -> list[str]:
 
 @contextmanager
 def follow_progress(progress: Progress, write: Callable[[str], None], interval: float = 1.0) -> Iterator[None]:
-    """Print `progress.poll()` lines (and step warnings) every `interval` seconds while the block runs,
-    then once more after it, so the last step is never missed."""
+    """Write `progress`'s lines (and step warnings) every `interval` seconds while the block runs, and once after."""
     stop = threading.Event()
 
     def emit():

@@ -1,9 +1,5 @@
-"""File helpers every package shares: atomic writes, the torn-line-tolerant JSONL reader, run finished.
-
-An atomic write goes to a temporary file in the target's folder and is moved into place with
-os.replace, so a reader (or a crash) never sees half a file; a writer that raises leaves the old file
-(or none) and no temporary behind.
-"""
+"""File helpers every package shares: atomic writes (a temporary file beside the target, moved into place: a
+reader or a crash never sees half a file), the torn-line-tolerant JSONL reader, run finished."""
 
 from __future__ import annotations
 
@@ -26,9 +22,7 @@ class JsonlError(ValueError):
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
-
-    For writers that want a file name (matplotlib's savefig, OmegaConf.save, csv)."""
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -42,11 +36,6 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -65,11 +54,8 @@ def atomic_write_jsonl(path: str | Path, records) -> None:
 
 
 def read_jsonl(path: str | Path, tolerate_torn_last_line: bool = True) -> tuple[list[dict], bool]:
-    """(records, torn): every JSON object of a JSONL file in order, and whether a torn last line was dropped.
-
-    A truncated *last* line (a writer killed mid-line) is dropped with a warning when tolerated; any other
-    bad line, or a line that is not a JSON object, is a JsonlError naming the file and line.
-    """
+    """(records, torn): every JSON object of a JSONL file in order, and whether a truncated last line (a writer
+    killed mid-line) was dropped, with a warning; any other bad line is a JsonlError naming the file and line."""
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)

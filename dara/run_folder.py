@@ -1,18 +1,10 @@
-"""A run folder: the files one training run writes there, and the configuration the folder belongs to.
+"""A run folder: the names of the files a training run writes there, and the configuration it belongs to.
 
-Every file name of a run folder (`run.output_dir`) is defined here, so the trainer, the console, the
-recipes and `results` agree on them.
-
-The *experiment configuration* of a run is its resolved config, flattened to dotted keys, without the
-keys that do not change what is trained: where files go and what is logged, when the run saves or
-validates, how long it runs (a longer `trainer.total_training_steps` resumes and extends a run), and the
-cluster plumbing (Ray's addresses and resource counts, the allocation's node and GPU counts).
-`run_info.json` records it (`"config"`); two runs are the same experiment when it is equal, and variants
-of one method are told apart by the keys where it differs (`config_differences`), the seed aside.
-
-A run folder belongs to one experiment configuration: `check_same_experiment` refuses to start a run in a
-folder that holds results (logged steps or checkpoints) of another one, naming the keys that differ and a
-`run.name` that would give the new run a folder of its own.
+A run's *experiment configuration* is its resolved config flattened to dotted keys, without the keys that do
+not change what is trained (NON_EXPERIMENT_KEYS: where files go and what is logged, when it saves, validates and
+stops, cluster plumbing). `run_info.json` records it; variants of one method differ in it (`config_differences`,
+seed aside), and `check_same_experiment` refuses a folder holding results of another one, naming the keys that
+differ and a `run.name` that gives the new run its own folder.
 """
 
 from __future__ import annotations
@@ -65,9 +57,8 @@ SEED_KEYS: tuple[str, ...] = (
 
 
 def absolute_run_paths(cfg) -> None:
-    """Pin the run's folders (run.output_root, output_dir, assets_dir) to absolute paths, before the config
-    is resolved: Ray actors (other working dirs) read them, and the experiment configuration's paths derive
-    from them."""
+    """Pin run.output_root, output_dir and assets_dir to absolute paths before the config is resolved (Ray actors
+    in other working dirs read them)."""
     from omegaconf import open_dict
 
     with open_dict(cfg):
@@ -98,8 +89,7 @@ def _under(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
-# Where a path value starts, written in place of these folders so that a configuration does not depend on
-# where the checkout or the output root lies (runs of one sweep compared from another machine or checkout).
+# written in place of these folders, so a configuration does not depend on where the checkout or outputs lie
 OUTPUT_ROOT_MARK, PROJECT_MARK = "<output_root>", "<project>"
 
 
@@ -150,11 +140,8 @@ def _json_values(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def has_results(run_dir: str | Path) -> bool:
     """The folder holds something a run produced: a logged step or a checkpoint."""
-    run_dir = Path(run_dir)
-    metrics = run_dir / METRICS_FILE
-    if metrics.exists() and metrics.stat().st_size > 0:
-        return True
-    return any((run_dir / CHECKPOINTS).glob("global_step_*"))
+    metrics = Path(run_dir) / METRICS_FILE
+    return (metrics.exists() and metrics.stat().st_size > 0) or any((Path(run_dir) / CHECKPOINTS).glob("global_step_*"))
 
 
 def _shown(value: Any) -> str:
@@ -173,22 +160,27 @@ def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
     return f"{name[: -len(suffix)]}-{label}{suffix}" if name.endswith(suffix) else f"{name}-{label}"
 
 
+def _recorded(run_dir: str | Path, key: str, strict: bool) -> Any:
+    """`key` of the folder's run_info.json where the folder holds results, else None; an unreadable file raises
+    RunFolderError when `strict` (else None: the strict check reports it)."""
+    info_path = Path(run_dir) / RUN_INFO
+    if not info_path.exists() or not has_results(run_dir):
+        return None
+    try:
+        return json.loads(info_path.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        if strict:
+            raise RunFolderError(f"{info_path} cannot be read: is this a run folder? Set run.name=... or "
+                                 "run.output_root=... for a folder of this run's own") from None
+        return None
+
+
 def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> list[str]:
     """Raise RunFolderError when `run_dir` holds results of another experiment configuration than `config`.
 
-    A folder without run_info.json, without a recorded "config" (written before it was recorded), or without
-    results (a run that failed before its first step) is free to take. A key only one side has (the code
-    added or dropped it since the folder's run started) is taken as unchanged: such keys are returned, for
-    the caller to say so.
-    """
-    info_path = Path(run_dir) / RUN_INFO
-    if not info_path.exists() or not has_results(run_dir):
-        return []
-    try:
-        recorded = json.loads(info_path.read_text()).get("config")
-    except (OSError, ValueError, AttributeError):
-        raise RunFolderError(f"{info_path} cannot be read: is this a run folder? Set run.name=... or "
-                             "run.output_root=... for a folder of this run's own") from None
+    A folder without run_info.json, its "config" or results is free to take. Keys only one side has (the code
+    added or dropped them since) are taken as unchanged and returned, for the caller to say so."""
+    recorded = _recorded(run_dir, "config", strict=True)
     if not isinstance(recorded, Mapping):
         return []
     # a record written before a key was known not to change the experiment still holds it
@@ -206,17 +198,9 @@ def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: 
 
 
 def check_same_estimator_module(run_dir: str | Path, current: Mapping[str, Any] | None, name: str, seed: Any) -> None:
-    """Raise RunFolderError when `run_dir` holds results of a run whose module of estimators
-    (`algorithm.dara.estimator_module`, recorded in run_info.json as "estimator_module" with its sha256) has
-    changed since: resuming would train on other code. `current` is this run's record (None: no module; a
-    module added or dropped, or another path, is a configuration difference `check_same_experiment` names)."""
-    info_path = Path(run_dir) / RUN_INFO
-    if current is None or not info_path.exists() or not has_results(run_dir):
-        return
-    try:
-        recorded = json.loads(info_path.read_text()).get("estimator_module")
-    except (OSError, ValueError, AttributeError):
-        return  # check_same_experiment reports an unreadable run_info.json
+    """Raise RunFolderError when `run_dir` holds results of a run whose `algorithm.dara.estimator_module` changed
+    since (its recorded sha256): a resume would train on other code. `current`: this run's record, or None."""
+    recorded = None if current is None else _recorded(run_dir, "estimator_module", strict=False)
     if not isinstance(recorded, Mapping) or not recorded.get("sha256"):
         return
     if recorded["sha256"] != current.get("sha256"):

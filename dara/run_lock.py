@@ -1,18 +1,13 @@
-"""One job per run folder: an exclusive `flock` on `<run folder>/run.lock`, held while the job uses the folder.
+"""One job per run folder, one training run per host: exclusive `flock`s held while a job runs.
 
-The kernel releases an flock when the process holding it ends, however it ends (killed, preempted, node
-reboot on a local disk; on NFS the server releases it with the client's lease), so a killed job never leaves
-the folder locked. The lock file's text names the holder (host, pid, Slurm job id, since when) for the one
-line a second job prints before it exits. The file descriptor is not inherited by the processes the job
-starts (Ray, its workers): the lock is the driver's.
+`run_folder_lock` holds `<run folder>/run.lock`. The kernel releases an flock when its process ends however it
+ends, so a killed job never leaves a folder locked; the file's text names the holder (host, pid, Slurm job,
+since) for the one line a second job prints; the descriptor is not inherited by Ray. A file system without flock
+(some Lustre mounts) cannot lock: the run says so in one line and goes on unlocked.
 
-A file system without flock support (some Lustre mounts) cannot lock: the run then says so in one line and
-goes on unlocked.
-
-One training run per host and /tmp: `weight_sync_lock` holds `/tmp/rl-colocate-zmq.dara.lock` while verl runs.
-verl 0.9.1 names its weight-sync sockets `/tmp/rl-colocate-zmq-<Ray job id>-replica-<r>-rank-<k>.sock`, and the
-first job of every Ray cluster has the id 01000000: two runs on one host bind the same socket, and one run's
-rollout engine receives the other's weights (silently, where the two models have one shape).
+`weight_sync_lock` holds `/tmp/rl-colocate-zmq.dara.lock` while verl runs: verl 0.9.1 names its weight-sync
+sockets `/tmp/rl-colocate-zmq-<Ray job id>-replica-<r>-rank-<k>.sock`, and every local Ray cluster's first job
+id is 01000000, so two runs on one host would bind the same socket and cross their weights.
 """
 
 from __future__ import annotations
@@ -50,11 +45,15 @@ def describe_holder(record: dict | None) -> str:
     return f"host {record.get('host', '?')}, pid {record.get('pid', '?')}{job}, since {record.get('since', '?')}"
 
 
-def read_holder(run_dir: str | os.PathLike) -> dict | None:
+def _read_record(path: Path) -> dict | None:
     try:
-        return json.loads((Path(run_dir) / RUN_LOCK).read_text() or "null")
+        return json.loads(path.read_text() or "null")
     except (OSError, ValueError):
         return None
+
+
+def read_holder(run_dir: str | os.PathLike) -> dict | None:
+    return _read_record(Path(run_dir) / RUN_LOCK)
 
 
 def _busy(run_dir: Path) -> RunFolderBusy:
@@ -82,8 +81,7 @@ def _unsupported(path: Path, error: OSError, what: str) -> None:
 
 @contextmanager
 def _held(lock_file: Path, busy, what: str, record: dict) -> Iterator[None]:
-    """Hold an exclusive flock on `lock_file` for the block, its text the holder's `record`; raises `busy()` at
-    once when another process holds it."""
+    """Hold an exclusive flock on `lock_file` for the block, its text `record`; `busy()` raised when held."""
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -121,10 +119,7 @@ class HostBusy(RunFolderError):
 def weight_sync_lock(run_dir: str | os.PathLike, lock_file: Path = WEIGHT_SYNC_LOCK) -> Iterator[None]:
     """Hold the host's weight-sync lock while this run trains; raises HostBusy naming the run that holds it."""
     def busy() -> HostBusy:
-        try:
-            record = json.loads(lock_file.read_text() or "null")
-        except (OSError, ValueError):
-            record = None
+        record = _read_record(lock_file)
         folder = f", run folder {record['run_dir']}" if record and record.get("run_dir") else ""
         return HostBusy(f"another training run on this host is using verl's weight-sync sockets in /tmp "
                         f"({describe_holder(record)}{folder}; {lock_file}): verl 0.9.1 names them by Ray job id, "

@@ -1,13 +1,12 @@
-"""The run folder's per-step log: `metrics.jsonl` (one flat JSON object per step) and a console line.
+"""The run folder's per-step log: `metrics.jsonl` (one flat JSON object per step) and a console line per step.
 
-A resumed run (after preemption) first drops the lines of steps past its checkpoint, so every step
-appears exactly once however often the run was interrupted.
+A resumed run first drops the lines of steps past its checkpoint, so every step appears once however often the
+run was interrupted.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import time
@@ -17,21 +16,17 @@ from pathlib import Path
 from dara.io import JsonlError, atomic_write_jsonl, read_jsonl
 from dara.run_folder import METRICS_FILE
 
-log = logging.getLogger(__name__)
 __all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics", "reward_means"]
 
+RunLogError = JsonlError  # a run log that cannot be read as documented
 
-def _flat_float(value):
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, Number):
+
+def _flat_float(value) -> float | None:
+    if isinstance(value, Number):  # bool too
         return float(value)
     if hasattr(value, "item") and getattr(value, "size", 1) == 1:  # numpy / torch scalars
         return float(value.item())
     return None
-
-
-RunLogError = JsonlError  # a run log that cannot be read as documented
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -46,10 +41,10 @@ def reward_means(scores, channels) -> dict[str, float]:
 
 class RunLog:
     def __init__(self, path: Path, total_steps: int | None = None, resumed_step: int = 0):
-        self.path = Path(path)
-        self.total_steps = total_steps
+        self.path, self.total_steps = Path(path), total_steps
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._truncate_after(resumed_step)
+        if self.path.exists():  # a resumed run never repeats a step
+            atomic_write_jsonl(self.path, [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resumed_step])
         self._last_time = time.monotonic()
 
     @classmethod
@@ -57,14 +52,7 @@ class RunLog:
         run = config.get("run", None)
         if not run or not run.get("output_dir", None):
             return None
-        total = config.trainer.get("total_training_steps", None)
-        return cls(Path(run.output_dir) / METRICS_FILE, total_steps=total, resumed_step=resumed_step)
-
-    def _truncate_after(self, step: int) -> None:
-        """Keep only records of steps <= `step` (atomic rewrite), so a resumed run never repeats a step."""
-        if not self.path.exists():
-            return
-        atomic_write_jsonl(self.path, [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= step])
+        return cls(Path(run.output_dir) / METRICS_FILE, config.trainer.get("total_training_steps", None), resumed_step)
 
     def write(self, step: int, metrics: dict, channels: list[str]) -> None:
         record = {"step": int(step)}
@@ -76,40 +64,32 @@ class RunLog:
             handle.write(json.dumps(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        print(self.step_line(record, channels), flush=True)
-
-    def step_line(self, record: dict, channels: list[str]) -> str:
         now = time.monotonic()
         elapsed, self._last_time = now - self._last_time, now
-        return format_step(record, channels, self.total_steps, f"{elapsed:.1f}s")
+        print(format_step(record, channels, self.total_steps, f"{elapsed:.1f}s"), flush=True)
 
 
 def format_step(record: dict, channels: list[str], total_steps: int | None, timing: str) -> str:
     """`[dara] step 3/3 | reward ... | density ... | weight ... | <timing>` (per channel, where logged)."""
-    total = f"/{total_steps}" if total_steps else ""
-
     def cols(prefix, suffix=""):
         return " ".join(f"{c} {record[f'{prefix}{c}{suffix}']:.3f}" for c in channels
                         if f"{prefix}{c}{suffix}" in record)
 
-    return (f"[dara] step {record['step']}{total} | reward {cols('reward/', '/mean')} | "
-            f"density {cols('dara/density/')} | weight {cols('dara/weight/')} | {timing}")
+    return (f"[dara] step {record['step']}{f'/{total_steps}' if total_steps else ''} | reward "
+            f"{cols('reward/', '/mean')} | density {cols('dara/density/')} | weight {cols('dara/weight/')} | {timing}")
 
 
 def clock(seconds: float) -> str:
     """1:02:03 / 2:03 (h:mm:ss or m:ss)."""
-    seconds = int(round(max(0.0, seconds)))
-    hours, rest = divmod(seconds, 3600)
+    hours, rest = divmod(int(round(max(0.0, seconds))), 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 class Progress:
-    """Follows a growing metrics.jsonl (written by the trainer's Ray actor) from the driver process.
-
-    `poll()` returns one console line per newly completed step, with the time since training started and
-    the estimated time left: (total - step) x the mean duration of the last few steps. The first step's
-    duration is verl's `timing_s/step` when logged (the wall time before it includes start-up).
-    """
+    """Follows a growing metrics.jsonl (written by the trainer's Ray actor) from the driver process: one console
+    line per newly completed step, with the time since training started and the estimated time left, (total -
+    step) x the mean duration of the last `window` steps (the first step's: verl's `timing_s/step`, as the wall
+    time before it includes start-up)."""
 
     def __init__(self, path: str | Path, channels: list[str], total_steps: int | None, window: int = 5):
         self.path, self.channels, self.total_steps, self.window = Path(path), channels, total_steps, window
@@ -119,11 +99,10 @@ class Progress:
         self._durations: list[float] = []
 
     def _new_records(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        size = self.path.stat().st_size
+        size = self.path.stat().st_size if self.path.exists() else 0
         if size < self._offset:  # rewritten (a resume dropped steps past its checkpoint)
             self._offset = size
+        if size <= self._offset:
             return []
         with open(self.path, "rb") as handle:
             handle.seek(self._offset)
@@ -145,8 +124,7 @@ class Progress:
         out = []
         for record in self._new_records():
             now = time.monotonic()
-            first = self._last is None
-            duration = float(record.get("timing_s/step", now - self.start)) if first else now - self._last
+            duration = float(record.get("timing_s/step", now - self.start)) if self._last is None else now - self._last
             self._last = now
             self._durations = (self._durations + [duration])[-self.window:]
             timing = f"{clock(now - self.start)} elapsed"

@@ -1,26 +1,16 @@
 """wandb for every training run: the settings verl's tracker hands to `wandb.init`, and reading them back.
 
-verl's `Tracking` calls `wandb.init(project=trainer.project_name, name=trainer.experiment_name,
-config=<the resolved config>)` inside the trainer's Ray actor and logs every step's metrics (verl's own,
-`reward/<c>/mean`, the `dara/` instruments, pre-filter means) exactly as it does for its `file` backend.
-wandb reads everything else from its environment, which the project sets through the Ray runtime env:
-
-- mode: `offline` unless `run.wandb_mode=online`, or `run.wandb_mode=auto`, the environment holds a
-  `WANDB_API_KEY` (its value is never read here) AND the wandb host (`WANDB_BASE_URL`, else api.wandb.ai)
-  answers an HTTPS request from this node within PROBE_TIMEOUT_S (a compute node without internet would
-  otherwise fail in `wandb.init`); `disabled` turns wandb off;
-- run id: derived from the run folder's absolute path, so a resumed run (same folder) continues the same
-  wandb run (`WANDB_RESUME=allow`);
-- steps: every row carries verl's `training/global_step`, declared as the step metric of every chart
-  (`define_metric`), while wandb's own `_step` only ever increases across the run's starts
-  (`StepMetricWandb`, installed by dara.verl.wandb_steps): the steps a resumed run redoes after its
-  checkpoint are new rows at the same training step, so wandb (online, or offline then `wandb sync`) takes
-  them instead of rejecting steps below its `_step`, and the readers keep the redone values;
-- group: `run.recipe` (the paper table or figure; defaults to the task); tags: task, model, method,
-  estimator, seed; files under `<run folder>/wandb/`.
-
-`read_offline_history` reads an offline run's `.wandb` file back with wandb's own reader (`wandb leet
-inspect --json`, which parses the transaction log in wandb-core).
+verl's `Tracking` calls `wandb.init(project, name, config)` in the trainer's actor and logs every step's metrics;
+the rest wandb reads from its environment, which the project sets through the Ray runtime env:
+- mode: `offline` unless `run.wandb_mode=online`, or `auto` with a `WANDB_API_KEY` in the environment AND a wandb
+  host (`WANDB_BASE_URL`, else api.wandb.ai) that answers from this node within PROBE_TIMEOUT_S (a node without
+  internet would fail in `wandb.init`); `disabled` turns wandb off;
+- run id: from the run folder's absolute path, so a resumed run continues the same wandb run;
+- steps: every row carries verl's `training/global_step`, the step metric of every chart, while wandb's `_step`
+  only ever increases across starts (`StepMetricWandb`): steps a resumed run redoes after its checkpoint are new
+  rows at the same training step, which wandb takes instead of rejecting steps below its `_step`;
+- group `run.recipe` (default: the task); tags task, model, method, estimator, seed; files in `<run>/wandb/`.
+`read_offline_history` reads a `.wandb` file back with wandb's own reader (`wandb leet inspect --json`).
 """
 
 from __future__ import annotations
@@ -48,14 +38,9 @@ PROBE_TIMEOUT_S = 5.0
 STEP_METRIC = "training/global_step"  # verl puts it in every training step's metrics
 
 
-def wandb_base_url(environ: Mapping[str, str] = os.environ) -> str:
-    return environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
-
-
 def probe_wandb_host(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when `base_url` answers an HTTP(S) HEAD request (any status) within `timeout` seconds, else why not.
-
-    The request runs in a thread joined for `timeout`, so a name lookup that hangs is bounded too."""
+    """None when `base_url` answers a HEAD request (any status) within `timeout` s, else why not (in a thread
+    joined for `timeout`, so a hanging name lookup is bounded too)."""
     outcome: list[str | None] = []
 
     def request() -> None:
@@ -92,18 +77,12 @@ def choose_wandb_mode(requested: str | None, environ: Mapping[str, str] = os.env
         return requested, ""
     if not environ.get("WANDB_API_KEY"):
         return "offline", ""
-    url = wandb_base_url(environ)
+    url = environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
     why = probe(url, timeout)
     if why is None:
         return "online", ""
     return "offline", (f"[dara] wandb: {url} did not answer from this node ({why}); logging offline "
                        "(run.wandb_mode=online forces online)")
-
-
-def wandb_mode(requested: str | None, environ: Mapping[str, str] = os.environ,
-               probe: Probe = probe_wandb_host) -> str:
-    """The wandb mode of a run (choose_wandb_mode without its note)."""
-    return choose_wandb_mode(requested, environ, probe)[0]
 
 
 def wandb_run_id(output_dir: str | os.PathLike) -> str:
@@ -112,33 +91,17 @@ def wandb_run_id(output_dir: str | os.PathLike) -> str:
     return f"dara-{digest[:16]}"
 
 
-def _tag(key: str, value) -> str:
-    return f"{key}:{value}".replace(",", ";")[:64]  # WANDB_TAGS is comma-separated; wandb caps tags at 64
-
-
-def wandb_tags(cfg) -> list[str]:
-    run = cfg.run
-    return [_tag("task", run.task), _tag("model", run.model), _tag("method", run.method),
-            _tag("estimator", library_estimator(str(cfg.algorithm.adv_estimator)) or cfg.algorithm.adv_estimator),
-            _tag("seed", run.seed)]
-
-
-def wandb_enabled(cfg) -> bool:
-    return "wandb" in list(cfg.trainer.logger or [])
-
-
 def wandb_env(cfg, environ: Mapping[str, str] = os.environ, mode: str | None = None) -> dict[str, str]:
     """The WANDB_* variables for the trainer's Ray actor (resolved config `cfg`)."""
     run = cfg.run
-    return {
-        "WANDB_MODE": mode or wandb_mode(run.get("wandb_mode", None), environ),
-        "WANDB_DIR": str(run.output_dir),
-        "WANDB_RUN_ID": wandb_run_id(run.output_dir),
-        "WANDB_RESUME": "allow",
-        "WANDB_RUN_GROUP": str(run.get("recipe", None) or run.task),
-        "WANDB_TAGS": ",".join(wandb_tags(cfg)),
-        "WANDB_SILENT": "true",
-    }
+    tags = {"task": run.task, "model": run.model, "method": run.method,
+            "estimator": library_estimator(str(cfg.algorithm.adv_estimator)) or cfg.algorithm.adv_estimator,
+            "seed": run.seed}
+    return {"WANDB_MODE": mode or choose_wandb_mode(run.get("wandb_mode", None), environ)[0],
+            "WANDB_DIR": str(run.output_dir), "WANDB_RUN_ID": wandb_run_id(run.output_dir), "WANDB_RESUME": "allow",
+            "WANDB_RUN_GROUP": str(run.get("recipe", None) or run.task), "WANDB_SILENT": "true",
+            # comma-separated; wandb caps a tag at 64 characters
+            "WANDB_TAGS": ",".join(f"{key}:{value}".replace(",", ";")[:64] for key, value in tags.items())}
 
 
 def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ, probe: Probe = probe_wandb_host) -> dict[str, str]:
@@ -146,7 +109,7 @@ def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ, probe: Probe =
     Prints one line when `auto` goes offline because the wandb host did not answer."""
     from omegaconf import open_dict
 
-    if not wandb_enabled(cfg):
+    if "wandb" not in list(cfg.trainer.logger or []):
         return {}
     mode, note = choose_wandb_mode(cfg.run.get("wandb_mode", None), environ, probe)
     if note:
@@ -184,10 +147,8 @@ def _wandb_step(history: dict) -> int:
 
 
 def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """(run record, history rows) of one `.wandb` file; each row is the logged metrics plus `step`.
-
-    `step` is the training step (STEP_METRIC where the row has it, else wandb's `_step`); a step logged
-    twice (redone after a resume) keeps the later row only, in the position of the first."""
+    """(run record, history rows) of one `.wandb` file; each row is the logged metrics plus `step`, the training
+    step (STEP_METRIC, else wandb's `_step`); a step logged twice (redone after a resume) keeps the later row."""
     run, rows = {}, {}
     for record in inspect_records(wandb_file):
         if record.get("type") == "run":
@@ -202,8 +163,7 @@ def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict
 
 
 def last_wandb_step(wandb_files) -> int:
-    """The highest wandb `_step` the newest of these `.wandb` files (oldest first) that logged a row logged;
-    -1 when none did. Each start continues above the one before, so the newest such file has the highest."""
+    """The highest wandb `_step` of the newest of these `.wandb` files (oldest first) that logged a row; -1 if none."""
     for path in reversed(list(wandb_files)):
         try:
             records = inspect_records(path)
@@ -216,13 +176,9 @@ def last_wandb_step(wandb_files) -> int:
 
 
 class StepMetricWandb:
-    """verl's wandb backend (`Tracking.logger["wandb"]`, the wandb module) logging rows by training step.
-
-    Every row carries STEP_METRIC, declared as the step metric of every chart; wandb's `_step` is the
-    training step while that is above every `_step` the run logged before (a fresh run: the same numbers
-    as verl's), else the next `_step` (the steps a resumed run redoes). `floor` is the highest `_step` of the
-    run's earlier starts whose logs wandb does not know (offline sessions); online, wandb reports its own.
-    """
+    """verl's wandb backend (`Tracking.logger["wandb"]`) logging rows by training step: wandb's `_step` is the
+    training step while that is above every `_step` logged before, else the next `_step` (steps a resumed run
+    redoes). `floor`: the highest `_step` of earlier offline starts, which wandb does not know."""
 
     def __init__(self, backend, floor: int = -1):
         self._backend = backend
@@ -240,8 +196,7 @@ class StepMetricWandb:
 
 
 def log_by_step_metric(tracking, run_dir: str | os.PathLike | None) -> None:
-    """Replace verl's wandb backend in a `Tracking` by `StepMetricWandb` (once); the earlier starts' `.wandb`
-    files in `run_dir` give its floor."""
+    """Replace verl's wandb backend in a `Tracking` by `StepMetricWandb` (once), floored by `run_dir`'s earlier starts."""
     loggers = getattr(tracking, "logger", None)
     backend = loggers.get("wandb") if isinstance(loggers, dict) else None
     if backend is None or isinstance(backend, StepMetricWandb) or getattr(backend, "run", None) is None:

@@ -4,18 +4,12 @@
     python -m dara.train task=toolrl model=qwen2.5-1.5b-instruct estimator=dara_asym cluster=a100_40g_x4
     python -m dara.train ... --cfg job --resolve           # print the resolved config, start nothing
 
-Order of work: check the config (fails before Ray starts); claim the run folder: lock it for this job
-(dara.run_lock; a second job on it exits at once naming the holder), refuse a folder that holds another
-experiment configuration (dara.run_folder), apply the checkpoint retention policy (dara.verl.retention);
-take the host's weight-sync lock (one training run per host and /tmp, dara.run_lock);
-choose wandb's mode (dara.tracking); build offline assets if the task asks, write run_info.json, then verl's
-own `run_ppo` with its own TaskRunner (the project's verl plugin registers the trainer it selects); Ray is
-started and stopped by the run.
-
-The console shows a header (task, model, estimator, cluster, output folder, where the logs are), one line
-per step with the time elapsed and left, warnings from the step records, and a summary. verl's full
-config is written to `<run>/verl_config.yaml`; everything verl, Ray and its workers print goes to
-`<run>/logs/main.log`. `python -m dara.train --verbose` (= `run.verbose=true`) prints all of it instead.
+Order of work: check the config (before Ray starts); lock the run folder (dara.run_lock), refuse a folder of
+another experiment (dara.run_folder), apply checkpoint retention (dara.verl.retention); take the host's
+weight-sync lock; choose wandb's mode (dara.tracking); build offline assets, write run_info.json, then verl's own
+`run_ppo` and TaskRunner in a Ray the run starts and stops. The console gets a header, one line per step and a
+summary; verl's config goes to `<run>/verl_config.yaml`, everything printed to `<run>/logs/main.log`
+(`--verbose` = `run.verbose=true` prints it instead).
 """
 
 from __future__ import annotations
@@ -74,15 +68,8 @@ from dara.verl.retention import apply_retention
 VERBOSE_FLAG = "--verbose"
 
 
-def _apply_runtime_env(cfg: DictConfig) -> None:
-    """The env vars the cluster config gives Ray workers also hold in this driver process.
-
-    verl reads a few settings only from the environment (its platform plug-in, engine device); the
-    project keeps them in config (`ray_kwargs.ray_init.runtime_env.env_vars`) and applies them here.
-    """
-    env_vars = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
-    for key, value in env_vars.items():
-        os.environ[str(key)] = str(value)
+def _env_vars(cfg: DictConfig) -> dict:
+    return OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
 
 
 def _module_record(cfg: DictConfig) -> dict | None:
@@ -91,31 +78,21 @@ def _module_record(cfg: DictConfig) -> dict | None:
     return None if loaded is None else loaded.record()
 
 
-def _finished(cfg: DictConfig) -> bool:
-    return run_finished(cfg.run.output_dir, cfg.trainer.total_training_steps)
-
-
 def _write_run_info(cfg: DictConfig) -> None:
     info = {"run_name": cfg.run.name, "method": cfg.run.method, "seed": int(cfg.run.seed), "task": cfg.run.task,
             "model": cfg.run.model, "estimator": cfg.algorithm.adv_estimator,
             "reward_channels": list(cfg.algorithm.reward_channels), "command": " ".join(sys.argv),
             "recipe": cfg.run.get("recipe", None) or cfg.run.task,
-            # the reward options, among them which math grader scored correctness
-            "reward_options": OmegaConf.to_container(
+            "reward_options": OmegaConf.to_container(  # among them the math grader
                 OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None) or {}),
-            # the module of estimators of your own (algorithm.dara.estimator_module): file, sha256, names
-            "estimator_module": _module_record(cfg),
-            # the experiment configuration (dara.run_folder): what tells this run's variant from another's
-            "config": experiment_config(cfg)}
+            "estimator_module": _module_record(cfg), "config": experiment_config(cfg)}
     atomic_write_json(Path(cfg.run.output_dir) / RUN_INFO, info)
 
 
 @contextmanager
 def _ray_session(cfg: DictConfig):
-    """A local Ray started and stopped by this run, its temp files and auth token inside the run folder.
-
-    With `ray_kwargs.ray_init.address` set (a Slurm job's cluster), the existing cluster is used as it is.
-    """
+    """A local Ray started and stopped by this run, inside the run folder; with `ray_kwargs.ray_init.address`
+    (a Slurm job's cluster) that cluster as it is."""
     if OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None):
         yield
         return
@@ -126,13 +103,6 @@ def _ray_session(cfg: DictConfig):
         for key, value in extra.items():
             cfg.ray_kwargs.ray_init[key] = value
         yield
-
-
-def _write_verl_config(cfg: DictConfig) -> Path:
-    path = Path(cfg.run.output_dir) / VERL_CONFIG
-    with atomic_path(path) as tmp:
-        OmegaConf.save(cfg, tmp)
-    return path
 
 
 def _cluster_choice() -> str:
@@ -173,20 +143,26 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
              f"weight {last.get(f'dara/weight/{c}', float('nan')):.2f}" for c in channels]
     text = (f"[dara] {cfg.run.name}: {len(records)} steps in {seconds:.0f}s; last step " + "; ".join(parts)
             + f"\n[dara] metrics: {path}")
-    env = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", default={}) or {}
-    if env.get("WANDB_MODE") == "offline" and "wandb" in list(cfg.trainer.logger or []):
+    if _env_vars(cfg).get("WANDB_MODE") == "offline" and "wandb" in list(cfg.trainer.logger or []):
         text += f"\n[dara] wandb offline run: wandb sync {Path(cfg.run.output_dir) / 'wandb'}/offline-run-*"
     return text
 
 
+@contextmanager
+def _one_line():
+    """A run folder or host the run must not use: one line naming it."""
+    try:
+        yield
+    except RunFolderError as error:
+        raise SystemExit(f"[dara] {error}") from None
+
+
 def _claim_run_folder(cfg: DictConfig, stack: ExitStack) -> None:
     """Lock the run folder for this job (held until `stack` closes) and check it holds this experiment."""
-    try:
+    with _one_line():
         stack.enter_context(run_folder_lock(cfg.run.output_dir))
         unrecorded = check_same_experiment(cfg.run.output_dir, experiment_config(cfg), cfg.run.name, cfg.run.seed)
         check_same_estimator_module(cfg.run.output_dir, _module_record(cfg), cfg.run.name, cfg.run.seed)
-    except RunFolderError as error:
-        raise SystemExit(f"[dara] {error}") from None
     if unrecorded:
         shown = ", ".join(unrecorded[:4]) + (f" and {len(unrecorded) - 4} more" if len(unrecorded) > 4 else "")
         print(f"[dara] {RUN_INFO} of this folder's run lacks (or this code lacks) {shown}: taken as unchanged",
@@ -201,27 +177,25 @@ def train(cfg: DictConfig) -> None:
     check_rollout(cfg)  # the rollout's name and options; on a CPU run vLLM's CPU build, head_dim and dtype
     with ExitStack() as claim:
         _claim_run_folder(cfg, claim)
-        if cfg.run.skip_if_finished and _finished(cfg):
+        if cfg.run.skip_if_finished and run_finished(cfg.run.output_dir, cfg.trainer.total_training_steps):
             print(f"[dara] {cfg.run.name} already finished ({cfg.run.output_dir}); skipping", flush=True)
             return
         apply_retention(cfg, at_start=True)
-        try:  # one run per host and /tmp: verl's weight-sync socket names would cross (dara.run_lock)
+        with _one_line():  # one run per host and /tmp: verl's weight-sync socket names would cross
             claim.enter_context(weight_sync_lock(cfg.run.output_dir))
-        except RunFolderError as error:
-            raise SystemExit(f"[dara] {error}") from None
         _train_claimed(cfg)
 
 
 def _train_claimed(cfg: DictConfig) -> None:
     wandb = apply_wandb_env(cfg)
-    _apply_runtime_env(cfg)
+    # verl reads a few settings (platform, engine device) only from the environment: the cluster config's
+    os.environ.update({str(key): str(value) for key, value in _env_vars(cfg).items()})
     prepare_assets(cfg)
     check_inputs(cfg)
     check_reward(cfg)
     _write_run_info(cfg)
     verbose = bool(cfg.run.get("verbose", False))
     print("\n".join(_header(cfg, wandb, verbose)), flush=True)
-
     run_dir = Path(cfg.run.output_dir)
     start = time.monotonic()
     with ExitStack() as stack:
@@ -239,8 +213,8 @@ def _train_claimed(cfg: DictConfig) -> None:
 
 
 def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
-    """verl's own run_ppo and TaskRunner in a local (or the job's) Ray; with `follow`, a
-    progress line per step is passed to `write` while it runs."""
+    """verl's own run_ppo and TaskRunner in a local (or the job's) Ray; with `follow`, a progress line per step
+    is passed to `write` while it runs."""
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
@@ -258,15 +232,16 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
     started = now_ticks()
     adopt_orphans()  # a Ray worker's orphaned forks come to this process, not init (dara.reaper)
     with _ray_session(cfg):
-        _write_verl_config(cfg)
+        with atomic_path(Path(cfg.run.output_dir) / VERL_CONFIG) as tmp:
+            OmegaConf.save(cfg, tmp)
         clear_engine_failure(cfg.run.output_dir)  # an earlier start's line must not explain this start's failure
         try:
             with follow_progress(progress, write) if follow else nullcontext():
                 run_ppo(cfg, task_runner_class=TaskRunnerV1)
-        except Exception as error:  # a failed ray.init, a worker that died, the trainer's error: its cause, one line
-            traceback.print_exc(file=sys.stderr)  # the traceback, into logs/main.log unless --verbose
+        except Exception as error:  # a failed ray.init, a dead worker, the trainer's error: its cause, one line
+            traceback.print_exc(file=sys.stderr)  # into logs/main.log unless --verbose
             sys.stderr.flush()
-            # a dead rollout engine: the watchdog's line, not Ray's "actor died" (dara.verl.engine_watchdog)
+            # a dead rollout engine: the watchdog's line, not Ray's "actor died"
             line = read_engine_failure(cfg.run.output_dir) or failure_line(error)
             raise SystemExit(f"[dara] training failed: {line}") from None
         finally:
@@ -275,8 +250,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
 
 def failure_line(error: BaseException) -> str:
-    """`Type: message` of what made the run fail, on one line: a Ray task error's cause, not Ray's wrapper with
-    its traceback; a Ray error without a cause (a worker process that died), its first line."""
+    """`Type: message` of what made the run fail, on one line: a Ray task error's cause, else the first line."""
     import ray
 
     if isinstance(error, ray.exceptions.RayTaskError):
@@ -292,8 +266,7 @@ _users_hydra_full_error: str | None = None  # main() sets HYDRA_FULL_ERROR=1 for
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
-    _restore_hydra_full_error()  # composed: the run's own errors get Hydra's usual report again, and its workers
-    # the user's environment
+    _restore_hydra_full_error()  # composed: the run's own errors get Hydra's usual report again
     try:
         train(cfg)
     except ConfigError as error:
@@ -308,11 +281,9 @@ def _restore_hydra_full_error() -> None:
 
 
 def main() -> None:
-    """The Hydra app; `--verbose` (not a Hydra flag) becomes the override `run.verbose=true`.
-
-    A bad override fails in one line naming it: HYDRA_FULL_ERROR=1 makes Hydra raise its composition error
-    (instead of printing it over several lines) for this function to shorten; one the user set keeps Hydra's
-    full report. Errors from the run itself are not touched (the task restores the variable first)."""
+    """The Hydra app; `--verbose` becomes `run.verbose=true`. A bad override fails in one line: HYDRA_FULL_ERROR=1
+    makes Hydra raise its composition error for this function to shorten (a user's own setting keeps Hydra's
+    report); the run's own errors are not touched (the task restores the variable first)."""
     global _users_hydra_full_error
     if VERBOSE_FLAG in sys.argv[1:]:
         sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]
@@ -329,7 +300,7 @@ def main() -> None:
         if _users_hydra_full_error is not None:
             raise
         raise SystemExit(f"[dara] invalid override: {composition_error_line(error)}") from None
-    finally:  # on every way out (an in-process caller, a test, goes on with its own environment)
+    finally:  # an in-process caller goes on with its own environment
         _restore_hydra_full_error()
 
 

@@ -37,9 +37,6 @@ def test_progress_prints_each_new_step_once_with_time_left(tmp_path):
     (line,) = progress.poll()
     assert re.search(r"step 2/4 \| reward format 0\.500 .*\| \d+:\d\d elapsed, ~\d+:\d\d left$", line)
     assert progress.poll() == []
-
-
-def test_clock():
     assert [clock(s) for s in (0, 59.6, 61, 3600, 3725)] == ["0:00", "1:00", "1:01", "1:00:00", "1:02:05"]
 
 

@@ -1,6 +1,5 @@
 """The rollout-engine watchdog (dara.verl.engine_watchdog) against a real HTTP server standing in for a rollout
-server's /health (`health_server`, tests/conftest.py): healthy, then dead (503), then gone. The end of a training
-run whose engine is killed is in tests/test_training.py."""
+server's /health (`health_server`, tests/conftest.py); a training run whose engine is killed: tests/test_training.py."""
 
 from __future__ import annotations
 
@@ -26,22 +25,15 @@ def unused_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def test_health_tells_a_live_a_dead_and_a_missing_server_apart(health_server):
-    assert health(health_server.address, timeout_s=5) is None
+def test_health_tells_a_live_a_dead_and_a_missing_server_apart_whatever_proxy_is_set(health_server, monkeypatch):
+    # a cluster's proxy settings: http_proxy at a dead port, the subnet in CIDR form in no_proxy (ignored by Python)
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, f"http://{unused_address()}")
+    monkeypatch.setenv("no_proxy", "10.0.0.0/8,192.0.2.0/24")
+    assert health(health_server.address, timeout_s=5) is None and health_server.requests == 1
     health_server.status = 503
     assert health(health_server.address, timeout_s=5) == "/health answered 503"
     assert "unreachable" in health(unused_address(), timeout_s=5)
-
-
-def test_health_asks_the_server_directly_whatever_proxy_the_environment_names(health_server, monkeypatch):
-    """A cluster's proxy settings: http_proxy at a dead port, the node's subnet in CIDR form in no_proxy (which
-    Python's no_proxy matching ignores). A healthy server must still read healthy."""
-    dead_proxy = f"http://{unused_address()}"
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
-        monkeypatch.setenv(name, dead_proxy)
-    monkeypatch.setenv("no_proxy", "10.0.0.0/8,192.0.2.0/24")
-    assert health(health_server.address, timeout_s=5) is None
-    assert health_server.requests == 1
 
 
 def test_raise_if_dead_names_the_engine_the_server_and_the_resume(health_server, tmp_path):
@@ -57,7 +49,6 @@ def test_raise_if_dead_names_the_engine_the_server_and_the_resume(health_server,
 
 
 def wait_for(condition, checks: int = 3000) -> None:
-    """Until `condition()` holds, checking it at most `checks` times (a guard against a hang)."""
     for _ in range(checks):
         if condition():
             return
@@ -66,7 +57,7 @@ def wait_for(condition, checks: int = 3000) -> None:
 
 
 def started(health_server, run_dir, failures):
-    """A watchdog thread polling the server every 20 ms; the exit code it would end the process with: `ended`."""
+    """A watchdog thread polling every 20 ms; `ended`: the exit codes it would end the process with."""
     ended = []
     watchdog = EngineWatchdog("vllm", [health_server.address], str(run_dir), interval_s=0.02, failures=failures,
                               end_process=ended.append).start()
@@ -87,22 +78,15 @@ def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(health_
     assert read_engine_failure(tmp_path) is None
 
 
-def test_fewer_failed_polls_in_a_row_than_the_limit_are_forgiven(health_server, tmp_path):
+def test_fewer_failed_polls_in_a_row_are_forgiven_and_a_stopped_watchdog_ends_nothing(health_server, tmp_path):
     health_server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
     watchdog, ended = started(health_server, tmp_path, failures=3)
     wait_for(lambda: watchdog.polls >= 10)
-    watchdog.stop()
-    assert ended == [] and read_engine_failure(tmp_path) is None
-
-
-def test_a_stopped_watchdog_ends_nothing_when_the_servers_shut_down(health_server, tmp_path):
-    watchdog, ended = started(health_server, tmp_path, failures=1)
-    wait_for(lambda: watchdog.polls >= 2)
-    watchdog.stop()
+    watchdog.stop()  # the servers shut down after training
     health_server.status = 503
     polls = watchdog.polls
     time.sleep(0.2)
-    assert watchdog.polls == polls and ended == []
+    assert watchdog.polls == polls and ended == [] and read_engine_failure(tmp_path) is None
 
 
 @pytest.mark.parametrize("interval_s, failures", [(0, 3), (1.0, 0)])

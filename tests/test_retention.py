@@ -1,13 +1,13 @@
 """Checkpoint retention across requeues (dara.verl.retention), on checkpoints written by verl's own FSDP
-checkpoint manager (FSDP2 over gloo, one rank, a tiny Qwen2), saved the way verl's trainer saves them.
-
-A requeued job is a new FSDPCheckpointManager: its rotation list starts empty, as in a fresh process.
-"""
+checkpoint manager (FSDP2 over gloo, one rank, a tiny Qwen2) the way verl's trainer saves them; a requeued job is
+a new manager, its rotation list empty as in a fresh process."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,8 +56,7 @@ def composed(tmp_path, *overrides):
 
 
 def save(cfg, manager, step: int, callback=None) -> None:
-    """What verl's v1 trainer does in `_save_checkpoint` (sync mode): the actor's save, data.pt, the marker,
-    the checkpoint callback."""
+    """What verl's v1 trainer's `_save_checkpoint` does: the actor's save, data.pt, the marker, the callback."""
     folder = checkpoint_dir(cfg) / f"global_step_{step}"
     manager.save_checkpoint(str(folder / "actor"), global_step=step, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep)
     torch.save({"step": step}, folder / "data.pt")
@@ -67,17 +66,13 @@ def save(cfg, manager, step: int, callback=None) -> None:
 
 
 def checkpoint_dir(cfg):
-    from pathlib import Path
-
     return Path(cfg.trainer.default_local_dir)
 
 
 def on_disk(cfg) -> dict[int, str]:
     """{step: what the folder holds} for every global_step_N folder."""
-    folders = {}
-    for path in checkpoint_dir(cfg).glob("global_step_*"):
-        folders[int(path.name.split("_")[-1])] = "actor" if (path / "actor").is_dir() else "data.pt only"
-    return dict(sorted(folders.items()))
+    return dict(sorted((int(path.name.split("_")[-1]), "actor" if (path / "actor").is_dir() else "data.pt only")
+                       for path in checkpoint_dir(cfg).glob("global_step_*")))
 
 
 def test_after_a_requeue_the_newest_two_complete_checkpoints_and_the_kept_hf_steps_remain(tmp_path, new_job):
@@ -126,8 +121,6 @@ def test_the_callback_rotates_the_previous_jobs_checkpoints_after_each_save(tmp_
 
 
 def test_a_marker_on_an_incomplete_checkpoint_moves_to_a_complete_one(tmp_path, new_job):
-    import shutil
-
     cfg = composed(tmp_path, "run.checkpoint.keep_last=3")
     job = new_job()
     for step in (1, 2, 3):
@@ -146,10 +139,16 @@ def test_a_marker_on_an_incomplete_checkpoint_moves_to_a_complete_one(tmp_path, 
     assert read_marker(checkpoint_dir(cfg)) is None and on_disk(cfg) == {}  # nothing to resume: starts over
 
 
-def test_safetensors_cut_short_and_a_missing_role_are_incomplete(tmp_path, new_job):
-    cfg = composed(tmp_path)
-    save(cfg, new_job(), 1)
-    folder = checkpoint_dir(cfg) / "global_step_1"
+def test_safetensors_cut_short_and_a_missing_role_are_incomplete_and_other_resume_modes_change_nothing(
+        tmp_path, new_job):
+    cfg = composed(tmp_path, "trainer.resume_mode=disable")
+    job = new_job()
+    for step in (1, 2, 3):
+        save(cfg, job, step)
+    (checkpoint_dir(cfg) / CHECKPOINT_TRACKER).write_text("1")
+    assert apply_retention(cfg, at_start=True) is None  # the run does not resume from the folder's marker
+    assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor"}
+    folder = checkpoint_dir(cfg) / "global_step_3"
     layout = CheckpointLayout.from_config(cfg)
     assert incomplete_reason(folder, layout) is None
     weights = folder / "actor" / "huggingface" / "model.safetensors"
@@ -159,13 +158,3 @@ def test_safetensors_cut_short_and_a_missing_role_are_incomplete(tmp_path, new_j
     assert incomplete_reason(folder, critic).startswith("actor/")  # the actor's problem is named first
     weights.unlink()
     assert incomplete_reason(folder, layout) == "actor/huggingface/ holds no weights"
-
-
-def test_other_resume_modes_leave_the_folder_alone_at_start(tmp_path, new_job):
-    cfg = composed(tmp_path, "trainer.resume_mode=disable")
-    job = new_job()
-    for step in (1, 2, 3):
-        save(cfg, job, step)
-    (checkpoint_dir(cfg) / CHECKPOINT_TRACKER).write_text("1")
-    assert apply_retention(cfg, at_start=True) is None
-    assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor"}

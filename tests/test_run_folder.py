@@ -33,29 +33,19 @@ def _config(**changes):
     return cfg
 
 
-def test_flatten_gives_dotted_keys_and_keeps_lists_and_empty_mappings():
-    flat = flatten({"a": {"b": [1, {"c": 2}], "d": {}}, "e": None})
-    assert flat == {"a.b": [1, {"c": 2}], "a.d": {}, "e": None}
-
-
-def test_logging_paths_steps_and_plumbing_do_not_change_the_experiment():
-    base = experiment_config(_config())
-    same = experiment_config(_config(**{"trainer.save_freq": 10, "trainer.total_training_steps": 100,
-                                        "trainer.logger": ["console", "wandb"], "run.output_dir": "/c",
-                                        "ray_kwargs.ray_init.address": "other:1"}))
-    assert base == same
-    assert "algorithm.dara.w_max" in base and not any(k.startswith("ray_kwargs") for k in base)
-
-
-def test_a_changed_option_is_named_and_the_seed_only_matters_before_without_seed():
-    base = experiment_config(_config())
-    capped = experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
-    assert config_differences(base, capped) == ["algorithm.dara.w_max"]
-    reseeded = experiment_config(_config(**{"run.seed": 1, "data.seed": 1}))
-    assert config_differences(base, reseeded) == ["data.seed", "run.seed"]
-    assert config_differences(without_seed(base), without_seed(reseeded)) == []
-    added = experiment_config(_config(**{"algorithm.dara.tau": 0.5}))
-    assert config_differences(base, added) == ["algorithm.dara.tau"]
+@pytest.mark.parametrize("changes, differences", [
+    # where files go, what is logged, how long it runs, cluster plumbing: the same experiment
+    ({"trainer.save_freq": 10, "trainer.total_training_steps": 100, "trainer.logger": ["console", "wandb"],
+      "run.output_dir": "/c", "ray_kwargs.ray_init.address": "other:1"}, []),
+    ({"algorithm.dara.w_max": 2.0}, ["algorithm.dara.w_max"]),
+    ({"algorithm.dara.tau": 0.5}, ["algorithm.dara.tau"]),  # a key only one side has
+    ({"run.seed": 1, "data.seed": 1}, ["data.seed", "run.seed"]),  # none without_seed
+])
+def test_what_changes_the_experiment(changes, differences):
+    base, other = experiment_config(_config()), experiment_config(_config(**changes))
+    assert config_differences(base, other) == differences
+    assert config_differences(without_seed(base), without_seed(other)) == [k for k in differences if "seed" not in k]
+    assert flatten({"a": {"b": [1, {"c": 2}], "d": {}}, "e": None}) == {"a.b": [1, {"c": 2}], "a.d": {}, "e": None}
 
 
 def _folder_with_run(tmp_path, config, steps=2):
@@ -79,6 +69,7 @@ def test_a_folder_of_another_configuration_is_refused_naming_the_keys_and_a_name
     assert "\n" not in line and "algorithm.dara.w_max (5.0 there, 2.0 here)" in line
     assert "run.name=smoke-tiny-dara_asym-w_max2.0-s0" in line
     assert (run_dir / METRICS_FILE).read_bytes() == metrics
+    assert suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
 
 
 def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path):
@@ -97,11 +88,6 @@ def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path)
     (run_dir / RUN_INFO).write_text(json.dumps({"run_name": "x"}))  # recorded before configs were
     assert check_same_experiment(run_dir, capped, "x", 0) == []
     check_same_experiment(tmp_path / "new", capped, "x", 0)
-
-
-def test_suggested_name_puts_what_differs_before_the_seed():
-    assert suggested_name("toolrl-m-grpo-s3", 3, {"algorithm.dara.w_max": 2}) == "toolrl-m-grpo-w_max2-s3"
-    assert suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
 
 
 def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):

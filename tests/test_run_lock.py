@@ -1,5 +1,5 @@
-"""One job per run folder (dara.run_lock): a second holder is refused naming the first; a killed holder leaves
-no lock behind."""
+"""One job per run folder and one training run per host (dara.run_lock): a second holder is refused in one line
+naming the first; a killed holder leaves no lock behind."""
 
 from __future__ import annotations
 
@@ -13,32 +13,50 @@ import pytest
 
 import dara
 from dara.run_folder import RUN_LOCK
-from dara.run_lock import RunFolderBusy, check_run_folder_free, read_holder, run_folder_lock
+from dara.run_lock import (
+    HostBusy,
+    RunFolderBusy,
+    check_run_folder_free,
+    read_holder,
+    run_folder_lock,
+    weight_sync_lock,
+)
 
 HOLD = """
 import sys, time
-from dara.run_lock import run_folder_lock
-with run_folder_lock(sys.argv[1]):
+from pathlib import Path
+from dara.run_lock import run_folder_lock, weight_sync_lock
+lock = run_folder_lock(sys.argv[1]) if len(sys.argv) == 2 else weight_sync_lock(sys.argv[1], lock_file=Path(sys.argv[2]))
+with lock:
     print("locked", flush=True)
     time.sleep(600)
 """
 
 
 @pytest.fixture
-def holder(tmp_path):
-    """Another process holding the run folder's lock, as a Slurm array task would."""
-    env = {**os.environ, "SLURM_JOB_ID": "9001", "SLURM_ARRAY_JOB_ID": "9000", "SLURM_ARRAY_TASK_ID": "3"}
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=dara.PROJECT_ROOT)
-    assert proc.stdout.readline().strip() == "locked"
-    yield proc
-    if proc.poll() is None:
+def hold():
+    """Another process holding a lock (`python -c HOLD RUN_DIR [HOST_LOCK]`), as a Slurm array task would."""
+    procs = []
+
+    def start(*args):
+        env = {**os.environ, "SLURM_JOB_ID": "9001", "SLURM_ARRAY_JOB_ID": "9000", "SLURM_ARRAY_TASK_ID": "3"}
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, args)], stdout=subprocess.PIPE, text=True,
+                                env=env, cwd=dara.PROJECT_ROOT)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "locked"
+        return proc
+
+    yield start
+    for proc in procs:
         proc.kill()
         proc.wait()
 
 
-def test_a_second_holder_is_refused_in_one_line_naming_the_first(tmp_path, holder):
+def test_a_second_holder_is_refused_naming_the_first_and_a_killed_one_leaves_no_lock(tmp_path, hold):
     run_dir = tmp_path / "run"
+    check_run_folder_free(tmp_path / "nothing")  # never locked: free, and nothing created
+    assert not (tmp_path / "nothing").exists()
+    holder = hold(run_dir)
     with pytest.raises(RunFolderBusy) as refused, run_folder_lock(run_dir):
         pass
     line = str(refused.value)
@@ -46,11 +64,6 @@ def test_a_second_holder_is_refused_in_one_line_naming_the_first(tmp_path, holde
     assert f"host {socket.gethostname()}, pid {holder.pid}, Slurm job 9000_3, since " in line
     with pytest.raises(RunFolderBusy):
         check_run_folder_free(run_dir)
-    assert holder.poll() is None  # the holder is untouched
-
-
-def test_a_killed_holder_leaves_no_lock(tmp_path, holder):
-    run_dir = tmp_path / "run"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     check_run_folder_free(run_dir)
@@ -61,40 +74,16 @@ def test_a_killed_holder_leaves_no_lock(tmp_path, holder):
     check_run_folder_free(run_dir)  # released on leaving the block
 
 
-def test_a_folder_never_locked_is_free(tmp_path):
-    check_run_folder_free(tmp_path / "nothing")
-    assert not (tmp_path / "nothing").exists()
-
-
-HOLD_HOST = """
-import sys, time
-from pathlib import Path
-from dara.run_lock import weight_sync_lock
-with weight_sync_lock(sys.argv[1], lock_file=Path(sys.argv[2])):
-    print("locked", flush=True)
-    time.sleep(600)
-"""
-
-
-def test_a_second_training_run_on_the_host_is_refused_naming_the_first(tmp_path):
-    """verl's weight-sync sockets are named by Ray job id, the same in every local Ray cluster: a second run on the
-    host is refused in one line naming the run that trains; a killed holder leaves the host free."""
-    from pathlib import Path
-
-    from dara.run_lock import HostBusy, weight_sync_lock
-
+def test_a_second_training_run_on_the_host_is_refused_naming_the_first(tmp_path, hold):
+    """verl names its weight-sync sockets by Ray job id, the same in every local Ray cluster."""
     lock = tmp_path / "rl-colocate-zmq.dara.lock"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_HOST, "/runs/first-s0", str(lock)], stdout=subprocess.PIPE,
-                            text=True, cwd=dara.PROJECT_ROOT)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        with pytest.raises(HostBusy) as refused, weight_sync_lock("/runs/second-s0", lock_file=lock):
-            pass
-        line = str(refused.value)
-        assert "\n" not in line and f"pid {proc.pid}" in line and "run folder /runs/first-s0" in line
-        assert "cross their weights" in line and str(lock) in line
-    finally:
-        proc.kill()
-        proc.wait()
-    with weight_sync_lock("/runs/second-s0", lock_file=Path(lock)):
+    holder = hold("/runs/first-s0", lock)
+    with pytest.raises(HostBusy) as refused, weight_sync_lock("/runs/second-s0", lock_file=lock):
+        pass
+    line = str(refused.value)
+    assert "\n" not in line and f"pid {holder.pid}" in line and "run folder /runs/first-s0" in line
+    assert "cross their weights" in line and str(lock) in line
+    holder.kill()
+    holder.wait()
+    with weight_sync_lock("/runs/second-s0", lock_file=lock):
         assert "second-s0" in lock.read_text()

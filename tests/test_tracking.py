@@ -21,52 +21,39 @@ from dara.tracking import (
     probe_wandb_host,
     read_offline_history,
     wandb_env,
-    wandb_mode,
     wandb_run_files,
     wandb_run_id,
 )
 from results.loaders import load_runs
 
-
-def test_mode_is_offline_unless_a_key_is_present_and_the_host_answers_or_online_is_asked():
-    assert wandb_mode("auto", {}) == "offline"
-    assert wandb_mode(None, {}) == "offline"
-    assert wandb_mode("auto", {"WANDB_API_KEY": "x"}, probe=lambda url, timeout: None) == "online"  # it answers
-    assert wandb_mode("offline", {"WANDB_API_KEY": "x"}) == "offline"
-    assert wandb_mode("online", {}) == "online"
-    with pytest.raises(ValueError, match="run.wandb_mode='cloud'"):
-        wandb_mode("cloud", {})
+ANSWERS = lambda url, timeout: None  # noqa: E731 -- a wandb host that answers
 
 
-@pytest.fixture
-def silent_host():
-    """A wandb host that accepts connections and never answers (a firewall that drops, a hung proxy)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+@pytest.mark.parametrize("requested, environ, mode", [
+    ("auto", {}, "offline"), (None, {}, "offline"), ("auto", {"WANDB_API_KEY": "x"}, "online"),
+    ("offline", {"WANDB_API_KEY": "x"}, "offline"), ("online", {}, "online"), ("cloud", {}, "run.wandb_mode='cloud'"),
+])
+def test_mode_is_offline_unless_a_key_is_present_and_the_host_answers_or_online_is_asked(requested, environ, mode):
+    if mode.startswith("run."):
+        with pytest.raises(ValueError, match=mode):
+            choose_wandb_mode(requested, environ, ANSWERS)
+    else:
+        assert choose_wandb_mode(requested, environ, ANSWERS) == (mode, "")
 
 
-def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_within_the_probes_timeout(silent_host):
-    asked = []
-
-    def probe(url, timeout):
-        asked.append((url, timeout))
-        return probe_wandb_host(url, timeout)
-
-    environ = {"WANDB_API_KEY": "x", "WANDB_BASE_URL": silent_host}
-    mode, note = choose_wandb_mode("auto", environ, probe, timeout=0.5)
-    assert mode == "offline" and asked == [(silent_host, 0.5)]
-    assert note.startswith(f"[dara] wandb: {silent_host} did not answer from this node (no answer within 0.5 s")
-    assert note.endswith("; logging offline (run.wandb_mode=online forces online)") and "\n" not in note
+def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_and_online_when_it_does(health_server):
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts and never answers (a dropping firewall, a hung proxy)
+    host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    with silent:
+        mode, note = choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": host}, timeout=0.5)
+    assert mode == "offline" and "\n" not in note
+    assert note.startswith(f"[dara] wandb: {host} did not answer from this node (no answer within 0.5 s")
+    assert note.endswith("; logging offline (run.wandb_mode=online forces online)")
     with socket.socket() as closed:  # a port nobody listens on: refused at once
         closed.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
     assert "ConnectionRefusedError" in probe_wandb_host(refused, 5.0)
-    assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": refused})[0] == "offline"
-
-
-def test_auto_goes_online_when_the_host_answers_even_with_an_error_status(health_server):
-    url = f"http://{health_server.address}"  # answers 404 but on /health
+    url = f"http://{health_server.address}"  # answers 404 but on /health: an answer
     assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
     assert health_server.requests == 1
 
@@ -78,12 +65,11 @@ def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
     assert len(wandb_run_id("outputs/a")) <= 64
 
 
-@pytest.mark.parametrize("task", ["smoke", "toolrl", "toolrl_three_rewards", "deepscaler"])
-def test_every_task_logs_to_wandb_with_project_per_task(task, tmp_path):
-    cfg = compose([f"task={task}", f"run.output_root={tmp_path}"])
-    assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
-    assert cfg.trainer.project_name == f"dara-{cfg.run.task}"
-    assert cfg.trainer.experiment_name == cfg.run.name
+def test_every_task_logs_to_wandb_with_project_per_task(tmp_path):
+    for task in ["smoke", "toolrl", "toolrl_three_rewards", "deepscaler"]:
+        cfg = compose([f"task={task}", f"run.output_root={tmp_path}"])
+        assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
+        assert (cfg.trainer.project_name, cfg.trainer.experiment_name) == (f"dara-{cfg.run.task}", cfg.run.name)
 
 
 def test_env_names_group_tags_and_folder(tmp_path):
@@ -133,10 +119,9 @@ def _wandb_steps(path) -> list[tuple[int, int]]:
 
 @pytest.mark.slow  # two offline sessions of verl's Tracking in processes (~20 s)
 def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_with_them(tmp_path):
-    """Two sessions of one run through verl's own Tracking; the second resumes from step 3 after the first
-    logged step 4, so it redoes step 4. wandb's `_step` keeps increasing across the sessions (what wandb
-    online, or `wandb sync` of both files, requires), the training step is the chart's step metric, and
-    wandb's reader gives every step once with the redone value, exactly like the metrics.jsonl."""
+    """Two sessions of one run through verl's own Tracking, the second redoing step 4: wandb's `_step` keeps
+    increasing (what wandb online or `wandb sync` requires), the training step is the charts' step metric, and
+    wandb's reader gives every step once with the redone value, as the metrics.jsonl does."""
     cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
     run_dir = tmp_path / "smoke-tiny-gdpo-s4"
     run_dir.mkdir()

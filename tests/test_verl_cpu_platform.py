@@ -1,8 +1,5 @@
-"""verl's external platform "cpu" (dara.verl.cpu.platform) and the seams of verl it relies on.
-
-verl resolves its platform once per process, so the checks through verl's own helpers run in a fresh
-interpreter configured exactly as conf/cluster/cpu.yaml configures Ray workers.
-"""
+"""verl's external platform "cpu" (dara.verl.cpu), the seams of verl it relies on (checked through verl's own
+helpers in a fresh interpreter configured as conf/cluster/cpu.yaml configures Ray workers), the local Ray."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from verl.plugin.platform import PlatformRegistry
 from dara.verl.cpu.platform import CPU_DEVICE_MODULE, PlatformCPU
 
 
-def test_registered_under_cpu_after_verls_own_platforms():
+def test_registered_under_cpu_after_verls_own_platforms_and_answers_verls_cuda_style_calls():
     assert PlatformRegistry.get("cpu") is PlatformCPU
     assert PlatformRegistry.registered_names()[-1] == "cpu"  # probed last: only where no accelerator answers
     platform = PlatformCPU()
@@ -31,13 +28,9 @@ def test_registered_under_cpu_after_verls_own_platforms():
     assert torch.ones(2).to(platform.current_device()).device.type == "cpu"
     with platform.nvtx_range("no-op"):
         pass
-
-
-def test_device_module_answers_the_cuda_style_calls_verl_makes():
-    module = PlatformCPU().device_module
-    assert module is CPU_DEVICE_MODULE
+    module = platform.device_module
+    assert module is CPU_DEVICE_MODULE and module.get_device_name() == "CPU"
     assert module.is_available() and module.device_count() == 1 and module.current_device() == "cpu"
-    assert module.get_device_name() == "CPU"
     for counter in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         assert getattr(module, counter)() == 0
     free, total = module.mem_get_info()
@@ -86,46 +79,35 @@ PROBE = textwrap.dedent(
 @pytest.mark.slow  # a Ray worker importing verl (~11 s)
 def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    env.update({
-        "VERL_ENGINE_DEVICE": "cuda",  # no VERL_PLATFORM: no accelerator here, so the plugin's "cpu" is detected
-        "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517",
-    })
+    env.update({"VERL_ENGINE_DEVICE": "cuda",  # no VERL_PLATFORM: no accelerator here, the plugin's "cpu" is found
+                "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"})
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     report = json.loads(lines[-1][len("PROBE"):])
-    assert report["device"] == "cpu" and report["backend"] == "gloo"
-    assert report["reserved"] == 0 and report["name"] == "CPU"
-    assert report["auto_set_device"] == "cpu"
-    assert report["engine"] == "FSDPEngineWithLMHead"
+    assert (report["device"], report["backend"], report["reserved"], report["name"]) == ("cpu", "gloo", 0, "CPU")
+    assert report["auto_set_device"] == "cpu" and report["engine"] == "FSDPEngineWithLMHead"
     # the seam dara.verl.cpu.workers exists for: if verl stops naming the device twice, it can go
     assert "Duplicate device type cpu" in report["verl_join"]
     assert report["joined"] is True and report["group_backend"] == "gloo" and report["all_reduce"] == [1.0, 1.0]
 
 
 def test_local_ray_session_keeps_ray_files_in_the_output_folder(tmp_path):
+    """A short output path is given to Ray as it is (a long one gets an alias: tests/test_failed_starts.py)."""
     import shutil
     import tempfile
 
     from dara.verl.cpu.ray_local import local_ray_session, ray_folders
 
-    short_root = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short enough for Ray's socket paths
-    short = ray_folders(short_root)
-    assert short["tmp_for_ray"] == short["tmp"] and short["home"].is_dir()
-    deep = tmp_path.joinpath(*["a_rather_long_folder_name"] * 4)
-    long = ray_folders(deep)
-    assert long["tmp_for_ray"] != long["tmp"] and len(str(long["tmp_for_ray"])) < 40
-    assert long["tmp_for_ray"].resolve() == long["tmp"].resolve()  # a short alias of the folder in the run
-    assert ray_folders(deep)["tmp_for_ray"] == long["tmp_for_ray"]  # stable across calls
-
+    root = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short enough for Ray's socket paths
+    folders = ray_folders(root)
+    assert folders["tmp_for_ray"] == folders["tmp"] and folders["home"].is_dir()
     before = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "HOME", "RAY_AUTH_MODE")}
-    with local_ray_session(short_root, shutdown=False) as ray_init:
-        assert ray_init == {"_temp_dir": str(short["tmp"])}
-        assert os.environ["RAY_TMPDIR"] == str(short["tmp"]) and os.environ["HOME"] == str(short["home"])
-        assert os.environ["RAY_AUTH_MODE"] == "disabled"
+    with local_ray_session(root, shutdown=False) as ray_init:
+        assert ray_init == {"_temp_dir": str(folders["tmp"])} and os.environ["RAY_AUTH_MODE"] == "disabled"
+        assert os.environ["RAY_TMPDIR"] == str(folders["tmp"]) and os.environ["HOME"] == str(folders["home"])
+    with local_ray_session(root, shutdown=False, move_home=False):  # a GPU run keeps the user's caches
+        assert os.environ.get("HOME") == before["HOME"]
     assert {key: os.environ.get(key) for key in before} == before
-    with local_ray_session(deep, shutdown=False) as ray_init:
-        assert ray_init == {"_temp_dir": str(long["tmp_for_ray"])} and long["tmp_for_ray"].is_symlink()
-    assert not long["tmp_for_ray"].exists() and long["tmp"].is_dir()  # alias removed, files stay in the run
-    shutil.rmtree(short_root)
+    shutil.rmtree(root)

@@ -1,5 +1,5 @@
-"""Pre-filter metrics seam (dara/verl/prefilter.py): what it relies on in verl 0.9.1's v1 replay buffer,
-and what it records. The end-to-end check (every step of a CPU run logs them) is tests/test_smoke_math.py."""
+"""Pre-filter metrics (dara/verl/prefilter.py): what they rely on in verl 0.9.1's v1 replay buffer and step, and
+what they record (every step of a CPU run logs them: tests/test_smoke_math.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from dara.verl import prefilter
 from dara.verl.prefilter import PrefilterReplayBuffer, channel_rows, with_prefilter_metrics
@@ -15,9 +15,7 @@ from tests.transfer_queue_store import TransferQueueStore
 
 
 class TransferQueueTable(TransferQueueStore):
-    """TransferQueue holding one step's generations: prompt groups a-d are finished, two responses each; group
-    a's two rewards are equal (the DAPO filter evicts it), b-d vary. Each response carries its channels in
-    extra_fields["reward_extra_info"]."""
+    """One step's generations: finished groups a-d, two responses each; a's rewards are equal (evicted)."""
 
     def __init__(self):
         super().__init__()
@@ -38,15 +36,13 @@ def transfer_queue(monkeypatch):
 
 def dapo_buffer(cls=ReplayBuffer):
     return cls(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
-                        max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
-                        refill_fn=lambda n: None, filter_groups_metric="reward", train_batch_size=2,
-                        gen_batch_size=1, max_inflight_gen_batches=2)
+               max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}), refill_fn=lambda n: None,
+               filter_groups_metric="reward", train_batch_size=2, gen_batch_size=1, max_inflight_gen_batches=2)
 
 
 def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_metrics(transfer_queue):
-    """verl's sync sample with its DAPO filter: the constant group is evicted and the surplus discarded, both
-    through `_clear_groups(partition_id, uids)` (then TransferQueue's kv_clear), and sample returns (batch,
-    metrics) with the eviction counts; the recording buffer reads every dropped response before it goes."""
+    """verl's sample with its DAPO filter evicts the constant group and discards the surplus, both through
+    `_clear_groups` (then kv_clear); the recording buffer reads every dropped response before it goes."""
     cleared_groups = []
 
     class Recorded(ReplayBuffer):
@@ -62,7 +58,6 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
     assert {"a", "a_0_0", "a_1_0", *surplus} <= set(transfer_queue.cleared)
     assert metrics["training/filter_groups/evicted_samples"] == 1
     assert metrics["training/filter_groups/discarded_surplus_samples"] == 1
-    assert issubclass(ReplayBufferAsync, ReplayBuffer)  # the asynchronous buffer clears through the same method
 
     recording = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
     transfer_queue.__init__()
@@ -74,9 +69,8 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
 
 
 def test_seam_verls_step_merges_the_sample_metrics_and_trains_on_the_sampled_batch(transfer_queue):
-    """verl's `_step_once` samples from `self.replay_buffer` (the buffer its __init__ built, which the project's
-    trainer replaces by the recording one after verl's __init__) and merges the sample's metrics into the
-    step's; the batch it sampled is the one every later stage gets. The model stages are recorders here."""
+    """verl's `_step_once` samples from `self.replay_buffer`, merges the sample's metrics into the step's, and every
+    later stage (recorders here) gets the sampled batch."""
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
     stages = []
@@ -106,18 +100,14 @@ def test_seam_verls_step_merges_the_sample_metrics_and_trains_on_the_sampled_bat
     assert [name for name, _ in stages] == ["sleep", "balance", "old_log_prob", "advantage", "update_actor"]
     assert all(keys == sorted(batch.keys) for _, keys in stages[1:]) and len(batch.keys) == 4
     assert metrics["training/filter_groups/evicted_samples"] == 1 and metrics["rollout_prefilter/responses"] == 8
-    # (the project's trainers building the recording buffer in verl's __init__: test_verl_binding.py)
 
 
-def sync_buffer():
-    return ReplayBuffer(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
-                        max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
-                        refill_fn=lambda n: None, filter_groups_metric="reward", train_batch_size=2,
-                        gen_batch_size=1, max_inflight_gen_batches=2)
+def extra(**channels):
+    return {"reward_extra_info": dict(channels)}
 
 
 def test_with_prefilter_metrics_keeps_verls_buffer_and_its_state():
-    buffer = sync_buffer()
+    buffer = dapo_buffer()
     state = dict(vars(buffer))
     assert with_prefilter_metrics(buffer, []) is buffer and type(buffer) is ReplayBuffer
     wrapped = with_prefilter_metrics(buffer, ["correctness", "length"])
@@ -125,13 +115,6 @@ def test_with_prefilter_metrics_keeps_verls_buffer_and_its_state():
     assert {k: v for k, v in vars(wrapped).items() if k in state} == state
     assert wrapped.prefilter_channels == ("correctness", "length")
     assert wrapped.prefilter_metrics() == {"rollout_prefilter/responses": 0.0, "rollout_prefilter/groups": 0.0}
-
-
-def extra(**channels):
-    return {"reward_extra_info": dict(channels)}
-
-
-def test_channel_rows_reads_reward_extra_info_and_counts_missing():
     rows, missing = channel_rows([extra(correctness=1, length=0), extra(correctness=0), {"other": 1}],
                                  ["correctness", "length"])
     assert rows.tolist() == [[1.0, 0.0]] and missing == 2
@@ -147,7 +130,7 @@ def test_cleared_finished_groups_and_kept_batch_are_averaged(monkeypatch):
         "extra_fields": [store[k] for k in keys]})
     monkeypatch.setattr(prefilter.tq, "kv_clear",  # TransferQueue (the store), the same module verl uses
                         lambda partition_id, keys: cleared.extend(keys))
-    buffer = with_prefilter_metrics(sync_buffer(), ["correctness", "length"])
+    buffer = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
     for key in store:
         buffer.partitions["train"][key] = {}
     buffer.finished_keys["train"].update({"a", "b", "c"})

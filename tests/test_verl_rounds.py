@@ -1,13 +1,11 @@
-"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order, their selection, rounds and cap.
-
-The order and the selection are compared with plain loops written from the rule (their `_balance_batch` and
-`fit()`); the sampler runs verl 0.9.1's own replay-buffer code against an in-memory TransferQueue store
-(tests/transfer_queue_store.py, as tests/test_verl_prefilter.py does). The CPU run of the whole path is
-tests/test_smoke_math.py."""
+"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order and selection, compared with plain
+loops written from the rule (their `_balance_batch` and `fit()`), rounds and cap, on verl 0.9.1's own replay-buffer
+code over an in-memory TransferQueue (tests/transfer_queue_store.py); a CPU run: tests/test_smoke_math.py."""
 
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -19,7 +17,6 @@ from dara.verl.rounds import (
     DynamicSamplingShortError,
     RoundsReplayBuffer,
     RoundsSettings,
-    first_uids,
     round_row_order,
     rounds_settings,
 )
@@ -58,18 +55,6 @@ def loop_first_uids(rows: list[str], informative: set[str], limit: int) -> list[
     return kept
 
 
-def test_first_uids_are_the_first_informative_groups_in_row_order():
-    rng = random.Random(0)
-    for _ in range(50):
-        uids = [f"u{i}" for i in range(12)]
-        rows = [u for u in uids for _ in range(4)]
-        rng.shuffle(rows)
-        informative = set(rng.sample(uids, rng.randint(0, 12)))
-        limit = rng.randint(1, 12)
-        assert first_uids(rows, informative, limit) == loop_first_uids(rows, informative, limit)
-
-
-# ----------------------------------------------------------------------------- the sampler
 @pytest.fixture
 def store(monkeypatch):
     return TransferQueueStore().install(monkeypatch)
@@ -81,10 +66,11 @@ def group(lengths: list[int], length_rewards: list[int], correctness: list[int] 
 
 
 class Rounds:
-    """`submit_round`: writes the next planned round into the store as generated and scored prompts."""
+    """`submit_round`: writes the next planned round into the store as generated and scored prompts; `seen`:
+    every generated row's tag and summed reward (before any is cleared)."""
 
     def __init__(self, store: TransferQueueStore, plan: list[list]):
-        self.store, self.plan, self.submitted = store, list(plan), []
+        self.store, self.plan, self.submitted, self.seen = store, list(plan), [], {}
 
     def __call__(self, prompts: int) -> list[str]:
         number = len(self.submitted) + 1
@@ -98,6 +84,7 @@ class Rounds:
             for session, (seq_len, correct, short) in enumerate([] if failed else responses):
                 key = f"{uid}_{session}_0"
                 self.store.tags["train"][key] = {"status": "success", "seq_len": seq_len, "global_steps": 1}
+                self.seen[key] = {**self.store.tags["train"][key], "sum": float(correct + short)}
                 self.store.fields[key] = {"rm_scores": torch.tensor([0.0, float(correct + short)]),
                                           "extra_fields": {"reward_extra_info": {"correctness": correct,
                                                                                  "length": short}}}
@@ -115,34 +102,20 @@ def buffer_for(plan, store, round_prompts=4, max_rounds=3, world_size=2, channel
     return with_prefilter_metrics(buffer, list(channels)), submit
 
 
-def expected_batch(store_before: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
+def expected_batch(seen: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
     """The rule as a loop: per round, rows (prompt, session) in their order; informative = summed rewards not all
     equal over >= 2 responses; the first batch_size informative uids over the rounds; all their rows."""
     ordered, informative = [], set()
     for uids in submitted:
-        keys = [k for u in uids for k in sorted(k for k in store_before if k.startswith(u + "_"))]
-        order = loop_order([store_before[k]["seq_len"] for k in keys], world_size)
+        keys = [k for u in uids for k in sorted(k for k in seen if k.startswith(u + "_"))]
+        order = loop_order([seen[k]["seq_len"] for k in keys], world_size)
         ordered += [keys[i] for i in order]
         for uid in uids:
-            sums = [store_before[k]["sum"] for k in keys if k.startswith(uid + "_")]
+            sums = [seen[k]["sum"] for k in keys if k.startswith(uid + "_")]
             if len(sums) >= 2 and len(set(sums)) > 1:
                 informative.add(uid)
     kept = loop_first_uids([k.split("_")[0] for k in ordered], informative, batch_size)
     return [k for k in ordered if k.split("_")[0] in kept]
-
-
-def recording(buffer, submit: Rounds, store: TransferQueueStore) -> dict:
-    """Every generated row's tag and summed reward, as each round leaves the generator (before any is cleared)."""
-    seen = {}
-
-    def submit_and_record(prompts):
-        uids = submit(prompts)
-        seen.update({k: {**t, "sum": float(store.fields[k]["rm_scores"].sum())}
-                     for k, t in store.tags["train"].items() if not t.get("is_prompt") and k in store.fields})
-        return uids
-
-    buffer.submit_round = submit_and_record
-    return seen
 
 
 def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store):
@@ -152,7 +125,7 @@ def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store)
              group([333, 334], [0, 1])]]
     buffer, submit = buffer_for(plan, store, channels=("correctness", "length"))
     assert type(buffer) is PrefilterRoundsReplayBuffer
-    seen = recording(buffer, submit, store)
+    seen = submit.seen
     batch, metrics = buffer.sample(1, "train", 4)
     assert batch.keys == expected_batch(seen, submit.submitted, 4, world_size=2)
     kept = {k.split("_")[0] for k in batch.keys}
@@ -170,14 +143,25 @@ def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store)
     assert metrics["rollout_prefilter/length/mean"] == pytest.approx(sum(lengths) / 15)
 
 
-def test_one_round_suffices_when_enough_groups_vary(store):
-    plan = [[group([100, 300], [1, 0]), group([50, 60], [1, 0]), group([900, 20], [0, 1]), group([7, 8], [1, 0])]]
-    buffer, submit = buffer_for(plan, store, world_size=1)
-    seen = recording(buffer, submit, store)
-    batch, metrics = buffer.sample(3, "train", 3)
-    assert batch.keys == expected_batch(seen, submit.submitted, 3, world_size=1)
-    assert metrics["filter/rounds"] == 1 and metrics["filter/kept_groups"] == 3
-    assert metrics["filter/informative_groups"] == 4  # one informative group discarded past the first 3
+CONSTANT = group([10, 20], [0, 0])
+
+
+@pytest.mark.parametrize("plan, options, batch_size, metrics", [
+    # one round suffices; an informative group past the first 3 is discarded
+    ([[group([100, 300], [1, 0]), group([50, 60], [1, 0]), group([900, 20], [0, 1]), group([7, 8], [1, 0])]],
+     {"world_size": 1}, 3, {"filter/rounds": 1, "filter/kept_groups": 3, "filter/informative_groups": 4}),
+    # a failed group is dropped and counted
+    ([[group([10, 20], [1, 0]), "fail", group([30, 40], [0, 1]), group([50, 60], [1, 0])]], {}, 3,
+     {"filter/rounds": 1, "filter/failed_groups": 1, "filter/kept_groups": 3}),
+    # no cap: rounds go on until the batch is full
+    ([[CONSTANT] * 2] * 5 + [[group([1, 2], [1, 0]), group([3, 4], [0, 1])]], {"round_prompts": 2, "max_rounds": 0},
+     2, {"filter/rounds": 6, "filter/kept_groups": 2}),
+])
+def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_size, metrics):
+    buffer, submit = buffer_for(plan, store, **options)
+    batch, found = buffer.sample(1, "train", batch_size)
+    assert batch.keys == expected_batch(submit.seen, submit.submitted, batch_size, options.get("world_size", 2))
+    assert {key: found[key] for key in metrics} == metrics
 
 
 def test_cap_reached_short_raises_the_one_line_error(store):
@@ -192,46 +176,25 @@ def test_cap_reached_short_raises_the_one_line_error(store):
     assert "acceptance 0.250" in message and "run.dynamic_sampling.max_rounds=2" in message
 
 
-def test_failed_groups_are_dropped_and_counted(store):
-    plan = [[group([10, 20], [1, 0]), "fail", group([30, 40], [0, 1]), group([50, 60], [1, 0])]]
-    buffer, _ = buffer_for(plan, store, world_size=2)
-    batch, metrics = buffer.sample(1, "train", 3)
-    assert {k.split("_")[0] for k in batch.keys} == {"r1p0", "r1p2", "r1p3"}
-    assert metrics["filter/failed_groups"] == 1 and "r1p1" in store.cleared
-
-
-def test_no_cap_keeps_drawing(store):
-    constant = group([10, 20], [0, 0])
-    plan = [[constant] * 2] * 5 + [[group([1, 2], [1, 0]), group([3, 4], [0, 1])]]
-    buffer, _ = buffer_for(plan, store, round_prompts=2, max_rounds=0)
-    batch, metrics = buffer.sample(1, "train", 2)
-    assert metrics["filter/rounds"] == 6 and len(batch.keys) == 4
-
-
-@pytest.mark.parametrize("block, error", [
+@pytest.mark.parametrize("block, expected", [
+    ({"mode": "rounds", "round_prompts": 768, "max_rounds": 2}, RoundsSettings(768, 2, "reward")),
+    ({"mode": "replay"}, None), ({}, None),
     ({"mode": "round"}, "run.dynamic_sampling.mode='round'"),
     ({"mode": "rounds", "round_prompts": 0, "max_rounds": 2}, "run.dynamic_sampling.round_prompts=0"),
     ({"mode": "rounds", "round_prompts": 768, "max_rounds": None}, "run.dynamic_sampling.max_rounds=None"),
 ])
-def test_settings_name_the_bad_key(block, error):
-    config = OmegaConf.create({"run": {"dynamic_sampling": block}, "algorithm": {"filter_groups": {}}})
-    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace("[", r"\[")):
-        rounds_settings(config)
-
-
-def test_settings_of_the_rounds_mode():
-    config = OmegaConf.create({"run": {"dynamic_sampling": {"mode": "rounds", "round_prompts": 768, "max_rounds": 2}},
-                               "algorithm": {"filter_groups": {"metric": "reward"}}})
-    assert rounds_settings(config) == RoundsSettings(768, 2, "reward")
-    assert rounds_settings(OmegaConf.create({"run": {"dynamic_sampling": {"mode": "replay"}}})) is None
-    assert rounds_settings(OmegaConf.create({"run": {}})) is None
+def test_settings_of_the_rounds_mode_and_a_bad_key_named(block, expected):
+    config = OmegaConf.create({"run": {"dynamic_sampling": block}, "algorithm": {"filter_groups": {"metric": "reward"}}})
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            rounds_settings(config)
+    else:
+        assert rounds_settings(config) == expected
 
 
 def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(monkeypatch):
-    """In the rounds mode the trainer's buffer is the rounds one (put in place after verl's __init__); a round is
-    dispatched with the `refill_fn` verl hands its replay buffer (verl's own prompt refill:
-    dataloader batches, new uids, pending entries in TransferQueue, the agent-loop manager's generate_sequences)
-    and returns the uids in the order the manager got them."""
+    """A round is dispatched with the `refill_fn` verl hands its replay buffer (verl's own prompt refill: dataloader
+    batches, new uids, pending entries in TransferQueue, the agent-loop manager) and returns the uids in order."""
     import numpy as np
     import transfer_queue as tq
 
@@ -242,9 +205,7 @@ def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(mo
                    "run.dynamic_sampling.round_prompts=2", "run.dynamic_sampling.max_rounds=2",
                    "data.train_batch_size=4"])
     trainer = DaraTrainer(cfg)
-    # after verl's __init__ the trainer's buffer is the rounds one, refilling with verl's own refill of this trainer
-    assert type(trainer.replay_buffer) is PrefilterRoundsReplayBuffer
-    assert trainer.replay_buffer.refill_fn.__self__ is trainer and trainer.prepare_step() == {}
+    assert trainer.replay_buffer.refill_fn.__self__ is trainer  # verl's own refill of this trainer
     batches = [{"raw_prompt": np.array([f"prompt {i}", f"prompt {i + 1}"], dtype=object),
                 "input_ids": torch.full((2, 3), i)} for i in range(0, 8, 2)]
     trainer.train_dataloader, trainer.train_dataloader_it, trainer.global_steps = batches, None, 1

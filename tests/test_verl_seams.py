@@ -8,8 +8,8 @@ verl"), whose table must list exactly these names (`test_the_seam_table_lists_ex
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +29,6 @@ class Seam:
     target: str  # "module:qualified.name"
     parameters: tuple[str, ...] | None = None  # a callable's parameter names, in order
     registry_key: object = None  # a registry (dict): a key verl 0.9.1 holds
-
-    def resolve(self):
-        module, _, qualified = self.target.partition(":")
-        value = importlib.import_module(module)
-        for part in qualified.split("."):
-            value = getattr(value, part)
-        return value
 
 
 SEAMS = [
@@ -96,7 +89,7 @@ def test_seam_signature(seam):
         assert ray.remote(Probe).__ray_actor_class__ is Probe, where(seam)
         return
     try:
-        value = seam.resolve()
+        value = pkgutil.resolve_name(seam.target)
     except (ImportError, AttributeError) as error:
         pytest.fail(f"{where(seam)}: {type(error).__name__}: {error}")
     if seam.registry_key is not None:

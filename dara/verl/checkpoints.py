@@ -1,13 +1,9 @@
-"""The checkpoint policy's verl seam: keep the evaluated steps' HF weights, and apply the retention policy
-after every save.
+"""The checkpoint policy's verl seam (`trainer.checkpoint_callback_class`, called on the driver after each save).
 
-verl 0.9.1 keeps the newest `trainer.max_actor_ckpt_to_keep` checkpoints of the current job (the rest are
-deleted) and calls `trainer.checkpoint_callback_class`'s `on_save` on the driver after each save. At a step
-listed in `run.checkpoint.keep_hf_steps`, this callback hard-links the save's HF export (`actor/huggingface`,
-written when `actor.checkpoint.save_contents` holds `hf_model`) into `run.checkpoint.kept_dir/global_step_<N>`:
-rotation then frees the sharded model and optimizer but the evaluated weights stay (hard links cost no extra
-disk). Then it applies the retention policy (dara.verl.retention) to the checkpoint folder, which also rotates
-the checkpoints an earlier job of the run left (verl's own rotation knows only this job's saves).
+At a step of `run.checkpoint.keep_hf_steps`, `KeepEvaluatedSteps` hard-links the save's HF export
+(`actor/huggingface`, with `hf_model` in `actor.checkpoint.save_contents`) into `run.checkpoint.kept_dir`, so
+verl's rotation frees the shards but the evaluated weights stay; then it applies the retention policy
+(dara.verl.retention), which also rotates what an earlier job of the run left.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """A run whose rollout engine died ends in one line instead of hanging (verl 0.9.1 waits forever).
 
-What verl does when a vLLM engine process dies (killed, out of memory, a failed weight load): the agent loop logs
-``EngineDeadError`` and the trainer pads the batch with synthetic samples, then waits for ever at the next weight
-sync or generation. Two guards, both reading each rollout server's ``/health`` (the OpenAI-compatible server
-verl starts answers 200 while its engine runs and 503 once it is dead; a server that is gone refuses the
-connection):
-
-- :meth:`EngineWatchdog.raise_if_dead`, called by the trainer after every generation and before any update, so a
-  step whose samples were lost (or padded) never trains or saves a checkpoint;
-- a daemon thread that polls every ``interval_s`` seconds; after ``failures`` failed polls in a row it writes
-  the line to the run folder (:data:`ENGINE_FAILURE`) and ends the trainer's process, which is the only way out
-  of a call that waits for ever. ``dara.train`` prints that line instead of Ray's "actor died".
-
-The line names the engine and its server and says the run folder resumes from its last checkpoint.
+When a vLLM engine dies, verl's agent loop logs `EngineDeadError`, the trainer pads the batch with synthetic
+samples and then waits forever at the next weight sync. Both guards read each rollout server's `/health` (200
+while its engine runs, 503 once dead, refused once gone): the trainer calls `raise_if_dead` after every generation
+and before any update, so a step of lost samples never trains or saves; and a thread polls every `interval_s`,
+and after `failures` failed polls in a row writes the line to the run folder (ENGINE_FAILURE, which dara.train
+prints instead of Ray's "actor died") and ends the trainer's process, the only way out of a call that waits.
 """
 
 from __future__ import annotations
@@ -34,9 +27,8 @@ ENGINE_FAILURE = "engine_failure.txt"  # in the run folder: the watchdog's line,
 # rollout backends whose server answers /health (the project's transformers fallback "hf" has none)
 HEALTH_ENDPOINT_ENGINES = ("vllm", "sglang")
 EXIT_CODE = 75  # the trainer process's exit status when the watchdog ends it
-# The rollout servers are on the run's own nodes: never through a proxy. urlopen would follow http_proxy, and
-# Python's no_proxy matching ignores the CIDR entries (10.0.0.0/8) clusters write there, so a proxied cluster's
-# healthy engine looked dead. An empty ProxyHandler ignores every proxy variable.
+# the servers are on the run's own nodes: never through a proxy (no_proxy's CIDR entries are ignored by Python,
+# so a proxied cluster's healthy engine looked dead); an empty ProxyHandler ignores every proxy variable
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -45,8 +37,7 @@ class RolloutEngineDied(RuntimeError):
 
 
 def health(address: str, timeout_s: float) -> str | None:
-    """None when ``http://<address>/health`` answers 200, else what went wrong (status or connection error);
-    asked directly, whatever proxy the environment names."""
+    """None when `http://<address>/health` answers 200, else what went wrong."""
     try:
         with _DIRECT.open(f"http://{address}/health", timeout=timeout_s) as response:
             return None if response.status == 200 else f"/health answered {response.status}"
@@ -63,10 +54,8 @@ def failure_message(engine: str, address: str, problem: str) -> str:
 
 def read_engine_failure(run_dir: str | os.PathLike | None) -> str | None:
     """The watchdog's line from a run folder, if it wrote one."""
-    path = Path(run_dir) / ENGINE_FAILURE if run_dir else None
-    if path is None or not path.is_file():
-        return None
-    return path.read_text().strip() or None
+    path = Path(run_dir, ENGINE_FAILURE) if run_dir else None
+    return (path.read_text().strip() or None) if path is not None and path.is_file() else None
 
 
 def clear_engine_failure(run_dir: str | os.PathLike | None) -> None:
@@ -76,8 +65,8 @@ def clear_engine_failure(run_dir: str | os.PathLike | None) -> None:
 
 
 def end_trainer_process(code: int) -> None:
-    """End the trainer's process and, first, its forks: they would keep its sockets open, so Ray would see the
-    actor alive until its keepalive timeout (minutes), and they would outlive the run."""
+    """End the trainer's process and first its forks (they keep its sockets open: Ray would see the actor alive
+    until its keepalive timeout, minutes)."""
     end_descendants(grace_s=2.0)
     os._exit(code)
 
@@ -106,7 +95,7 @@ class EngineWatchdog:
         return None
 
     def raise_if_dead(self, cause: BaseException | None = None) -> None:
-        """Raise :class:`RolloutEngineDied` (from ``cause``, an error it explains) if a server is unhealthy now."""
+        """Raise RolloutEngineDied (from `cause`, an error it explains) if a server is unhealthy now."""
         found = self.problem()
         if found is not None:
             raise RolloutEngineDied(failure_message(self.engine, *found)) from cause

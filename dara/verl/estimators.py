@@ -1,18 +1,11 @@
 """The project's estimators inside verl's advantage registry.
 
-verl 0.9.1 calls a registered estimator as ``fn(token_level_rewards, response_mask, config, index)``, where
-``config`` is the run's ``algorithm`` node: no per-channel rewards reach it (only verl's own "gdpo" gets the raw
-batch). The project's trainer (`dara.verl.trainer`) therefore publishes the batch's channel scores as a
-`ChannelBatch` in the context variable `CURRENT_CHANNELS` around verl's own advantage step (`channels_for_step`);
-the registered functions read them there, read their options from ``config.dara`` and leave their diagnostics
-in the batch for the trainer to log.
-
-Every library estimator is registered under its bare name (``dara_asym``, ``dvao``, ``rvpo``, ...) except where
-verl owns the name: ``grpo`` and ``gdpo`` are ``dara_grpo`` / ``dara_gdpo`` (conf/estimator/grpo.yaml and
-gdpo.yaml name those), and `dara.config.library_estimator` maps a config value back. An estimator a user's module
-registers (`algorithm.dara.estimator_module`) is registered bare by `register_all`, which every process that
-computes advantages calls after loading the module; a user's name that verl already has is refused
-(`verl_owned_names`, `EstimatorNameTaken`).
+verl 0.9.1 calls a registered estimator as `fn(token_level_rewards, response_mask, config, index)` (`config` =
+the `algorithm` node): no per-channel rewards reach it. The project's trainer publishes the batch's channel
+scores as a `ChannelBatch` in `CURRENT_CHANNELS` around verl's own advantage step (`channels_for_step`); the
+registered functions read them there, their options from `config.dara`, and leave diagnostics in the batch.
+Library estimators are registered bare (`dara_asym`, `dvao`, ...) except where verl owns the name (`dara_grpo`,
+`dara_gdpo`; `dara.config.library_estimator` maps back); a user's estimator named as one of verl's is refused.
 """
 
 from __future__ import annotations
@@ -45,7 +38,7 @@ CURRENT_CHANNELS: ContextVar[ChannelBatch | None] = ContextVar("dara_channels", 
 
 @contextmanager
 def channels_for_step(channels: ChannelBatch):
-    """`channels` is what the registered estimators read while the block runs (verl's advantage step)."""
+    """`channels` is what the registered estimators read while the block (verl's advantage step) runs."""
     token = CURRENT_CHANNELS.set(channels)
     try:
         yield channels
@@ -64,11 +57,9 @@ class RewardRangeError(ValueError):
 
 def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: Mapping | None,
                         step: int | None = None) -> None:
-    """Every [N, K] channel score inside its channel's range (`algorithm.dara.reward_ranges`, by name; a
-    channel without one is not checked); else RewardRangeError naming the channel, the score furthest out,
-    the range and how many samples of the step lie outside it. Before any estimator sees the scores, for
-    verl's grpo too (whose diagnostics read them), so a reward range narrower than the reward's own stops
-    the run instead of training on it."""
+    """Every [N, K] channel score inside its channel's range (`algorithm.dara.reward_ranges`, by name), else
+    RewardRangeError naming the channel, the score furthest out, the range and how many samples lie outside.
+    Before any estimator (verl's grpo too) sees them: a range narrower than the reward's stops the run."""
     for k, name in enumerate(channel_names):
         if not ranges or name not in ranges:
             continue
@@ -86,25 +77,18 @@ def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: 
                                "lie outside it")
 
 
-def estimator_options(algorithm: Mapping, channel_names: list[str]) -> dict:
-    """`compute_advantages` options from the algorithm config: `algorithm.dara` plus the channel names."""
-    return {"channel_names": list(channel_names), **algo_options(algorithm).keywords()}
-
-
 class EstimatorNameTaken(ValueError):
     """A user's estimator whose name verl's own registry already holds."""
 
 
 def verl_owned_names() -> set[str]:
-    """The advantage estimators verl itself has: its registry's keys that are not the project's, and the
-    values of its AdvantageEstimator enum."""
+    """The advantage estimators verl itself has: its registry's keys not the project's, its AdvantageEstimator values."""
     own = {key for key, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items() if not _ours(fn)}
     return own | {member.value for member in core_algos.AdvantageEstimator}
 
 
 def verl_estimator_name(name: str) -> str:
-    """Registry key of library estimator `name`: the bare name, or dara_<name> where verl owns it (registering
-    a name registered since the last call first)."""
+    """Registry key of library estimator `name`: the bare name, or dara_<name> where verl owns it."""
     if name not in _KEYS:
         register_all()
     return _KEYS.get(name, PREFIX + name)
@@ -128,8 +112,7 @@ def _make_verl_estimator(name: str):
         mask, scores, groups = response_mask[real], channels.scores[channels.real], [index[i] for i in rows]
         config = config if config is not None else {}
         if name == "grpo":
-            # GRPO is verl's own: the summed token-level reward (KL-penalised when KL is in the reward),
-            # with verl's norm_adv_by_std_in_grpo; the channels only feed the paper's diagnostics.
+            # verl's own GRPO on the summed (KL-penalised) token-level reward; the channels feed the diagnostics
             advantages, _ = core_algos.compute_grpo_outcome_advantage(
                 token_level_rewards[real], mask, index=np.array(groups, dtype=object),
                 norm_adv_by_std_in_grpo=bool(config.get("norm_adv_by_std_in_grpo", True)))
@@ -157,9 +140,8 @@ def _ours(fn) -> bool:
 
 
 def register_all(builtin_only: bool = False) -> dict[str, str]:
-    """Register every estimator of the library's registry with verl, as it holds them now (idempotent): the
-    library's own, and (unless `builtin_only`) those a user's module registered. Returns {registry key:
-    library name}. A user's estimator named as one of verl's raises EstimatorNameTaken."""
+    """Register every estimator of the library's registry with verl (idempotent; a user's too unless
+    `builtin_only`); returns {registry key: library name}. A user's named as one of verl's: EstimatorNameTaken."""
     registered = {}
     for name in list(ESTIMATOR_NAMES):
         estimator = ESTIMATORS[name]

@@ -1,12 +1,10 @@
 """Whether each optimizer update of a step was clipped, from verl's own per-update gradient norms.
 
-verl 0.9.1's FSDP engine clips every update at `actor.optim.clip_grad` and reports the norm before clipping as
-`grad_norm`, one value per update (mini-batch); the trainer's `_update_actor` then logs only their mean as
-`actor/grad_norm`, and verl has no metric saying whether the clip acted. `UpdateRecorder` stands in for the
-actor worker group during `_update_actor` and keeps the per-update norms of the call's output; the trainer
-turns them into `actor/grad_clip_active` (share of the step's updates whose norm exceeded the threshold: 1.0 =
-every update clipped) and, where the task expects every update clipped (`run.expect_clipped_updates`, tool
-calling: docs/experiments.md "Tool calling: gradient scale"), `actor/grad_unclipped_updates`.
+verl 0.9.1's FSDP engine clips every update at `actor.optim.clip_grad` and reports each pre-clip `grad_norm`, but
+the trainer logs only their mean. `UpdateRecorder` stands in for the actor worker group during `_update_actor`
+and keeps the per-update norms: `actor/grad_clip_active` is the share of the step's updates that were clipped,
+and where the task expects every update clipped (`run.expect_clipped_updates`, tool calling)
+`actor/grad_unclipped_updates` counts those that were not.
 """
 
 from __future__ import annotations
@@ -45,10 +43,8 @@ class UpdateRecorder:
 
 
 def grad_clip_metrics(grad_norms: list[float], max_norm: float, updates: int, expect_clipped: bool) -> dict:
-    """`actor/grad_clip_active` (and the unclipped count where every update should be clipped).
-
-    `grad_norms` may repeat each update's norm once per reporting rank: the share is the same either way,
-    and the count is that share of the step's `updates`."""
+    """`actor/grad_clip_active` (and the unclipped count where every update should be clipped). `grad_norms` may
+    repeat each update's norm per reporting rank: the share is the same, the count that share of `updates`."""
     norms = np.asarray(grad_norms, dtype=np.float64)
     if norms.size == 0:
         return {}

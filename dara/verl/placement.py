@@ -1,22 +1,14 @@
-"""Where a run's work happened: the Ray nodes that joined and the node of every verl worker, in the run folder.
+"""Where a run's work happened: `<run folder>/ray_nodes.json`, the Ray nodes and the node of every verl worker.
 
-`<run folder>/ray_nodes.json` (rewritten atomically):
-
-    {"nodes": [{"node_id", "ip", "hostname", "alive", "is_head", "resources": {"CPU", "GPU", ...}}, ...],
+    {"nodes": [{"node_id", "ip", "hostname", "alive", "is_head", "resources"}, ...],
      "worker_groups": {"actor_rollout": [{"rank", "world_size", "node_id", "ip", "pid", "master_addr",
-                                          "process_group": {"backend", "world_size"} | null,
-                                          "work": {"actor": {"forward_passes": n, "optimizer_steps": n},
-                                                   "ref": {...}}}, ...], ...},
+                       "process_group": {"backend", "world_size"} | null,
+                       "work": {"actor": {"forward_passes", "optimizer_steps"}, "ref": {...}}}, ...], ...},
      "distinct_worker_nodes": n, "recorded": {"start": unix time, "end": unix time}}
 
-"start" is taken once verl's workers are up (before the first step), "end" after `fit` returns. `work` is what
-the rank itself ran since "start": at "start" each rank installs, in its own process, a forward pre-hook on every
-training engine's module and a step post-hook on its optimizer, so at "end" the counts are the forward passes
-and optimizer updates that rank ran on its node during `fit` (zero at "start"). A job requeued onto a fresh
-allocation rewrites the file with its own nodes and counts.
-
-The trainer records it at the end of its `init` and of its `fit` (dara/verl/trainer.py); only this module
-knows the file. Recording never fails a run: an error is written into the file and logged.
+The trainer records it after its `init` ("start") and its `fit` ("end"). `work` counts what each rank ran since
+"start", by hooks that rank installs in its own process (a forward pre-hook on each engine's module, a step
+post-hook on its optimizer). Recording never fails a run: an error is written into the file and logged.
 """
 
 from __future__ import annotations
@@ -40,10 +32,9 @@ _WORK_ATTRIBUTE = "_dara_work_counts"  # set on the worker instance by the first
 
 
 def _engines(worker) -> dict[str, object]:
-    """The training engines inside a verl worker actor, by role. verl colocates a group's workers in one Ray
-    actor (`single_controller/ray/base.py`: a `WorkerDict` keeps them in `worker_dict`, a fused worker in
-    `fused_worker_dict`); its ActorRolloutRefWorker keeps the actor and reference as `TrainingWorker`s (`.actor`,
-    `.ref`), each holding its engine in `.engine`; a standalone TrainingWorker (the critic) holds its own."""
+    """The training engines in a verl worker actor by role: colocated workers sit in `worker_dict` /
+    `fused_worker_dict`, an ActorRolloutRefWorker holds `.actor` / `.ref` TrainingWorkers with an `.engine`, a
+    standalone TrainingWorker its own `.engine`."""
     members = {**(getattr(worker, "worker_dict", None) or {}), **(getattr(worker, "fused_worker_dict", None) or {})}
     engines = {}
     for member in list(members.values()) or [worker]:
@@ -60,10 +51,8 @@ def _bump(counts: dict, key: str, *_hook_args) -> None:
 
 
 def count_work(worker) -> dict[str, dict[str, int]]:
-    """{role: {"forward_passes", "optimizer_steps"}} this worker's engines ran since the first call.
-
-    The first call installs the counting hooks in the calling process (a forward pre-hook on the engine's
-    module, a step post-hook on its optimizer), so the rank itself records its work."""
+    """{role: {"forward_passes", "optimizer_steps"}} this worker's engines ran since the first call (which installs
+    the hooks)."""
     counters = getattr(worker, _WORK_ATTRIBUTE, None)
     if counters is None:
         counters = {}
@@ -113,24 +102,13 @@ def ray_nodes() -> list[dict]:
             for node in ray.nodes()]
 
 
-def locate_workers(trainer, timeout_s: float = 60.0) -> dict[str, list[dict]]:
-    """{role: [location of each rank, in rank order]} for every verl worker group of the trainer."""
-    located = {}
-    for role, group in worker_groups(trainer).items():
-        handles = list(group.workers or [])  # verl's RayWorkerGroup: the actor handles, in rank order
-        rows = ray.get([handle.__ray_call__.remote(_worker_location) for handle in handles], timeout=timeout_s)
-        located[role] = sorted(rows, key=lambda row: row["rank"])
-    return located
-
-
 def _merge(previous: dict, nodes: list[dict], workers: dict[str, list[dict]], stage: str) -> dict:
-    """The file's content after this stage: nodes and workers as now (each rank's work counted since "start"),
-    the times of this job's stages."""
-    groups = {role: list(rows) for role, rows in workers.items()}
+    """The file's content after this stage."""
     recorded = dict(previous.get("recorded", {})) if stage == "end" else {}
     recorded[stage] = time.time()
     distinct = len({row["node_id"] for rows in workers.values() for row in rows})
-    return {"nodes": nodes, "worker_groups": groups, "distinct_worker_nodes": distinct, "recorded": recorded}
+    return {"nodes": nodes, "worker_groups": {role: list(rows) for role, rows in workers.items()},
+            "distinct_worker_nodes": distinct, "recorded": recorded}
 
 
 def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start") -> Path:
@@ -138,7 +116,12 @@ def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start
     path = Path(output_dir) / RAY_NODES
     try:
         previous = json.loads(path.read_text()) if stage == "end" and path.exists() else {}
-        content = _merge(previous, ray_nodes(), locate_workers(trainer), stage)
+        nodes = ray_nodes()
+        # each rank's location, in rank order (a RayWorkerGroup's `workers`: its actor handles)
+        workers = {role: sorted(ray.get([handle.__ray_call__.remote(_worker_location) for handle in group.workers or []],
+                                        timeout=60.0), key=lambda row: row["rank"])
+                   for role, group in worker_groups(trainer).items()}
+        content = _merge(previous, nodes, workers, stage)
         summary = ", ".join(f"{role}: ranks on {len({row['ip'] for row in rows})} node(s) "
                             f"({' '.join(sorted({row['ip'] for row in rows}))})"
                             for role, rows in content["worker_groups"].items())

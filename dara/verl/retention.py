@@ -1,29 +1,19 @@
 """Checkpoint retention across jobs: what verl 0.9.1 leaves on disk, and what a run keeps of it.
 
-verl's checkpoint manager keeps its rotation list (`previous_saved_paths`) in memory only, so every requeued
-job starts with an empty list and never rotates the previous job's checkpoints. The run applies the policy to
-what is on disk instead, at start (so after every requeue, under the run folder's lock) and after each save
-(dara.verl.checkpoints.KeepEvaluatedSteps):
+verl keeps its rotation list in memory, so a requeued job never rotates the previous job's checkpoints. The run
+applies the policy to the disk at start (under the run folder's lock; only with `trainer.resume_mode=auto`) and
+after each save (dara.verl.checkpoints):
+- keep the newest `trainer.max_actor_ckpt_to_keep` complete `global_step_N` folders; delete older ones, those
+  verl's rotation left with only `data.pt`, and incomplete ones;
+- a step of `run.checkpoint.keep_hf_steps` keeps its HF weights in `run.checkpoint.kept_dir` (hard links) before
+  it is deleted; unfinished `*.tmp` copies there are deleted;
+- at start, the resume marker must name a complete checkpoint (else it moves to the newest complete one before
+  it, or is removed), and checkpoints past it (saved, their step never logged) are deleted: the run redoes them.
 
-- keep the newest `trainer.max_actor_ckpt_to_keep` (= run.checkpoint.keep_last) *complete* `global_step_N`
-  folders; delete older ones, the folders verl's rotation left with only `data.pt`, and any folder a killed
-  job left incomplete;
-- before deleting a complete step listed in `run.checkpoint.keep_hf_steps` whose HF weights are not yet in
-  `run.checkpoint.kept_dir`, keep them there (hard links); delete unfinished `*.tmp` copies in kept_dir;
-- at start, the resume marker (`latest_checkpointed_iteration.txt`) must name a complete checkpoint: else it
-  is moved to the newest complete one (or removed: the run starts over); checkpoints past the marker (saved
-  but their step never logged, dara.verl.trainer) are redone by the run and deleted first.
-
-A checkpoint is complete when verl finished writing it, read from verl's own save order
-(`trainer/ppo/v1/trainer_base.py` `_save_checkpoint`, `utils/checkpoint/fsdp_checkpoint_manager.py`): every
-role's folder holds `fsdp_config.json` and, for each rank of its world size, the model / optimizer / extra
-shards that `checkpoint.save_contents` names (plus a whole `huggingface/` export with `hf_model`); `data.pt`,
-written after every role's save returned; `transfer_queue/` in the asynchronous trainer modes. `.pt` files
-are zip archives whose directory sits at their end, and safetensors state their length in their header: a
-file cut short by a crash is detected without reading it.
-
-With `trainer.resume_mode` other than `auto` nothing is changed at start (the run does not resume from the
-folder's marker); the policy still applies after each save.
+Complete, by verl's save order (v1 `_save_checkpoint`, the FSDP checkpoint manager): every role folder holds
+`fsdp_config.json` and, per rank, the shards `checkpoint.save_contents` names (plus a whole `huggingface/` with
+`hf_model`), then `data.pt`. `.pt` files are zips whose directory is written last and safetensors state their
+length in their header, so a file cut short is detected without reading it.
 """
 
 from __future__ import annotations
@@ -51,7 +41,6 @@ class CheckpointLayout:
     """What a complete checkpoint of this run holds."""
 
     contents: dict[str, tuple[str, ...]]  # role folder -> checkpoint.save_contents
-    transfer_queue: bool = False  # asynchronous trainer modes save TransferQueue's state
     fsdp: bool = True  # FSDP's per-rank shard files; otherwise only the role folders are checked
 
     @classmethod
@@ -64,15 +53,12 @@ class CheckpointLayout:
         critic = OmegaConf.select(cfg, "critic.enable", default=None)
         if critic or (critic is None and str(cfg.algorithm.adv_estimator) == "gae"):  # verl's need_critic
             roles["critic"] = contents("critic")
-        mode = str(OmegaConf.select(cfg, "trainer.v1.trainer_mode", default="sync") or "sync")
-        strategy = str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default="fsdp"))
-        return cls(roles, transfer_queue=mode.removeprefix("dara_") != "sync",
-                   fsdp=strategy.startswith("fsdp"))
+        return cls(roles, fsdp=str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", default="fsdp"))
+                   .startswith("fsdp"))
 
 
 def _zip_complete(path: Path) -> bool:
-    """A `torch.save` file written to its end (its zip directory is the last thing written)."""
-    return path.is_file() and zipfile.is_zipfile(path)
+    return path.is_file() and zipfile.is_zipfile(path)  # a torch.save file writes its zip directory last
 
 
 def _safetensors_complete(path: Path) -> bool:
@@ -136,21 +122,14 @@ def incomplete_reason(folder: str | os.PathLike, layout: CheckpointLayout) -> st
             None if any((folder / role).iterdir()) else f"{role}/ is empty")
         if reason:
             return reason
-    if layout.transfer_queue and not (folder / "transfer_queue").is_dir():
-        return "no transfer_queue/ (asynchronous trainer state)"
     return None
 
 
 def checkpoint_folders(checkpoint_dir: str | os.PathLike) -> dict[int, Path]:
     """{step: folder} of every `global_step_N` folder in verl's checkpoint folder."""
-    folders = {}
     root = Path(checkpoint_dir)
-    if root.is_dir():
-        for path in root.iterdir():
-            match = STEP_FOLDER.fullmatch(path.name)
-            if match and (path.is_dir() or path.is_symlink()):
-                folders[int(match.group(1))] = path
-    return folders
+    matches = [(STEP_FOLDER.fullmatch(path.name), path) for path in (root.iterdir() if root.is_dir() else ())]
+    return {int(m.group(1)): path for m, path in matches if m and (path.is_dir() or path.is_symlink())}
 
 
 def read_marker(checkpoint_dir: str | os.PathLike) -> int | None:
@@ -176,7 +155,7 @@ class RetentionPlan:
 
 
 def _resume_point(marker: int | None, complete: list[int]) -> tuple[int | None, str]:
-    """The step to resume from given the marker and the complete checkpoints (newest last), and why if moved."""
+    """The step to resume from given the marker and the complete checkpoints (oldest first), and why if moved."""
     if marker is None or marker in complete:
         return marker, ""
     older = [s for s in complete if s < marker]
@@ -190,7 +169,7 @@ def _resume_point(marker: int | None, complete: list[int]) -> tuple[int | None, 
 
 def plan_retention(checkpoint_dir, layout: CheckpointLayout, keep_last: int | None, keep_hf_steps=(),
                    kept_dir: str | os.PathLike | None = None, at_start: bool = True) -> RetentionPlan:
-    """What to keep and delete (see the module docstring); changes nothing."""
+    """What to keep and delete (module docstring); changes nothing."""
     folders = checkpoint_folders(checkpoint_dir)
     reasons = {step: incomplete_reason(path, layout) for step, path in folders.items()}
     complete = sorted(s for s, r in reasons.items() if r is None)
@@ -251,38 +230,8 @@ def _remove(path: Path) -> str | None:
     return None
 
 
-def apply_plan(plan: RetentionPlan, checkpoint_dir, kept_dir=None) -> list[str]:
-    """Carry the plan out; returns what could not be deleted."""
-    checkpoint_dir = Path(checkpoint_dir)
-    for step in plan.keep_hf:
-        keep_tree(checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface",
-                  Path(kept_dir) / f"global_step_{step}")
-    tracker = checkpoint_dir / CHECKPOINT_TRACKER
-    if plan.marker_changed:
-        if plan.marker is None:
-            tracker.unlink(missing_ok=True)
-        else:
-            atomic_write_text(tracker, str(plan.marker))
-    failed = [f for step in sorted(plan.delete) if (f := _remove(checkpoint_dir / f"global_step_{step}"))]
-    return failed
-
-
-def _summary(plan: RetentionPlan, failed: list[str]) -> str:
-    kept = ", ".join(str(s) for s in plan.keep) or "none"
-    deleted = "; ".join(f"{s} ({why})" for s, why in sorted(plan.delete.items()))
-    parts = [f"[dara] checkpoints: kept steps {kept}", f"deleted {deleted}" if deleted else ""]
-    if plan.keep_hf:
-        parts.append(f"HF weights of steps {', '.join(map(str, plan.keep_hf))} kept first")
-    if plan.resume_note:
-        parts.append(plan.resume_note)
-    if failed:
-        parts.append(f"could not delete {', '.join(failed)}")
-    return "; ".join(p for p in parts if p)
-
-
 def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | None:
-    """The run's retention policy on its checkpoint folder (resolved config `cfg`); one line when it changes
-    anything. At start only with `trainer.resume_mode=auto`."""
+    """The run's retention policy on its checkpoint folder; one line when it changes anything."""
     if at_start and str(OmegaConf.select(cfg, "trainer.resume_mode", default="auto")) != "auto":
         return None
     checkpoint_dir = OmegaConf.select(cfg, "trainer.default_local_dir", default=None)
@@ -299,7 +248,19 @@ def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | 
     keep_last = OmegaConf.select(cfg, "trainer.max_actor_ckpt_to_keep", default=None)
     plan = plan_retention(checkpoint_dir, CheckpointLayout.from_config(cfg), keep_last,
                           policy.get("keep_hf_steps", None), kept_dir, at_start=at_start)
-    failed = apply_plan(plan, checkpoint_dir, kept_dir)
+    for step in plan.keep_hf:
+        keep_tree(checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface", Path(kept_dir) / f"global_step_{step}")
+    tracker = checkpoint_dir / CHECKPOINT_TRACKER
+    if plan.marker_changed and plan.marker is None:
+        tracker.unlink(missing_ok=True)
+    elif plan.marker_changed:
+        atomic_write_text(tracker, str(plan.marker))
+    failed = [f for step in sorted(plan.delete) if (f := _remove(checkpoint_dir / f"global_step_{step}"))]
     if plan.delete or plan.marker_changed or failed:
-        write(_summary(plan, failed), flush=True)
+        deleted = "; ".join(f"{s} ({why})" for s, why in sorted(plan.delete.items()))
+        parts = [f"[dara] checkpoints: kept steps {', '.join(map(str, plan.keep)) or 'none'}",
+                 deleted and f"deleted {deleted}",
+                 plan.keep_hf and f"HF weights of steps {', '.join(map(str, plan.keep_hf))} kept first",
+                 plan.resume_note, failed and f"could not delete {', '.join(failed)}"]
+        write("; ".join(p for p in parts if p), flush=True)
     return plan

@@ -1,32 +1,15 @@
-"""The "dara_parallel" reward manager for verl 0.9.1's reward loop.
+"""The "dara_parallel" reward manager for verl 0.9.1's reward loop (registered on import).
 
-Importing this module registers `DaraParallelRewardManager` under the name "dara_parallel"
-(verl.experimental.reward_loop.reward_manager.register). It scores in a process pool with a hard per-item
-time limit (rewards.pool) and never raises on model output: an item over the limit or one whose scoring fails
-gets a fallback score and is flagged in reward_extra_info ("reward_timeout", "reward_error"); a failed item's
-error is also one line of `<run folder>/logs/reward_errors.log`.
-
-What it scores with (`reward.custom_reward_function.path` / `.name`):
-- the project's `rewards/verl_entry.py` (or no path): the registered tasks (`tasks.registry`) by data_source,
-  with each response's valid token count for the math length reward; options `RewardOptions`;
-- any other module, a reward of your own (`rewards.spec`): its `compute_score(data_source, solution_str,
-  ground_truth, extra_info)` runs in the pool, loaded there by path, with `custom_reward_function.reward_kwargs`
-  as keyword arguments (the pool's own `timeout_s` / `num_processes` excepted) and `extra_info` holding the
-  row's extra_info plus "response_tokens"; each result must hold "score" and exactly the channels its
-  `REWARD_CHANNELS` declares, inside their ranges (else the item counts as an error and scores each channel's
-  low).
-
-What verl hands a manager (reward_loop.RewardLoopWorker and agent_loop._compute_score): a DataProto
-slice per sample with batch["responses"] (right-padded ids), batch["attention_mask"] (prompt + response),
-non_tensor_batch["data_source"], ["reward_model"]["ground_truth"] and ["extra_info"]. `run_single`
-returns {"reward_score": float, "reward_extra_info": {key: value}} with the same keys for every sample;
-verl writes the score on the last valid response token (assemble_rm_scores) and the extra keys into
-non_tensor_batch. Samples arrive concurrently (asyncio tasks), so the pool scores them in parallel.
-
-Config: reward.reward_manager.{source: register, name: dara_parallel}; options in reward.reward_kwargs
-or reward.custom_reward_function.reward_kwargs. In a process that has not imported this module (e.g. a
-fresh Ray reward worker), use source: importlib, module.path: pkg://dara.verl.reward_manager, name:
-DaraParallelRewardManager instead; it loads the same class.
+It scores in a process pool with a hard per-item time limit (rewards.pool) and never raises on model output: an
+item over the limit or whose scoring fails gets a fallback score, is flagged in reward_extra_info
+("reward_timeout", "reward_error"), and a failed item's error is a line of `<run folder>/logs/reward_errors.log`.
+It scores with (`reward.custom_reward_function.path` / `.name`) the project's `rewards/verl_entry.py` (or no
+path): the registered task of each data_source; or a reward module of your own (`rewards.spec`), loaded in the
+pool by path, with `custom_reward_function.reward_kwargs` as keyword arguments and `extra_info` holding the row's
+extra_info plus "response_tokens". `run_single` gets one sample's DataProto slice and returns {"reward_score",
+"reward_extra_info"} with the same keys for every sample; samples arrive concurrently, so the pool scores them in
+parallel. A process that has not imported this module can load the class with `source: importlib`,
+`module.path: pkg://dara.verl.reward_manager`, `name: DaraParallelRewardManager`.
 """
 
 from __future__ import annotations
@@ -61,11 +44,7 @@ MAX_LOGGED_ERRORS = 20  # per manager: the errors of a reward that always fails 
 
 
 def _as_dict(node: Any) -> dict[str, Any]:
-    if node is None:
-        return {}
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)
-    return dict(node)
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
 
 
 def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, Any]:
@@ -79,15 +58,9 @@ def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, An
     return reward_spec.merged_reward_kwargs(manager_kwargs, function_kwargs)
 
 
-def options_from_config(config: DictConfig, compute_score: Any = None) -> RewardOptions:
-    """The project reward's RewardOptions from both reward_kwargs nodes (`reward_kwargs`)."""
-    return RewardOptions.from_kwargs(reward_kwargs(config, compute_score))
-
-
 def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str, str] | None:
-    """(file, function) of a reward of your own, or None for the project's rewards.verl_entry (or no reward
-    function at all). The file is `reward.custom_reward_function.path` (a pkg://module path too), else the
-    source file of the function verl bound."""
+    """(file, function) of a reward of your own, or None for the project's rewards.verl_entry (or none at all):
+    `reward.custom_reward_function.path` (a pkg://module path too), else the source file of the function verl bound."""
     function = (config.get("reward") or {}).get("custom_reward_function") or {}
     path, name = function.get("path"), function.get("name") or "compute_score"
     if path:
@@ -159,16 +132,13 @@ class ModuleScorer:
 class DaraParallelRewardManager(RewardManagerBase):
     """Rule rewards (the registered tasks', or a module of your own) scored in a hard-time-limited pool."""
 
-    def __init__(
-        self, config, tokenizer, compute_score=None, reward_router_address=None, reward_model_tokenizer=None
-    ):
+    def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None,
+                 reward_model_tokenizer=None):
         super().__init__(config, tokenizer, compute_score)
         kwargs = reward_kwargs(config, compute_score)
         module = reward_module_of(config, compute_score)
-        if module is None:
-            self.scorer = ProjectScorer(kwargs)
-        else:
-            self.scorer = ModuleScorer(*module, kwargs, OmegaConf.select(config, "run.data_source", default=None))
+        self.scorer = ProjectScorer(kwargs) if module is None else ModuleScorer(
+            *module, kwargs, OmegaConf.select(config, "run.data_source", default=None))
         self.options = self.scorer.options
         self.pool = verl_entry.shared_pool(self.options)
         run_dir = OmegaConf.select(config, "run.output_dir", default=None)
@@ -176,14 +146,9 @@ class DaraParallelRewardManager(RewardManagerBase):
         self._logged_errors = 0
         self._log_lock = threading.Lock()
 
-    # ------------------------------------------------------------------ per sample (verl's reward loop)
-    def _submit(self, data_source: str, text: str, ground_truth: Any, response_tokens: int, extra_info=None):
-        return self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info)
-
     def _result(self, outcome: Outcome, data_source: str, response_tokens: int) -> dict[str, Any]:
         channels, timed_out, failed = verl_entry.resolve_outcome(
-            outcome, data_source, lambda: self.scorer.fallback(data_source, response_tokens)
-        )
+            outcome, data_source, lambda: self.scorer.fallback(data_source, response_tokens))
         if failed:
             self._log_error(data_source, outcome.error)
         extra = {**channels, TIMEOUT_KEY: float(timed_out), ERROR_KEY: float(failed)}
@@ -203,56 +168,37 @@ class DaraParallelRewardManager(RewardManagerBase):
                 handle.write(f"{data_source}: {lines[-1] if lines else 'unknown error'}\n")
 
     async def run_single(self, data: DataProto) -> dict:
-        item = data[-1:][
-            0
-        ]  # multi-sequence outputs: the last sequence carries the reward, as in verl's managers
+        item = data[-1:][0]  # multi-sequence outputs: the last sequence carries the reward, as in verl's managers
         response_tokens = int(valid_response_lengths(data[-1:])[0])
         valid_ids = item.batch["responses"][:response_tokens]
         data_source = item.non_tensor_batch["data_source"]
         ground_truth = _ground_truth(item.non_tensor_batch)
         extra_info = item.non_tensor_batch.get("extra_info", None)
         loop = asyncio.get_running_loop()
-        text = await loop.run_in_executor(
-            None, lambda: self.tokenizer.decode(valid_ids, skip_special_tokens=True)
-        )
-        future = self._submit(data_source, text, ground_truth, response_tokens, extra_info)
-        outcome = await asyncio.wrap_future(future)
+        text = await loop.run_in_executor(None, lambda: self.tokenizer.decode(valid_ids, skip_special_tokens=True))
+        outcome = await asyncio.wrap_future(
+            self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info))
         return self._result(outcome, data_source, response_tokens)
 
-    # ------------------------------------------------------------------ whole batch (synchronous)
     def score_batch(self, data: DataProto) -> dict[str, Any]:
         """Score every row: {"reward_tensor" [N, T] (score on the last valid token), "reward_extra_info"
         {key: list}, "metrics" (rewards.verl_entry.step_metrics)}."""
         lengths = valid_response_lengths(data)
         responses = data.batch["responses"]
-        texts = self.tokenizer.batch_decode(
-            [responses[row, : int(lengths[row])] for row in range(len(data))], skip_special_tokens=True
-        )
+        texts = self.tokenizer.batch_decode([responses[row, : int(lengths[row])] for row in range(len(data))],
+                                            skip_special_tokens=True)
         sources = data.non_tensor_batch["data_source"]
         channel_sets = {self.scorer.channels(source) for source in set(sources)}
         if len(channel_sets) > 1:
             raise ValueError(f"one batch mixes tasks with different reward channels {sorted(channel_sets)}")
         reward_models = data.non_tensor_batch["reward_model"]
         extra_infos = data.non_tensor_batch.get("extra_info", [None] * len(data))
-        futures = [
-            self._submit(
-                sources[row],
-                texts[row],
-                _ground_truth({"reward_model": reward_models[row]}),
-                int(lengths[row]),
-                extra_infos[row],
-            )
-            for row in range(len(data))
-        ]
-        results = [
-            self._result(future.result(), sources[row], int(lengths[row]))
-            for row, future in enumerate(futures)
-        ]
+        futures = [self.scorer.submit(self.pool, sources[row], texts[row], _ground_truth({"reward_model": reward_models[row]}),
+                                     int(lengths[row]), extra_infos[row]) for row in range(len(data))]
+        results = [self._result(future.result(), sources[row], int(lengths[row])) for row, future in enumerate(futures)]
         reward_tensor = torch.zeros_like(responses, dtype=torch.float32)
-        rows = torch.arange(len(data))
-        reward_tensor[rows, (lengths - 1).clamp(min=0)] = torch.tensor(
-            [r["reward_score"] for r in results], dtype=torch.float32
-        )
+        reward_tensor[torch.arange(len(data)), (lengths - 1).clamp(min=0)] = torch.tensor(
+            [r["reward_score"] for r in results], dtype=torch.float32)
         extra: dict[str, list] = defaultdict(list)
         for result in results:
             for key, value in result["reward_extra_info"].items():

@@ -1,28 +1,20 @@
 """Math dynamic sampling as the authors ran it: whole generation rounds, a round cap, an error when short.
 
-The authors' math trainer (their math/runtime/overlay/verl/trainer/ppo/ray_trainer.py `fit()`, with
-filter_groups.py) does, for every training step:
-1. one round = the next dataloader batch of `data.gen_batch_size` = 768 prompts x G responses; every later
-   round is again a FULL dataloader batch (their loop `continue`s to the next batch). filter_groups.py also
-   defines a helper that sizes later rounds to the shortfall (`deficit_request_size`), but `fit()` never
-   calls it, so this module does not either;
-2. the round's rows (prompt order x G, interleaved) are reordered by their `_balance_batch`: the workload
-   `calculate_workload(prompt + response tokens)` split into `world_size` (GPUs) partitions by
-   `get_seqlen_balanced_partitions(..., equal_size=True)`, each partition sorted by (workload, row) and laid
-   out as its even positions followed by its odd positions reversed, the partitions concatenated;
-3. scored and filtered: a group whose G summed rewards are all equal is dropped (one response: dropped);
-4. the informative groups accumulate over rounds; below `train_batch_size` (512) another round runs while
-   rounds < cap (`max_num_gen_batches`: 2 for R1-1.5B, 4 for 4B/7B; 0 = no cap), else the step raises;
-5. the batch is the first 512 distinct uids in that order (rounds concatenated), with all their rows.
+The authors' math trainer (their ray_trainer.py `fit()` with filter_groups.py), every training step:
+1. a round = the next full dataloader batch (`data.gen_batch_size` prompts x G); later rounds are full batches
+   too (`fit()` never calls their `deficit_request_size`);
+2. the round's rows are reordered by their `_balance_batch`: `calculate_workload(prompt + response tokens)` split
+   into `world_size` partitions by `get_seqlen_balanced_partitions(..., equal_size=True)`, each sorted by
+   (workload, row) and laid out as its even positions then its odd positions reversed;
+3. a group whose G summed rewards are all equal is dropped (one response: dropped);
+4. below `train_batch_size` informative groups another round runs while rounds < `max_num_gen_batches`
+   (2 for R1-1.5B, 4 for 4B/7B; 0 = no cap), else the step raises;
+5. the batch is the first `train_batch_size` distinct uids in that order, with all their rows.
 
-`RoundsReplayBuffer` does the same inside verl 0.9.1's v1 trainer as a replay buffer (a subclass of verl's, which
-the project's trainer puts in the trainer's `replay_buffer`; no verl edits): it asks the trainer for each round's
-prompts (verl's own refill, the `refill_fn` verl hands its buffer), waits until the round is generated and scored,
-classifies the groups, clears the dropped ones from TransferQueue and returns the kept batch in the authors' order.
-It reads and clears the training partition through TransferQueue's own calls, as verl's buffer does; validation
-is verl's `sample`. verl's own `_balance_batch` then reorders the kept batch across the
-data-parallel ranks (verl's v1 trainer always does; the authors' trainer did not rebalance after filtering),
-which changes which rows share a mini-batch, not which rows are trained on.
+`RoundsReplayBuffer` does the same as a verl 0.9.1 replay buffer (no verl edits): it asks the trainer for each
+round's prompts (verl's own refill), waits until they are scored, clears the dropped groups from TransferQueue
+and returns the kept batch in the authors' order. verl's `_balance_batch` then reorders it across data-parallel
+ranks (which rows share a mini-batch, not which are trained on).
 """
 
 from __future__ import annotations
@@ -58,6 +50,12 @@ class RoundsSettings:
     metric: str  # verl's filter metric: "reward" = summed pre-KL reward, else a reward_extra_info key
 
 
+def reward_info(value) -> dict:
+    """A trajectory's `extra_fields["reward_extra_info"]` (TransferQueue hands a NonTensorData or a dict)."""
+    fields = getattr(value, "data", value)
+    return fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+
+
 def dynamic_sampling_mode(config) -> str | None:
     """`run.dynamic_sampling.mode`: None (no dynamic sampling), "rounds" (the authors') or "replay" (verl's)."""
     block = (config.get("run", None) or {}).get("dynamic_sampling", None) or {}
@@ -83,12 +81,7 @@ def rounds_settings(config) -> RoundsSettings | None:
 
 
 def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
-    """The authors' `_balance_batch` order of one round's rows (indices into `seq_lens`).
-
-    verl's `calculate_workload` and `get_seqlen_balanced_partitions` (the functions they call) give the
-    partitions; inside each, rows sorted by (workload, index) are laid out even positions first, then the odd
-    positions reversed (short rows at both ends).
-    """
+    """The authors' `_balance_batch` order of one round's rows (indices into `seq_lens`), module docstring step 2."""
     if len(seq_lens) == 0:
         return []
     workload = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64))
@@ -129,9 +122,8 @@ TERMINAL = ("finished", "failure")  # a prompt entry's status once all its sessi
 
 
 def group_metric(partition_id: str, uids: set[str], keys: list[str], metric: str) -> dict[str, list[float]]:
-    """{uid: the values of verl's filter metric over the trajectories `keys` of the finished groups `uids`}:
-    "reward" = the summed pre-KL reward (`rm_scores`), another name = that key of
-    `extra_fields["reward_extra_info"]` (what verl's DAPO filter reads). Raises naming the groups that lack it."""
+    """{uid: verl's filter metric over the trajectories `keys` of the finished groups `uids`}: "reward" = the summed
+    pre-KL reward (`rm_scores`), another name = that reward_extra_info key. Raises naming groups that lack it."""
     reward = metric == "reward"
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
                            select_fields=["rm_scores"] if reward else ["extra_fields"]) if keys else {}
@@ -143,8 +135,7 @@ def group_metric(partition_id: str, uids: set[str], keys: list[str], metric: str
         if reward:
             values.setdefault(uid, []).append(float(value.sum().item()))
             continue
-        fields = getattr(value, "data", value)
-        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        info = reward_info(value)
         if metric in info:
             values.setdefault(uid, []).append(float(info[metric]))
         else:
@@ -170,13 +161,9 @@ class SubmittedPrompts:
 
 
 class RoundsReplayBuffer(ReplayBuffer):
-    """verl's replay buffer whose training partition is sampled in the authors' rounds (module docstring).
-
-    `submit_round(n)` dispatches n dataloader prompts for generation and returns their uids in dataloader
-    order; `world_size()` is the actor's worker count (their `_balance_batch` partitions). Validation is verl's
-    `sample`; the training partition is read and cleared through TransferQueue's own calls (`kv_list`,
-    `kv_batch_get`, `kv_clear`), as verl's buffer does.
-    """
+    """verl's replay buffer whose training partition is sampled in the authors' rounds; validation is verl's.
+    `submit_round(n)` dispatches n prompts and returns their uids in dataloader order; `world_size()` is the
+    actor's worker count (their `_balance_batch` partitions)."""
 
     def __init__(self, settings: RoundsSettings, submit_round: Callable[[int], list[str]],
                  world_size: Callable[[], int], **kwargs):
@@ -218,16 +205,14 @@ class RoundsReplayBuffer(ReplayBuffer):
         return batch, metrics
 
     def discard(self, partition_id: str, uids: set[str], rows: list[str], generated: bool = True) -> None:
-        """Remove prompt groups `uids` and their trajectories `rows` from TransferQueue (`generated`: finished
-        groups, whose rows hold responses; PrefilterRecorder reads those first)."""
+        """Remove prompt groups `uids` and their trajectories `rows` from TransferQueue (`generated`: rows that hold
+        responses, which the pre-filter recorder reads first)."""
         if uids:
             tq.kv_clear(partition_id=partition_id, keys=[*uids, *rows])
 
     def _run_round(self, partition_id: str, uids: list[str]) -> tuple[list[str], set[str], int, dict[str, dict]]:
-        """Wait for one round, order its rows, drop its uninformative and failed groups.
-
-        Returns (the round's trajectory keys in the authors' order, informative uids, failed groups, the
-        trajectories' tags in TransferQueue after the round, dropped groups removed)."""
+        """Wait for one round, order its rows, drop its uninformative and failed groups. Returns (the round's kept
+        trajectory keys in the authors' order, informative uids, failed groups, the remaining trajectories' tags)."""
         pending = set(uids)
         while True:
             listed = (tq.kv_list() or {}).get(partition_id, {})
@@ -253,16 +238,12 @@ class RoundsReplayBuffer(ReplayBuffer):
 
 
 def build_rounds_buffer(trainer, settings: RoundsSettings) -> RoundsReplayBuffer:
-    """The rounds buffer for verl's sync trainer, with the arguments verl gives its own sync buffer (whose
-    `refill_fn` it takes over), built after verl's trainer built that one."""
+    """The rounds buffer, with the arguments verl gave its own sync buffer (whose `refill_fn` it takes over)."""
     sampler = trainer.config.trainer.v1.sampler
     custom = sampler.get("custom_sampler", None) or {}
     if custom.get("path") and custom.get("name"):
         raise ValueError("run.dynamic_sampling.mode=rounds brings its own sampler: unset "
                          "trainer.v1.sampler.custom_sampler (or choose run.dynamic_sampling.mode=replay)")
-    if trainer.trainer_mode != "sync":
-        raise ValueError(f"run.dynamic_sampling.mode=rounds needs the synchronous trainer (trainer.v1.trainer_mode="
-                         f"dara_sync), not {trainer.trainer_mode!r}")
     if trainer.config.algorithm.filter_groups.get("enable", False):
         raise ValueError("run.dynamic_sampling.mode=rounds filters in its own rounds: "
                          "algorithm.filter_groups.enable must be false (conf/train.yaml derives it from the mode)")

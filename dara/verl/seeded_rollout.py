@@ -1,20 +1,11 @@
-"""Per-request sampling seeds for verl's single-turn agent loop: a seed fixes a run's rollouts, not only its
-data order and initial weights.
+"""Per-request sampling seeds for verl's single-turn agent loop: a seed fixes a run's rollouts too.
 
-verl seeds vLLM's sampling per request only under `rollout.full_determinism`, and then with one seed for every
-request (replica rank + rollout.seed): the G responses of a group would be the same response. This agent loop
-gives each response its own seed, `request_seed(rollout.seed, step, row index, session)` (session = the
-response's place in its group), so a rerun of the same run seed samples the same responses where the model's
-probabilities are the same, and different groups and steps sample independently. A request that already
-carries a seed, or a greedy one (temperature 0), is left as it is.
-
-Validation is seeded apart from training (the phase is part of the key): verl's trainer marks a validation batch
-with ``validate`` and its agent-loop worker removes that mark before the loops see the rows, so the trainer
-wraps its validation loader (:class:`ValidationTagged`) to add the row key VALIDATION_KEY, which reaches the loop.
-
-Registered under the agent name `dara_seeded_single_turn` through `rollout.agent.agent_loop_config_path`
-(AGENT_LOOP_CONFIG, the file beside this module): verl loads that file in every agent-loop worker, so the
-registration reaches the Ray actors that run the loop. `rollout.agent.default_agent_loop` chooses it.
+verl seeds vLLM per request only under `rollout.full_determinism`, with one seed for every request: a group's G
+responses would be the same. This loop gives each response `request_seed(rollout.seed, step, row, session)`, so a
+rerun samples the same responses and groups and steps sample independently. Validation is keyed apart: verl's
+worker drops its own validation mark before the loop, so the trainer tags validation rows (`ValidationTagged`).
+Registered as `dara_seeded_single_turn` through `rollout.agent.agent_loop_config_path` (conf/agent_loops.yaml
+beside this module, loaded in every agent-loop worker); `rollout.agent.default_agent_loop` chooses it.
 """
 
 from __future__ import annotations
@@ -32,7 +23,6 @@ VALIDATION_KEY = "dara_validate"  # a validation row's mark (ValidationTagged), 
 
 
 def _as_int(value: Any) -> int:
-    """A 0-d tensor, numpy scalar, one-element sequence or int as an int."""
     if hasattr(value, "item"):
         return int(value.item())
     if isinstance(value, list | tuple):
@@ -41,16 +31,15 @@ def _as_int(value: Any) -> int:
 
 
 def request_seed(base_seed: int, step: int, index: int, session: int, validate: bool = False) -> int:
-    """A stable seed for one response: blake2b over the four numbers (and the phase), so no two responses of a
-    run share a seed by an arithmetic accident (seed + step == seed' + step')."""
+    """A stable seed for one response: a hash of the four numbers and the phase (no seed + step == seed' + step')."""
     key = f"{int(base_seed)}:{int(step)}:{int(index)}:{int(session)}:{'val' if validate else 'train'}"
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (1 << SEED_BITS)
 
 
 def seeded_params(sampling_params: dict[str, Any], base_seed: int, request: dict[str, Any]) -> dict[str, Any]:
-    """``sampling_params`` with this response's seed (``request``: the loop's keyword arguments: index,
-    global_steps, session_id, a validation mark); a request that has a seed, or a greedy one, is left as it is."""
+    """`sampling_params` with this response's seed (`request`: the loop's keyword arguments); a request with a
+    seed, or a greedy one, is left as it is."""
     params = dict(sampling_params)
     if "seed" not in params and float(params.get("temperature", 1.0) or 0.0) > 0.0:
         params["seed"] = request_seed(
@@ -64,15 +53,13 @@ def seeded_params(sampling_params: dict[str, Any], base_seed: int, request: dict
 
 
 class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
-    """verl's single-turn loop with a per-request sampling seed (module docstring)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs):
         return await super().run(seeded_params(sampling_params, self.rollout_config.seed, kwargs), **kwargs)
 
 
 class ValidationTagged:
-    """A validation dataloader whose batches carry VALIDATION_KEY = True per row (everything else passes
-    through), so the seeded loop keys validation requests apart from training ones."""
+    """A validation dataloader whose batches carry VALIDATION_KEY = True per row."""
 
     def __init__(self, loader):
         self.loader = loader

@@ -1,14 +1,11 @@
 """The project's verl trainer, `dara_sync`: reward channels into the advantage step, diagnostics into the logs.
 
-verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs from TransferQueue for the advantage
-step, so per-channel rewards (reward_extra_info) never reach an estimator. `DaraTrainer._compute_advantage`
-fetches the channels named in `algorithm.reward_channels`, publishes them for the registered estimator
-(`dara.verl.estimators.CURRENT_CHANNELS`, a context variable set only around verl's own step) and runs verl's
-`_compute_advantage` unchanged: KL in the reward, rollout correction and the write-back stay verl's code.
-
-`trainer.v1.trainer_mode=dara_sync` selects it (verl's own `get_trainer_cls`); inside, it is verl's sync trainer
-(`trainer_mode` reads "sync", where verl branches on the mode's name). On `trainer.device=cpu` its ranks use the
-CPU runtime's worker classes (`dara.verl.cpu.workers`).
+verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs for the advantage step, so per-channel
+rewards (reward_extra_info) never reach an estimator. `DaraTrainer._compute_advantage` fetches the channels named
+in `algorithm.reward_channels` from TransferQueue, publishes them for the registered estimator
+(`dara.verl.estimators.channels_for_step`) and runs verl's own `_compute_advantage` unchanged (KL in the reward,
+rollout correction and the write-back stay verl's). `trainer.v1.trainer_mode=dara_sync` selects it; inside, it is
+verl's sync trainer (`trainer_mode` reads "sync", where verl branches on the name).
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ from dara.tracking import log_by_step_metric
 from dara.verl import estimators, placement, prefilter, rounds
 from dara.verl.engine_watchdog import HEALTH_ENDPOINT_ENGINES, EngineWatchdog
 from dara.verl.grad_clip import UNCLIPPED, UpdateRecorder, grad_clip_metrics, updates_per_step
+from dara.verl.rounds import reward_info
 from dara.verl.seeded_rollout import AGENT_NAME as SEEDED_AGENT
 from dara.verl.seeded_rollout import ValidationTagged
 from dara.verl.stop_request import clear_stop_request, stop_requested
@@ -43,22 +41,14 @@ METRIC_PREFIX = "dara/"
 
 
 def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch.Tensor:
-    """[N, K] float64 channel scores from each sample's `extra_fields["reward_extra_info"]`.
-
-    Raises a ValueError naming the missing channel and the keys the reward function did return.
-    """
-    infos = []
-    for value in extra_fields:
-        fields = getattr(value, "data", value)
-        infos.append(fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {})
+    """[N, K] float64 channel scores of the samples; a ValueError names a missing channel and the keys returned."""
+    infos = [reward_info(value) for value in extra_fields]
     available = sorted(infos[0]) if infos else []
     for channel in channels:
         missing = sum(channel not in info for info in infos)
         if missing:
-            raise ValueError(
-                f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's extra info of "
-                f"{missing}/{len(infos)} samples; the reward function returned keys {available}"
-            )
+            raise ValueError(f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's "
+                             f"extra info of {missing}/{len(infos)} samples; the reward function returned keys {available}")
     rows = [[float(info[c]) for c in channels] for info in infos]
     scores = torch.tensor(rows, dtype=torch.float64).reshape(len(infos), len(channels))
     if not torch.isfinite(scores).all():
@@ -68,11 +58,8 @@ def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch
 
 
 def group_filter_counts(batch, metrics: dict) -> dict[str, float]:
-    """Dynamic sampling made explicit: groups kept in the step's batch and groups drawn to fill it.
-
-    verl's group filter logs the groups it evicted (summed reward constant) and the surplus it discarded;
-    kept is the number of distinct prompt groups among the batch's real (non-padding) samples.
-    """
+    """Groups kept in the step's batch (distinct real prompt groups) and drawn to fill it (kept + what verl's
+    group filter evicted and discarded as surplus)."""
     kept = len({key.split("_")[0] for key, tag in zip(batch.keys, batch.tags, strict=True)
                 if not tag.get("is_padding", False)})
     evicted = sum(float(v) for k, v in metrics.items() if k.endswith("/filter_groups/evicted_samples"))
@@ -85,21 +72,15 @@ REWARD_FLAGS = {TIMEOUT_KEY: "reward/timeouts", ERROR_KEY: "reward/errors"}  # e
 
 def reward_flag_counts(extra_fields) -> dict[str, float]:
     """Per-step counts of the reward manager's per-sample flags (timed out, failed), where it sets them."""
-    counts = dict.fromkeys(REWARD_FLAGS.values(), 0.0)
-    seen = False
-    for value in extra_fields:
-        fields = getattr(value, "data", value)
-        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
-        for flag, key in REWARD_FLAGS.items():
-            if flag in info:
-                seen = True
-                counts[key] += float(info[flag])
-    return counts if seen else {}
+    infos = [reward_info(value) for value in extra_fields]
+    if not any(flag in info for info in infos for flag in REWARD_FLAGS):
+        return {}
+    return {key: sum(float(info.get(flag, 0.0)) for info in infos) for flag, key in REWARD_FLAGS.items()}
 
 
 def check_reward_failures(counts: dict, items: int, step: int, run_dir: str | None) -> None:
-    """A step whose every item failed to score stops the run (no training on fallback scores), with the first
-    error the reward manager logged in the run folder."""
+    """A step whose every item failed to score stops the run (no training on fallback scores), quoting the first
+    error the reward manager logged."""
     errors = counts.get(REWARD_FLAGS[ERROR_KEY], 0.0)
     if not items or errors < items:
         return
@@ -120,11 +101,9 @@ class DaraTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         if not config.algorithm.get("reward_channels", None):
-            # started by verl's own main_ppo (python -m dara.train checked the config before Ray and filled the
-            # channels): the same checks here, the channels and their ranges from the reward's declaration
+            # started by verl's own main_ppo (python -m dara.train checked before Ray and filled the channels)
             check_config(config)
-        # in the TaskRunner's Ray actor: an estimator module of your own, then the modules run.import_modules
-        # names (a reward manager, ...), before verl builds anything that looks them up
+        # in the TaskRunner's actor: a user's estimator module, then run.import_modules, before verl looks them up
         module = OmegaConf.select(config, "algorithm.dara.estimator_module", default=None)
         if module:  # checked by check_config; its path is absolute by now
             load_estimator_module(module)
@@ -132,17 +111,14 @@ class DaraTrainer(PPOTrainerSync):
         for name in _run_key(config, "import_modules") or []:
             importlib.import_module(name)
         super().__init__(config)
-        # the replay buffer verl built (its public `replay_buffer`): run.dynamic_sampling.mode=rounds replaces it by
-        # the authors' generation rounds (dara.verl.rounds), otherwise verl's own is kept (its DAPO filter in mode
-        # replay); both record rollout_prefilter/<channel>/mean
+        # run.dynamic_sampling.mode=rounds: the authors' generation rounds replace verl's buffer (mode replay keeps
+        # verl's, with its DAPO filter); both record rollout_prefilter/<channel>/mean
         settings = rounds.rounds_settings(self.config)
         buffer = rounds.build_rounds_buffer(self, settings) if settings else self.replay_buffer
         self.replay_buffer = prefilter.with_prefilter_metrics(buffer, self._reward_channels(required=False))
 
     @property
-    def trainer_mode(self) -> str:
-        # verl stores config.trainer.v1.trainer_mode here and branches on the name ("sync": replay buffer,
-        # refill, checkpoints); this class is verl's sync trainer whatever name selected it
+    def trainer_mode(self) -> str:  # verl branches on the name ("sync": replay buffer, refill, checkpoints)
         return "sync"
 
     @trainer_mode.setter
@@ -154,13 +130,10 @@ class DaraTrainer(PPOTrainerSync):
         return self.__dict__.get("_dara_tracking")
 
     @logger.setter
-    def logger(self, tracking) -> None:
-        # verl's fit builds its Tracking here before logging anything: wandb rows by training step from now on
-        # (dara.tracking says why a resumed run needs it)
+    def logger(self, tracking) -> None:  # verl's fit builds its Tracking: wandb rows by training step (dara.tracking)
         log_by_step_metric(tracking, _run_key(self.config, "output_dir"))
         self.__dict__["_dara_tracking"] = tracking
 
-    # ------------------------------------------------------------------ workers, buffer, start-up
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
         if self.config.trainer.device == "cpu":  # gloo process groups (dara.verl.cpu.workers says why)
@@ -177,8 +150,7 @@ class DaraTrainer(PPOTrainerSync):
         return super().prepare_step()
 
     def _submit_round(self, num_prompts: int) -> list[str]:
-        """Dispatch the next `num_prompts` dataloader prompts with verl's own refill (the `refill_fn` verl hands its
-        replay buffer); their uids in dataloader order, as the agent-loop manager received them."""
+        """Dispatch the next `num_prompts` dataloader prompts with verl's own refill; their uids in dataloader order."""
         recorder = rounds.SubmittedPrompts(self.agent_loop_manager)
         self.agent_loop_manager = recorder
         try:
@@ -197,7 +169,7 @@ class DaraTrainer(PPOTrainerSync):
             placement.record_placement(self, self.config.run.output_dir, "start")
 
     def _start_engine_watchdog(self) -> EngineWatchdog | None:
-        """Watch the rollout servers (dara.verl.engine_watchdog); run.engine_watchdog_s=0 turns it off."""
+        """Watch the rollout servers; run.engine_watchdog_s=0 turns it off."""
         interval = float(_run_key(self.config, "engine_watchdog_s", 0) or 0)
         manager = getattr(self, "llm_server_manager", None)
         replicas = manager.get_replicas() if manager is not None else []
@@ -222,7 +194,6 @@ class DaraTrainer(PPOTrainerSync):
             placement.record_placement(self, self.config.run.output_dir, "end")
         return result
 
-    # ------------------------------------------------------------------ one step
     def _reward_channels(self, required: bool = True) -> list[str]:
         channels = [str(c) for c in self.config.algorithm.get("reward_channels", None) or []]
         if required and not channels:
@@ -287,15 +258,14 @@ class DaraTrainer(PPOTrainerSync):
             if pending is not None:
                 atomic_write_text(Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER, pending)
 
-    # ------------------------------------------------------------------ checkpoints and stopping
     def _save_checkpoint(self):
         tracker = Path(self.config.trainer.default_local_dir) / CHECKPOINT_TRACKER
         previous = tracker.read_text() if tracker.exists() else None
         super()._save_checkpoint()
         if getattr(self, "run_log", None) is None or not tracker.exists():
             return
-        # verl marks the step resumable before the step's metrics are logged; hold the mark back until
-        # the run log has the step, so a job killed in between redoes the step instead of losing its line.
+        # verl marks the step resumable before its metrics are logged: hold the mark back until the run log has
+        # the step, so a job killed in between redoes the step instead of losing its line
         self._pending_tracker = tracker.read_text()
         if previous is None:
             tracker.unlink()

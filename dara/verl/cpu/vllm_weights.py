@@ -1,27 +1,13 @@
-"""Weight sync into vLLM's CPU build: verl's worker extension, with vLLM's layer-wise reload around the load.
+"""Weight sync into vLLM's CPU build: verl's worker extension, inside vLLM's layer-wise reload.
 
-verl starts the rollout engine on dummy weights and streams the trainer's weights into it after every update
-(``vLLMColocateWorkerExtension.update_weights_from_ipc``: buckets over ZMQ, through shared memory where CUDA IPC
-is missing). It then calls ``model.load_weights`` per bucket and ``process_weights_after_loading`` once. On vLLM's
-CPU build that is wrong twice over:
-
-- after the first load, vLLM repacks every linear layer for its CPU GEMM kernels and drops ``layer.weight``
-  (``dispatch_cpu_unquantized_gemm(remove_weight=True)``), so a second ``load_weights`` has nothing to load into,
-  and post-processing an already packed layer fails;
-- vLLM's answer for a reload is ``initialize_layerwise_reload`` before ``load_weights`` and
-  ``finalize_layerwise_reload`` after (its GPU runner's ``reload_weights`` does the same). Each layer is put back
-  in its checkpoint layout, loaded, and repacked once complete; but a tied output head (``tie_word_embeddings``:
-  the checkpoint has no ``lm_head.weight``) loads nothing, so the reload puts its old tensor and old GEMM handle
-  back and the engine keeps sampling from the weights it started with.
-
-:class:`CPUWeightSyncExtension` does the load inside that bracket, copies each tensor out of the bucket (the
-receiver reuses and then closes the shared-memory buffer, and the reload keeps tensors until a layer is complete),
-and re-ties and repacks the head afterwards. conf/cluster/cpu.yaml selects it through
-``actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls``; GPU configs keep verl's class.
-
-vLLM's ``<layer>: Failed to load weights`` at each sync is silenced for the two layers that have nothing to load by
-design: the rotary embedding (its cos/sin cache is computed from the config and put back unchanged) and a tied
-head (re-tied here). Any other layer that loads nothing is still warned about.
+verl streams the trainer's weights into the rollout engine after every update (`update_weights_from_ipc`:
+buckets over ZMQ, shared memory without CUDA IPC), then `load_weights` per bucket. On vLLM's CPU build, the
+first load repacks every linear layer for its GEMM kernels and drops `layer.weight`, so a reload needs vLLM's
+`initialize_layerwise_reload` / `finalize_layerwise_reload` bracket (as its GPU runner's `reload_weights`); but a
+tied output head loads nothing there and would keep its old weights. `CPUWeightSyncExtension` loads inside the
+bracket, copies each tensor out of the reused bucket, then re-ties and repacks the head. conf/cluster/cpu.yaml
+selects it (`engine_kwargs.vllm.worker_extension_cls`). vLLM's "Failed to load weights" is silenced for the two
+layers with nothing to load by design (the rotary cache, a tied head).
 """
 
 from __future__ import annotations
@@ -35,30 +21,19 @@ from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
 logger = logging.getLogger(__name__)
 
-EXTENSION_PATH = "dara.verl.cpu.vllm_weights.CPUWeightSyncExtension"
-
 
 class WeightSyncError(RuntimeError):
     """The trainer's weights could not be loaded into the rollout engine."""
 
 
-class _ExpectedReloadWarnings(logging.Filter):
-    """Drop vLLM's "<layer>: Failed to load weights" for layers that have no weights in a checkpoint by design."""
-
-    def __init__(self, layers: tuple[str, ...]):
-        super().__init__()
-        self.layers = layers
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not (message.endswith("Failed to load weights") and message.startswith(self.layers))
-
-
 @contextmanager
 def _expected_reload_warnings_silenced(model: torch.nn.Module):
-    # the rotary cos/sin cache is computed from the config; a tied head is re-tied by retie_output_heads
     layers = ("RotaryEmbedding",) + (("ParallelLMHead",) if _ties_head(model) else ())
-    warning_filter = _ExpectedReloadWarnings(layers)
+
+    def warning_filter(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.endswith("Failed to load weights") and message.startswith(layers))
+
     reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     reload_logger.addFilter(warning_filter)
     try:
@@ -72,9 +47,7 @@ def _ties_head(model: torch.nn.Module) -> bool:
 
 
 def retie_output_heads(model: torch.nn.Module) -> int:
-    """Point a tied output head at the (reloaded) input embedding again and rebuild its CPU GEMM handle.
-
-    Returns the number of heads re-tied (0 for a model with its own head)."""
+    """Point a tied output head at the reloaded input embedding and rebuild its GEMM handle; returns heads re-tied."""
     if not _ties_head(model):
         return 0
     embed_tokens = getattr(getattr(model, "model", None), "embed_tokens", None)
