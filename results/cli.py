@@ -91,15 +91,6 @@ def cmd_plot(args) -> None:
         )
     elif args.kind == "channels":
         written = plots.plot_channels(load_runs(args.runs), args.out, group_by=args.group_by)
-    elif args.kind == "dynamics":
-        from results.dynamics import PAPER_FILE, build_dynamics
-        from results.report import DEFAULT_REFERENCE
-
-        if len(args.runs) != 1:
-            raise SystemExit("plot dynamics takes one folder of checkpoint evaluations (EVAL_ROOT/<run>/step_<N>)")
-        paper = None if args.paper == "none" else (args.paper or DEFAULT_REFERENCE / PAPER_FILE)
-        written = build_dynamics(args.runs[0], args.metrics or ["average_accuracy", "average_format"], args.out,
-                                 paper=paper, group_by=args.group_by or ["model_size"])
     else:
         if not args.metrics:
             raise SystemExit("plot checkpoints needs --metrics")
@@ -165,17 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("plot", help="training curves, DARA channel curves, checkpoint curves (PNG + PDF)")
-    p.add_argument("kind", choices=("curves", "channels", "checkpoints", "dynamics"))
-    p.add_argument("runs", nargs="+", help="runs (curves, channels), summary CSVs (checkpoints) or the folder of "
-                                           "checkpoint evaluations EVAL_ROOT/<run>/step_<N> (dynamics)")
+    p.add_argument("kind", choices=("curves", "channels", "checkpoints"))
+    p.add_argument("runs", nargs="+", help="runs (curves, channels) or summary CSVs (checkpoints)")
     p.add_argument("--metrics", type=_csv_list, default=[])
     p.add_argument("--group-by", type=_csv_list, default=[])
     p.add_argument("--threshold", action="append", metavar="[METRIC=]X",
                    help="horizontal reference line on every panel, or on METRIC's panels only (repeatable)")
-    p.add_argument("--paper", help="dynamics: the authors' dynamics_export/plot_data.csv (default: the reference "
-                                   "folder's; 'none': ours only)")
-    p.add_argument("--out", required=True, help="output prefix; writes PREFIX.png and PREFIX.pdf "
-                                                "(dynamics: also PREFIX.csv, our checkpoint table)")
+    p.add_argument("--out", required=True, help="output prefix; writes PREFIX.png and PREFIX.pdf")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("collect", help="evaluation summaries (summary.json) -> one per-run CSV for 'table'")

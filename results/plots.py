@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 
 from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
-from results.tables import authors_rows, method_label  # noqa: E402
+from results.tables import method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
@@ -206,42 +206,23 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
 
 
 def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *,
-                     group_by: Sequence[str] = (), paper: pd.DataFrame | None = None) -> list[Path]:
-    """Checkpoint curves from a per-(method, step) summary table with ``<metric>_mean``/``_sd`` columns:
-    line = mean over seeds, band = +-1 sd (none where sd is empty, i.e. one run). ``paper``: the authors' table
-    of the same columns, their curve of each group and method dashed in our method's colour."""
+                     group_by: Sequence[str] = ()) -> list[Path]:
+    """Checkpoint curves from a per-(method, step) table with ``<metric>_mean``/``_sd`` columns: line = mean over
+    seeds (markers), band = +-1 sd (none where sd is empty, i.e. one run)."""
     require_columns(table, ["method", "step", *group_by] + [f"{m}_mean" for m in metrics], "plot checkpoints")
     items = _group_items(table, group_by)
     fig, axes = _panels(items, len(metrics))
     for row, (label, part) in enumerate(items):
-        group = {c: part[c].iloc[0] for c in group_by}
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
-            colours = {}
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
-                colour = _colour(method, i)
-                trained_as = rows["base_method"].iloc[0] if "base_method" in rows else method
-                colours.setdefault(trained_as, colour)
-                ours = "" if paper is None else f" (ours, n={int(rows['n'].max())})"
-                _checkpoint_line(ax, rows, metric, colour, "-", method_label(method) + ours)
-            for method, colour in colours.items() if paper is not None else ():
-                theirs = authors_rows(paper, group, method)
-                if len(theirs) and f"{metric}_mean" in theirs.columns:
-                    name = method_label(theirs["method"].iloc[0])
-                    _checkpoint_line(ax, theirs, metric, colour, "--", f"{name} (authors, n={int(theirs['n'].max())})")
+                rows = rows.sort_values("step")
+                mean = rows[f"{metric}_mean"].astype(float)
+                sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
+                ax.plot(rows["step"], mean, marker="o", ms=3, color=_colour(method, i), lw=1.5,
+                        label=method_label(method))
+                ax.fill_between(rows["step"], mean - sd, mean + sd, color=_colour(method, i), alpha=0.15, lw=0)
             label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    if paper is not None:
-        fig.suptitle("ours (solid, mean +- sd over seeds), the authors' (dashed)", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
-
-
-def _checkpoint_line(ax, rows: pd.DataFrame, metric: str, colour: str, style: str, label: str) -> None:
-    """Mean per step (markers), with a +-sd band on our (solid) curves."""
-    rows = rows.sort_values("step")
-    mean = rows[f"{metric}_mean"].astype(float)
-    sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
-    ax.plot(rows["step"], mean, ls=style, marker="o", ms=3, color=colour, lw=1.5, label=label)
-    if style == "-":
-        ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)

@@ -153,16 +153,6 @@ def in_authors_naming(methods) -> bool:
     return bool(set(map(str, methods)) & AUTHORS_ONLY)
 
 
-def authors_rows(paper: pd.DataFrame, group: dict, method: str) -> pd.DataFrame:
-    """The authors' rows of one group (e.g. model_size 1.5B) for our method's name (their dara for dara_sym)."""
-    rows = paper[paper["method"] == OURS_TO_AUTHORS.get(method, method)]
-    for column, value in group.items():
-        if column not in rows.columns:
-            return rows.iloc[0:0]
-        rows = rows[rows[column].astype(str) == str(value)]
-    return rows
-
-
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
     """Add ``paper_<metric>_mean``/``_sd`` (and the paper's ``n`` as ``paper_n``) beside ours, matched on the
     group columns present in the paper. Unless our table is itself in the authors' naming, their methods
