@@ -12,13 +12,11 @@ from tasks.registry import evaluations, load_ref
 
 
 class Bench:
-    """One evaluation family. `defaults`: EXPERIMENTS.md's sampling; `needs_data`: cases come from --data;
-    `has_prompts`: the `prompts` stage applies (cases are built, not read from rows)."""
+    """One evaluation family. `defaults`: EXPERIMENTS.md's sampling; `needs_data`: cases come from --data."""
 
     name: str
     defaults: dict
     needs_data = True
-    has_prompts = False
     module = None  # the bench's module: make_producer(backend, sampling)
 
     def complete_args(self, args) -> None:
@@ -28,10 +26,6 @@ class Bench:
         """Fill what generation needs from the model (BFCL: its context window) into the command line."""
 
     def load_cases(self, args) -> list[dict]:
-        raise NotImplementedError
-
-    def prompts(self, cases: list[dict]) -> list[dict]:
-        """The `prompts` stage's records: each case's first-turn chat as the model receives it."""
         raise NotImplementedError
 
     def producer(self, backend, sampling):
@@ -120,7 +114,6 @@ class BFCLBench(Bench):
     name = "bfcl"
     defaults = {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192}
     needs_data = False
-    has_prompts = True
     module = bfcl_eval
 
     def complete_args(self, args) -> None:
@@ -133,9 +126,6 @@ class BFCLBench(Bench):
 
     def load_cases(self, args):
         return bfcl_eval.load_bfcl_cases(args.categories, limit=args.limit)
-
-    def prompts(self, cases):
-        return bfcl_eval.first_turn_prompts(cases)
 
     def score_settings(self, args) -> dict:
         return {"length_max_words": args.length_max_words}

@@ -101,12 +101,6 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
     return cases
 
 
-# ------------------------------------------------------------------------------------------------ prompts
-def first_turn_prompts(cases: Sequence[dict]) -> list[dict]:
-    """{"id", "category", "messages"} per case: the first-turn chat exactly as the model receives it."""
-    return [{"id": c["case_id"], "category": c["category"], "messages": c["messages"]} for c in cases]
-
-
 # ------------------------------------------------------------------------------------------------ decoding
 def is_call_list(decoded) -> bool:
     """BFCL's check of a decoded single-turn output: a list of one-key dicts whose value is a dict."""

@@ -1,8 +1,7 @@
-"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all,prompts} --out DIR ...``
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} --out DIR ...``
 
 Writes generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
-resumable. ``bfcl prompts`` writes DIR/prompts.jsonl, the first-turn chats (no model). Exit status 1 when cases
-are still missing after retries (docs/results.md, "Checkpoint evaluation").
+resumable. Exit status 1 when cases are still missing after retries (docs/results.md, "Checkpoint evaluation").
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from dara.io import atomic_write_json, atomic_write_jsonl
+from dara.io import atomic_write_json
 from results.evaluation import bfcl_eval, math_eval
 from results.evaluation.backends import Backend, EngineStartError, SamplingConfig, VLLMBackend
 from results.evaluation.benches import Bench, benches
@@ -103,17 +102,10 @@ def run_identity(args) -> dict:
     return info
 
 
-def write_prompts(args, cases: list[dict]) -> int:
-    path = Path(args.out) / "prompts.jsonl"
-    atomic_write_jsonl(path, bench_of(args).prompts(cases))
-    print(f"[{args.bench} prompts] {len(cases)} cases -> {path}", file=sys.stderr)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results.evaluation", description=__doc__)
     parser.add_argument("bench", choices=tuple(benches()))
-    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all", "prompts"))
+    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all"))
     parser.add_argument("--out", required=True, help="output folder of this evaluation")
     parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
     parser.add_argument("--device", choices=("cpu", "cuda"),
@@ -159,9 +151,6 @@ def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
         if getattr(args, key) is None:
             setattr(args, key, value)
     bench.complete_args(args)
-    if args.stage == "prompts" and not bench.has_prompts:
-        raise SystemExit(f"the prompts stage is for {', '.join(n for n, b in benches().items() if b.has_prompts)} "
-                         "(the other benches' prompts are the data rows themselves)")
     if bench.needs_data and not args.data:
         raise SystemExit(f"{args.bench} needs --data")
     for path in args.data or []:  # a missing input is one line, not a pyarrow traceback
@@ -173,8 +162,6 @@ def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
         cases = bench.load_cases(args)
     except (OSError, ValueError, KeyError) as error:  # a malformed file: name it, no traceback
         raise SystemExit(f"cannot read the {args.bench} cases from {args.data}: {error}") from None
-    if args.stage == "prompts":
-        return write_prompts(args, cases)
     status = 0
     if args.stage in ("generate", "all"):
         if not args.model:
