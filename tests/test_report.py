@@ -234,24 +234,3 @@ def test_our_per_run_table_keeps_our_names_with_the_authors_values_and_length_me
         assert cell.startswith(f"{want['average_accuracy_mean']:.2f}") and cell.endswith(f"(n={want['n']})")
     row = row_of(rows, "1.5B", "dara_sym", "100")
     assert row["average_length_le_16"] == "50.00 ± 0.00" and row["average_length_le_16 (paper)"] == NOT_IN_PAPER
-
-
-def test_the_testbed_page_names_methods_alike_in_every_table(tmp_path):
-    testbed = Path(__file__).resolve().parents[1] / "results" / "testbed"
-    inputs = tmp_path / "testbed"
-    inputs.mkdir()
-    runs = pd.read_csv(testbed / "runs.csv")
-    runs[runs["study"] == "main"].to_csv(inputs / "runs.csv", index=False)
-    steps = pd.read_csv(testbed / "steps_main.csv")
-    steps[steps["step"] <= 20].to_csv(inputs / "steps_main.csv", index=False)
-    out = tmp_path / "page"
-    build_report([inputs], out, reference=REFERENCE)
-    named = set(runs["estimator"])
-    page = read_page(out)
-    seen = 0
-    for table in page.tables:
-        header = table["rows"][0]
-        if "method" in header:
-            assert {row[header.index("method")] for row in table["rows"][1:]} <= named, table["caption"]
-            seen += 1
-    assert seen >= 3 and "dara_sym" in named
