@@ -20,26 +20,11 @@ from results.tables import method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
-METHOD_COLOURS = {
-    "grpo": "#7f7f7f",
-    "gdpo": "#1f77b4",
-    "dara": "#d62728",
-    "dara_sym": "#d62728",
-    "dara_asym": "#ff7f0e",
-    "dvao": "#2ca02c",
-    "gd2po_hard": "#9467bd",
-    "gd2po_snr": "#8c564b",
-    "gdpo_saw": "#17becf",
-    "saw": "#17becf",
-    "sa_mrpo": "#e377c2",
-    "static": "#bcbd22",
-    "rvpo": "#8c564b",
-    "base": "#000000",
-}
-_CHANNEL_PATTERNS = {
-    "density": (re.compile(r"^dara/density/(?P<c>.+)$"), re.compile(r"^dara/pi_(?P<c>.+)$")),
-    "weight": (re.compile(r"^dara/weight/(?P<c>.+)$"), re.compile(r"^dara/w_(?P<c>.+)$")),
-}
+METHOD_COLOURS = {"grpo": "#7f7f7f", "gdpo": "#1f77b4", "dara": "#d62728", "dara_sym": "#d62728",
+                  "dara_asym": "#ff7f0e", "dvao": "#2ca02c", "gd2po_hard": "#9467bd", "gd2po_snr": "#8c564b",
+                  "gdpo_saw": "#17becf", "saw": "#17becf", "sa_mrpo": "#e377c2", "static": "#bcbd22",
+                  "rvpo": "#8c564b", "base": "#000000"}
+_CHANNEL_PATTERN = re.compile(r"^dara/(?:(?P<kind>density|weight)/|(?P<short>pi|w)_)(?P<c>.+)$")
 
 
 def _colour(method: str, index: int) -> str:
@@ -61,20 +46,15 @@ def save_figure(fig, out_prefix: str | Path) -> list[Path]:
     return written
 
 
-def _panels(groups: list, n_cols: int, width: float = 4.2, height: float = 3.2):
-    n_rows = max(1, len(groups))
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, height * n_rows), squeeze=False)
-    return fig, axes
+def _panels(groups: list, n_cols: int):
+    return plt.subplots(max(1, len(groups)), n_cols, figsize=(4.2 * n_cols, 3.2 * max(1, len(groups))), squeeze=False)
 
 
 def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
     if not group_by:
         return [("", frame)]
-    items = []
-    for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        items.append((", ".join(f"{c}={v}" for c, v in zip(group_by, key, strict=True)), part))
-    return items
+    return [(", ".join(f"{c}={v}" for c, v in zip(group_by, key if isinstance(key, tuple) else (key,), strict=True)),
+             part) for key, part in frame.groupby(list(group_by), sort=False, dropna=False)]
 
 
 def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) -> None:
@@ -93,16 +73,9 @@ def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_curves(
-    frame: pd.DataFrame,
-    metrics: Sequence[str],
-    out_prefix: str | Path,
-    *,
-    group_by: Sequence[str] = (),
-    thresholds: Sequence[str | float] = (),
-    title: str | None = None,
-    crossings: tuple[str, float, pd.DataFrame] | None = None,
-) -> list[Path]:
+def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = (),
+                thresholds: Sequence[str | float] = (), title: str | None = None,
+                crossings: tuple[str, float, pd.DataFrame] | None = None) -> list[Path]:
     """Rows = groups, columns = metrics; per method the median over seeds and a min-max seed band.
 
     ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only).
@@ -152,13 +125,10 @@ def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) 
     lines: dict[str, list[float]] = {m: [] for m in metrics}
     for spec in specs:
         metric, sep, level = str(spec).rpartition("=")
-        if not sep:
-            for m in metrics:
-                lines[m].append(float(level))
-        elif metric not in lines:
+        if sep and metric not in lines:
             raise ValueError(f"threshold {spec!r} names {metric!r}, which is not among the plotted metrics {list(metrics)}")
-        else:
-            lines[metric].append(float(level))
+        for m in [metric] if sep else metrics:
+            lines[m].append(float(level))
     return lines
 
 
@@ -166,11 +136,9 @@ def channel_columns(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
     """{"density": {channel: column}, "weight": {channel: column}} found among the frame's columns."""
     found: dict[str, dict[str, str]] = {"density": {}, "weight": {}}
     for column in frame.columns:
-        for kind, patterns in _CHANNEL_PATTERNS.items():
-            for pattern in patterns:
-                match = pattern.match(str(column))
-                if match:
-                    found[kind].setdefault(match["c"], column)
+        if match := _CHANNEL_PATTERN.match(str(column)):
+            kind = match["kind"] or {"pi": "density", "w": "weight"}[match["short"]]
+            found[kind].setdefault(match["c"], column)
     return found
 
 
