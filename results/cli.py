@@ -24,15 +24,9 @@ def write_text(text: str, out: str | None) -> None:
     """Print, or write atomically (dara.io)."""
     if out is None:
         sys.stdout.write(text)
-        return
-    target = Path(out)
-    atomic_write_text(target, text)
-    print(f"wrote {target}", file=sys.stderr)
-
-
-def render_plain(frame: pd.DataFrame, fmt: str) -> str:
-    """A plain table as CSV or markdown (empty cells for missing values)."""
-    return frame.to_csv(index=False, lineterminator="\n") if fmt == "csv" else tables.markdown_table(frame)
+    else:
+        atomic_write_text(Path(out), text)
+        print(f"wrote {out}", file=sys.stderr)
 
 
 # What `thresholds` and `table` read when given no runs: the authors' published files in the repository.
@@ -50,50 +44,33 @@ def authors_default(runs: list[str], relative: str) -> list[str]:
 
 
 def cmd_thresholds(args) -> None:
-    frame = load_runs(authors_default(args.runs, AUTHORS_CURVES))
-    out = thresholds.threshold_steps(
-        frame,
-        args.metric,
-        args.threshold,
-        rule=args.rule,
-        group_by=args.group_by,
-        per_seed=args.per_seed,
-        window=args.window,
-        hold=args.hold,
-    )
+    out = thresholds.threshold_steps(load_runs(authors_default(args.runs, AUTHORS_CURVES)), args.metric, args.threshold,
+                                     rule=args.rule, group_by=args.group_by, per_seed=args.per_seed,
+                                     window=args.window, hold=args.hold)
     if args.seed_summary:  # per run, then over seeds (the paper's math T_0.95 / T_0.99)
         if not args.per_seed:
             raise SystemExit("--seed-summary needs --per-seed (one step per run first)")
         out = thresholds.seed_summary(out, [*args.group_by, "method"])
-    write_text(render_plain(out, args.format), args.out)
+    write_text(out.to_csv(index=False, lineterminator="\n") if args.format == "csv" else tables.markdown_table(out),
+               args.out)
 
 
 def cmd_table(args) -> None:
-    attach = [(path, spec) for path, spec in (args.attach or [])]
-    summary = tables.build_table(
-        authors_default(args.runs, AUTHORS_PER_RUN),
-        args.metrics,
-        group_by=args.group_by,
-        step=args.step,
-        drop_if=args.drop_if or [],
-        attach=attach,
-        paper=args.paper,
-    )
+    summary = tables.build_table(authors_default(args.runs, AUTHORS_PER_RUN), args.metrics, group_by=args.group_by,
+                                 step=args.step, drop_if=args.drop_if or [], attach=args.attach or [],
+                                 paper=args.paper)
     write_text(tables.render(summary, args.group_by, args.metrics, args.format, args.digits), args.out)
 
 
 def cmd_plot(args) -> None:
+    if args.kind != "channels" and not args.metrics:
+        raise SystemExit(f"plot {args.kind} needs --metrics")
     if args.kind == "curves":
-        if not args.metrics:
-            raise SystemExit("plot curves needs --metrics")
-        written = plots.plot_curves(
-            load_runs(args.runs), args.metrics, args.out, group_by=args.group_by, thresholds=args.threshold or []
-        )
+        written = plots.plot_curves(load_runs(args.runs), args.metrics, args.out, group_by=args.group_by,
+                                    thresholds=args.threshold or [])
     elif args.kind == "channels":
         written = plots.plot_channels(load_runs(args.runs), args.out, group_by=args.group_by)
     else:
-        if not args.metrics:
-            raise SystemExit("plot checkpoints needs --metrics")
         table = pd.concat([tables.read_paper_table(p) for p in args.runs], ignore_index=True)
         written = plots.plot_checkpoints(table, args.metrics, args.out, group_by=args.group_by)
     for path in written:
