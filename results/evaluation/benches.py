@@ -14,7 +14,9 @@ from tasks.registry import evaluations, load_ref
 
 class Bench:
     """One evaluation family. `defaults`: the paper's sampling (and other unset options); `needs_data`: cases come
-    from --data; `module`: has make_producer(backend, sampling)."""
+    from --data; `module`: has make_producer(backend, sampling). A bench defines load_cases(args) -> cases,
+    score(record, case, args, pool) -> scored record, aggregate(scored, args) -> (summary, markdown) and
+    flatten(summary) -> the flat columns of `results collect` (named like the authors' per-run files)."""
 
     name: str
     defaults: dict
@@ -23,9 +25,6 @@ class Bench:
 
     def complete_generation_args(self, args) -> None:
         """Fill what generation needs from the model into the command line (BFCL: its context window)."""
-
-    def load_cases(self, args) -> list[dict]:
-        raise NotImplementedError
 
     def producer(self, backend, sampling):
         return self.module.make_producer(backend, sampling)
@@ -37,17 +36,6 @@ class Bench:
     def score_settings(self, args) -> dict:
         """Scoring settings of the bench's own, stored with its scores (a rerun with others refuses to resume)."""
         return {}
-
-    def score(self, record: dict, case: dict, args, pool) -> dict:
-        raise NotImplementedError
-
-    def aggregate(self, scored: list[dict], args) -> tuple[dict, str]:
-        """(summary, markdown table) of the scored records."""
-        raise NotImplementedError
-
-    def flatten(self, summary: dict) -> dict:
-        """A summary.json as flat score columns, named like the authors' per-run files (results.collect)."""
-        raise NotImplementedError
 
 
 class MathBench(Bench):
