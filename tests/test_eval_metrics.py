@@ -99,21 +99,16 @@ def test_math_summary_equals_plain_loop_with_bootstrap():
 
 
 def test_math_loader_reads_raw_and_verl_files(tmp_path):
-    raw = tmp_path / "amc.json"
-    raw.write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
-    cases = math_eval.load_math_cases([raw])
-    assert [c["case_id"] for c in cases] == ["amc23_0", "amc23_1"]
-    assert [c["answer"] for c in cases] == ["2", "7"]  # one answer string per question
-    assert cases[0]["messages"] == [{"role": "user", "content": "1+1?\n\nPlease reason step by step, and put your "
-                                                                "final answer within \\boxed{}."}]
     import pandas as pd
 
-    rows = [{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": "9.6"},
-             "extra_info": {"split": "test", "index": 4, "answer_alternatives": ["9.6", "9.60"]}}]
-    pd.DataFrame(rows).to_parquet(tmp_path / "test.parquet")
-    (case,) = math_eval.load_math_cases([tmp_path / "test.parquet"])
-    assert case["case_id"] == "minerva_4" and case["answer"] == "9.6"
+    (tmp_path / "amc.json").write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
+    pd.DataFrame([{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}],
+                   "reward_model": {"ground_truth": "9.6"}, "extra_info": {"index": 4}}]).to_parquet(tmp_path / "t.parquet")
+    cases = math_eval.load_math_cases([tmp_path / "amc.json", tmp_path / "t.parquet"])
+    # one answer string per question; the raw files get the training prompt
+    assert [(c["case_id"], c["answer"]) for c in cases] == [("amc23_0", "2"), ("amc23_1", "7"), ("minerva_4", "9.6")]
+    assert cases[0]["messages"] == [{"role": "user", "content": "1+1?\n\nPlease reason step by step, and put your "
+                                                                "final answer within \\boxed{}."}]
     with pytest.raises(ValueError, match="samples"):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
 
@@ -125,10 +120,8 @@ def test_toolrl_scores_and_summary():
         sample(gt, 20), sample('<think> x </think>\n<tool_call>\n{"name": "f", "parameters": {"a": 2}}\n</tool_call>', 20),
         sample("no tags", 3)]}
     scored = toolrl_eval.score_record(record)
-    assert scored["format"] == [1.0, 1.0, 0.0]
-    assert scored["correctness"][0] == 3.0 and scored["correctness"][2] == -3.0
-    assert -3.0 < scored["correctness"][1] < 3.0
-    assert scored["exact"] == [1.0, 0.0, 0.0]
+    assert scored["format"] == [1.0, 1.0, 0.0] and scored["exact"] == [1.0, 0.0, 0.0]
+    assert scored["correctness"][0] == 3.0 > scored["correctness"][1] > -3.0 == scored["correctness"][2]
     other = {**scored, "case_id": "r1", "format": [1.0] * 3, "exact": [1.0] * 3, "correctness": [3.0] * 3}
     summary = toolrl_eval.summarise_toolrl([scored, other], n_boot=200)
     assert summary["format"] == pytest.approx((2 / 3 + 1) / 2)
