@@ -102,15 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("thresholds", help="first step a metric reaches a threshold (median or sustained rule)")
-    p.add_argument("runs", nargs="*", help="run folders, metrics.jsonl files or long-format CSVs (default: the "
-                                           "authors' published curves, reference/dara_authors/" + AUTHORS_CURVES + ")")
+    p.add_argument("runs", nargs="*", help="runs or curve CSVs (default: reference/dara_authors/" + AUTHORS_CURVES + ")")
     p.add_argument("--metric", required=True)
     p.add_argument("--threshold", type=float, required=True)
     p.add_argument("--rule", choices=thresholds.RULES, default="median")
     p.add_argument("--group-by", type=_csv_list, default=[], help="extra grouping columns, e.g. model_size")
     p.add_argument("--per-seed", action="store_true", help="one step per run instead of the seed-median curve")
-    p.add_argument("--seed-summary", action="store_true",
-                   help="with --per-seed: runs, runs reached, mean/median/min/max step over seeds per method")
+    p.add_argument("--seed-summary", action="store_true", help="with --per-seed: a summary over seeds per method")
     p.add_argument("--window", type=int, default=10, help="sustained rule: trailing-mean window (steps)")
     p.add_argument("--hold", type=int, default=20, help="sustained rule: steps the mean must stay above X")
     p.add_argument("--format", choices=("csv", "md"), default="csv")
@@ -118,8 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_thresholds)
 
     p = sub.add_parser("table", help="mean and sample sd over seeds per method and metric")
-    p.add_argument("runs", nargs="*", help="per-run CSVs, run folders or metrics.jsonl files (default: the "
-                                           "authors' per-run BFCL file, reference/dara_authors/" + AUTHORS_PER_RUN + ")")
+    p.add_argument("runs", nargs="*", help="per-run CSVs or runs (default: reference/dara_authors/" + AUTHORS_PER_RUN + ")")
     p.add_argument("--metrics", type=_csv_list, required=True)
     p.add_argument("--group-by", type=_csv_list, default=["method"])
     p.add_argument("--step", help="curves: the step to read (an integer or 'last')")
@@ -147,24 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV path (default: stdout)")
     p.set_defaults(func=cmd_collect)
 
-    p = sub.add_parser("report", help="one static page (index.html + PNGs) for a sweep: tables beside the paper's, "
-                                      "threshold steps, curves, DARA channels, provenance")
+    p = sub.add_parser("report", help="one static page for a sweep: tables beside the paper's, figures, provenance")
     p.add_argument("runs", nargs="+", help="sweep folders (run folders below them), per-run or curve CSVs")
     p.add_argument("--out", required=True, help="output folder (index.html and PNGs)")
-    p.add_argument("--reference", default=None,
-                   help="the authors' published files (default: reference/dara_authors in the repository)")
+    p.add_argument("--reference", help="the authors' published files (default: reference/dara_authors)")
     p.add_argument("--threshold", type=float, default=0.8, help="threshold of the step table (default 0.8)")
-    p.add_argument("--threshold-metric", default=None,
-                   help="curve metric of the step table (default: reward/format/mean or train_format)")
+    p.add_argument("--threshold-metric", help="curve metric of the step table (default: reward/format/mean or train_format)")
     p.add_argument("--source", choices=("auto", "jsonl", "wandb"), default="auto",
                    help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("headline", help="a CPU race (recipes/cpu_headline.py, race_format.py, race_length.py): runs.csv, "
-                                        "thresholds.csv, statistics.csv, summary.md, headline.png/.pdf")
-    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root, e.g. outputs/cpu_headline (pilot "
-                                                        "runs below it are left out), or its committed runs.csv")
-    p.add_argument("--protocol", default=None, help="the committed protocol (default: OUT/protocol.json)")
+    p = sub.add_parser("headline", help="a CPU race's runs.csv, thresholds.csv, statistics.csv, summary.md, figure")
+    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root (pilot runs left out) or its runs.csv")
+    p.add_argument("--protocol", help="the committed protocol (default: OUT/protocol.json)")
     p.add_argument("--methods", type=_csv_list, default=None,
                    help="methods in table order (default: the protocol's, else grpo,gdpo,dara_sym,dara_asym)")
     p.add_argument("--out", required=True, help="output folder, e.g. results/cpu_headline")
