@@ -24,15 +24,9 @@ def write_text(text: str, out: str | None) -> None:
     """Print, or write atomically (dara.io)."""
     if out is None:
         sys.stdout.write(text)
-        return
-    target = Path(out)
-    atomic_write_text(target, text)
-    print(f"wrote {target}", file=sys.stderr)
-
-
-def render_plain(frame: pd.DataFrame, fmt: str) -> str:
-    """A plain table as CSV or markdown (empty cells for missing values)."""
-    return frame.to_csv(index=False, lineterminator="\n") if fmt == "csv" else tables.markdown_table(frame)
+    else:
+        atomic_write_text(Path(out), text)
+        print(f"wrote {out}", file=sys.stderr)
 
 
 # What `thresholds` and `table` read when given no runs: the authors' published files in the repository.
@@ -50,59 +44,33 @@ def authors_default(runs: list[str], relative: str) -> list[str]:
 
 
 def cmd_thresholds(args) -> None:
-    frame = load_runs(authors_default(args.runs, AUTHORS_CURVES))
-    out = thresholds.threshold_steps(
-        frame,
-        args.metric,
-        args.threshold,
-        rule=args.rule,
-        group_by=args.group_by,
-        per_seed=args.per_seed,
-        window=args.window,
-        hold=args.hold,
-    )
+    out = thresholds.threshold_steps(load_runs(authors_default(args.runs, AUTHORS_CURVES)), args.metric, args.threshold,
+                                     rule=args.rule, group_by=args.group_by, per_seed=args.per_seed,
+                                     window=args.window, hold=args.hold)
     if args.seed_summary:  # per run, then over seeds (the paper's math T_0.95 / T_0.99)
         if not args.per_seed:
             raise SystemExit("--seed-summary needs --per-seed (one step per run first)")
         out = thresholds.seed_summary(out, [*args.group_by, "method"])
-    write_text(render_plain(out, args.format), args.out)
+    write_text(out.to_csv(index=False, lineterminator="\n") if args.format == "csv" else tables.markdown_table(out),
+               args.out)
 
 
 def cmd_table(args) -> None:
-    attach = [(path, spec) for path, spec in (args.attach or [])]
-    summary = tables.build_table(
-        authors_default(args.runs, AUTHORS_PER_RUN),
-        args.metrics,
-        group_by=args.group_by,
-        step=args.step,
-        drop_if=args.drop_if or [],
-        attach=attach,
-        paper=args.paper,
-    )
+    summary = tables.build_table(authors_default(args.runs, AUTHORS_PER_RUN), args.metrics, group_by=args.group_by,
+                                 step=args.step, drop_if=args.drop_if or [], attach=args.attach or [],
+                                 paper=args.paper)
     write_text(tables.render(summary, args.group_by, args.metrics, args.format, args.digits), args.out)
 
 
 def cmd_plot(args) -> None:
+    if args.kind != "channels" and not args.metrics:
+        raise SystemExit(f"plot {args.kind} needs --metrics")
     if args.kind == "curves":
-        if not args.metrics:
-            raise SystemExit("plot curves needs --metrics")
-        written = plots.plot_curves(
-            load_runs(args.runs), args.metrics, args.out, group_by=args.group_by, thresholds=args.threshold or []
-        )
+        written = plots.plot_curves(load_runs(args.runs), args.metrics, args.out, group_by=args.group_by,
+                                    thresholds=args.threshold or [])
     elif args.kind == "channels":
         written = plots.plot_channels(load_runs(args.runs), args.out, group_by=args.group_by)
-    elif args.kind == "dynamics":
-        from results.dynamics import PAPER_FILE, build_dynamics
-        from results.report import DEFAULT_REFERENCE
-
-        if len(args.runs) != 1:
-            raise SystemExit("plot dynamics takes one folder of checkpoint evaluations (EVAL_ROOT/<run>/step_<N>)")
-        paper = None if args.paper == "none" else (args.paper or DEFAULT_REFERENCE / PAPER_FILE)
-        written = build_dynamics(args.runs[0], args.metrics or ["average_accuracy", "average_format"], args.out,
-                                 paper=paper, group_by=args.group_by or ["model_size"])
     else:
-        if not args.metrics:
-            raise SystemExit("plot checkpoints needs --metrics")
         table = pd.concat([tables.read_paper_table(p) for p in args.runs], ignore_index=True)
         written = plots.plot_checkpoints(table, args.metrics, args.out, group_by=args.group_by)
     for path in written:
@@ -134,15 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("thresholds", help="first step a metric reaches a threshold (median or sustained rule)")
-    p.add_argument("runs", nargs="*", help="run folders, metrics.jsonl files or long-format CSVs (default: the "
-                                           "authors' published curves, reference/dara_authors/" + AUTHORS_CURVES + ")")
+    p.add_argument("runs", nargs="*", help="runs or curve CSVs (default: reference/dara_authors/" + AUTHORS_CURVES + ")")
     p.add_argument("--metric", required=True)
     p.add_argument("--threshold", type=float, required=True)
     p.add_argument("--rule", choices=thresholds.RULES, default="median")
     p.add_argument("--group-by", type=_csv_list, default=[], help="extra grouping columns, e.g. model_size")
     p.add_argument("--per-seed", action="store_true", help="one step per run instead of the seed-median curve")
-    p.add_argument("--seed-summary", action="store_true",
-                   help="with --per-seed: runs, runs reached, mean/median/min/max step over seeds per method")
+    p.add_argument("--seed-summary", action="store_true", help="with --per-seed: a summary over seeds per method")
     p.add_argument("--window", type=int, default=10, help="sustained rule: trailing-mean window (steps)")
     p.add_argument("--hold", type=int, default=20, help="sustained rule: steps the mean must stay above X")
     p.add_argument("--format", choices=("csv", "md"), default="csv")
@@ -150,8 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_thresholds)
 
     p = sub.add_parser("table", help="mean and sample sd over seeds per method and metric")
-    p.add_argument("runs", nargs="*", help="per-run CSVs, run folders or metrics.jsonl files (default: the "
-                                           "authors' per-run BFCL file, reference/dara_authors/" + AUTHORS_PER_RUN + ")")
+    p.add_argument("runs", nargs="*", help="per-run CSVs or runs (default: reference/dara_authors/" + AUTHORS_PER_RUN + ")")
     p.add_argument("--metrics", type=_csv_list, required=True)
     p.add_argument("--group-by", type=_csv_list, default=["method"])
     p.add_argument("--step", help="curves: the step to read (an integer or 'last')")
@@ -165,17 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("plot", help="training curves, DARA channel curves, checkpoint curves (PNG + PDF)")
-    p.add_argument("kind", choices=("curves", "channels", "checkpoints", "dynamics"))
-    p.add_argument("runs", nargs="+", help="runs (curves, channels), summary CSVs (checkpoints) or the folder of "
-                                           "checkpoint evaluations EVAL_ROOT/<run>/step_<N> (dynamics)")
+    p.add_argument("kind", choices=("curves", "channels", "checkpoints"))
+    p.add_argument("runs", nargs="+", help="runs (curves, channels) or summary CSVs (checkpoints)")
     p.add_argument("--metrics", type=_csv_list, default=[])
     p.add_argument("--group-by", type=_csv_list, default=[])
     p.add_argument("--threshold", action="append", metavar="[METRIC=]X",
                    help="horizontal reference line on every panel, or on METRIC's panels only (repeatable)")
-    p.add_argument("--paper", help="dynamics: the authors' dynamics_export/plot_data.csv (default: the reference "
-                                   "folder's; 'none': ours only)")
-    p.add_argument("--out", required=True, help="output prefix; writes PREFIX.png and PREFIX.pdf "
-                                                "(dynamics: also PREFIX.csv, our checkpoint table)")
+    p.add_argument("--out", required=True, help="output prefix; writes PREFIX.png and PREFIX.pdf")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("collect", help="evaluation summaries (summary.json) -> one per-run CSV for 'table'")
@@ -183,24 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV path (default: stdout)")
     p.set_defaults(func=cmd_collect)
 
-    p = sub.add_parser("report", help="one static page (index.html + PNGs) for a sweep: tables beside the paper's, "
-                                      "threshold steps, curves, DARA channels, provenance")
+    p = sub.add_parser("report", help="one static page for a sweep: tables beside the paper's, figures, provenance")
     p.add_argument("runs", nargs="+", help="sweep folders (run folders below them), per-run or curve CSVs")
     p.add_argument("--out", required=True, help="output folder (index.html and PNGs)")
-    p.add_argument("--reference", default=None,
-                   help="the authors' published files (default: reference/dara_authors in the repository)")
+    p.add_argument("--reference", help="the authors' published files (default: reference/dara_authors)")
     p.add_argument("--threshold", type=float, default=0.8, help="threshold of the step table (default 0.8)")
-    p.add_argument("--threshold-metric", default=None,
-                   help="curve metric of the step table (default: reward/format/mean or train_format)")
+    p.add_argument("--threshold-metric", help="curve metric of the step table (default: reward/format/mean or train_format)")
     p.add_argument("--source", choices=("auto", "jsonl", "wandb"), default="auto",
                    help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("headline", help="a CPU race (recipes/cpu_headline.py, race_format.py, race_length.py): runs.csv, "
-                                        "thresholds.csv, statistics.csv, summary.md, headline.png/.pdf")
-    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root, e.g. outputs/cpu_headline (pilot "
-                                                        "runs below it are left out), or its committed runs.csv")
-    p.add_argument("--protocol", default=None, help="the committed protocol (default: OUT/protocol.json)")
+    p = sub.add_parser("headline", help="a CPU race's runs.csv, thresholds.csv, statistics.csv, summary.md, figure")
+    p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root (pilot runs left out) or its runs.csv")
+    p.add_argument("--protocol", help="the committed protocol (default: OUT/protocol.json)")
     p.add_argument("--methods", type=_csv_list, default=None,
                    help="methods in table order (default: the protocol's, else grpo,gdpo,dara_sym,dara_asym)")
     p.add_argument("--out", required=True, help="output folder, e.g. results/cpu_headline")

@@ -16,11 +16,10 @@ SUMMARY_FILE = "summary.json"
 
 
 def flatten_summary(summary: dict) -> dict:
-    """One evaluation summary -> flat score columns (see the module docstring), by its bench."""
+    """One evaluation summary -> flat score columns, by its bench."""
     from results.evaluation.benches import benches  # the benches' scorers import sympy: only when collecting
 
-    bench = benches().get(summary.get("bench"))
-    if bench is None:
+    if (bench := benches().get(summary.get("bench"))) is None:
         raise RunLogError(f"unknown evaluation summary (bench={summary.get('bench')!r})")
     return bench.flatten(summary)
 
@@ -33,9 +32,8 @@ def summary_row(path: str | Path) -> tuple[dict, dict | None]:
     if "method" not in run:
         raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
     identity = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
-    row = {"evaluation": str(Path(path).parent), "bench": summary.get("bench"), **identity,
-           "missing_cases": summary.get("missing_cases", 0), **flatten_summary(summary)}
-    return row, run.get("config")
+    return {"evaluation": str(Path(path).parent), "bench": summary.get("bench"), **identity,
+            "missing_cases": summary.get("missing_cases", 0), **flatten_summary(summary)}, run.get("config")
 
 
 def collect(folders: Sequence[str | Path]) -> pd.DataFrame:

@@ -22,51 +22,48 @@ from dara.run_log import RunLogError, read_metrics
 from dara.tracking import read_offline_history, wandb_run_files
 
 log = logging.getLogger(__name__)
-
-
-def _scalar_fields(info: dict) -> dict:
-    return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
-
-
-def load_jsonl_run(path: Path) -> pd.DataFrame:
-    """One run's metrics.jsonl -> long frame with run/method/seed columns.
-
-    Duplicate steps (a resumed run re-logging a step) keep the last record; the
-    number dropped is logged, never silently merged."""
-    path = Path(path)
-    rows = read_metrics(path)  # the training side's reader: only a truncated last line is tolerated
-    if not rows:
-        raise RunLogError(f"{path}: no metric records")
-    info_path = path.parent / RUN_INFO_FILE
-    info = _scalar_fields(json.loads(info_path.read_text())) if info_path.exists() else {}
-    frame = pd.DataFrame(rows)
-    if "step" not in frame.columns:
-        raise RunLogError(f"{path}: records lack the 'step' field")
-    frame = _with_identity(frame, info, path.parent.name, f"{path}: no {{}} (neither in {RUN_INFO_FILE} nor in the records)")
-    before = len(frame)
-    frame = frame.drop_duplicates(subset=["step"], keep="last")
-    if len(frame) < before:
-        log.warning("%s: %d duplicated step records dropped (kept the last of each)", path, before - len(frame))
-    return frame.sort_values("step").reset_index(drop=True)
-
-
-SOURCES = ("auto", "jsonl", "wandb")
 _WANDB_TAG_FIELDS = {"method": str, "seed": int, "task": str, "model": str, "estimator": str}
 
 
-def _info_from_wandb(run: dict) -> dict:
-    """run_info-like fields from a wandb run record: the run name and the `key:value` tags dara.tracking sets."""
-    info = {"run_name": run.get("display_name"), "recipe": run.get("run_group")}
-    for tag in run.get("tags", []):
-        key, _, value = str(tag).partition(":")
-        if key in _WANDB_TAG_FIELDS and value:
-            info[key] = _WANDB_TAG_FIELDS[key](value)
-    return {k: v for k, v in info.items() if v is not None}
+def _run_info(run_dir: Path) -> dict:
+    """The scalar fields of a run folder's run_info.json ({} without one)."""
+    path = Path(run_dir) / RUN_INFO_FILE
+    info = json.loads(path.read_text()) if path.exists() else {}
+    return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
+
+
+def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> pd.DataFrame:
+    """The run_info fields the records lack as columns and ``run`` (its name, else the folder's); method and seed
+    are needed."""
+    frame = frame.assign(**{key: value for key, value in info.items() if key not in frame.columns})
+    if "run" not in frame.columns:
+        frame["run"] = info.get("run_name") or folder
+    missing = [c for c in ("method", "seed") if c not in frame.columns]
+    if missing:
+        raise RunLogError(f"{where}: no {missing} (neither in {RUN_INFO_FILE} nor in the records)")
+    return frame
+
+
+def load_jsonl_run(path: Path) -> pd.DataFrame:
+    """One run's metrics.jsonl (only a truncated last line is tolerated); a re-logged step keeps its last record,
+    the number dropped logged."""
+    path = Path(path)
+    rows = read_metrics(path)
+    if not rows:
+        raise RunLogError(f"{path}: no metric records")
+    frame = pd.DataFrame(rows)
+    if "step" not in frame.columns:
+        raise RunLogError(f"{path}: records lack the 'step' field")
+    frame = _with_identity(frame, _run_info(path.parent), path.parent.name, str(path))
+    kept = frame.drop_duplicates(subset=["step"], keep="last")
+    if len(kept) < len(frame):
+        log.warning("%s: %d duplicated step records dropped (kept the last of each)", path, len(frame) - len(kept))
+    return kept.sort_values("step").reset_index(drop=True)
 
 
 def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.DataFrame:
-    """One run from its wandb transaction logs (every start of the run, oldest first; a step logged again
-    after a resume keeps its last value). Identity from run_info.json when present, else the wandb tags."""
+    """One run from its wandb transaction logs (every start, oldest first; a step logged again keeps its last
+    value). Identity from run_info.json when present, else the run name and the `key:value` tags dara.tracking sets."""
     run_dir = Path(run_dir)
     files = list(files) if files is not None else wandb_run_files(run_dir)
     if not files:
@@ -75,35 +72,24 @@ def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.Dat
     info: dict = {}
     for path in files:
         run, history = read_offline_history(path)
-        info.update(_info_from_wandb(run))
+        info.update({k: v for k, v in (("run_name", run.get("display_name")), ("recipe", run.get("run_group")))
+                     if v is not None})
+        for key, _, value in (str(tag).partition(":") for tag in run.get("tags", [])):
+            if key in _WANDB_TAG_FIELDS and value:
+                info[key] = _WANDB_TAG_FIELDS[key](value)
         for row in history:
             rows.setdefault(row["step"], {}).update(row)
     if not rows:
         raise RunLogError(f"{run_dir}: the wandb run files hold no logged step")
-    info_path = run_dir / RUN_INFO_FILE
-    if info_path.exists():
-        info.update(_scalar_fields(json.loads(info_path.read_text())))
     frame = pd.DataFrame([rows[step] for step in sorted(rows)]).drop(columns="run", errors="ignore")
-    return _with_identity(frame, info, run_dir.name, f"{run_dir}: no {{}} (neither in {RUN_INFO_FILE} nor in the wandb tags)")
-
-
-def _with_identity(frame: pd.DataFrame, info: dict, folder: str, missing_text: str) -> pd.DataFrame:
-    """The run_info fields the records lack as columns, ``run`` (its name, else the folder's); method and seed
-    are needed."""
-    frame = frame.assign(**{key: value for key, value in info.items() if key not in frame.columns})
-    if "run" not in frame.columns:
-        frame["run"] = info.get("run_name") or folder
-    missing = [c for c in ("method", "seed") if c not in frame.columns]
-    if missing:
-        raise RunLogError(missing_text.format(missing))
-    return frame
+    return _with_identity(frame, {**info, **_run_info(run_dir)}, run_dir.name, f"{run_dir} (wandb tags)")
 
 
 def load_run_folder(run_dir: Path, source: str = "auto") -> pd.DataFrame:
-    """One run folder: its metrics.jsonl (``auto``, ``jsonl``) or its wandb files (``wandb``, or ``auto``
-    when the folder has no metrics.jsonl)."""
-    if source not in SOURCES:
-        raise ValueError(f"unknown source {source!r}; choose one of {SOURCES}")
+    """One run folder: its metrics.jsonl (``auto``, ``jsonl``) or its wandb files (``wandb``, or ``auto`` without
+    a metrics.jsonl)."""
+    if source not in ("auto", "jsonl", "wandb"):
+        raise ValueError(f"unknown source {source!r}; choose one of auto, jsonl, wandb")
     jsonl = Path(run_dir) / METRICS_FILE
     if source == "jsonl" or (source == "auto" and jsonl.exists()):
         return load_jsonl_run(jsonl)
@@ -114,8 +100,7 @@ def find_run_folders(folder: Path) -> list[Path]:
     """Every run folder at or below ``folder``: one holding metrics.jsonl or a wandb/ run file."""
     folder = Path(folder)
     found = {p.parent for p in folder.rglob(METRICS_FILE)}
-    found |= {p.parents[2] for p in folder.rglob("run-*.wandb") if p.parents[1].name == "wandb"}
-    return sorted(found)
+    return sorted(found | {p.parents[2] for p in folder.rglob("run-*.wandb") if p.parents[1].name == "wandb"})
 
 
 def load_csv(path: Path) -> pd.DataFrame:
@@ -129,23 +114,17 @@ def load_csv(path: Path) -> pd.DataFrame:
 def run_config(run_dir: Path) -> dict | None:
     """The experiment configuration a run folder's run_info.json records (None for older run folders)."""
     path = Path(run_dir) / RUN_INFO_FILE
-    if not path.exists():
-        return None
-    config = json.loads(path.read_text()).get("config")
+    config = json.loads(path.read_text()).get("config") if path.exists() else None
     return config if isinstance(config, dict) else None
 
 
 def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") -> pd.DataFrame:
-    """Load run folders, JSONL files, .wandb files and CSVs into one long frame (rows concatenated).
-    ``source`` picks a run folder's metrics.jsonl or its wandb files (see `load_run_folder`). Runs of one
-    method that differ in more than the seed are told apart (results.variants)."""
+    """Run folders, JSONL files, .wandb files and CSVs as one long frame; ``source`` as `load_run_folder`; variants
+    of a method apart (results.variants)."""
     from results.variants import name_variants
 
-    if isinstance(paths, str | Path):
-        paths = [paths]
     runs: list[tuple[pd.DataFrame, dict | None]] = []
-    for raw in paths:
-        path = Path(raw)
+    for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
         if path.is_dir():
             folders = find_run_folders(path)
             if not folders:
@@ -168,11 +147,10 @@ def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> N
     """Raise a clear error listing the columns ``what`` needs but the data lacks."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        known = ", ".join(map(str, frame.columns))
-        raise RunLogError(f"{what} needs column(s) {missing}; the data has: {known}")
+        raise RunLogError(f"{what} needs column(s) {missing}; the data has: {', '.join(map(str, frame.columns))}")
 
 
 def format_seeds(seeds: Iterable) -> str:
     """Seeds as the authors' tables write them: sorted integers joined by commas ('' when none)."""
-    values = sorted({int(s) for s in seeds if s is not None and not (isinstance(s, float) and math.isnan(s))})
-    return ",".join(str(s) for s in values)
+    return ",".join(map(str, sorted({int(s) for s in seeds
+                                     if s is not None and not (isinstance(s, float) and math.isnan(s))})))

@@ -16,30 +16,15 @@ import pandas as pd  # noqa: E402
 
 from dara.io import atomic_path  # noqa: E402
 from results.loaders import require_columns  # noqa: E402
-from results.tables import authors_rows, method_label  # noqa: E402
+from results.tables import method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
 # Stable colours so a method keeps its colour across figures.
-METHOD_COLOURS = {
-    "grpo": "#7f7f7f",
-    "gdpo": "#1f77b4",
-    "dara": "#d62728",
-    "dara_sym": "#d62728",
-    "dara_asym": "#ff7f0e",
-    "dvao": "#2ca02c",
-    "gd2po_hard": "#9467bd",
-    "gd2po_snr": "#8c564b",
-    "gdpo_saw": "#17becf",
-    "saw": "#17becf",
-    "sa_mrpo": "#e377c2",
-    "static": "#bcbd22",
-    "rvpo": "#8c564b",
-    "base": "#000000",
-}
-_CHANNEL_PATTERNS = {
-    "density": (re.compile(r"^dara/density/(?P<c>.+)$"), re.compile(r"^dara/pi_(?P<c>.+)$")),
-    "weight": (re.compile(r"^dara/weight/(?P<c>.+)$"), re.compile(r"^dara/w_(?P<c>.+)$")),
-}
+METHOD_COLOURS = {"grpo": "#7f7f7f", "gdpo": "#1f77b4", "dara": "#d62728", "dara_sym": "#d62728",
+                  "dara_asym": "#ff7f0e", "dvao": "#2ca02c", "gd2po_hard": "#9467bd", "gd2po_snr": "#8c564b",
+                  "gdpo_saw": "#17becf", "saw": "#17becf", "sa_mrpo": "#e377c2", "static": "#bcbd22",
+                  "rvpo": "#8c564b", "base": "#000000"}
+_CHANNEL_PATTERN = re.compile(r"^dara/(?:(?P<kind>density|weight)/|(?P<short>pi|w)_)(?P<c>.+)$")
 
 
 def _colour(method: str, index: int) -> str:
@@ -61,20 +46,15 @@ def save_figure(fig, out_prefix: str | Path) -> list[Path]:
     return written
 
 
-def _panels(groups: list, n_cols: int, width: float = 4.2, height: float = 3.2):
-    n_rows = max(1, len(groups))
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, height * n_rows), squeeze=False)
-    return fig, axes
+def _panels(groups: list, n_cols: int):
+    return plt.subplots(max(1, len(groups)), n_cols, figsize=(4.2 * n_cols, 3.2 * max(1, len(groups))), squeeze=False)
 
 
 def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
     if not group_by:
         return [("", frame)]
-    items = []
-    for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        items.append((", ".join(f"{c}={v}" for c, v in zip(group_by, key, strict=True)), part))
-    return items
+    return [(", ".join(f"{c}={v}" for c, v in zip(group_by, key if isinstance(key, tuple) else (key,), strict=True)),
+             part) for key, part in frame.groupby(list(group_by), sort=False, dropna=False)]
 
 
 def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) -> None:
@@ -93,16 +73,9 @@ def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_curves(
-    frame: pd.DataFrame,
-    metrics: Sequence[str],
-    out_prefix: str | Path,
-    *,
-    group_by: Sequence[str] = (),
-    thresholds: Sequence[str | float] = (),
-    title: str | None = None,
-    crossings: tuple[str, float, pd.DataFrame] | None = None,
-) -> list[Path]:
+def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = (),
+                thresholds: Sequence[str | float] = (),
+                crossings: tuple[str, float, pd.DataFrame] | None = None) -> list[Path]:
     """Rows = groups, columns = metrics; per method the median over seeds and a min-max seed band.
 
     ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only).
@@ -133,7 +106,7 @@ def plot_curves(
                         bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
             label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.suptitle(title or "median over seeds, band = min-max", fontsize=10)
+    fig.suptitle("median over seeds, band = min-max", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
 
@@ -152,13 +125,10 @@ def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) 
     lines: dict[str, list[float]] = {m: [] for m in metrics}
     for spec in specs:
         metric, sep, level = str(spec).rpartition("=")
-        if not sep:
-            for m in metrics:
-                lines[m].append(float(level))
-        elif metric not in lines:
+        if sep and metric not in lines:
             raise ValueError(f"threshold {spec!r} names {metric!r}, which is not among the plotted metrics {list(metrics)}")
-        else:
-            lines[metric].append(float(level))
+        for m in [metric] if sep else metrics:
+            lines[m].append(float(level))
     return lines
 
 
@@ -166,11 +136,9 @@ def channel_columns(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
     """{"density": {channel: column}, "weight": {channel: column}} found among the frame's columns."""
     found: dict[str, dict[str, str]] = {"density": {}, "weight": {}}
     for column in frame.columns:
-        for kind, patterns in _CHANNEL_PATTERNS.items():
-            for pattern in patterns:
-                match = pattern.match(str(column))
-                if match:
-                    found[kind].setdefault(match["c"], column)
+        if match := _CHANNEL_PATTERN.match(str(column)):
+            kind = match["kind"] or {"pi": "density", "w": "weight"}[match["short"]]
+            found[kind].setdefault(match["c"], column)
     return found
 
 
@@ -206,42 +174,23 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
 
 
 def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *,
-                     group_by: Sequence[str] = (), paper: pd.DataFrame | None = None) -> list[Path]:
-    """Checkpoint curves from a per-(method, step) summary table with ``<metric>_mean``/``_sd`` columns:
-    line = mean over seeds, band = +-1 sd (none where sd is empty, i.e. one run). ``paper``: the authors' table
-    of the same columns, their curve of each group and method dashed in our method's colour."""
+                     group_by: Sequence[str] = ()) -> list[Path]:
+    """Checkpoint curves from a per-(method, step) table with ``<metric>_mean``/``_sd`` columns: line = mean over
+    seeds (markers), band = +-1 sd (none where sd is empty, i.e. one run)."""
     require_columns(table, ["method", "step", *group_by] + [f"{m}_mean" for m in metrics], "plot checkpoints")
     items = _group_items(table, group_by)
     fig, axes = _panels(items, len(metrics))
     for row, (label, part) in enumerate(items):
-        group = {c: part[c].iloc[0] for c in group_by}
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
-            colours = {}
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
-                colour = _colour(method, i)
-                trained_as = rows["base_method"].iloc[0] if "base_method" in rows else method
-                colours.setdefault(trained_as, colour)
-                ours = "" if paper is None else f" (ours, n={int(rows['n'].max())})"
-                _checkpoint_line(ax, rows, metric, colour, "-", method_label(method) + ours)
-            for method, colour in colours.items() if paper is not None else ():
-                theirs = authors_rows(paper, group, method)
-                if len(theirs) and f"{metric}_mean" in theirs.columns:
-                    name = method_label(theirs["method"].iloc[0])
-                    _checkpoint_line(ax, theirs, metric, colour, "--", f"{name} (authors, n={int(theirs['n'].max())})")
+                rows = rows.sort_values("step")
+                mean = rows[f"{metric}_mean"].astype(float)
+                sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
+                ax.plot(rows["step"], mean, marker="o", ms=3, color=_colour(method, i), lw=1.5,
+                        label=method_label(method))
+                ax.fill_between(rows["step"], mean - sd, mean + sd, color=_colour(method, i), alpha=0.15, lw=0)
             label_panel(ax, label, metric, xlabel="checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    if paper is not None:
-        fig.suptitle("ours (solid, mean +- sd over seeds), the authors' (dashed)", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
-
-
-def _checkpoint_line(ax, rows: pd.DataFrame, metric: str, colour: str, style: str, label: str) -> None:
-    """Mean per step (markers), with a +-sd band on our (solid) curves."""
-    rows = rows.sort_values("step")
-    mean = rows[f"{metric}_mean"].astype(float)
-    sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
-    ax.plot(rows["step"], mean, ls=style, marker="o", ms=3, color=colour, lw=1.5, label=label)
-    if style == "-":
-        ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)

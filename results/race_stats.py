@@ -66,23 +66,20 @@ def dara_active_steps(frame: pd.DataFrame, threshold_steps: Endpoint, channel: s
     column = f"dara/weight/{channel}"
     out = {}
     for (method, seed), run in frame.groupby(["method", "seed"], sort=False):
-        weights = run[column].dropna() if column in run.columns else pd.Series(dtype=float)
-        if weights.empty:
-            out[(str(method), int(seed))] = None
-            continue
-        before = run[(run["step"] < threshold_steps[str(method)][int(seed)]) & run[column].notna()]
-        out[(str(method), int(seed))] = int((before[column] > bar).sum())
+        logged = run.dropna(subset=[column]) if column in run.columns else run.iloc[0:0]
+        before = logged[logged["step"] < threshold_steps[str(method)][int(seed)]]
+        out[(str(method), int(seed))] = None if logged.empty else int((before[column] > bar).sum())
     return out
 
 
 def collapsed_channels(run: pd.DataFrame, channels: Sequence[str], steps_in_a_row: int = COLLAPSE_STEPS) -> list[str]:
     """The channels whose dara/density/<channel> is 0 at ``steps_in_a_row`` consecutive steps or more."""
-    collapsed = []
-    for channel in channels:
+    def longest_zero_streak(values) -> int:
         longest = streak = 0
-        for value in run.sort_values("step")[f"dara/density/{channel}"]:
+        for value in values:
             streak = streak + 1 if value == 0 else 0
             longest = max(longest, streak)
-        if longest >= steps_in_a_row:
-            collapsed.append(channel)
-    return collapsed
+        return longest
+
+    ordered = run.sort_values("step")
+    return [c for c in channels if longest_zero_streak(ordered[f"dara/density/{c}"]) >= steps_in_a_row]

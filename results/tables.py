@@ -20,37 +20,29 @@ from results.variants import check_one_configuration
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONDITION = re.compile(r"^\s*(?P<col>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.+?)\s*$")
-# The authors' method names that are not ours: what each one is, and our name for it.
-AUTHORS_METHODS = {"dara": ("DARA-Sym", "dara_sym")}
+AUTHORS_METHODS = {"dara": ("DARA-Sym", "dara_sym")}  # the authors' names that are not ours: what, ours
 AUTHORS_NOTE = "The authors' `dara` is DARA-Sym: their tool-calling code of that time scaled both signs."
-# Every name of the authors' files -> ours for the same method (SOURCE.md: their `gd2po_hard` is GD2PO-Hard as
-# the paper ran it, our `gd2po_hard_after`; their `gdpo_saw` is GDPO with SAW weights, our `saw`).
+# The authors' names -> ours (SOURCE.md: `gd2po_hard` is GD2PO-Hard as the paper ran it, `gdpo_saw` GDPO with SAW).
 AUTHORS_TO_OURS = {"dara": "dara_sym", "gd2po_hard": "gd2po_hard_after", "gdpo_saw": "saw"}
 OURS_TO_AUTHORS = {ours: theirs for theirs, ours in AUTHORS_TO_OURS.items()}
-# Our model names -> the authors' model_size column.
 AUTHORS_MODEL_SIZES = {"qwen2.5-1.5b-instruct": "1.5B", "qwen2.5-3b-instruct": "3B"}
-# Names only the authors' files use: a table holding one of them is in the authors' naming. (Their `rvpo` is
-# ours too: dara.estimators' rvpo, recipe `rvpo`, so rows of our runs fill it.)
+# Names only the authors' files use: a table holding one is in their naming (their `rvpo` is ours too).
 AUTHORS_ONLY = frozenset({"dara", "gdpo_saw"})
-# "val_format@100" names a curve metric read at one step and attached to per-run rows.
-_AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")
+_AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")  # "val_format@100": a curve value at one step
 
 
 def parse_condition(text: str) -> tuple[str, str, object]:
-    """'col OP value' -> (col, op, value); value is a float, a bool or a string."""
+    """'col OP value' -> (col, op, value); value is a bool, a float or a string."""
     match = _CONDITION.match(text)
     if not match:
         raise ValueError(f"cannot read condition {text!r}; write it as COLUMN OP VALUE, OP one of {list(_OPS)}")
     raw = match["value"]
-    value: object
     if raw in ("True", "False"):
-        value = raw == "True"
-    else:
-        try:
-            value = float(raw)
-        except ValueError:
-            value = raw.strip("'\"")
-    return match["col"], match["op"], value
+        return match["col"], match["op"], raw == "True"
+    try:
+        return match["col"], match["op"], float(raw)
+    except ValueError:
+        return match["col"], match["op"], raw.strip("'\"")
 
 
 def drop_rows(frame: pd.DataFrame, condition: str) -> pd.DataFrame:
@@ -76,8 +68,7 @@ def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> 
     at_step = curves.loc[curves["step"] == step, [*keys, metric]].dropna(subset=[metric])
     if at_step.duplicated(keys).any():
         raise RunLogError(f"--attach {spec}: several curve rows per run at step {step} (keys {keys})")
-    merged = frame.merge(at_step.rename(columns={metric: spec}), on=keys, how="left")
-    return merged
+    return frame.merge(at_step.rename(columns={metric: spec}), on=keys, how="left")
 
 
 def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str], *,
@@ -88,10 +79,8 @@ def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
     check_one_configuration(frame, group_by, "table")
     rows = []
     for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(group_by, key, strict=True))
-        row["n"] = len(part)
-        row["seeds"] = format_seeds(part["seed"]) if "seed" in part.columns else ""
+        row = {**dict(zip(group_by, key if isinstance(key, tuple) else (key,), strict=True)), "n": len(part),
+               "seeds": format_seeds(part["seed"]) if "seed" in part.columns else ""}
         for metric in metrics:
             values = part[metric].dropna().astype(float).to_numpy()
             if len(values) < len(part) and not partial:
@@ -132,15 +121,10 @@ def markdown_table(frame: pd.DataFrame, empty: str = "", float_format: str = "{:
     return "\n".join(lines) + "\n"
 
 
-def _fmt(value: float, digits: int) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
 def _mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+    if mean is None or pd.isna(mean):
         return "–"
-    text = _fmt(mean, digits)
-    return f"{text}{pm}{_fmt(sd, digits)}" if sd is not None and not np.isnan(sd) else text
+    return f"{mean:.{digits}f}" + (f"{pm}{sd:.{digits}f}" if sd is not None and not pd.isna(sd) else "")
 
 
 def method_label(method) -> str:
@@ -148,26 +132,11 @@ def method_label(method) -> str:
     return f"{method} ({AUTHORS_METHODS[method][0]})" if method in AUTHORS_METHODS else str(method)
 
 
-def in_authors_naming(methods) -> bool:
-    """Whether a table's methods are named as in the authors' files (it holds a name only they use)."""
-    return bool(set(map(str, methods)) & AUTHORS_ONLY)
-
-
-def authors_rows(paper: pd.DataFrame, group: dict, method: str) -> pd.DataFrame:
-    """The authors' rows of one group (e.g. model_size 1.5B) for our method's name (their dara for dara_sym)."""
-    rows = paper[paper["method"] == OURS_TO_AUTHORS.get(method, method)]
-    for column, value in group.items():
-        if column not in rows.columns:
-            return rows.iloc[0:0]
-        rows = rows[rows[column].astype(str) == str(value)]
-    return rows
-
-
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
     """Add ``paper_<metric>_mean``/``_sd`` (and the paper's ``n`` as ``paper_n``) beside ours, matched on the
     group columns present in the paper. Unless our table is itself in the authors' naming, their methods
     are matched under our names (AUTHORS_TO_OURS: their ``dara``, DARA-Sym, beside our ``dara_sym``)."""
-    if "method" in paper.columns and "method" in summary.columns and not in_authors_naming(summary["method"]):
+    if "method" in paper.columns and "method" in summary.columns and not set(map(str, summary["method"])) & AUTHORS_ONLY:
         paper = paper.assign(method=paper["method"].replace(AUTHORS_TO_OURS))
     keys = [c for c in group_by if c in paper.columns]
     if not keys:
@@ -205,29 +174,21 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
         if "method" in group_by and summary["method"].isin(list(AUTHORS_METHODS)).any():
             lines += ["", AUTHORS_NOTE]
         return "\n".join(lines) + "\n"
-    if fmt == "latex":
-        def esc(text: str) -> str:
-            return text.replace("_", "\\_").replace("%", "\\%")
+    if fmt != "latex":
+        raise ValueError(f"unknown table format {fmt!r}; choose md, csv or latex")
 
-        lines = ["\\begin{tabular}{" + "l" * len(group_by) + "r" * (len(header) - len(group_by)) + "}", "\\toprule"]
-        lines.append(" & ".join(esc(h) for h in header) + " \\\\")
-        lines.append("\\midrule")
-        lines += [" & ".join(esc(c) if i < len(group_by) else c for i, c in enumerate(cells)) + " \\\\" for cells in body]
-        lines += ["\\bottomrule", "\\end{tabular}"]
-        return "\n".join(lines) + "\n"
-    raise ValueError(f"unknown table format {fmt!r}; choose md, csv or latex")
+    def esc(text: str) -> str:
+        return text.replace("_", "\\_").replace("%", "\\%")
+
+    lines = ["\\begin{tabular}{" + "l" * len(group_by) + "r" * (len(header) - len(group_by)) + "}", "\\toprule",
+             " & ".join(esc(h) for h in header) + " \\\\", "\\midrule"]
+    lines += [" & ".join(esc(c) if i < len(group_by) else c for i, c in enumerate(cells)) + " \\\\" for cells in body]
+    return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
 
 
-def build_table(
-    runs: Sequence[str | Path],
-    metrics: Sequence[str],
-    *,
-    group_by: Sequence[str] = ("method",),
-    step: str | int | None = None,
-    drop_if: Sequence[str] = (),
-    attach: Sequence[tuple[str | Path, str]] = (),
-    paper: str | Path | None = None,
-) -> pd.DataFrame:
+def build_table(runs: Sequence[str | Path], metrics: Sequence[str], *, group_by: Sequence[str] = ("method",),
+                step: str | int | None = None, drop_if: Sequence[str] = (),
+                attach: Sequence[tuple[str | Path, str]] = (), paper: str | Path | None = None) -> pd.DataFrame:
     """Load runs, pick one row per run, attach curve values, drop excluded runs, summarise, add the paper."""
     frame = load_runs(runs)
     for curve_path, spec in attach:

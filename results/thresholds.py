@@ -25,29 +25,23 @@ def first_step_reaching(steps: Sequence[int], values: Sequence[float], threshold
 
 def trailing_mean(values: Sequence[float], window: int) -> np.ndarray:
     """Mean of the last ``window`` values ending at each position; NaN until a full window exists."""
-    values = np.asarray(values, dtype=float)
-    out = np.full(values.shape, np.nan)
     if window <= 0:
         raise ValueError(f"window must be positive, got {window}")
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, np.nan)
     if values.size >= window:
         sums = np.cumsum(np.concatenate([[0.0], values]))
-        out[window - 1 :] = (sums[window:] - sums[:-window]) / window
+        out[window - 1:] = (sums[window:] - sums[:-window]) / window
     return out
 
 
-def first_sustained_step(
-    steps: Sequence[int], values: Sequence[float], threshold: float, *, window: int = 10, hold: int = 20
-) -> int | None:
-    """First step s whose trailing ``window``-mean is >= threshold and stays >= it at each of the next
-    ``hold`` logged steps. A step too close to the end of the run to show ``hold`` more steps does not count
-    (the rule cannot be confirmed there)."""
-    means = trailing_mean(values, window)
-    ok = means >= threshold  # NaN (partial window) compares False
-    n = ok.size
-    for i in range(n - hold):
-        if ok[i] and ok[i + 1 : i + hold + 1].all():
-            return int(np.asarray(steps)[i])
-    return None
+def first_sustained_step(steps: Sequence[int], values: Sequence[float], threshold: float, *, window: int = 10,
+                         hold: int = 20) -> int | None:
+    """First step whose trailing ``window``-mean is >= threshold and stays so at each of the next ``hold`` logged
+    steps; a step too close to the end to show ``hold`` more cannot be confirmed and does not count."""
+    ok = trailing_mean(values, window) >= threshold  # NaN (partial window) compares False
+    hit = next((i for i in range(ok.size - hold) if ok[i: i + hold + 1].all()), None)
+    return None if hit is None else int(np.asarray(steps)[hit])
 
 
 def seed_median_curve(frame: pd.DataFrame, metric: str, group_cols: Sequence[str]) -> pd.DataFrame:
@@ -69,20 +63,11 @@ def step_by_rule(steps, values, threshold: float, rule: str = "median", window: 
     raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
 
 
-def threshold_steps(
-    frame: pd.DataFrame,
-    metric: str,
-    threshold: float,
-    *,
-    rule: str = "median",
-    group_by: Sequence[str] = (),
-    per_seed: bool = False,
-    window: int = 10,
-    hold: int = 20,
-) -> pd.DataFrame:
-    """One row per (group..., method[, seed]) with the first step the rule is met (<NA> when never).
-
-    Groups keep the order in which they first appear in the data."""
+def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule: str = "median",
+                    group_by: Sequence[str] = (), per_seed: bool = False, window: int = 10,
+                    hold: int = 20) -> pd.DataFrame:
+    """One row per (group..., method[, seed]) with the first step the rule is met (<NA> when never), groups in the
+    order they first appear in the data."""
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
     group_cols = [*group_by, "method"]
@@ -109,10 +94,8 @@ def threshold_steps(
 
 
 def seed_summary(per_run: pd.DataFrame, group_cols: Sequence[str] = ("method",)) -> pd.DataFrame:
-    """Per group, a summary over seeds of per-run threshold steps (the paper's math T_0.95 / T_0.99:
-    `threshold_steps(..., rule="sustained", per_seed=True)` then this): runs, runs that reached it, and the
-    mean, median, min and max step over the runs that reached it (a run that never reached the threshold
-    is right-censored: counted in `runs`, left out of the statistics)."""
+    """Per group, over per-run threshold steps (the paper's math T_0.95 / T_0.99): runs, runs that reached it, and
+    the mean, median, min and max step over those (a run that never did is counted in `runs` only)."""
     group_cols = list(group_cols)
     require_columns(per_run, [*group_cols, "step"], "thresholds summary")
     rows = []

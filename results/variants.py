@@ -24,16 +24,8 @@ def _identity(frame: pd.DataFrame) -> tuple:
     return tuple(str(frame[c].iloc[0]) if c in frame.columns and len(frame) else None for c in IDENTITY)
 
 
-def _canonical(config: Mapping[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
-
-
-def _value_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-
-
-def _is_path(value: Any) -> bool:
-    return isinstance(value, str) and "/" in value
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def short_names(keys: Sequence[str]) -> dict[str, str]:
@@ -52,19 +44,13 @@ def short_names(keys: Sequence[str]) -> dict[str, str]:
 def variant_labels(method: str, configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """One label per configuration (all of one method): the method, then ``key=value`` for the keys where
     the configurations differ (the first MAX_LABEL_KEYS of them, path-valued keys last, then how many more)."""
-    keys: set[str] = set()
-    for i, config in enumerate(configs):
-        for other in configs[i + 1:]:
-            keys.update(config_differences(config, other))
+    keys = {k for i, config in enumerate(configs) for other in configs[i + 1:] for k in config_differences(config, other)}
     # keys holding paths (assets of another output root or checkout) last: the settings a user changed first
-    ordered = sorted(keys, key=lambda k: (any(_is_path(c.get(k)) for c in configs), k))
+    ordered = sorted(keys, key=lambda k: (any(isinstance(c.get(k), str) and "/" in c.get(k) for c in configs), k))
     names = short_names(ordered)
-    labels = []
-    for config in configs:
-        parts = [f"{names[k]}={_value_text(config.get(k))}" for k in ordered[:MAX_LABEL_KEYS]]
-        if len(ordered) > MAX_LABEL_KEYS:
-            parts.append(f"(+{len(ordered) - MAX_LABEL_KEYS} keys)")
-        labels.append(" ".join([method, *parts]) if parts else method)
+    more = [f"(+{len(ordered) - MAX_LABEL_KEYS} keys)"] if len(ordered) > MAX_LABEL_KEYS else []
+    labels = [" ".join([method, *(f"{names[k]}={v if isinstance(v := config.get(k), str) else _canonical(v)}"
+                                  for k in ordered[:MAX_LABEL_KEYS]), *more]) for config in configs]
     seen: dict[str, int] = {}
     for i, label in enumerate(labels):  # labels cut short could read alike: number them apart
         seen[label] = seen.get(label, 0) + 1

@@ -1,6 +1,6 @@
 """BFCL as the authors ran it: ToolRL's BFCL handler's rendering (checked against strings written out here
 from the handler), its decoding (last block, bad lines skipped, "none" dropped, values as parsed), the
-dialogue driver on real BFCL entries with a scripted model, and the ``bfcl prompts`` stage."""
+dialogue driver on real BFCL entries with a scripted model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 from results.evaluation import bfcl_eval
 from results.evaluation.backends import Completion, SamplingConfig
-from results.evaluation.cli import main
 from tasks import toolrl as protocol
 
 needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
@@ -299,24 +298,3 @@ def test_miss_func_dialogue_renders_the_handlers_history():
     assert all(f"Name: {f['name']}\n" not in missed_request[0]["content"] for f in held_out)
     assert len(record["turns"]) == len(case["entry"]["question"]) and not record["force_quit"]
     assert set(backend.seeds) == {0}  # every request with the same seed, as the authors' handler
-
-
-# ----------------------------------------------------------------------------- the prompts stage
-@needs_bfcl
-def test_prompts_stage_writes_the_first_turn_chats(tmp_path):
-    out = tmp_path / "prompts"
-    assert main(["bfcl", "prompts", "--out", str(out), "--categories", "simple_python", "live_simple",
-                 "multi_turn_base", "--limit", "2"]) == 0
-    rows = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
-    assert [r["category"] for r in rows] == ["simple_python"] * 2 + ["live_simple"] * 2 + ["multi_turn_base"] * 2
-    for row in rows:
-        system, user = row["messages"]
-        assert set(row) == {"id", "category", "messages"}
-        assert system["role"] == "system" and system["content"].startswith(protocol.SYSTEM_HEADER + "1. Name: ")
-        assert system["content"].endswith("(if exists).\n")
-        assert user["role"] == "user" and user["content"].startswith("**Dialogue Records History**\n<user> ")
-        instruction = MULTI if row["category"].startswith("multi_turn") else SINGLE
-        assert user["content"].endswith(f"\n{instruction} </user>")
-        assert user["content"].count("<user>") == user["content"].count(f"{instruction} </user>")
-    with pytest.raises(SystemExit, match="for bfcl"):
-        main(["toolrl", "prompts", "--out", str(out), "--data", "x.parquet"])

@@ -63,11 +63,10 @@ def loop_summary(scored, n_boot, seed):
     rng = np.random.default_rng(seed)
     benches = [b for b in math_eval.BENCHMARK_ORDER if any(r["data_source"] == b for r in scored)]
     out, boots = {}, {m: [] for m in math_eval.METRICS}
+    keys = dict(zip(math_eval.METRICS, ("correct", "strict", "exceed", "joint"), strict=True))
     for bench in benches:
         rows = [r for r in scored if r["data_source"] == bench]
-        per_q = {m: [sum(r[key]) / len(r[key]) for r in rows]
-                 for m, key in (("acc", "correct"), ("acc_strict", "strict"), ("exceed", "exceed"),
-                                ("joint", "joint"))}
+        per_q = {m: [sum(r[key]) / len(r[key]) for r in rows] for m, key in keys.items()}
         idx = rng.integers(0, len(rows), size=(n_boot, len(rows)))
         for m in math_eval.METRICS:
             boot = [sum(per_q[m][i] for i in idx[b]) / len(rows) for b in range(n_boot)]
@@ -79,23 +78,15 @@ def loop_summary(scored, n_boot, seed):
     return out
 
 
-def synthetic_scored(rng, benches=(("aime24", 30), ("math500", 50)), samples=16):
-    scored = []
-    for bench, n_q in benches:
-        for q in range(n_q):
-            p = rng.uniform(0, 1)
-            correct = (rng.uniform(size=samples) < p).astype(int).tolist()
-            exceed = (rng.uniform(size=samples) < 0.3).astype(int).tolist()
-            strict = [c * int(rng.uniform() < 0.9) for c in correct]
-            scored.append({"case_id": f"{bench}_{q}", "data_source": bench, "correct": correct, "strict": strict,
-                           "exceed": exceed,
-                           "joint": [int(c and not e) for c, e in zip(correct, exceed, strict=True)],
-                           "n_tokens": [100] * samples})
-    return scored
-
-
 def test_math_summary_equals_plain_loop_with_bootstrap():
-    scored = synthetic_scored(np.random.default_rng(3))
+    rng, scored = np.random.default_rng(3), []
+    for bench, n_q in (("aime24", 30), ("math500", 50)):
+        for q in range(n_q):
+            correct = (rng.uniform(size=16) < rng.uniform(0, 1)).astype(int).tolist()
+            exceed = (rng.uniform(size=16) < 0.3).astype(int).tolist()
+            scored.append({"case_id": f"{bench}_{q}", "data_source": bench, "correct": correct, "exceed": exceed,
+                           "strict": [c * int(rng.uniform() < 0.9) for c in correct], "n_tokens": [100] * 16,
+                           "joint": [int(c and not e) for c, e in zip(correct, exceed, strict=True)]})
     table = math_eval.summarise_math(scored, n_boot=300, seed=7).set_index("benchmark")
     expected = loop_summary(scored, 300, 7)
     assert list(table.index) == ["aime24", "math500", "macro"]
@@ -107,33 +98,17 @@ def test_math_summary_equals_plain_loop_with_bootstrap():
     assert table.loc["macro", "questions"] == 80
 
 
-def test_math_bootstrap_is_seeded_and_narrows_with_more_questions():
-    rng = np.random.default_rng(0)
-    small = synthetic_scored(rng, benches=(("amc23", 20),))
-    again = math_eval.summarise_math(small, n_boot=2000, seed=1)
-    assert again.equals(math_eval.summarise_math(small, n_boot=2000, seed=1))
-    big = synthetic_scored(rng, benches=(("amc23", 500),))
-    width = {name: float((t["acc_hi"] - t["acc_lo"]).iloc[0])
-             for name, t in (("small", again), ("big", math_eval.summarise_math(big, n_boot=2000, seed=1)))}
-    assert width["big"] < width["small"] / 2
-
-
 def test_math_loader_reads_raw_and_verl_files(tmp_path):
-    raw = tmp_path / "amc.json"
-    raw.write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
-    cases = math_eval.load_math_cases([raw])
-    assert [c["case_id"] for c in cases] == ["amc23_0", "amc23_1"]
-    assert [c["answer"] for c in cases] == ["2", "7"]  # one answer string per question
-    assert cases[0]["messages"] == [{"role": "user", "content": "1+1?\n\nPlease reason step by step, and put your "
-                                                                "final answer within \\boxed{}."}]
     import pandas as pd
 
-    rows = [{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": "9.6"},
-             "extra_info": {"split": "test", "index": 4, "answer_alternatives": ["9.6", "9.60"]}}]
-    pd.DataFrame(rows).to_parquet(tmp_path / "test.parquet")
-    (case,) = math_eval.load_math_cases([tmp_path / "test.parquet"])
-    assert case["case_id"] == "minerva_4" and case["answer"] == "9.6"
+    (tmp_path / "amc.json").write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
+    pd.DataFrame([{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}],
+                   "reward_model": {"ground_truth": "9.6"}, "extra_info": {"index": 4}}]).to_parquet(tmp_path / "t.parquet")
+    cases = math_eval.load_math_cases([tmp_path / "amc.json", tmp_path / "t.parquet"])
+    # one answer string per question; the raw files get the training prompt
+    assert [(c["case_id"], c["answer"]) for c in cases] == [("amc23_0", "2"), ("amc23_1", "7"), ("minerva_4", "9.6")]
+    assert cases[0]["messages"] == [{"role": "user", "content": "1+1?\n\nPlease reason step by step, and put your "
+                                                                "final answer within \\boxed{}."}]
     with pytest.raises(ValueError, match="samples"):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
 
@@ -145,10 +120,8 @@ def test_toolrl_scores_and_summary():
         sample(gt, 20), sample('<think> x </think>\n<tool_call>\n{"name": "f", "parameters": {"a": 2}}\n</tool_call>', 20),
         sample("no tags", 3)]}
     scored = toolrl_eval.score_record(record)
-    assert scored["format"] == [1.0, 1.0, 0.0]
-    assert scored["correctness"][0] == 3.0 and scored["correctness"][2] == -3.0
-    assert -3.0 < scored["correctness"][1] < 3.0
-    assert scored["exact"] == [1.0, 0.0, 0.0]
+    assert scored["format"] == [1.0, 1.0, 0.0] and scored["exact"] == [1.0, 0.0, 0.0]
+    assert scored["correctness"][0] == 3.0 > scored["correctness"][1] > -3.0 == scored["correctness"][2]
     other = {**scored, "case_id": "r1", "format": [1.0] * 3, "exact": [1.0] * 3, "correctness": [3.0] * 3}
     summary = toolrl_eval.summarise_toolrl([scored, other], n_boot=200)
     assert summary["format"] == pytest.approx((2 / 3 + 1) / 2)
@@ -239,20 +212,6 @@ def test_bfcl_multi_turn_checker_on_ground_truth_execution():
     assert checked == 3
 
 
-def test_bfcl_summary_groups():
-    from results import bfcl
-
-    scored = []
-    for category in bfcl.CATEGORIES:
-        for i in range(4):
-            scored.append({"case_id": f"{category}_{i}", "category": category, "valid": i < 2, "format": 1.0})
-    summary = bfcl_eval.summarise_bfcl(scored)
-    assert summary["average_accuracy"] == pytest.approx(50.0)
-    assert summary["average_format"] == pytest.approx(100.0)
-    partial = bfcl_eval.summarise_bfcl(scored[:8])
-    assert partial["groups_accuracy"] is None and "average_accuracy" not in partial
-
-
 def test_bfcl_length_diagnostics_aggregate_like_format():
     """Per emission -> per case -> per category -> the BFCL groups, against a plain loop."""
     from results import bfcl
@@ -284,6 +243,7 @@ def test_bfcl_length_diagnostics_aggregate_like_format():
 
     row = flatten_summary({**summary, "bench": "bfcl"})
     assert row["average_length_le_16"] == summary["average_length_le_16"] and row["over_window_cases"] == 0
+    assert summary["average_accuracy"] == 100.0 and bfcl_eval.summarise_bfcl(scored[:8])["groups_accuracy"] is None
 
 
 # ------------------------------------------------------------------------------------------------ case files
@@ -336,10 +296,11 @@ def test_infrastructure_errors_are_retried_then_left_missing(tmp_path):
         run_cases([{"case_id": "d"}], store, bad_input, backoff_s=0)
 
 
-def test_math_table_names_the_olympiadbench_copy():
+@pytest.mark.parametrize("bench, count, words", [("olympiad_bench", 674, "hub copy the authors used"),
+                                                  ("olympiad_bench", 675, "DeepScaleR's local copy"),
+                                                  ("math500", 500, None)])
+def test_math_table_names_the_olympiadbench_copy(bench, count, words):
     import pandas as pd
 
-    for count, words in ((674, "hub copy the authors used"), (675, "DeepScaleR's local copy")):
-        summary = pd.DataFrame([{"benchmark": "olympiad_bench", "questions": count}])
-        assert words in math_eval.olympiad_copy(summary)
-    assert math_eval.olympiad_copy(pd.DataFrame([{"benchmark": "math500", "questions": 500}])) is None
+    found = math_eval.olympiad_copy(pd.DataFrame([{"benchmark": bench, "questions": count}]))
+    assert found == words or words in found

@@ -64,8 +64,6 @@ def test_toolrl_pipeline_and_resume(assets, engine, tmp_path):
 class FlakyBackend:
     """The real vLLM backend behind an engine that crashes on its first call (as a GPU engine may)."""
 
-    name = "flaky-vllm"
-
     def __init__(self, inner):
         self.inner, self.calls = inner, 0
 
@@ -79,8 +77,7 @@ class FlakyBackend:
 def test_retry_with_real_backend_and_seeded_generation(assets, engine, tmp_path):
     cases = toolrl_eval.load_toolrl_cases([assets["test"]], limit=2)
     sampling = SamplingConfig(n=2, temperature=1.0, top_p=1.0, max_new_tokens=24, seed=5)
-    flaky = FlakyBackend(engine)
-    store = CaseStore(tmp_path / "a.jsonl")
+    flaky, store = FlakyBackend(engine), CaseStore(tmp_path / "a.jsonl")
     summary = run_cases(cases, store, toolrl_eval.make_producer(flaky, sampling), retries=2, backoff_s=0)
     assert summary.retries == 1 and summary.generated == 2 and not summary.missing
     again = CaseStore(tmp_path / "b.jsonl")
@@ -133,16 +130,8 @@ def test_bfcl_pipeline(assets, engine, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["categories"]) == {"simple_python", "live_simple", "multi_turn_base"}
     assert all(v["cases"] == 1 for v in summary["categories"].values())
-    # the three-reward length diagnostics, per emission -> case -> category, like format
-    from results.evaluation.bfcl_eval import emission_length, think_words
-
+    # the three-reward length diagnostics are scored and shown (their arithmetic: test_eval_metrics.py)
     assert summary["over_window_cases"] == 0 and summary["kinds"][2:] == ["length", "length_le_16", "think_words"]
-    for record in generations.values():
-        texts = [t for turn in record["turns"] for t in turn]
-        values = summary["categories"][record["category"]]
-        assert values["length"] == values["length_le_16"] == pytest.approx(
-            100 * sum(emission_length(t, 16) for t in texts) / len(texts))
-        assert values["think_words"] == pytest.approx(sum(think_words(t) for t in texts) / len(texts))
     assert "length_le_16" in (out / "summary.md").read_text()
 
 

@@ -14,16 +14,6 @@ from results.loaders import RunLogError, load_runs
 from results.plots import channel_columns, parse_threshold_lines
 
 
-def reference_dir() -> Path:
-    return AUTHORS_REFERENCE
-
-
-def assert_figure(prefix: Path) -> None:
-    png, pdf = prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + ".pdf")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000
-
-
 def write_run(folder: Path, method: str, seed: int, steps: int = 12) -> None:
     folder.mkdir(parents=True)
     info = {"run_name": folder.name, "method": method, "seed": seed, "task": "toolrl", "model": "tiny"}
@@ -36,34 +26,29 @@ def write_run(folder: Path, method: str, seed: int, steps: int = 12) -> None:
             handle.write(json.dumps(record) + "\n")
 
 
-def test_plots_from_authors_files(tmp_path):
-    ref = reference_dir()
-    curves = str(ref / "reference" / "training_dynamics.csv")
-    assert main(["plot", "curves", curves, "--metrics", "train_format,val_format", "--group-by", "model_size",
-                 "--threshold", "train_format=0.8", "--out", str(tmp_path / "curves")]) == 0
-    assert main(["plot", "channels", curves, "--group-by", "model_size", "--out", str(tmp_path / "channels")]) == 0
-    assert main(["plot", "checkpoints", str(ref / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv"),
-                 "--metrics", "average_accuracy,average_format", "--group-by", "model_size",
-                 "--out", str(tmp_path / "ckpt")]) == 0
-    for name in ("curves", "channels", "ckpt"):
-        assert_figure(tmp_path / name)
-
-
-def test_plots_from_our_run_logs(tmp_path):
+def test_plots_from_authors_files_and_from_our_run_logs(tmp_path):
+    curves = str(AUTHORS_REFERENCE / "reference" / "training_dynamics.csv")
+    checkpoints = str(AUTHORS_REFERENCE / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv")
     for method in ("gdpo", "dara_asym"):
         for seed in (0, 1):
             write_run(tmp_path / "runs" / f"{method}_s{seed}", method, seed)
     frame = load_runs(tmp_path / "runs")
-    assert len(frame) == 4 * 12 and set(frame["task"]) == {"toolrl"}
-    assert channel_columns(frame) == {
+    assert len(frame) == 4 * 12 and channel_columns(frame) == {
         "density": {"format": "dara/density/format", "correctness": "dara/density/correctness"},
-        "weight": {"format": "dara/weight/format", "correctness": "dara/weight/correctness"},
-    }
-    assert main(["plot", "curves", str(tmp_path / "runs"), "--metrics", "reward/format/mean", "--threshold", "0.8",
-                 "--out", str(tmp_path / "ours")]) == 0
-    assert main(["plot", "channels", str(tmp_path / "runs"), "--out", str(tmp_path / "ours_ch")]) == 0
-    assert_figure(tmp_path / "ours")
-    assert_figure(tmp_path / "ours_ch")
+        "weight": {"format": "dara/weight/format", "correctness": "dara/weight/correctness"}}
+    ours = str(tmp_path / "runs")
+    for name, args in (
+            ("curves", ["curves", curves, "--metrics", "train_format,val_format", "--group-by", "model_size",
+                        "--threshold", "train_format=0.8"]),
+            ("channels", ["channels", curves, "--group-by", "model_size"]),
+            ("ckpt", ["checkpoints", checkpoints, "--metrics", "average_accuracy,average_format",
+                      "--group-by", "model_size"]),
+            ("ours", ["curves", ours, "--metrics", "reward/format/mean", "--threshold", "0.8"]),
+            ("ours_ch", ["channels", ours])):
+        assert main(["plot", *args, "--out", str(tmp_path / name)]) == 0
+        png, pdf = tmp_path / f"{name}.png", tmp_path / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000
 
 
 def test_threshold_lines_and_errors(tmp_path):

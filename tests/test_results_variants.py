@@ -31,7 +31,7 @@ def config(seed: int, model: str = "tiny", **changes) -> dict:
 def write_run(root, name, seed, values, *, model="tiny", recorded=True, **changes):
     folder = root / name
     folder.mkdir(parents=True)
-    info = {"run_name": name, "method": "dara_asym", "seed": seed, "task": "smoke", "model": model}
+    info = {"run_name": folder.name, "method": "dara_asym", "seed": seed, "task": "smoke", "model": model}
     if recorded:
         info["config"] = config(seed, model, **changes)
     (folder / "run_info.json").write_text(json.dumps(info))
@@ -70,40 +70,26 @@ def test_thresholds_plots_and_report_keep_the_variants_apart(sweep, tmp_path, ca
     assert "dara_asym w_max=2.0" in page and "dara_asym w_max=5.0" in page
 
 
-def test_seeds_of_one_variant_are_one_row_and_old_folders_keep_todays_behaviour(tmp_path):
-    root = tmp_path / "one"
-    write_run(root, "a", 0, [0.5])
-    write_run(root, "b", 1, [0.7])
-    table = build_table([root], [METRIC], step="last")
-    assert table[["method", "n"]].values.tolist() == [["dara_asym", 2]]
-    old = tmp_path / "old"
-    write_run(old, "a", 0, [0.5], recorded=False)
-    write_run(old, "b", 0, [0.7], recorded=False, **{"algorithm.dara.w_max": 2.0})
-    table = build_table([old], [METRIC], step="last")
-    assert table[["method", "n"]].values.tolist() == [["dara_asym", 2]]  # nothing recorded: pooled as before
-
-
-def test_a_key_only_newer_runs_recorded_tells_no_variant_apart(tmp_path):
-    """A run recorded before the code added a key (run.seeded_rollout) and one after, otherwise alike: one
-    method; a key two runs recorded with different values still tells all three apart."""
-    root = tmp_path / "added"
-    write_run(root, "old-s0", 0, [0.5])
-    write_run(root, "new-s1", 1, [0.7], **{"run.seeded_rollout": True})
-    frame = load_runs([root / "old-s0", root / "new-s1"])
-    assert set(frame["method"]) == {"dara_asym"}
-    write_run(root, "other-s2", 2, [0.9], **{"run.seeded_rollout": False})
-    frame = load_runs([root / "old-s0", root / "new-s1", root / "other-s2"])
-    assert sorted(set(frame["method"])) == ["dara_asym seeded_rollout=false", "dara_asym seeded_rollout=null",
-                                            "dara_asym seeded_rollout=true"]
-
-
-def test_pooling_runs_of_two_models_under_one_method_is_refused(tmp_path):
-    root = tmp_path / "models"
-    write_run(root, "tiny", 0, [0.5])
-    write_run(root, "small", 0, [0.7], model="small", **{"run.model": "small"})
+def test_what_is_pooled_and_what_is_refused(tmp_path):
+    """Seeds of one configuration are one row; folders recording no configuration pool as before; a key only newer
+    runs recorded (the code added it later) tells nothing apart, one recorded with two values does; runs of two
+    models under one method are refused."""
+    for name, seed, kwargs in (("one/a", 0, {}), ("one/b", 1, {}), ("old/a", 0, {"recorded": False}),
+                               ("old/b", 0, {"recorded": False, "algorithm.dara.w_max": 2.0})):
+        write_run(tmp_path, name, seed, [0.5 + seed / 10], **kwargs)
+    for folder in ("one", "old"):
+        assert build_table([tmp_path / folder], [METRIC], step="last")[["method", "n"]].values.tolist() == [
+            ["dara_asym", 2]]
+    write_run(tmp_path, "added/new-s1", 1, [0.7], **{"run.seeded_rollout": True})
+    assert set(load_runs([tmp_path / "one" / "a", tmp_path / "added" / "new-s1"])["method"]) == {"dara_asym"}
+    write_run(tmp_path, "added/other-s2", 2, [0.9], **{"run.seeded_rollout": False})
+    assert sorted(set(load_runs([tmp_path / "one" / "a", tmp_path / "added"])["method"])) == [
+        "dara_asym seeded_rollout=false", "dara_asym seeded_rollout=null", "dara_asym seeded_rollout=true"]
+    write_run(tmp_path, "models/small", 0, [0.7], model="small", **{"run.model": "small"})
+    write_run(tmp_path, "models/tiny", 0, [0.5])
     with pytest.raises(ValueError, match="differ in model"):
-        build_table([root], [METRIC], step="last")
-    table = build_table([root], [METRIC], group_by=["model", "method"], step="last")
+        build_table([tmp_path / "models"], [METRIC], step="last")
+    table = build_table([tmp_path / "models"], [METRIC], group_by=["model", "method"], step="last")
     assert table[["model", "method", "n"]].values.tolist() == [["small", "dara_asym", 1], ["tiny", "dara_asym", 1]]
 
 

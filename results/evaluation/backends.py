@@ -24,10 +24,8 @@ OVER_WINDOW = "over_window"
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Sampling settings of one evaluation (EXPERIMENTS.md: math 16 x T=0.6, top-p 0.95, 32,768 tokens).
-
-    ``context_window`` (BFCL): each request may generate at most min(max_new_tokens, window - prompt - 2)
-    tokens; a prompt that leaves none gets no generation (finish_reason ``over_window``). None: no clamp."""
+    """Sampling settings of one evaluation. ``context_window`` (BFCL): each request may generate at most
+    min(max_new_tokens, window - prompt - 2) tokens; a prompt that leaves none gets ``over_window``. None: no clamp."""
 
     n: int = 1
     temperature: float = 0.6
@@ -51,11 +49,8 @@ class SamplingConfig:
         return min(self.max_new_tokens, self.context_window - prompt_tokens - WINDOW_RESERVE)
 
     def as_dict(self) -> dict:
-        """The settings as stored beside the generations (no window key when there is no clamp, as before)."""
-        settings = asdict(self)
-        if self.context_window is None:
-            del settings["context_window"]
-        return settings
+        """The settings as stored beside the generations (no window key without a clamp, as before)."""
+        return {k: v for k, v in asdict(self).items() if k != "context_window" or v is not None}
 
 
 @dataclass
@@ -68,19 +63,10 @@ class Completion:
         return asdict(self)
 
 
-def over_window(n: int) -> list[Completion]:
-    """The completions of a prompt that leaves no room in the context window: nothing generated."""
-    return [Completion(text="", n_tokens=0, finish_reason=OVER_WINDOW) for _ in range(n)]
-
-
 class Backend(Protocol):
-    name: str
-
-    def chat(
-        self, conversations: Sequence[list[dict]], sampling: SamplingConfig, seeds: Sequence[int]
-    ) -> list[list[Completion]]:
+    def chat(self, conversations: Sequence[list[dict]], sampling: SamplingConfig,
+             seeds: Sequence[int]) -> list[list[Completion]]:
         """``sampling.n`` completions for each conversation; ``seeds[i]`` seeds conversation i."""
-        ...
 
 
 class EngineStartError(RuntimeError):
@@ -89,22 +75,19 @@ class EngineStartError(RuntimeError):
 
 # training's CPU cluster file: its rollout settings are the evaluation's on a CPU too (one place for them)
 CPU_CLUSTER = PROJECT_ROOT / "conf" / "cluster" / "cpu.yaml"
-# the rollout keys of CPU_CLUSTER that an offline `vllm.LLM` takes under the same name
-CPU_ENGINE_KEYS = ("dtype", "enforce_eager", "enable_chunked_prefill", "enable_sleep_mode")
-# engine_kwargs.vllm keys that serve training only: the trainer's weight stream into the engine
-TRAINING_ONLY_KWARGS = ("worker_extension_cls",)
 
 
 def cpu_engine_settings() -> tuple[dict, dict]:
-    """(vLLM engine arguments, vLLM environment variables) of training's CPU rollout, from CPU_CLUSTER."""
+    """(vLLM engine arguments, VLLM_* environment) of training's CPU rollout, from CPU_CLUSTER; the trainer's
+    weight-stream extension (``worker_extension_cls``) serves training only."""
     from omegaconf import OmegaConf
 
     cluster = OmegaConf.load(CPU_CLUSTER)
     rollout = cluster.actor_rollout_ref.rollout
-    engine = {key: rollout[key] for key in CPU_ENGINE_KEYS}
+    engine = {key: rollout[key] for key in ("dtype", "enforce_eager", "enable_chunked_prefill", "enable_sleep_mode")}
     engine["tensor_parallel_size"] = rollout.tensor_model_parallel_size
-    kwargs = OmegaConf.to_container(rollout.engine_kwargs.vllm)
-    engine.update({key: value for key, value in kwargs.items() if key not in TRAINING_ONLY_KWARGS})
+    engine.update({k: v for k, v in OmegaConf.to_container(rollout.engine_kwargs.vllm).items()
+                   if k != "worker_extension_cls"})
     env = cluster.ray_kwargs.ray_init.runtime_env.env_vars
     return engine, {key: str(value) for key, value in env.items() if key.startswith("VLLM_")}
 
@@ -116,26 +99,13 @@ def model_positions(model_dir: str) -> int | None:
 
 
 class VLLMBackend:
-    """vLLM's offline engine. On a CPU with training's CPU rollout settings (CPU_CLUSTER); on a GPU in bf16 with
-    ``gpu_memory_utilization`` and ``tensor_parallel_size``. Prompts are rendered with the tokenizer's chat
-    template.
+    """vLLM's offline engine: on a CPU with training's CPU rollout settings (CPU_CLUSTER), on a GPU in bf16. Prompts
+    through the tokenizer's chat template. ``max_model_len``: the engine's window (None: the model's); a longer one
+    than the model's positions (BFCL's ``--context-window``) extends them. New tokens are clamped to the window; a
+    prompt that fills it is not sent (``over_window``)."""
 
-    ``max_model_len``: the engine's window (None: the model's). A window longer than the model's
-    ``max_position_embeddings`` (BFCL's ``--context-window``) extends the model's positions, as the window asks.
-    New tokens are clamped to the engine's window too; a prompt that fills it is not sent (``over_window``).
-    """
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model_dir: str,
-        *,
-        device: str,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.85,
-        max_model_len: int | None = None,
-    ):
+    def __init__(self, model_dir: str, *, device: str, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.85, max_model_len: int | None = None):
         if device == "cpu":
             engine, env = cpu_engine_settings()
             for key, value in env.items():
@@ -166,38 +136,20 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         # Token ids, not text: vLLM would add special tokens again to a template that already has them.
-        prompt_ids = [
-            self.tokenizer(
-                self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
-                add_special_tokens=False,
-            )["input_ids"]
-            for m in conversations
-        ]
+        prompt_ids = [self.tokenizer(self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
+                                     add_special_tokens=False)["input_ids"] for m in conversations]
         budgets = [min(sampling.token_budget(len(ids)), self.window - len(ids)) for ids in prompt_ids]
         fits = [i for i, budget in enumerate(budgets) if budget >= 1]  # an over-window prompt is not sent
         if len(fits) < len(prompt_ids):
             log.warning("%d of %d prompts leave no room in the window (%d tokens): not generated (finish_reason %s)",
                         len(prompt_ids) - len(fits), len(prompt_ids), self.window, OVER_WINDOW)
-        params = [
-            SamplingParams(
-                n=sampling.n,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                max_tokens=budgets[i],
-                seed=seeds[i],
-            )
-            for i in fits
-        ]
+        params = [SamplingParams(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
+                                 max_tokens=budgets[i], seed=seeds[i]) for i in fits]
         prompts = [{"prompt_token_ids": prompt_ids[i]} for i in fits]
         results = self.llm.generate(prompts, params, use_tqdm=False) if fits else []
         eos = self.tokenizer.eos_token_id
-        out = [over_window(sampling.n) for _ in conversations]
+        out = [[Completion("", 0, OVER_WINDOW)] * sampling.n for _ in conversations]
         for i, result in zip(fits, results, strict=True):
-            completions = []
-            for o in result.outputs:
-                ids = list(o.token_ids)
-                n_tokens = len(ids) - (1 if ids and ids[-1] == eos else 0)
-                reason = "length" if o.finish_reason == "length" else "stop"
-                completions.append(Completion(text=o.text, n_tokens=n_tokens, finish_reason=reason))
-            out[i] = completions
+            out[i] = [Completion(o.text, len(o.token_ids) - int(bool(o.token_ids) and o.token_ids[-1] == eos),
+                                 "length" if o.finish_reason == "length" else "stop") for o in result.outputs]
         return out

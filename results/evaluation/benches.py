@@ -1,5 +1,6 @@
 """The evaluation benches, one object each, named by the tasks (`tasks.registry.TaskSpec.evaluations`): load the
-cases, make the producer, score a record, aggregate the scores, flatten a summary for `results collect`.
+cases, make the producer, score a record, aggregate the scores, flatten a summary for `results collect`. A task of
+one's own names its own Bench subclass the same way.
 """
 
 from __future__ import annotations
@@ -12,27 +13,18 @@ from tasks.registry import evaluations, load_ref
 
 
 class Bench:
-    """One evaluation family. `defaults`: EXPERIMENTS.md's sampling; `needs_data`: cases come from --data;
-    `has_prompts`: the `prompts` stage applies (cases are built, not read from rows)."""
+    """One evaluation family. `defaults`: the paper's sampling (and other unset options); `needs_data`: cases come
+    from --data; `module`: has make_producer(backend, sampling). A bench defines load_cases(args) -> cases,
+    score(record, case, args, pool) -> scored record, aggregate(scored, args) -> (summary, markdown) and
+    flatten(summary) -> the flat columns of `results collect` (named like the authors' per-run files)."""
 
     name: str
     defaults: dict
     needs_data = True
-    has_prompts = False
-    module = None  # the bench's module: make_producer(backend, sampling)
-
-    def complete_args(self, args) -> None:
-        """Fill the bench's own defaults into the parsed command line."""
+    module = None
 
     def complete_generation_args(self, args) -> None:
-        """Fill what generation needs from the model (BFCL: its context window) into the command line."""
-
-    def load_cases(self, args) -> list[dict]:
-        raise NotImplementedError
-
-    def prompts(self, cases: list[dict]) -> list[dict]:
-        """The `prompts` stage's records: each case's first-turn chat as the model receives it."""
-        raise NotImplementedError
+        """Fill what generation needs from the model into the command line (BFCL: its context window)."""
 
     def producer(self, backend, sampling):
         return self.module.make_producer(backend, sampling)
@@ -42,19 +34,8 @@ class Bench:
         return None
 
     def score_settings(self, args) -> dict:
-        """Scoring settings of the bench's own, recorded with its scores (a rerun with others refuses to resume)."""
+        """Scoring settings of the bench's own, stored with its scores (a rerun with others refuses to resume)."""
         return {}
-
-    def score(self, record: dict, case: dict, args, pool) -> dict:
-        raise NotImplementedError
-
-    def aggregate(self, scored: list[dict], args) -> tuple[dict, str]:
-        """(summary, markdown table) of the scored records."""
-        raise NotImplementedError
-
-    def flatten(self, summary: dict) -> dict:
-        """A summary.json as flat score columns, named like the authors' per-run files (results.collect)."""
-        raise NotImplementedError
 
 
 class MathBench(Bench):
@@ -75,21 +56,15 @@ class MathBench(Bench):
 
     def aggregate(self, scored, args):
         meta = Path(args.out) / "generations.jsonl.meta.json"  # the sample count the generations were made with
-        samples = json.loads(meta.read_text())["sampling"]["n"] if meta.exists() else args.samples
-        math_eval.check_complete(scored, samples)
+        math_eval.check_complete(scored, json.loads(meta.read_text())["sampling"]["n"] if meta.exists() else args.samples)
         table = math_eval.summarise_math(scored, n_boot=args.boot, seed=args.seed)
         summary = {"benchmarks": table.to_dict("records"),
                    "verification_timeouts": int(sum(r.get("timeouts", 0) for r in scored)),
-                   "olympiad_bench_copy": math_eval.olympiad_copy(table),
-                   "grading": math_eval.GRADING}
+                   "olympiad_bench_copy": math_eval.olympiad_copy(table), "grading": math_eval.GRADING}
         return summary, math_eval.render_math_table(table)
 
     def flatten(self, summary):
-        row = {}
-        for bench_row in summary["benchmarks"]:
-            for metric in ("acc", "exceed", "joint"):
-                row[f"{bench_row['benchmark']}_{metric}"] = 100 * bench_row[metric]
-        return row
+        return {f"{row['benchmark']}_{m}": 100 * row[m] for row in summary["benchmarks"] for m in ("acc", "exceed", "joint")}
 
 
 class ToolRLBench(Bench):
@@ -107,25 +82,20 @@ class ToolRLBench(Bench):
 
     def aggregate(self, scored, args):
         summary = toolrl_eval.summarise_toolrl(scored, n_boot=args.boot, seed=args.seed)
-        text = "| metric | mean | 95% CI |\n|---|---|---|\n" + "".join(
+        return summary, "| metric | mean | 95% CI |\n|---|---|---|\n" + "".join(
             f"| {m} | {summary[m]:.3f} | [{summary[m + '_lo']:.3f}, {summary[m + '_hi']:.3f}] |\n"
             for m in toolrl_eval.METRICS)
-        return summary, text
 
     def flatten(self, summary):
-        return {metric: summary[metric] for metric in ("format", "correctness", "exact")}
+        return {metric: summary[metric] for metric in toolrl_eval.METRICS}
 
 
 class BFCLBench(Bench):
     name = "bfcl"
-    defaults = {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192}
+    defaults = {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192,
+                "categories": list(bfcl_eval.bfcl.CATEGORIES)}
     needs_data = False
-    has_prompts = True
     module = bfcl_eval
-
-    def complete_args(self, args) -> None:
-        if not args.categories:
-            args.categories = list(bfcl_eval.bfcl.CATEGORIES)
 
     def complete_generation_args(self, args) -> None:
         if args.context_window is None:  # new tokens clamped per request to the model's window
@@ -133,9 +103,6 @@ class BFCLBench(Bench):
 
     def load_cases(self, args):
         return bfcl_eval.load_bfcl_cases(args.categories, limit=args.limit)
-
-    def prompts(self, cases):
-        return bfcl_eval.first_turn_prompts(cases)
 
     def score_settings(self, args) -> dict:
         return {"length_max_words": args.length_max_words}
@@ -150,14 +117,9 @@ class BFCLBench(Bench):
     def flatten(self, summary):
         row = {}
         for kind in summary.get("kinds", ("accuracy", "format")):
-            groups = summary.get(f"groups_{kind}")
-            if groups:
-                for group, value in groups.items():
-                    row[f"{group}_{kind}"] = value
-            for category, values in summary.get("categories", {}).items():
-                row[f"{category}_{kind}"] = values[kind]
-        row["over_window_cases"] = summary.get("over_window_cases", 0)
-        return row
+            row.update({f"{group}_{kind}": value for group, value in (summary.get(f"groups_{kind}") or {}).items()})
+            row.update({f"{category}_{kind}": values[kind] for category, values in summary.get("categories", {}).items()})
+        return {**row, "over_window_cases": summary.get("over_window_cases", 0)}
 
 
 MATH, TOOLRL, BFCL = MathBench(), ToolRLBench(), BFCLBench()

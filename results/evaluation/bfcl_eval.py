@@ -31,7 +31,7 @@ _ALLOWED_KINDS = ("<tool_call>", "<response>", "<tool_call><response>")
 
 # ------------------------------------------------------------------------------------------------ bfcl-eval
 def _bfcl():
-    """Import the pieces of bfcl-eval we use (see the module docstring about model_config)."""
+    """The pieces of bfcl-eval we use (see the module docstring about model_config)."""
     try:
         import bfcl_eval  # noqa: F401
     except ImportError as err:
@@ -66,22 +66,11 @@ def is_multi_turn(category: str) -> bool:
     return category.startswith("multi_turn")
 
 
-def language_of(category: str) -> str:
-    if category == "simple_java":
-        return "java"
-    if category == "simple_javascript":
-        return "javascript"
-    return "python"
-
-
 def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | None = None) -> list[dict]:
-    """Test entries of the categories with their possible answers, from the bfcl-eval package data.
-
-    ``messages`` is the first-turn chat of ToolRL's BFCL handler, the same rows as ``python -m data_prep
-    bfcl``; ``functions`` the prompted function docs (BFCL's language hints, Java/JavaScript parameters as
-    strings), from which later steps are rendered again. The checkers and the multi-turn executor get the entry as BFCL's own
-    runner does: function docs of the involved classes added, miss_func functions held out per turn, but
-    no language hints (the AST checker types Java/JavaScript values by the original parameter types)."""
+    """Test entries with their possible answers, from the bfcl-eval package data. ``messages``: the first-turn chat
+    (the rows of ``python -m data_prep bfcl``); ``functions``: the prompted docs (BFCL's language hints), from which
+    later steps are rendered. The checkers get the entry as BFCL's runner does: without language hints (the AST
+    checker types Java/JavaScript values by the original parameter types), multi-turn class docs added."""
     from data_prep import bfcl as bfcl_prep
 
     data_dir = bfcl_prep.package_data_dir()
@@ -101,12 +90,6 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
     return cases
 
 
-# ------------------------------------------------------------------------------------------------ prompts
-def first_turn_prompts(cases: Sequence[dict]) -> list[dict]:
-    """{"id", "category", "messages"} per case: the first-turn chat exactly as the model receives it."""
-    return [{"id": c["case_id"], "category": c["category"], "messages": c["messages"]} for c in cases]
-
-
 # ------------------------------------------------------------------------------------------------ decoding
 def is_call_list(decoded) -> bool:
     """BFCL's check of a decoded single-turn output: a list of one-key dicts whose value is a dict."""
@@ -117,7 +100,7 @@ def is_call_list(decoded) -> bool:
 
 
 def step_calls(text: str) -> list[str]:
-    """A multi-turn emission's executable calls; [] when the handler's decoding is empty or fails."""
+    """A multi-turn emission's executable calls; [] when decoding is empty or fails."""
     try:
         return protocol.decode_execute(text)
     except protocol.UndecodableCalls:
@@ -151,21 +134,20 @@ def emission_length(text: str, max_words: int = THINK_WORD_LIMIT) -> float:
 
 
 def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, float]:
-    """Per-case means over the emissions of format, length (also as length_le_N) and think words; 0 each
-    for a case without emissions."""
-    def mean(values):
-        return float(np.mean(values)) if emissions else 0.0
+    """Per-case means over the emissions of format, length (also as length_le_N) and think words (0 without)."""
+    def mean(fn, *args):
+        return float(np.mean([fn(t, *args) for t in emissions])) if emissions else 0.0
 
-    length = mean([emission_length(t, max_words) for t in emissions])
-    return {"format": mean([emission_format(t) for t in emissions]), "length": length,
-            length_name(max_words): length, "think_words": mean([think_words(t) for t in emissions])}
+    length = mean(emission_length, max_words)
+    return {"format": mean(emission_format), "length": length, length_name(max_words): length,
+            "think_words": mean(think_words)}
 
 
 def model_window(model_dir: str) -> int:
     """The model's context window: ``max_position_embeddings`` of its config (32,768 for the paper models)."""
-    from transformers import AutoConfig
+    from results.evaluation.backends import model_positions
 
-    window = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    window = model_positions(model_dir)
     if not isinstance(window, int) or window <= 0:
         raise ValueError(f"{model_dir}: its config names no max_position_embeddings; pass --context-window")
     return window
@@ -176,29 +158,19 @@ class _Dialogue:
     """The state of one case during generation: BFCL's message history, the current turn and step."""
 
     def __init__(self, case: dict, run_tag: str):
-        self.case = case
-        self.entry = case["entry"]
-        self.multi = is_multi_turn(case["category"])
+        self.case, self.entry, self.multi = case, case["entry"], is_multi_turn(case["category"])
         self.history: list[dict] = [dict(m) for m in self.entry["question"][0]]
-        self.turn, self.step = 0, 0
+        self.turn = self.step = 0
         self.turns: list[list[str]] = [[]]
         self.tokens: list[list[int]] = [[]]
         self.finish: list[list[str]] = [[]]
-        self.force_quit = False
-        self.over_window = False
-        self.done = False
+        self.force_quit = self.over_window = self.done = False
         self.model_name = f"{run_tag}_{uuid.uuid4().hex[:8]}"
 
     @property
     def messages(self) -> list[dict]:
         """What the model receives now: the handler's [system, user] rendering of the whole history."""
         return protocol.bfcl_messages(self.history, self.case["functions"], self.multi)
-
-    def record_emission(self, completion) -> None:
-        self.turns[-1].append(completion.text)
-        self.tokens[-1].append(completion.n_tokens)
-        self.finish[-1].append(completion.finish_reason)
-        self.history.append({"role": "assistant", "content": completion.text})
 
     def advance(self, completion, mod) -> None:
         """Consume one emission: single-turn cases end; multi-turn cases execute calls or move on. A prompt
@@ -208,7 +180,10 @@ class _Dialogue:
                         self.case["case_id"])
             self.over_window = self.done = True
             return
-        self.record_emission(completion)
+        self.turns[-1].append(completion.text)
+        self.tokens[-1].append(completion.n_tokens)
+        self.finish[-1].append(completion.finish_reason)
+        self.history.append({"role": "assistant", "content": completion.text})
         if not self.multi:
             self.done = True
             return
@@ -224,20 +199,16 @@ class _Dialogue:
         for call, result in zip(calls, results, strict=True):
             self.history.append({"role": "tool", "name": call, "content": result})
         self.step += 1
-        if self.step > MAX_STEPS:
-            self.force_quit = True
-            self.done = True
+        self.force_quit = self.done = self.step > MAX_STEPS
 
     def next_turn(self) -> None:
-        self.turn += 1
-        self.step = 0
+        self.turn, self.step = self.turn + 1, 0
         questions = self.entry["question"]
         if self.turn >= len(questions):
             self.done = True
             return
-        self.turns.append([])
-        self.tokens.append([])
-        self.finish.append([])
+        for kept in (self.turns, self.tokens, self.finish):
+            kept.append([])
         held_out = self.entry.get("missed_function", {}).get(str(self.turn))
         if held_out:
             self.history.append(protocol.bfcl_more_functions_message(held_out))
@@ -296,7 +267,7 @@ def _check_single_turn(text: str, case: dict, mod) -> tuple[bool, str | None]:
     decoded = protocol.decode_ast(text)
     if not is_call_list(decoded):
         return False, "decoded calls are not [{name: {parameter: value}}] (BFCL's format check)"
-    language = language_of(case["category"])
+    language = {"simple_java": "java", "simple_javascript": "javascript"}.get(case["category"], "python")
     result = mod.ast_checker(case["entry"]["function"], decoded, case["ground_truth"],
                              mod.Language(language), case["category"], MODEL_NAME)
     return result["valid"], None if result["valid"] else str(result.get("error"))
@@ -316,16 +287,6 @@ def _check_multi_turn(record: dict, case: dict, mod) -> tuple[bool, str | None]:
     return result["valid"], None if result["valid"] else str(result.get("error_type", result))
 
 
-def summary_kinds(scored: Sequence[dict]) -> list[str]:
-    """The per-case scores the summary aggregates: accuracy, format, and the length diagnostics when scored
-    (score files written before they existed have none)."""
-    kinds = ["accuracy", "format"]
-    names = [k for k in scored[0] if k == "length" or k.startswith("length_le_")] if scored else []
-    if names and "think_words" in scored[0]:
-        kinds += [*names, "think_words"]
-    return kinds
-
-
 def summarise_bfcl(scored: Sequence[dict]) -> dict:
     """Per-category accuracy, format and length diagnostics (percent; think_words in words), then the groups
     and Averages of results.bfcl. Live's micro mean uses the case counts actually scored (the official
@@ -333,13 +294,11 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
     by_cat: dict[str, list[dict]] = defaultdict(list)
     for rec in scored:
         by_cat[rec["category"]].append(rec)
-    kinds = summary_kinds(scored)
-    per_case = {"accuracy": "valid"}
-    scale = {k: (1.0 if k == "think_words" else 100.0) for k in kinds}
-    categories = {
-        c: {"cases": len(rows), **{k: scale[k] * float(np.mean([r[per_case.get(k, k)] for r in rows])) for k in kinds}}
-        for c, rows in by_cat.items()
-    }
+    # the length diagnostics when scored (score files written before they existed have none)
+    names = [k for k in scored[0] if k == "length" or k.startswith("length_le_")] if scored else []
+    kinds = ["accuracy", "format"] + ([*names, "think_words"] if names and "think_words" in scored[0] else [])
+    categories = {c: {"cases": len(rows), **{k: (1.0 if k == "think_words" else 100.0) * float(
+        np.mean([r["valid" if k == "accuracy" else k] for r in rows])) for k in kinds}} for c, rows in by_cat.items()}
     out = {"categories": categories, "kinds": kinds,
            "over_window_cases": sum(bool(r.get("over_window")) for r in scored)}
     counts = {c: v["cases"] for c, v in categories.items()}
@@ -365,7 +324,6 @@ def render_bfcl_table(summary: dict) -> str:
     averages = [f"{summary[f'average_{k}']:.2f}" if f"average_{k}" in summary else "" for k in kinds]
     if any(averages):
         lines.append("| **average** | | " + " | ".join(averages) + " |")
-    lines.append("")
-    lines.append(f"{summary.get('over_window_cases', 0)} case(s) failed because a prompt left no room in the "
+    lines.append(f"\n{summary.get('over_window_cases', 0)} case(s) failed because a prompt left no room in the "
                  "context window.")
     return "\n".join(lines) + "\n"

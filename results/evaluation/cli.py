@@ -1,8 +1,7 @@
-"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all,prompts} --out DIR ...``
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} --out DIR ...``
 
 Writes generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
-resumable. ``bfcl prompts`` writes DIR/prompts.jsonl, the first-turn chats (no model). Exit status 1 when cases
-are still missing after retries (docs/results.md, "Checkpoint evaluation").
+resumable. Exit status 1 when cases are still missing after retries (docs/results.md, "Checkpoint evaluation").
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from dara.io import atomic_write_json, atomic_write_jsonl
+from dara.io import atomic_write_json
 from results.evaluation import bfcl_eval, math_eval
 from results.evaluation.backends import Backend, EngineStartError, SamplingConfig, VLLMBackend
 from results.evaluation.benches import Bench, benches
@@ -22,43 +21,36 @@ from results.evaluation.runner import run_cases
 from results.evaluation.store import CaseStore
 
 
-def bench_of(args) -> Bench:
-    return benches()[args.bench]
-
-
-def generate(args, cases: list[dict], backend: Backend | None = None) -> int:
-    bench_of(args).complete_generation_args(args)
+def generate(args, bench: Bench, cases: list[dict], backend: Backend | None = None) -> int:
+    bench.complete_generation_args(args)
     sampling = SamplingConfig(n=args.samples, temperature=args.temperature, top_p=args.top_p,
                               max_new_tokens=args.max_new_tokens, seed=args.seed, context_window=args.context_window)
     settings = {"bench": args.bench, "model": str(Path(args.model).resolve()), "sampling": sampling.as_dict(),
                 "data": sorted(map(str, args.data or [])), "categories": list(args.categories or [])}
     store = CaseStore(Path(args.out) / "generations.jsonl", settings)
-    todo = [c for c in cases if c["case_id"] not in store]
-    if not todo:
+    if all(c["case_id"] in store for c in cases):
         print(f"[generate] all {len(cases)} cases already generated", file=sys.stderr)
         return 0
     if backend is None:
         import torch
 
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
-            backend = VLLMBackend(args.model, device=device, tensor_parallel_size=args.tp,
-                                  gpu_memory_utilization=args.gpu_memory_utilization,
+            backend = VLLMBackend(args.model, device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                                  tensor_parallel_size=args.tp, gpu_memory_utilization=args.gpu_memory_utilization,
                                   max_model_len=args.context_window)
         except EngineStartError as error:
             raise SystemExit(str(error)) from None
-    summary = run_cases(cases, store, bench_of(args).producer(backend, sampling), batch_size=args.batch_size,
+    summary = run_cases(cases, store, bench.producer(backend, sampling), batch_size=args.batch_size,
                         retries=args.retries, backoff_s=args.backoff, label=f"{args.bench} generate")
     return 1 if summary.missing else 0
 
 
-def score(args, cases: list[dict]) -> int:
+def score(args, bench: Bench, cases: list[dict]) -> int:
     generations = CaseStore(Path(args.out) / "generations.jsonl")
-    settings = {"bench": args.bench, "length_limit": args.length_limit, **bench_of(args).score_settings(args)}
-    scores = CaseStore(Path(args.out) / "scores.jsonl", settings)
+    scores = CaseStore(Path(args.out) / "scores.jsonl",
+                       {"bench": args.bench, "length_limit": args.length_limit, **bench.score_settings(args)})
     by_id = {c["case_id"]: c for c in cases}
     todo = [r for r in generations.records.values() if r["case_id"] not in scores]
-    bench = bench_of(args)
     pool = bench.score_pool(args) if todo else None
     try:
         for i, record in enumerate(todo, start=1):
@@ -72,16 +64,14 @@ def score(args, cases: list[dict]) -> int:
     return 0
 
 
-def aggregate(args, cases: list[dict]) -> int:
-    out = Path(args.out)
-    scored = [r for r in CaseStore(out / "scores.jsonl").records.values() if r["case_id"] in {c["case_id"] for c in cases}]
+def aggregate(args, bench: Bench, cases: list[dict]) -> int:
+    ids = {c["case_id"] for c in cases}
+    scored = [r for r in CaseStore(Path(args.out) / "scores.jsonl").records.values() if r["case_id"] in ids]
     missing = len(cases) - len(scored)
-    summary, text = bench_of(args).aggregate(scored, args)
-    summary["missing_cases"] = missing
-    summary["bench"] = args.bench
-    summary["run"] = run_identity(args)
-    atomic_write_json(out / "summary.json", summary, sort_keys=True)
-    (out / "summary.md").write_text(text)
+    summary, text = bench.aggregate(scored, args)
+    summary.update(missing_cases=missing, bench=args.bench, run=run_identity(args))
+    atomic_write_json(Path(args.out) / "summary.json", summary, sort_keys=True)
+    (Path(args.out) / "summary.md").write_text(text)
     print(text)
     if missing:
         print(f"warning: {missing} of {len(cases)} cases have no score yet (rerun generate)", file=sys.stderr)
@@ -89,31 +79,22 @@ def aggregate(args, cases: list[dict]) -> int:
 
 
 def run_identity(args) -> dict:
-    """Which run and checkpoint this evaluation scores: the training run's run_info.json (conventions:
-    run_name, method, seed, task, model) and the checkpoint step, for ``python -m results collect``."""
+    """The run and checkpoint this evaluation scores (for ``python -m results collect``): the training run's
+    run_info.json (run_name, method, seed, task, model), overridden by --run-method/-seed/-step/-model."""
     info: dict = {}
     if args.run_dir:
         path = Path(args.run_dir) / "run_info.json"
         if not path.exists():
             raise SystemExit(f"--run-dir {args.run_dir}: no run_info.json there")
         info = json.loads(path.read_text())
-    for key in ("method", "seed", "step", "model"):
-        if getattr(args, f"run_{key}") is not None:
-            info[key] = getattr(args, f"run_{key}")
-    return info
-
-
-def write_prompts(args, cases: list[dict]) -> int:
-    path = Path(args.out) / "prompts.jsonl"
-    atomic_write_jsonl(path, bench_of(args).prompts(cases))
-    print(f"[{args.bench} prompts] {len(cases)} cases -> {path}", file=sys.stderr)
-    return 0
+    return {**info, **{key: getattr(args, f"run_{key}") for key in ("method", "seed", "step", "model")
+                       if getattr(args, f"run_{key}") is not None}}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results.evaluation", description=__doc__)
     parser.add_argument("bench", choices=tuple(benches()))
-    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all", "prompts"))
+    parser.add_argument("stage", choices=("generate", "score", "aggregate", "all"))
     parser.add_argument("--out", required=True, help="output folder of this evaluation")
     parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
     parser.add_argument("--device", choices=("cpu", "cuda"),
@@ -154,14 +135,10 @@ def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
     """``backend``: an engine already started for ``--model`` (the tests share one); None starts one."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    bench = bench_of(args)
+    bench = benches()[args.bench]
     for key, value in bench.defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    bench.complete_args(args)
-    if args.stage == "prompts" and not bench.has_prompts:
-        raise SystemExit(f"the prompts stage is for {', '.join(n for n, b in benches().items() if b.has_prompts)} "
-                         "(the other benches' prompts are the data rows themselves)")
     if bench.needs_data and not args.data:
         raise SystemExit(f"{args.bench} needs --data")
     for path in args.data or []:  # a missing input is one line, not a pyarrow traceback
@@ -173,18 +150,11 @@ def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
         cases = bench.load_cases(args)
     except (OSError, ValueError, KeyError) as error:  # a malformed file: name it, no traceback
         raise SystemExit(f"cannot read the {args.bench} cases from {args.data}: {error}") from None
-    if args.stage == "prompts":
-        return write_prompts(args, cases)
-    status = 0
-    if args.stage in ("generate", "all"):
-        if not args.model:
-            raise SystemExit("generate needs --model")
-        status |= generate(args, cases, backend)
-    if args.stage in ("score", "all"):
-        status |= score(args, cases)
-    if args.stage in ("aggregate", "all"):
-        status |= aggregate(args, cases)
-    return status
+    if args.stage in ("generate", "all") and not args.model:
+        raise SystemExit("generate needs --model")
+    status = generate(args, bench, cases, backend) if args.stage in ("generate", "all") else 0
+    status |= score(args, bench, cases) if args.stage in ("score", "all") else 0
+    return status | (aggregate(args, bench, cases) if args.stage in ("aggregate", "all") else 0)
 
 
 if __name__ == "__main__":

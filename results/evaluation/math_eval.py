@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.bootstrap import bootstrap_means, percentile_interval, resample_indices
+from results.evaluation.bootstrap import percentile_interval
 from results.evaluation.runner import single_turn_producer
 from tasks import math as task
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -39,30 +39,23 @@ def _reference_answer(raw, where: str) -> str:
 
 
 def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
-    """Questions from raw benchmark JSONs (``problem``/``answer``; the training prompt of tasks.math)
-    or verl parquet files (``prompt`` messages, ``reward_model.ground_truth``).
-    ``limit`` keeps the first N questions of each file (smoke runs)."""
+    """Questions from raw benchmark JSONs (``problem``/``answer``, the training prompt of tasks.math) or verl
+    parquet files (``prompt`` messages, ``reward_model.ground_truth``); ``limit``: the first N of each file."""
     cases: list[dict] = []
-    for raw_path in paths:
-        path = Path(raw_path)
+    for path in map(Path, paths):
         if path.suffix == ".json":
             source = FILE_TO_SOURCE.get(path.stem, path.stem)
-            rows = json.loads(path.read_text())
-            for i, row in enumerate(rows[:limit]):
-                messages = task.prompt_messages(row["problem"])
-                cases.append({"case_id": f"{source}_{i}", "data_source": source, "messages": messages,
-                              "answer": _reference_answer(row.get("answer"), f"{path}[{i}]")})
+            rows = [(f"{source}_{i}", source, task.prompt_messages(row["problem"]), row.get("answer"))
+                    for i, row in enumerate(json.loads(path.read_text()))]
         elif path.suffix == ".parquet":
-            frame = pd.read_parquet(path)
-            for i, row in enumerate(frame.head(limit).itertuples() if limit else frame.itertuples()):
-                messages = [{"role": m["role"], "content": m["content"]} for m in row.prompt]
-                extra = row.extra_info if isinstance(row.extra_info, dict) else {}
-                # one answer string per question (data_prep keeps other accepted forms aside; unused here)
-                cases.append({"case_id": f"{row.data_source}_{extra.get('index', i)}", "data_source": row.data_source,
-                              "messages": messages,
-                              "answer": _reference_answer(row.reward_model["ground_truth"], f"{path}[{i}]")})
+            rows = [(f"{row.data_source}_{(row.extra_info if isinstance(row.extra_info, dict) else {}).get('index', i)}",
+                     row.data_source, [{"role": m["role"], "content": m["content"]} for m in row.prompt],
+                     row.reward_model["ground_truth"]) for i, row in enumerate(pd.read_parquet(path).itertuples())]
         else:
             raise ValueError(f"{path}: math benchmarks are .json (raw) or .parquet (verl rows)")
+        cases += [{"case_id": case_id, "data_source": source, "messages": messages,
+                   "answer": _reference_answer(answer, f"{path}[{i}]")}
+                  for i, (case_id, source, messages, answer) in enumerate(rows[:limit])]
     return cases
 
 
@@ -127,12 +120,10 @@ def generated_token_ids(sample: dict) -> int:
 
 
 def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -> dict:
-    """Per sample: strict (verl's Hendrycks grader), correct (numeq: strict, else the numeric fallback),
-    exceed (generated ids with EOS > length_limit), joint.
-
-    With ``pool`` (a rewards.pool.HardTimeoutPool) every strict grading runs in a worker with a hard time
-    limit; one that times out scores the sample wrong and is counted in ``timeouts``. A worker error raises
-    (the case stays unscored and a rerun retries it), never a silent zero."""
+    """Per sample: strict (verl's Hendrycks grader), correct (numeq: strict, else the numeric fallback), exceed
+    (generated ids with EOS > length_limit), joint. With ``pool`` (a rewards.pool.HardTimeoutPool) each strict
+    grading has a hard time limit: a timeout scores wrong and is counted; a worker error raises (the case stays
+    unscored, a rerun retries it), never a silent zero."""
     from rewards import math as math_reward
 
     answer = _reference_answer(record["answer"], record["case_id"])
@@ -151,57 +142,46 @@ def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -
             else:
                 raise RuntimeError(f"case {record['case_id']}: scoring failed: {outcome.error}")
     strict = [int(reward["correctness"] >= 1) for reward in rewards]
-    correct = [s or int(numeric_equal(sample["text"], answer))
-               for s, sample in zip(strict, record["samples"], strict=True)]
-    exceed = [int(generated_token_ids(sample) > length_limit) for sample in record["samples"]]
-    joint = [int(c and not e) for c, e in zip(correct, exceed, strict=True)]
+    correct = [s or int(numeric_equal(sample["text"], answer)) for s, sample in zip(strict, record["samples"],
+                                                                                    strict=True)]
+    n_tokens = [generated_token_ids(sample) for sample in record["samples"]]
+    exceed = [int(n > length_limit) for n in n_tokens]
     return {"case_id": record["case_id"], "data_source": record["data_source"], "correct": correct,
-            "strict": strict, "exceed": exceed, "joint": joint,
-            "n_tokens": [generated_token_ids(s) for s in record["samples"]], "timeouts": timeouts}
+            "strict": strict, "exceed": exceed, "joint": [int(c and not e) for c, e in zip(correct, exceed, strict=True)],
+            "n_tokens": n_tokens, "timeouts": timeouts}
 
 
-def question_table(scored: Sequence[dict]) -> dict[str, dict[str, np.ndarray]]:
-    """{benchmark: {metric: per-question mean over samples}} in BENCHMARK_ORDER, then others sorted."""
+def summarise_math(scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
+    """Rows = benchmarks (BENCHMARK_ORDER, then others sorted) + "macro"; columns: questions and per metric the mean
+    over questions of the per-question sample mean with its CI (``<m>``, ``<m>_lo``, ``<m>_hi``). The same
+    bootstrap indices serve every metric of a benchmark; macro's resamples are the benchmarks' averaged."""
     by_source: dict[str, dict[str, list[float]]] = {}
     for rec in scored:
         if not rec["correct"]:
             raise ValueError(f"case {rec['case_id']} has no samples")
         slot = by_source.setdefault(rec["data_source"], {m: [] for m in METRICS})
-        slot["acc"].append(float(np.mean(rec["correct"])))
-        slot["acc_strict"].append(float(np.mean(rec.get("strict", rec["correct"]))))
-        slot["exceed"].append(float(np.mean(rec["exceed"])))
-        slot["joint"].append(float(np.mean(rec["joint"])))
-    order = [b for b in BENCHMARK_ORDER if b in by_source] + sorted(set(by_source) - set(BENCHMARK_ORDER))
-    return {b: {m: np.asarray(by_source[b][m]) for m in METRICS} for b in order}
-
-
-def summarise_math(
-    scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95
-) -> pd.DataFrame:
-    """Rows = benchmarks + "macro"; columns: questions, and per metric the point value and CI bounds
-    (``<m>``, ``<m>_lo``, ``<m>_hi``). The same bootstrap indices serve the three metrics."""
-    table = question_table(scored)
-    if not table:
+        for metric, key in zip(METRICS, ("correct", "strict", "exceed", "joint"), strict=True):
+            slot[metric].append(float(np.mean(rec.get(key, rec["correct"]))))
+    if not by_source:
         raise ValueError("no scored cases")
+    order = [b for b in BENCHMARK_ORDER if b in by_source] + sorted(set(by_source) - set(BENCHMARK_ORDER))
     rng = np.random.default_rng(seed)
-    rows, boot_by_metric = [], {m: [] for m in METRICS}
-    for bench, metrics in table.items():
-        n_questions = len(metrics["acc"])
-        resamples = resample_indices(rng, n_questions, n_boot)
+    rows, boots = [], {m: [] for m in METRICS}
+    for bench in order:
+        n_questions = len(by_source[bench]["acc"])
+        resamples = rng.integers(0, n_questions, size=(n_boot, n_questions))
         row = {"benchmark": bench, "questions": n_questions}
         for m in METRICS:
-            boot = bootstrap_means(metrics[m], resamples)
-            boot_by_metric[m].append(boot)
-            row[m] = float(metrics[m].mean())
-            row[f"{m}_lo"], row[f"{m}_hi"] = percentile_interval(boot, ci)
+            values = np.asarray(by_source[bench][m])
+            boots[m].append(values[resamples].mean(axis=1))
+            row[m] = float(values.mean())
+            row[f"{m}_lo"], row[f"{m}_hi"] = percentile_interval(boots[m][-1], ci)
         rows.append(row)
     macro = {"benchmark": "macro", "questions": sum(r["questions"] for r in rows)}
     for m in METRICS:
-        boot = np.mean(boot_by_metric[m], axis=0)
         macro[m] = float(np.mean([r[m] for r in rows]))
-        macro[f"{m}_lo"], macro[f"{m}_hi"] = percentile_interval(boot, ci)
-    rows.append(macro)
-    return pd.DataFrame(rows)
+        macro[f"{m}_lo"], macro[f"{m}_hi"] = percentile_interval(np.mean(boots[m], axis=0), ci)
+    return pd.DataFrame([*rows, macro])
 
 
 def olympiad_copy(summary: pd.DataFrame) -> str | None:

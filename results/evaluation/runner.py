@@ -1,6 +1,6 @@
 """The resumable generation loop of every bench: batches of the cases the store lacks, each finished record appended
-at once; an infrastructure error is retried with backoff, and after the retries the batch stays missing (a rerun
-fills it), never scored wrong.
+at once; an infrastructure error is retried with doubling backoff, and after the retries the batch stays missing (a
+rerun fills it), never scored wrong.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from results.evaluation.store import CaseStore
 
 log = logging.getLogger(__name__)
-
-# Errors of the machinery rather than of the model's answer. ValueError/KeyError (bad inputs) are not here:
-# they stop the run with their message.
+# Errors of the machinery rather than of the answer; ValueError/KeyError (bad inputs) stop the run.
 INFRA_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, OSError, TimeoutError, ConnectionError, MemoryError)
 
 
@@ -30,12 +28,6 @@ class RunSummary:
     retries: int
     seconds: float
 
-    def line(self) -> str:
-        return (
-            f"{self.total} cases: {self.already_done} already done, {self.generated} generated now, "
-            f"{len(self.missing)} missing after retries, {self.retries} retries, {self.seconds:.1f}s"
-        )
-
 
 def case_seed(base_seed: int, case_id: str) -> int:
     """A per-case seed independent of order and of resumption: base seed + CRC32 of the case id."""
@@ -43,41 +35,29 @@ def case_seed(base_seed: int, case_id: str) -> int:
 
 
 def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[[list[dict]], list[dict]]:
-    """Batch of single-turn cases -> finished records: the `carried` case fields plus every sample.
-
-    Each case samples with its own seed (`case_seed`), so results do not depend on batching or resumption.
-    """
+    """Batch of single-turn cases -> records: the `carried` case fields and every sample, each case seeded by
+    `case_seed` (so results do not depend on batching or resumption)."""
 
     def produce(batch: list[dict]) -> list[dict]:
-        seeds = [case_seed(sampling.seed, c["case_id"]) for c in batch]
-        outputs = backend.chat([c["messages"] for c in batch], sampling, seeds)
+        outputs = backend.chat([c["messages"] for c in batch], sampling,
+                               [case_seed(sampling.seed, c["case_id"]) for c in batch])
         return [{**{key: c[key] for key in ("case_id", "data_source", *carried)},
-                 "samples": [s.as_dict() for s in samples]}
-                for c, samples in zip(batch, outputs, strict=True)]
+                 "samples": [s.as_dict() for s in samples]} for c, samples in zip(batch, outputs, strict=True)]
 
     return produce
 
 
-def run_cases(
-    cases: Sequence[dict],
-    store: CaseStore,
-    produce: Callable[[list[dict]], list[dict]],
-    *,
-    batch_size: int = 8,
-    retries: int = 3,
-    backoff_s: float = 5.0,
-    label: str = "generate",
-) -> RunSummary:
+def run_cases(cases: Sequence[dict], store: CaseStore, produce: Callable[[list[dict]], list[dict]], *,
+              batch_size: int = 8, retries: int = 3, backoff_s: float = 5.0, label: str = "generate") -> RunSummary:
     """Generate every case whose ``case_id`` is not in ``store``; see the module docstring."""
     start = time.monotonic()
     ids = [c["case_id"] for c in cases]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{label}: duplicated case ids in the input")
     todo = [c for c in cases if c["case_id"] not in store]
-    already = len(cases) - len(todo)
-    generated, retry_count, missing = 0, 0, []
+    summary = RunSummary(len(cases), len(cases) - len(todo), 0, [], 0, 0.0)
     for offset in range(0, len(todo), batch_size):
-        batch = todo[offset : offset + batch_size]
+        batch, records = todo[offset: offset + batch_size], []
         for attempt in range(retries + 1):
             try:
                 records = produce(batch)
@@ -86,18 +66,19 @@ def run_cases(
                 if attempt == retries:
                     log.error("%s: batch at %d failed %d times (%s); its cases stay missing", label, offset,
                               retries + 1, err)
-                    missing.extend(c["case_id"] for c in batch)
-                    records = []
+                    summary.missing.extend(c["case_id"] for c in batch)
                     break
-                retry_count += 1
+                summary.retries += 1
                 log.warning("%s: infrastructure error (%s: %s); retry %d/%d", label, type(err).__name__, err,
                             attempt + 1, retries)
                 time.sleep(backoff_s * (2**attempt))
         for record in records:
             store.append(record)
-            generated += 1
-        done = already + generated + len(missing)
+        summary.generated += len(records)
+        done = summary.already_done + summary.generated + len(summary.missing)
         print(f"[{label}] {done}/{len(cases)} cases ({time.monotonic() - start:.0f}s)", file=sys.stderr, flush=True)
-    summary = RunSummary(len(cases), already, generated, missing, retry_count, time.monotonic() - start)
-    print(f"[{label}] {summary.line()}", file=sys.stderr, flush=True)
+    summary.seconds = time.monotonic() - start
+    print(f"[{label}] {summary.total} cases: {summary.already_done} already done, {summary.generated} generated now, "
+          f"{len(summary.missing)} missing after retries, {summary.retries} retries, {summary.seconds:.1f}s",
+          file=sys.stderr, flush=True)
     return summary

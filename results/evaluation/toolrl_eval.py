@@ -19,24 +19,13 @@ METRICS = ("format", "correctness", "exact")
 
 def load_toolrl_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
     """verl parquet rows (data_source "rlla"): prompt messages and the ground-truth assistant text."""
-    cases = []
-    for path in paths:
-        frame = pd.read_parquet(path)
-        if limit:
-            frame = frame.head(limit)
-        for i, row in enumerate(frame.itertuples()):
-            index = row.extra_info.get("index", i) if isinstance(row.extra_info, dict) else i
-            cases.append({
-                "case_id": f"{row.data_source}_{index}",
-                "data_source": row.data_source,
-                "messages": [{"role": m["role"], "content": m["content"]} for m in row.prompt],
-                "ground_truth": str(row.reward_model["ground_truth"]),
-            })
-    return cases
+    return [{"case_id": f"{row.data_source}_{row.extra_info.get('index', i) if isinstance(row.extra_info, dict) else i}",
+             "data_source": row.data_source, "messages": [{"role": m["role"], "content": m["content"]} for m in row.prompt],
+             "ground_truth": str(row.reward_model["ground_truth"])}
+            for path in paths for i, row in enumerate(pd.read_parquet(path).head(limit).itertuples())]
 
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
-    """Batch of cases -> finished records with every sample's text, token count and finish reason."""
     return single_turn_producer(backend, sampling, carried=("ground_truth",))
 
 
@@ -44,13 +33,10 @@ def score_record(record: dict) -> dict:
     """Per sample: rewards.toolrl format and correctness, and exact = correctness at its maximum (3)."""
     from rewards import toolrl
 
-    fmt, corr = [], []
-    for sample in record["samples"]:
-        reward = toolrl.score(sample["text"], record["ground_truth"])
-        fmt.append(float(reward["format"]))
-        corr.append(float(reward["correctness"]))
-    return {"case_id": record["case_id"], "data_source": record["data_source"], "format": fmt,
-            "correctness": corr, "exact": [float(c >= 3.0) for c in corr]}
+    rewards = [toolrl.score(sample["text"], record["ground_truth"]) for sample in record["samples"]]
+    corr = [float(r["correctness"]) for r in rewards]
+    return {"case_id": record["case_id"], "data_source": record["data_source"],
+            "format": [float(r["format"]) for r in rewards], "correctness": corr, "exact": [float(c >= 3.0) for c in corr]}
 
 
 def summarise_toolrl(scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict:

@@ -40,25 +40,19 @@ def make_batch(n: int, t: int, group_size: int, device: str, seed: int = 0):
     return scores, index, mask
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def paired(fn, floor_fn, repeats: int, device: str) -> tuple[float, float]:
-    """Median time of `fn` and median of its per-round ratio to the floor, timed in alternation.
-
-    Alternating the two inside each round cancels most of the drift of a shared, noisy machine.
-    """
+    """Median time of `fn` and median of its per-round ratio to the floor, timed in alternation (which cancels most
+    of the drift of a shared, noisy machine)."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     fn(), floor_fn()  # warm-up (allocator, lazy imports, kernels)
     times, ratios = [], []
     for _ in range(repeats):
         pair = []
         for f in (floor_fn, fn):
-            _sync(device)
+            sync()
             start = time.perf_counter()
             f()
-            _sync(device)
+            sync()
             pair.append(time.perf_counter() - start)
         times.append(pair[1])
         ratios.append(pair[1] / pair[0])
@@ -127,12 +121,10 @@ def print_table(label, n, t, rows):
     print(f"\n### {label}: {n} responses x {t} tokens, K = 2\n")
     print("| estimator | median ms | x floor | x verl GRPO |")
     print("|---|---:|---:|---:|")
+    # x floor: median of per-round paired ratios; x verl: ratio of the two medians (verl's long Python loop slows
+    # the floor runs paired with it, so its paired ratio understates its cost)
     for name, seconds, ratio in rows:
-        # x floor: median of per-round paired ratios; x verl: ratio of the two medians (same process).
-        # (verl's long Python loop leaves the floor runs paired with it slower, so its paired ratio to the
-        # floor understates verl's cost; the medians compare the two directly.)
-        vs_verl = f"{seconds / verl[1]:.3f}" if verl else "n/a"
-        print(f"| {name} | {seconds * 1e3:.2f} | {ratio:.2f} | {vs_verl} |")
+        print(f"| {name} | {seconds * 1e3:.2f} | {ratio:.2f} | {f'{seconds / verl[1]:.3f}' if verl else 'n/a'} |")
     return verl
 
 
@@ -143,12 +135,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", help="NxT[xG] shapes instead of the paper's two")
     parser.add_argument("--compare-cpu", action="store_true", help="compare with the CPU instead of timing")
     args = parser.parse_args()
-    shapes = PAPER_SHAPES
-    if args.shapes:
-        shapes = {}
-        for spec in args.shapes:
-            parts = [int(p) for p in spec.split("x")]
-            shapes[spec] = (parts[0], parts[1], parts[2] if len(parts) > 2 else 4)
+    shapes = {spec: (*map(int, spec.split("x")), 4)[:3] for spec in args.shapes} if args.shapes else PAPER_SHAPES
     if args.compare_cpu:
         raise SystemExit(1 if compare_with_cpu(shapes, args.device) else 0)
     print(f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "

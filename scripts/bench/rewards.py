@@ -27,13 +27,8 @@ from tasks.math_answers import reference_answer  # noqa: E402
 
 # The sample data carried in the repository (sample_data/README.md).
 DATA = _HERE.parents[1] / "sample_data"
-MATH_SOURCES = {
-    "aime.json": "aime24",
-    "amc.json": "amc23",
-    "math.json": "math500",
-    "minerva.json": "minerva",
-    "olympiad_bench.json": "olympiad_bench",
-}
+MATH_SOURCES = {"aime.json": "aime24", "amc.json": "amc23", "math.json": "math500", "minerva.json": "minerva",
+                "olympiad_bench.json": "olympiad_bench"}
 ADVERSARIAL_ANSWERS = ["9^{9^{9^{9}}}", "(10^{100})!", "3^{3^{3^{3}}}", "99999999^{99999999}", "10^{10^{10}}"]
 
 
@@ -87,9 +82,7 @@ def tool_items(count: int, seed: int = 0) -> list[tuple]:
     import pandas as pd  # only here: --items runs need no pandas
 
     outputs = [row["output"] for row in json.loads((DATA / "toolrl" / "rlla_sft.json").read_text())]
-    truths = [
-        r["ground_truth"] for r in pd.read_parquet(DATA / "toolrl" / "rlla_4k_test.parquet")["reward_model"]
-    ]
+    truths = [r["ground_truth"] for r in pd.read_parquet(DATA / "toolrl" / "rlla_4k_test.parquet")["reward_model"]]
     texts = outputs + truths
     # ground truths the original ToolRL scorer can read (17 SFT outputs mention "<tool_call>" in the thinking)
     readable = [t for t in texts if _toolrl_readable(t)]
@@ -120,13 +113,9 @@ def time_pool(pool: HardTimeoutPool, items, options) -> tuple[float, dict]:
     started = time.perf_counter()
     outcomes = pool.map(score_sample, [(*item, options) for item in items])
     seconds = time.perf_counter() - started
-    counts = {
-        "timeouts": sum(o.status == "timeout" for o in outcomes),
-        "errors": sum(o.status == "error" for o in outcomes),
-        "finished": [i for i, o in enumerate(outcomes) if o.status == OK],
-        "busy_ms": 1000 * sum(o.seconds for o in outcomes) / max(len(outcomes), 1),
-    }
-    return seconds, counts
+    return seconds, {"timeouts": sum(o.status == "timeout" for o in outcomes),
+                     "finished": [i for i, o in enumerate(outcomes) if o.status == OK],
+                     "busy_ms": 1000 * sum(o.seconds for o in outcomes) / max(len(outcomes), 1)}
 
 
 def warm_pool(size: int, timeout_s: float) -> HardTimeoutPool:
@@ -146,21 +135,15 @@ def median(values):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--math-count", type=int, default=8192)
     parser.add_argument("--tool-count", type=int, default=2048)
-    parser.add_argument(
-        "--pool-sizes", type=int, nargs="*", default=None, help="default: 1, 2, 4, ... the CPUs"
-    )
+    parser.add_argument("--pool-sizes", type=int, nargs="*", default=None, help="default: 1, 2, 4, ... the CPUs")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (each mode times 1/rounds)")
     parser.add_argument("--adversarial-share", type=float, default=0.01)
     parser.add_argument("--timeout-s", type=float, default=RewardOptions().timeout_s, help="per-item limit")
     parser.add_argument("--skip-unguarded", action="store_true", help="skip the pass with the guard off")
-    parser.add_argument(
-        "--items", help="read the math and tool items from this JSON file (see --export-items)"
-    )
+    parser.add_argument("--items", help="read the math and tool items from this JSON file (see --export-items)")
     parser.add_argument("--export-items", help="write the items to this JSON file and stop")
     args = parser.parse_args(argv)
 
@@ -168,7 +151,6 @@ def main(argv=None) -> int:
     sizes = args.pool_sizes or sorted({1, cpus} | {2**k for k in range(1, 8) if 2**k < cpus})
     largest = sizes[-1]
     options = RewardOptions(timeout_s=args.timeout_s)
-    unguarded = RewardOptions(timeout_s=args.timeout_s, max_answer_digits=None)
     if args.items:
         saved = json.loads(Path(args.items).read_text())
         math_batch = [tuple(item) for item in saved["math"]][: args.math_count]
@@ -179,11 +161,8 @@ def main(argv=None) -> int:
         Path(args.export_items).write_text(json.dumps({"math": math_batch, "tool": tool_batch}))
         print(f"[bench] wrote {len(math_batch)} math and {len(tool_batch)} tool items to {args.export_items}")
         return 0
-    print(
-        f"[bench] {cpus} CPUs; {len(math_batch)} math, {len(tool_batch)} tool responses; pools {sizes}; "
-        f"{args.rounds} interleaved rounds; limit {args.timeout_s:g} s per item",
-        flush=True,
-    )
+    print(f"[bench] {cpus} CPUs; {len(math_batch)} math, {len(tool_batch)} tool responses; pools {sizes}; "
+          f"{args.rounds} interleaved rounds; limit {args.timeout_s:g} s per item", flush=True)
 
     def fresh_pass(size, batch, pass_options):
         """One timed pass on a new, started pool (start-up excluded)."""
@@ -193,39 +172,28 @@ def main(argv=None) -> int:
         finally:
             pool.close()
 
-    # 1. The whole batch once at the largest pool size: which responses finish within the limit, and the
-    # worst case the limit allows (1% adversarial with the evaluation guard off: each costs a full limit).
+    # 1. The whole batch once at the largest pool size: which responses finish within the limit, and the worst
+    # case the limit allows (1% adversarial with the evaluation guard off: each costs a full limit).
     adversarial_batch, adversarial_count = with_adversarial(math_batch, args.adversarial_share)
     clean_seconds, counts = fresh_pass(largest, math_batch, options)
-    finished = counts["finished"]
-    print(
-        f"[bench] math batch clean x{largest}: {len(math_batch)} in {clean_seconds:.1f} s, "
-        f"timeouts {counts['timeouts']}",
-        flush=True,
-    )
-    unguarded_row = None
+    scalable = [math_batch[i] for i in counts["finished"]]
+    print(f"[bench] math batch clean x{largest}: {len(math_batch)} in {clean_seconds:.1f} s, "
+          f"timeouts {counts['timeouts']}", flush=True)
+    unguarded = None
     if not args.skip_unguarded:
-        seconds, counts = fresh_pass(largest, adversarial_batch, unguarded)
-        unguarded_row = (seconds, counts["timeouts"])
-        print(
-            f"[bench] math batch {adversarial_count} adversarial, guard off, x{largest}: {seconds:.1f} s, "
-            f"timeouts {counts['timeouts']}",
-            flush=True,
-        )
+        seconds, counts = fresh_pass(largest, adversarial_batch,
+                                     RewardOptions(timeout_s=args.timeout_s, max_answer_digits=None))
+        unguarded = (seconds, counts["timeouts"])
+        print(f"[bench] math batch {adversarial_count} adversarial, guard off, x{largest}: {seconds:.1f} s, "
+              f"timeouts {counts['timeouts']}", flush=True)
 
-    # 2. Serial, each pool size, and the largest pool on the same responses with 1% adversarial ones,
-    # interleaved in rounds so that the drift of a shared machine hits every mode alike. Math uses only
-    # responses the first pass finished within the limit: the others would stall the serial scorer for as
-    # long as they run (minutes, or forever). "worker ms/item" is the time a worker spends per response: when
-    # it grows with the pool size, the pool is short of free cores, not of parallelism.
-    rates: dict[tuple[str, str], list[float]] = {}
-    ratios: dict[tuple[str, str], list[float]] = {}
-    busy: dict[tuple[str, str], list[float]] = {}
-    scalable = [math_batch[i] for i in finished]
+    # 2. Serial, each pool size, and the largest pool with 1% adversarial responses, interleaved in rounds so the
+    # drift of a shared machine hits every mode alike. Math uses only the responses the first pass finished within
+    # the limit (the others would stall the serial scorer). "worker ms/item": a worker's time per response; when
+    # it grows with the pool size, the pool is short of free cores. Long-lived pools, as in training, warmed by one
+    # untimed pass; every timed pass starts with empty answer caches so repeated answers never flatter a later one.
+    rates, ratios, busy = {}, {}, {}
     adversarial_mode = f"x{largest} +1% adv."
-    # Long-lived pools, as in training, warmed by one untimed pass (lazy imports, first-use paths); every
-    # timed pass, serial ones included, starts with empty answer caches so repeated answers never flatter
-    # a later pass.
     pools = {size: warm_pool(size, args.timeout_s) for size in sizes}
     warm_up = scalable[: 64 * largest]
     time_serial(warm_up, options)
@@ -234,68 +202,39 @@ def main(argv=None) -> int:
     for task, batch in (("math", scalable), ("tool", tool_batch)):
         for round_index, chunk in enumerate(chunks(batch, args.rounds)):
             serial_seconds = time_serial(chunk, options)
-            round_rates = {"serial": len(chunk) / serial_seconds}
-            round_busy = {"serial": 1000 * serial_seconds / len(chunk)}
+            round_rates, round_busy = {"serial": len(chunk) / serial_seconds}, {"serial": 1000 * serial_seconds / len(chunk)}
             runs = [(f"pool x{size}", size, chunk) for size in sizes]
             if task == "math":
-                runs.append(
-                    (
-                        adversarial_mode,
-                        largest,
-                        with_adversarial(chunk, args.adversarial_share, seed=round_index)[0],
-                    )
-                )
+                runs.append((adversarial_mode, largest, with_adversarial(chunk, args.adversarial_share, seed=round_index)[0]))
             for mode, size, items in runs:
                 seconds, counts = time_pool(pools[size], items, options)
-                round_rates[mode] = len(items) / seconds
-                round_busy[mode] = counts["busy_ms"]
+                round_rates[mode], round_busy[mode] = len(items) / seconds, counts["busy_ms"]
             for mode, rate in round_rates.items():
                 rates.setdefault((task, mode), []).append(rate)
                 ratios.setdefault((task, mode), []).append(rate / round_rates["serial"])
                 busy.setdefault((task, mode), []).append(round_busy[mode])
-            print(
-                f"[bench] {task} round {round_index + 1}: "
-                + ", ".join(f"{m} {r:.0f}/s" for m, r in round_rates.items()),
-                flush=True,
-            )
-
+            print(f"[bench] {task} round {round_index + 1}: " + ", ".join(f"{m} {r:.0f}/s" for m, r in round_rates.items()),
+                  flush=True)
     for pool in pools.values():
         pool.close()
-    print(
-        f"\n{'task':5s} {'mode':16s} {'responses/s':>12s} {'x serial':>9s} {'x pool ' + str(sizes[0]):>9s} "
-        f"{'worker ms/item':>15s}   (medians over {args.rounds} rounds)"
-    )
+
+    print(f"\n{'task':5s} {'mode':16s} {'responses/s':>12s} {'x serial':>9s} {'x pool ' + str(sizes[0]):>9s} "
+          f"{'worker ms/item':>15s}   (medians over {args.rounds} rounds)")
     for task in ("math", "tool"):
         one = median(rates[(task, f"pool x{sizes[0]}")])
-        for mode in (
-            ["serial"] + [f"pool x{size}" for size in sizes] + ([adversarial_mode] if task == "math" else [])
-        ):
+        for mode in ["serial", *(f"pool x{size}" for size in sizes), *([adversarial_mode] if task == "math" else [])]:
             rate = median(rates[(task, mode)])
-            print(
-                f"{task:5s} {mode:16s} {rate:12.1f} {median(ratios[(task, mode)]):9.2f} {rate / one:9.2f} "
-                f"{median(busy[(task, mode)]):15.2f}"
-            )
-    scaling = median(rates[("math", f"pool x{largest}")]) / median(rates[("math", f"pool x{sizes[0]}")])
-    adversarial_ratio = median(
-        [
-            clean / adv
-            for clean, adv in zip(
-                rates[("math", f"pool x{largest}")], rates[("math", adversarial_mode)], strict=True
-            )
-        ]
-    )
-    print(
-        f"\n[bench] math pool scaling: x{largest} is {scaling:.2f}x x{sizes[0]} (ideal {largest / sizes[0]:g}x, "
-        f"{cpus} CPUs)"
-    )
-    print(
-        f"[bench] 1% adversarial math with the guard: {adversarial_ratio:.2f}x the clean time (target <= 2x)"
-    )
-    if unguarded_row:
-        print(
-            f"[bench] 1% adversarial math with the guard off: {unguarded_row[0] / clean_seconds:.2f}x the clean "
-            f"batch ({unguarded_row[1]} timeouts of {args.timeout_s:g} s on {largest} workers)"
-        )
+            print(f"{task:5s} {mode:16s} {rate:12.1f} {median(ratios[(task, mode)]):9.2f} {rate / one:9.2f} "
+                  f"{median(busy[(task, mode)]):15.2f}")
+    top = rates[("math", f"pool x{largest}")]
+    scaling = median(top) / median(rates[("math", f"pool x{sizes[0]}")])
+    adversarial_ratio = median([clean / adv for clean, adv in zip(top, rates[("math", adversarial_mode)], strict=True)])
+    print(f"\n[bench] math pool scaling: x{largest} is {scaling:.2f}x x{sizes[0]} (ideal {largest / sizes[0]:g}x, "
+          f"{cpus} CPUs)")
+    print(f"[bench] 1% adversarial math with the guard: {adversarial_ratio:.2f}x the clean time (target <= 2x)")
+    if unguarded:
+        print(f"[bench] 1% adversarial math with the guard off: {unguarded[0] / clean_seconds:.2f}x the clean "
+              f"batch ({unguarded[1]} timeouts of {args.timeout_s:g} s on {largest} workers)")
     return 0
 
 
