@@ -247,7 +247,7 @@ def test_channels_and_fallback():
 # ----------------------------------------------------------------------------- degenerate outputs
 def test_degenerate_outputs_score_like_the_scorer_without_a_regex(monkeypatch):
     """Repeated tags: the values equal the scorer's (checked on small copies), and no regex runs (the
-    scorer's lazy anchored search is what degenerates; scripts/bench/rewards.py times both)."""
+    scorer's lazy anchored search is what degenerates)."""
     small = ["<think>" * 50, "<tool_call>\n" * 50, "<think> </think>\n" + "<response>" * 50,
              "<think>" + "</think>\n" * 50 + "<tool_call>\n{}\n</tool_call>", "[" * 5000]
     for response in small:
