@@ -1,4 +1,4 @@
-"""The committed results of a CPU race (recipes/cpu_headline.py, race_format.py, race_length.py):
+"""The committed results of a CPU race (recipes/race.py: cpu_headline, race_format, race_length):
 ``python -m results headline RUNS --out results/<race> [--protocol FILE]``, RUNS the race's output root (pilot runs
 left out) or its committed ``runs.csv``. Writes runs.csv, thresholds.csv, statistics.csv, summary.md and
 headline.png/.pdf atomically (what each holds: results/cpu_headline/README.md), with the metric, threshold, rule,
