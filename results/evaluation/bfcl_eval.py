@@ -68,8 +68,9 @@ def is_multi_turn(category: str) -> bool:
 
 def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | None = None) -> list[dict]:
     """Test entries with their possible answers, from the bfcl-eval package data. ``messages``: the first-turn chat;
-    ``functions``: the prompted docs (BFCL's language hints), from which later steps are rendered. The checkers get the entry as BFCL's runner does: without language hints (the AST
-    checker types Java/JavaScript values by the original parameter types), multi-turn class docs added."""
+    ``functions``: the prompted docs (BFCL's language hints), from which later steps are rendered. The checkers get
+    the entry as BFCL's runner does: without language hints (the AST checker types Java/JavaScript values by the
+    original parameter types), multi-turn class docs added."""
     from data_prep import bfcl as bfcl_prep
 
     data_dir = bfcl_prep.package_data_dir()
