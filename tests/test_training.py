@@ -1,28 +1,9 @@
 """The suite's CPU training runs of the tool-calling smoke (the README's `make smoke` job, real verl on this CPU),
-as one run folder's life. Each start is costly (a local Ray, verl's workers, generation), so each asserts
-everything it can:
-
-1. a start that Ray would refuse (a non-string env var) is one short line and leaves nothing behind, and a stale
-   folder at the run's Ray alias in /tmp (what an older crash leaves) does not stop the next start;
-2. the first run (3 steps, saving every step, keeping two checkpoints, a wandb key and a wandb host that never
-   answers, behind a proxy at a dead port with the node's subnet in CIDR form in no_proxy): while it trains, a second start on its folder exits in one line naming the holder; afterwards the
-   run folder, the metrics (DARA's instruments per channel, in our JSONL, verl's tracker and the wandb offline
-   run), the quiet console, the unclipped-update warnings (`run.expect_clipped_updates` with a clip no gradient
-   norm reaches), rollout/trainer log-prob agreement and the checks `recipes gpu_smoke` applies to its steps;
-3. a run of another configuration (a reward module of one's own: docs/own_experiment.md's third-channel example,
-   made flaky; and an estimator of one's own: a copy of examples/my_estimator outside the checkout through
-   algorithm.dara.estimator_module, with an option of its own) on the same folder is refused in one line naming the differing keys, and runs 3 steps
-   beside it under the name the line suggests; the flaky items are counted, the run goes on; every step logs the
-   library's diagnostics for the estimator, and run_info.json records the module's path and sha256;
-4. the first run resumed towards 6 steps, its vLLM engine process killed once step 4 is logged: the run ends in
-   one line naming the rollout engine and the resume, with step 4 its last step and checkpoint (nothing trained
-   on the lost samples); then the same command resumes it to 6: every step logged once, exactly the newest two
-   checkpoints, the wandb rows of the resumed start above the earlier starts' (the verl binding's resume; the
-   library's is in test_estimators, Slurm's in test_slurm);
-5. a reward module that fails on every item stops the run at step 1 with one line and no traceback;
-6. a fresh run whose engine is killed before its first step ends in one line; no run (finished, or ended by a
-   dead engine before or after its first step) leaves a process of its own alive (dara.reaper).
-"""
+as one run folder's life: a refused start, the first run (and a second start on its busy folder), another
+configuration beside it (the documented third-channel reward made flaky, an estimator of one's own), the first run
+resumed with its vLLM engine killed after step 4, resumed again to 6, a reward failing on every item, and an engine
+killed before step 1. Each start is costly, so each asserts everything it can: tests/README.md's training-start
+table lists what (rows 1-5b)."""
 
 from __future__ import annotations
 
