@@ -10,19 +10,8 @@ from pathlib import Path
 import torch
 
 from dara.io import atomic_write_json
+from dara.testbed import report
 from dara.testbed.experiments import RunResult, Study, full_studies, quick_studies, run_study
-from dara.testbed.report import (
-    format_table,
-    plot_curves,
-    plot_energy,
-    plot_group_size,
-    plot_steps_to,
-    summary_rows,
-    write_run_logs,
-    write_runs,
-    write_steps,
-    write_summary,
-)
 
 DEFAULT_OUT = Path("results/testbed")
 DEFAULT_QUICK_OUT = Path("outputs/testbed_quick")  # outputs/ is git-ignored: CI never dirties results/
@@ -80,10 +69,8 @@ def select_studies(args: argparse.Namespace) -> list[Study]:
         studies = [replace(s, lr=args.lr) for s in studies]
     if args.format_init_rate:
         # the dense study keeps its own (dense) rate: it exists to contrast with the sparse ones
-        studies = [
-            s if s.name == "dense" else replace(s, task=replace(s.task, format_init_rate=args.format_init_rate))
-            for s in studies
-        ]
+        studies = [s if s.name == "dense" else replace(s, task=replace(s.task, format_init_rate=args.format_init_rate))
+                   for s in studies]
     if args.studies:
         wanted = args.studies.split(",")
         unknown = set(wanted) - {s.name for s in studies}
@@ -107,20 +94,14 @@ def write_outputs(out: Path, studies: list[Study], results: dict[str, list[RunRe
     """Every file of a testbed run; returns the summary rows."""
     out.mkdir(parents=True, exist_ok=True)
     everything = [r for name in results for r in results[name]]
-    rows = summary_rows(everything)
-    write_summary(out / "summary.csv", rows)
-    write_runs(out / "runs.csv", everything)
-    write_run_logs(out / "runs", everything)
+    rows = report.summary_rows(everything)
+    report.write_summary(out / "summary.csv", rows)
+    report.write_runs(out / "runs.csv", everything)
+    report.write_run_logs(out / "runs", everything)
     for study in studies:
-        write_steps(out / f"steps_{study.name}.csv", study, results[study.name])
+        report.write_steps(out / f"steps_{study.name}.csv", study, results[study.name])
         for g in study.group_sizes:
-            plot_curves(out / f"curves_{study.name}_G{g}.png", study, results[study.name], g)
-        plot_energy(out / f"energy_{study.name}.png", rows, study.name, study.task.channel_names)
-    if "main" in results:
-        plot_steps_to(out / "steps_to_main.png", rows, "main")
-    group_studies = [s.name for s in studies if s.name in ("main", "group_size")]
-    if "group_size" in group_studies:
-        plot_group_size(out / "group_size.png", rows, group_studies)
+            report.plot_curves(out / f"curves_{study.name}_G{g}.png", study, results[study.name], g)
     config = {s.name: {**asdict(s), "task": asdict(s.task)} for s in studies}
     atomic_write_json(out / "config.json", config, default=str)
     return rows
@@ -140,6 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         results[study.name] = run_study(study, log=lambda line: print(line, flush=True))
     rows = write_outputs(out, studies, results)
     for study in studies:
-        print(f"\n### {study.name}: {study.description}\n{format_table(rows, study.name)}")
+        print(f"\n### {study.name}: {study.description}\n{report.format_table(rows, study.name)}")
     print(f"\ntestbed: {total} runs in {time.perf_counter() - start:.0f}s; outputs in {out}/")
     return 0
