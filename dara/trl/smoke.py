@@ -16,23 +16,10 @@ from pathlib import Path
 
 DEFAULT_ASSETS = Path("outputs/assets/smoke")
 
-SMOKE_SETTINGS = dict(
-    num_generations=4,
-    per_device_train_batch_size=32,  # completions: 8 prompts x 4
-    max_completion_length=64,
-    temperature=1.0,
-    top_p=1.0,
-    learning_rate=1e-4,
-    beta=0.0,
-    use_cpu=True,
-    bf16=False,
-    gradient_checkpointing=False,
-    logging_steps=1,
-    save_strategy="no",
-    report_to="none",
-    disable_tqdm=True,
-    dataloader_num_workers=0,
-)
+SMOKE_SETTINGS = dict(  # 8 prompts x 4 completions per step
+    num_generations=4, per_device_train_batch_size=32, max_completion_length=64, temperature=1.0, top_p=1.0,
+    learning_rate=1e-4, beta=0.0, use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=1,
+    save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0)
 
 
 def smoke_config(output_dir: str | Path, **overrides):
@@ -54,14 +41,9 @@ def smoke_trainer(assets: dict, config, trainer_class=None, callbacks=None):
 
     model, tokenizer = smoke.load(assets["model_dir"])
     model.train()
-    trainer = (trainer_class or DaraGRPOTrainer)(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=toolrl_reward_funcs(),
-        args=config,
-        train_dataset=toolrl_dataset(assets["train"]),
-        callbacks=callbacks,
-    )
+    trainer = (trainer_class or DaraGRPOTrainer)(model=model, processing_class=tokenizer, reward_funcs=toolrl_reward_funcs(),
+                                                 args=config, train_dataset=toolrl_dataset(assets["train"]),
+                                                 callbacks=callbacks)
     for quiet in (PrinterCallback, ProgressCallback):  # the step line replaces transformers' log printing
         trainer.remove_callback(quiet)
     return trainer
