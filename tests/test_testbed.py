@@ -24,7 +24,6 @@ from dara.testbed.task import (
     score,
 )
 from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
-from results.thresholds import first_sustained_step
 
 
 def random_tokens(config: TaskConfig, n: int, seed: int) -> torch.Tensor:
@@ -88,13 +87,10 @@ def test_prompts_targets_are_per_slot_permutations_and_split_is_disjoint():
     assert not train & held_out and len(train | held_out) == prompts.digits.shape[0]
 
 
-def test_bad_task_knobs_are_rejected_with_the_knob_named():
-    with pytest.raises(ValueError, match="format_init_rate"):
-        TaskConfig(format_init_rate=0.5)
-    with pytest.raises(ValueError, match="eos_init_prob"):
-        TaskConfig(eos_init_prob=1.0)
-    with pytest.raises(ValueError, match="max_len"):
-        TaskConfig(max_len=4)
+@pytest.mark.parametrize("knob, value", [("format_init_rate", 0.5), ("eos_init_prob", 1.0), ("max_len", 4)])
+def test_bad_task_knobs_are_rejected_with_the_knob_named(knob, value):
+    with pytest.raises(ValueError, match=knob):
+        TaskConfig(**{knob: value})
 
 
 def all_responses(config: TaskConfig) -> torch.Tensor:
@@ -233,24 +229,3 @@ def test_mean_ci_matches_the_t_interval_formula():
     with pytest.raises(ValueError, match="no finite value"):
         stats.mean_ci([math.nan])
 
-
-def steps_to_loop(values, threshold, window):
-    for i in range(window - 1, len(values)):
-        if sum(values[i - window + 1 : i + 1]) / window >= threshold:
-            return i + 1
-    return None
-
-
-def test_steps_to_matches_loop_reference():
-    """The testbed's steps_to_<x> is results' sustained rule with no hold (summarize_run calls it so)."""
-
-    def steps_to(curve, threshold, window):
-        return first_sustained_step(range(1, len(curve) + 1), curve, threshold, window=window, hold=0)
-
-    gen = torch.Generator().manual_seed(11)
-    for trial in range(200):
-        curve = torch.rand(30, generator=gen).cumsum(0).div(15).clamp(max=1.0).tolist()
-        window = 1 + trial % 6
-        for threshold in (0.3, 0.8, 0.99):
-            assert steps_to(curve, threshold, window) == steps_to_loop(curve, threshold, window)
-    assert steps_to([1.0, 1.0], 0.5, window=5) is None

@@ -58,32 +58,23 @@ def test_summary_has_the_documented_columns_and_every_estimator(quick_run):
     assert group_sizes == set(quick_studies()[1].group_sizes)
 
 
-def test_gdpo_energy_identity_holds_at_every_step(quick_run):
-    """E_k = B * pi_k * (G - 1) for every channel under GDPO (up to the eps of the group std)."""
-    rows = [r for r in read_csv(quick_run / "steps_main.csv") if r["estimator"] == "gdpo"]
-    checked = 0
+def test_energy_identities_hold_at_every_step(quick_run):
+    """GDPO: E_k = B pi_k (G - 1) for every channel (up to the eps of the group std); DARA-Sym scales A_k by w_k,
+    so its weighted energy is w_k^2 times that ideal."""
+    rows = read_csv(quick_run / "steps_main.csv")
+    checked, weights_above_one = 0, 0
     for r in rows:
         for channel in ("correctness", "format"):
             if r[f"energy_vs_ideal/{channel}"] == "":  # no active group this step: no ideal energy
                 assert float(r[f"density/{channel}"]) == 0.0
                 continue
-            assert float(r[f"energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
-            assert float(r[f"weighted_energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
-            checked += 1
-    assert checked > len(rows)  # both channels are active on most steps
-
-
-def test_dara_sym_weighted_energy_is_the_squared_weight(quick_run):
-    """DARA-Sym scales A_k by w_k, so its weighted energy is w_k^2 times the ideal energy."""
-    rows = [r for r in read_csv(quick_run / "steps_main.csv") if r["estimator"] == "dara_sym"]
-    weights_above_one = 0
-    for r in rows:
-        if r["weighted_energy_vs_ideal/format"] == "":
-            continue
-        w = float(r["weight/format"])
-        assert float(r["weighted_energy_vs_ideal/format"]) == pytest.approx(w * w, rel=1e-3)
-        weights_above_one += w > 1.01
-    assert weights_above_one > 0  # the sparse channel was up-weighted at some step
+            w = float(r[f"weight/{channel}"]) if r["estimator"] == "dara_sym" else 1.0
+            if r["estimator"] in ("gdpo", "dara_sym"):
+                assert float(r[f"energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
+                assert float(r[f"weighted_energy_vs_ideal/{channel}"]) == pytest.approx(w * w, rel=1e-3, abs=1e-4)
+                checked += 1
+                weights_above_one += w > 1.01
+    assert checked > len(rows) / 5 and weights_above_one > 0  # the sparse channel was up-weighted at some step
 
 
 def test_steps_to_is_consistent_with_the_per_step_curves(quick_run):
