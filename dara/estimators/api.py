@@ -40,14 +40,12 @@ def compute_advantages(name: str, scores: torch.Tensor, index: Sequence | np.nda
     groups = group_codes(index, device)
     if groups.num_responses != scores.shape[0]:
         raise ValueError(f"index has {groups.num_responses} group ids but scores has {scores.shape[0]} rows")
-
     advantages = group_zscore(scores, groups, eps=opts["eps"])
     active = groups.sum(advantages.abs()) > ACTIVE_EPS  # [B, K]: sum_j |A_k(i,j)| > 1e-8
     density = active.sum(dim=0).to(torch.float64) / groups.num_groups  # pi_k
     prior = opts["weights"] if opts["weights"] is not None else scores.new_ones(num_channels)
     batch = ChannelBatch(scores, groups, advantages, density, prior, opts)
     agg = estimator.fn(batch)
-
     lengths = response_mask.sum(dim=-1) if agg.batch_norm == "token" else None
     values = batch_normalize(agg.values, lengths, agg.batch_norm, agg.keep, eps=opts["eps"])
     if agg.post_scale is not None:

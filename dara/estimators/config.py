@@ -34,7 +34,6 @@ def _help(text: str) -> dict:
 class DaraAlgoConfig:
     """Estimator options (see `compute_advantages`). None means "not used" (weights: 1 each; batch_norm:
     the estimator's own, `token` where it takes any); reward_ranges holds the channels that have a range."""
-
     weights: Optional[List[float]] = field(  # noqa: UP006, UP045 - OmegaConf schema types
         default=None, metadata=_help("Fixed prior weight per channel (1 each when unset); required for static."))
     w_max: float = field(default=DEFAULT_W_MAX, metadata=_help("Cap of DARA's density weights (>= 1)."))

@@ -26,7 +26,6 @@ GROUP_EPS = 1e-6  # eps of the group z-score (METHODS.md)
 @dataclass(frozen=True)
 class Groups:
     """Group membership of N responses: `codes[j]` in [0, num_groups), `sizes[g]` responses in group g."""
-
     codes: torch.Tensor  # [N] int64
     sizes: torch.Tensor  # [B] int64
     num_groups: int

@@ -27,7 +27,6 @@ class ChannelBatch:
     """N responses in B groups with K channels (float64): scores [N, K] raw; advantages [N, K] the group z-scores
     A_k; density [K] pi_k; prior [K] the `weights` option; options: every resolved option (the typed ones,
     `channel_names`, and the estimator's own declared options by name)."""
-
     scores: torch.Tensor
     groups: Groups
     advantages: torch.Tensor
@@ -41,7 +40,6 @@ class Aggregate:
     """values [N]: S; channel_terms [N, K]: each channel's part of S (`energy_weighted/<c>`); weights [K]: logged
     as `weight/<c>`; keep [N] 0/1: the responses the normalisation sees (others end at 0); post_scale [N]:
     multiplied in after it; metrics: extra floats logged as named."""
-
     values: torch.Tensor
     channel_terms: torch.Tensor
     weights: torch.Tensor
@@ -83,7 +81,6 @@ def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, option
         ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary, options, tuple(uses),
                                      bool(needs_ranges), getattr(fn, "__module__", "") or "")
         return fn
-
     return wrap
 
 

@@ -28,7 +28,6 @@ OPTION_TYPES = (float, int, str, bool)
 class Option:
     """An option an estimator declares (`algorithm.dara.options.<name>=...`, `options={name: value}`): `type` is
     float, int, str or bool; `check(value)` is truthy when valid, and `help` says what valid means."""
-
     name: str
     type: type
     default: Any
@@ -74,7 +73,6 @@ class Option:
 class Estimator:
     """A registered estimator. batch_norms: the modes it defines, its default first (() = any, token default);
     uses: the typed options it reads; needs_ranges: it reads `reward_ranges` for every channel."""
-
     name: str
     fn: Callable
     batch_norms: tuple[str, ...]
@@ -121,7 +119,6 @@ class EstimatorModuleError(ValueError):
 @dataclass(frozen=True)
 class EstimatorModule:
     """A loaded module of estimators."""
-
     spec: str
     path: str
     sha256: str

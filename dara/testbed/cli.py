@@ -39,7 +39,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def load_modules(specs: list[str]) -> list[str]:
     """Load each module of estimators; the names they registered, in order. A bad module exits in one line."""
     from dara.estimators import EstimatorModuleError, load_estimator_module
-
     names: list[str] = []
     for spec in specs:
         try:
@@ -51,7 +50,6 @@ def load_modules(specs: list[str]) -> list[str]:
 
 def select_studies(args: argparse.Namespace) -> list[Study]:
     from dara.estimators import ESTIMATOR_NAMES
-
     own = load_modules(getattr(args, "estimator_module", None) or [])
     if args.estimators:
         unknown = [e for e in args.estimators.split(",") if e not in ESTIMATOR_NAMES]

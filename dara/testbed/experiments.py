@@ -29,7 +29,6 @@ SMOOTHING_WINDOW = 5  # steps of the trailing mean that steps_to_* reads
 @dataclass(frozen=True)
 class Study:
     """One experiment of the testbed."""
-
     name: str
     task: TaskConfig
     estimators: tuple[str, ...]

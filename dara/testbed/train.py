@@ -28,7 +28,6 @@ AdvantageFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 @dataclass(frozen=True)
 class RunConfig:
     """Hyper-parameters of one run (the defaults are the documented full-run settings)."""
-
     estimator: str
     seed: int = 0
     num_prompts: int = 32  # B
@@ -53,7 +52,6 @@ def estimator_options(estimator: str, task: TaskConfig, static_sparse_weight: fl
     """Fixed weights for `static` (correctness 1, every other channel `static_sparse_weight`), reward ranges for
     an estimator that needs them (saw, sa_mrpo)."""
     from dara.estimators import ESTIMATORS
-
     names = task.channel_names
     if estimator == "static":
         return {"weights": [1.0 if name == "correctness" else static_sparse_weight for name in names]}
@@ -130,7 +128,6 @@ def train_run(task: TaskConfig, config: RunConfig, advantage_fn: AdvantageFn | N
     """Train one policy; returns (one record per step, final held-out evaluation). With the library's
     advantages, an estimator name that is not registered is a ValueError naming the registered ones."""
     from dara.estimators import ESTIMATORS, compute_advantages, get_estimator
-
     if advantage_fn is None:
         get_estimator(config.estimator)
     advantage_fn = advantage_fn or compute_advantages
@@ -144,7 +141,6 @@ def train_run(task: TaskConfig, config: RunConfig, advantage_fn: AdvantageFn | N
     if not getattr(ESTIMATORS.get(config.estimator), "batch_norms", ()):  # grpo, dvao, gd2po define their own
         options["batch_norm"] = config.batch_norm
     group_index = torch.arange(config.num_prompts).repeat_interleave(config.group_size)
-
     records = []
     for step in range(1, config.steps + 1):
         start = time.perf_counter()

@@ -38,7 +38,6 @@ def completion_advantages(rewards: torch.Tensor, num_generations: int, channel_n
     advantages = torch.zeros(num_rows, dtype=torch.float32, device=rewards.device)
     if not scored.any():
         return advantages, counts
-
     filled = fill_missing_scores(rewards.to(torch.float64), num_generations)
     scored_in_group = scored.view(-1, num_generations).sum(dim=1).repeat_interleave(num_generations)
     filled[scored_in_group == 1] = 0.0

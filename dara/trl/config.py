@@ -52,9 +52,7 @@ class DaraGRPOConfig(_derived_base()):
     """`GRPOConfig` with `estimator` and its options. `batch_norm=None` resolves to `response` where the
     estimator takes it, else to its own; `estimator_module` is loaded first. TRL's `scale_rewards` and
     `multi_objective_aggregation` shape only TRL's own advantages, which the estimator's replace."""
-
     _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "reward_ranges", "estimator_options"]
-
     estimator: str = field(
         default="dara_asym",
         metadata={"help": "Advantage estimator: a registered dara.estimators name (python -m dara.estimators list), "

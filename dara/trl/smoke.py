@@ -26,7 +26,6 @@ def smoke_config(output_dir: str | Path, **overrides):
     """A `DaraGRPOConfig` with the smoke settings; `overrides` replace or add fields."""
     from dara.trl import DaraGRPOConfig
     from dara.trl.toolrl import toolrl_reward_ranges
-
     values = {**SMOKE_SETTINGS, "estimator": "dara_asym", "reward_ranges": toolrl_reward_ranges(), **overrides}
     return DaraGRPOConfig(output_dir=str(output_dir), **values)
 
@@ -38,7 +37,6 @@ def smoke_trainer(assets: dict, config, trainer_class=None, callbacks=None):
     from dara.trl import DaraGRPOTrainer
     from dara.trl.toolrl import toolrl_dataset, toolrl_reward_funcs
     from data_prep import smoke
-
     model, tokenizer = smoke.load(assets["model_dir"])
     model.train()
     trainer = (trainer_class or DaraGRPOTrainer)(model=model, processing_class=tokenizer, reward_funcs=toolrl_reward_funcs(),
@@ -57,14 +55,12 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
     started = time.perf_counter()
     from datasets.utils import logging as datasets_logging
     from transformers.utils import logging as hf_logging
 
     from dara.trl import StepLineCallback
     from data_prep import smoke
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     datasets_logging.disable_progress_bar()
