@@ -22,7 +22,7 @@ def options_for(name, k):
             }.get(name, {})
     if name == "static":
         opts["weights"] = [1.0, 5.0, 2.0][:k]
-    if name in ("saw", "sa_mrpo"):
+    if name == "saw":
         opts["reward_ranges"] = {f"c{c}": RANGES[c] for c in range(k)}  # compute_advantages' default names
     return opts
 
@@ -182,7 +182,7 @@ ONES_4x2 = {"scores": torch.ones(4, 2), "index": [0, 0, 1, 1], "mask": torch.one
     _param("unknown option", "misspelt-option", wmax=2),
     _param("fixed channel weights", "static-without-weights", name="static"),
     _param("reward_ranges", "saw-without-ranges", name="saw"),
-    _param("outside its reward_range", "score-outside-range", name="sa_mrpo", scores=torch.full((2, 1), 2.0),
+    _param("outside its reward_range", "score-outside-range", name="saw", scores=torch.full((2, 1), 2.0),
            reward_ranges={"c0": [0, 1]}),
     _param("missing ['c1']", "range-missing-channel", name="saw", scores=torch.zeros(2, 2),
            reward_ranges={"c0": [0, 1]}),
@@ -255,7 +255,7 @@ def test_dara_algo_config_validates_itself_naming_the_problem():
     for bad, message in (({"wmax": 2}, "unknown option.*wmax"), ({"w_max": 0.5}, "w_max"), ({"form": "x"}, "form"),
                          ({"query_weight": "x"}, "query_weight"), ({"reward_ranges": {"a": [1, 0]}}, "min < max"),
                          ({"reward_ranges": {"a": [0]}}, r"\[min, max\]"),
-                         ({"batch_norm": "sequence"}, "batch_norm"), ({"tau": 2}, "tau"),
+                         ({"batch_norm": "sequence"}, "batch_norm"),
                          ({"dead_channel_weight": 5}, r"dead_channel_weight must be one of \['1', 'w_max'\], got '5'")):
         with pytest.raises(ValueError, match=message):
             DaraAlgoConfig.from_mapping(bad)
