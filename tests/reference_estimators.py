@@ -34,13 +34,9 @@ def per_reward_advantages(scores, index):
     adv = [[0.0] * k for _ in range(n)]
     for members in groups_of(index):
         for c in range(k):
-            for j, a in zipscore(scores, members, c).items():
+            for j, a in zscore([row[c] for row in scores], members).items():
                 adv[j][c] = a
     return adv
-
-
-def zipscore(scores, members, c):
-    return zscore([row[c] for row in scores], members)
 
 
 def densities(adv, index):

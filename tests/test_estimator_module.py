@@ -231,8 +231,8 @@ def test_the_testbed_runs_a_modules_estimators_in_every_study():
     from dara.testbed.train import RunConfig, train_run
 
     def args(**values):
-        base = {"quick": True, "out": None, "studies": None, "estimators": None, "seeds": None, "side_seeds": None,
-                "steps": None, "lr": None, "format_init_rate": None, "threads": 1, "estimator_module": [str(EXAMPLE)]}
+        base = {"quick": True, "out": None, "studies": None, "estimators": None, "seeds": None, "steps": None,
+                "threads": 1, "estimator_module": [str(EXAMPLE)]}
         return Namespace(**{**base, **values})
 
     studies = select_studies(args())

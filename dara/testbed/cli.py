@@ -28,10 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "loaded first: every study also runs its estimators (those of them --estimators "
                              "names, when given); repeatable")
     parser.add_argument("--seeds", type=int, help="seeds of the main study (default 8; --quick 2)")
-    parser.add_argument("--side-seeds", type=int, help="seeds of the side studies (default 5)")
     parser.add_argument("--steps", type=int, help="training steps per run")
-    parser.add_argument("--lr", type=float, help="Adam learning rate of every study")
-    parser.add_argument("--format-init-rate", type=float, help="initial format compliance of the sparse studies")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the runs are tiny)")
     return parser.parse_args(argv)
 
@@ -61,14 +58,8 @@ def select_studies(args: argparse.Namespace) -> list[Study]:
         if args.seeds or args.steps:
             studies = [replace(s, seeds=args.seeds or s.seeds, steps=args.steps or s.steps) for s in studies]
     else:
-        kwargs = {k: v for k, v in (("seeds", args.seeds), ("side_seeds", args.side_seeds), ("steps", args.steps)) if v}
+        kwargs = {k: v for k, v in (("seeds", args.seeds), ("steps", args.steps)) if v}
         studies = full_studies(**kwargs)
-    if args.lr:
-        studies = [replace(s, lr=args.lr) for s in studies]
-    if args.format_init_rate:
-        # the dense study keeps its own (dense) rate: it exists to contrast with the sparse ones
-        studies = [s if s.name == "dense" else replace(s, task=replace(s.task, format_init_rate=args.format_init_rate))
-                   for s in studies]
     if args.studies:
         wanted = args.studies.split(",")
         unknown = set(wanted) - {s.name for s in studies}

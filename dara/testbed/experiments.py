@@ -83,15 +83,9 @@ def quick_studies() -> list[Study]:
 
 
 def summarize_run(records: list[dict[str, float]], final: dict[str, float], study: Study) -> dict[str, float]:
-    """Scalar outcomes of one run, the quantities summary.csv reports over seeds.
-
-    - steps_to_<x>: first step whose 5-step trailing mean of the training format compliance reaches x;
-      a run that never does counts as `study.steps` (a lower bound; reached_<x> gives the share).
-    - format_auc: mean training format compliance over all steps (speed without censoring).
-    - final_<channel>: held-out mean after the last step.
-    - energy_vs_ideal/<c>, weighted_energy_vs_ideal/<c>, weighted_energy_share/<c>, density/<c>,
-      weight/<c>, energy_ratio/<c>: means over the steps where the value is defined.
-    """
+    """Scalar outcomes of one run: steps_to_<x> (first step whose 5-step trailing mean of format compliance
+    reaches x; `study.steps` when never, reached_<x> gives the share), format_auc, final_<channel> (held out), and
+    per channel the means over the steps where each energy, density and weight metric is defined."""
     sparse = study.task.sparse_channel
     compliance = [r[f"reward/{sparse}/mean"] for r in records]
     out: dict[str, float] = {}

@@ -1,12 +1,8 @@
 """A tiny autoregressive policy over the task's vocabulary, conditioned on the prompt digits.
 
-Small enough to train a few hundred steps per minute on one shared CPU core, yet shaped like a
-language-model policy: tokens are sampled one at a time, a response's log-probability is the sum
-over its valid tokens, and the PPO loss is a token mean, as in verl. Instead of a recurrent state,
-each position sees a small summary of its prefix (previous token, position, number of content
-tokens so far, and the prompt digit of the answer slot that comes next, a hard-wired form of the
-attention a transformer would learn), which is all the task needs; every position is then scored in
-one batched pass.
+Tokens are sampled one at a time and the PPO loss is a token mean, as in verl; instead of a recurrent state each
+position sees a summary of its prefix (previous token, position, content tokens so far, the digit of the next
+answer slot), so every position is scored in one batched pass.
 """
 
 from __future__ import annotations

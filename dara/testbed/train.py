@@ -1,11 +1,8 @@
 """One testbed run: group sampling, advantages from the estimator library, a PPO-style clipped update.
 
-Each step samples B prompts from the training split, G responses per prompt, scores every channel,
-asks `dara.estimators.compute_advantages` for per-token advantages, and takes `mini_batches`
-Adam steps on verl's clipped surrogate (token-mean loss aggregation, no KL, no entropy bonus):
-    L = mean over valid tokens of max(-A * r_t, -A * clip(r_t, 1 - eps, 1 + eps)),
-    r_t = pi(y_t | .) / pi_old(y_t | .).
-The first mini-batch is on-policy; later ones are slightly off-policy, which is where clipping acts.
+Each step samples B prompts x G responses, scores every channel, asks `compute_advantages` for token advantages
+and takes `mini_batches` Adam steps on verl's clipped surrogate (token-mean, no KL, no entropy bonus):
+    L = mean over valid tokens of max(-A r_t, -A clip(r_t, 1 - eps, 1 + eps)),  r_t = pi / pi_old.
 """
 
 from __future__ import annotations
