@@ -59,20 +59,16 @@ def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, option
     if not isinstance(name, str) or not NAME.match(name):
         raise ValueError(f"estimator name {name!r} must be an identifier (letters, digits, _; a letter first)")
     options = tuple(options)
-    bad_modes = [m for m in batch_norms if m not in BATCH_NORM_MODES]
-    if bad_modes:
-        raise ValueError(f"estimator {name!r}: batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}")
     names = [o.name for o in options]
-    if len(set(names)) != len(names):
-        raise ValueError(f"estimator {name!r} declares an option twice: {names}")
-    clash = sorted(set(names) & TYPED_OPTIONS)
-    if clash:
-        raise ValueError(f"estimator {name!r}: options {clash} are the library's own typed options; "
-                         "choose other names")
+    bad_modes, clash = [m for m in batch_norms if m not in BATCH_NORM_MODES], sorted(set(names) & TYPED_OPTIONS)
     unknown_uses = sorted(set(uses) - TYPED_OPTIONS)
-    if unknown_uses:
-        raise ValueError(f"estimator {name!r}: uses {unknown_uses}, not options of the library "
-                         f"({', '.join(sorted(TYPED_OPTIONS))})")
+    for problem, text in ((bad_modes, f"batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}"),
+                          (len(set(names)) != len(names), f"declares an option twice: {names}"),
+                          (clash, f"options {clash} are the library's own typed options; choose other names"),
+                          (unknown_uses, f"uses {unknown_uses}, not options of the library "
+                                         f"({', '.join(sorted(TYPED_OPTIONS))})")):
+        if problem:
+            raise ValueError(f"estimator {name!r}: {text}")
 
     def wrap(fn: Callable):
         taken = _taken_by(name)

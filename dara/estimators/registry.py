@@ -140,28 +140,17 @@ def _forget_names(names: set[str]) -> None:
             del _LOADED[key]
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _is_file_spec(spec: str) -> bool:
-    return spec.endswith(".py") or "/" in spec or "\\" in spec or spec.startswith(("~", "."))
-
-
 def _locate(spec: str) -> tuple[str | None, str]:
     """(the file of `spec`, the import name of an import path or None for a file)."""
-    if spec.startswith(PKG_PREFIX):
-        dotted = spec[len(PKG_PREFIX):]
-    elif _is_file_spec(spec):
+    dotted = spec.removeprefix(PKG_PREFIX)
+    if dotted == spec and (spec.endswith(".py") or "/" in spec or "\\" in spec or spec.startswith(("~", "."))):
         path = Path(spec).expanduser()
         if not path.is_file():
             raise EstimatorModuleError(f"estimator module {spec}: no such file")
         if path.suffix != ".py":
             raise EstimatorModuleError(f"estimator module {spec}: a file of estimators must be a .py file")
         return str(path.resolve()), ""
-    else:
-        dotted = spec
-    if not all(NAME.match(part) or part.isidentifier() for part in dotted.split(".")):
+    if not all(part.isidentifier() for part in dotted.split(".")):
         raise EstimatorModuleError(f"estimator module {spec}: neither a .py file nor an import path "
                                    "(package.module or pkg://package.module)")
     try:
@@ -176,10 +165,6 @@ def _locate(spec: str) -> tuple[str | None, str]:
     return str(Path(found.origin).resolve()), dotted
 
 
-def _registered_by(module_name: str) -> tuple[str, ...]:
-    return tuple(n for n, e in ESTIMATORS.items() if e.module == module_name)
-
-
 def load_estimator_module(spec: str | Path) -> EstimatorModule:
     """Import the module `spec` and return what it registered (the first load again for the same file). One
     EstimatorModuleError line when it does not exist, fails to import (its registrations are undone), registers
@@ -188,7 +173,7 @@ def load_estimator_module(spec: str | Path) -> EstimatorModule:
     if not spec:
         raise EstimatorModuleError("estimator module: empty path")
     path, dotted = _locate(spec)
-    sha = file_sha256(path)
+    sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     loaded = _LOADED.get(path)
     if loaded is not None:
         if loaded.sha256 != sha:
@@ -215,7 +200,7 @@ def load_estimator_module(spec: str | Path) -> EstimatorModule:
         text = " ".join(str(error).split()) or "(no message)"
         raise EstimatorModuleError(f"estimator module {spec} failed to import: {type(error).__name__}: {text}"
                                    ) from None
-    names = _registered_by(module_name)
+    names = tuple(n for n, e in ESTIMATORS.items() if e.module == module_name)
     if not names:
         raise EstimatorModuleError(f"estimator module {spec} registers no estimator: decorate a function with "
                                    "@dara.estimators.register('name', 'summary') in it")
