@@ -124,15 +124,10 @@ def gdpo(batch: ChannelBatch) -> Aggregate:
 
 @register("static", "GDPO with fixed channel weights (form='sym') or their asymmetric form (form='asym')",
           uses=("weights", "form"))
-def static(batch: ChannelBatch) -> Aggregate:
-    if batch.options.get("weights") is None:
-        raise ValueError("estimator 'static' needs fixed channel weights: pass weights=[w_1, ..., w_K]")
-    form = batch.options["form"]
-    if form == "sym":
+def static(batch: ChannelBatch) -> Aggregate:  # weights and form checked by DaraAlgoConfig.check_for
+    if batch.options["form"] == "sym":
         return gdpo(batch)
-    if form == "asym":
-        return _weighted_sum(batch, _asymmetric(batch.advantages, batch.prior), batch.prior.clone())
-    raise ValueError(f"static: form must be 'sym' or 'asym', got {form!r}")
+    return _weighted_sum(batch, _asymmetric(batch.advantages, batch.prior), batch.prior.clone())
 
 
 def _density_weights(batch: ChannelBatch) -> torch.Tensor:
@@ -186,10 +181,9 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
     if order == "before_whiten":
         terms = terms * query_weight.unsqueeze(-1)
         return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, metrics=metrics)
-    if order == "after_whiten":  # the DARA authors' baseline runs: c_i as a weight on the PPO loss
-        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep,
-                         post_scale=query_weight, metrics=metrics)
-    raise ValueError(f"gd2po: query_weight must be 'before_whiten' or 'after_whiten', got {order!r}")
+    # after_whiten, the DARA authors' baseline runs: c_i as a weight on the PPO loss
+    return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, post_scale=query_weight,
+                     metrics=metrics)
 
 
 @register("gd2po_hard", "GD2PO-Hard: drop conflicting responses, c_i-weighted sum, whiten kept tokens",
@@ -201,11 +195,7 @@ def gd2po_hard(batch: ChannelBatch) -> Aggregate:
 @register("saw", "SAW: GDPO with weights K * CV_k / sum CV (CV of r_k - r_min_k over the batch)",
           uses=("weights", "reward_ranges"), needs_ranges=True)
 def saw(batch: ChannelBatch) -> Aggregate:
-    ranges = batch.options["reward_ranges"]
-    if ranges is None:
-        raise ValueError("estimator 'saw' needs reward_ranges={channel: [min, max], ...} for every channel "
-                         "(it shifts by each lower bound)")
-    weights = saw_weights(batch.scores, ranges[:, 0]) * batch.prior
+    weights = saw_weights(batch.scores, batch.options["reward_ranges"][:, 0]) * batch.prior  # checked: needs_ranges
     return _weighted_sum(batch, batch.advantages * weights, weights)
 
 
