@@ -1,7 +1,4 @@
-"""Plain-Python loop implementations of METHODS.md, written to be obviously correct, not fast.
-
-The tests compare the vectorised library against these on random batches.
-"""
+"""Plain-Python loops of docs/methods.md, written to be obviously correct, not fast."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""A module of estimators of one's own in every entry: the Hydra checks before Ray (`algorithm.dara.estimator_module`,
-`algorithm.dara.options.*`, a misspelt `algorithm.adv_estimator`), dara.train's run info and its refusal to resume
-on a changed module, the preflight, verl's registry and advantage step, the recipes, the testbed, the report.
-
-Training with one (3 verl steps on the CPU smoke) is the `variant` stage of test_training.py; TRL's trainer is
-tests/trl/test_trl_own_estimator.py; the library alone is test_estimator_registry.py.
-"""
+"""A module of estimators of one's own in every entry: the Hydra checks before Ray, dara.train's run info and
+resume, the preflight, verl's registry and advantage step, the recipes, the testbed, the report (training with
+one: test_training.py's `variant` stage; TRL: tests/trl/test_trl_own_estimator.py)."""
 
 from __future__ import annotations
 

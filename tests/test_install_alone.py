@@ -1,11 +1,6 @@
-"""The estimator library installs alone: a plain `pip install .` in a fresh venv (no system site-packages) brings
-torch and numpy, no verl, Ray, Hydra or TRL; `dara.estimators` computes advantages there (a module of one's own
-too), and the verl side says, in one line, which extra to install.
-
-The venv gets CPU torch 2.13.0 first (`pip install torch==2.13.0`, the project's CPU pin), then `pip install`
-of a copy of the package's files (the checkout itself is left untouched: pip builds in the source folder).
-The metadata half of the check (what `pip install .` would bring) runs without a venv.
-"""
+"""The estimator library installs alone: `pip install .` in a fresh venv (CPU torch 2.13.0 first, then a copy
+of the package) brings torch and numpy, no verl, Ray, Hydra or TRL; advantages are computed there and the verl
+side names its extra in one line. The metadata half runs without a venv."""
 
 from __future__ import annotations
 

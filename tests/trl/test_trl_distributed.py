@@ -1,10 +1,5 @@
-"""dara.trl under two processes (`torchrun --nproc_per_node 2`, gloo on the CPU): each rank's slice of the
-estimator's advantages is TRL's own local advantages (gdpo with TRL's options), and the slices are those of
-the advantages of the gathered batch.
-
-Run as a script under torchrun, this file is the worker: it trains with `RecordingTrainer` and writes what
-each rank saw to `<out>/rank<r>.json`.
-"""
+"""dara.trl under `torchrun --nproc_per_node 2` (gloo): each rank's advantages are TRL's own local ones (gdpo
+with TRL's options) and its slice of the gathered batch's. Run under torchrun, this file is the worker."""
 
 from __future__ import annotations
 
