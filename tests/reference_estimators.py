@@ -197,7 +197,6 @@ def _gd2po(adv, index, lengths, prior, query_weight, batch_norm="token"):
         if batch_norm == "response":
             return response_standardize(values, keep)
         return token_whiten(values, lengths, keep)
-
     if query_weight == "before_whiten":
         return whiten([c_of[j] * raw[j] for j in range(n)])
     return [c_of[j] * v for j, v in enumerate(whiten(raw))]

@@ -68,7 +68,6 @@ def registry():
     binding = sys.modules.get("dara.verl.estimators")
     if binding is not None:  # what register_all put into verl's registry for them
         from verl.trainer.ppo import core_algos
-
         for name in set(binding._KEYS) - set(names):
             core_algos.ADV_ESTIMATOR_REGISTRY.pop(binding._KEYS.pop(name), None)
 
@@ -95,7 +94,6 @@ def test_a_registered_estimator_is_valid_at_once_and_gets_every_diagnostic(regis
     def prior_only(batch: ChannelBatch) -> Aggregate:
         terms = batch.advantages * batch.prior
         return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), batch.options["batch_norm"])
-
     assert list(ESTIMATOR_NAMES)[-1] == "prior_only"  # a live view: read now, not at import
     assert "prior_only" not in BUILTIN_ESTIMATORS
     scores, index, mask = batch_of()
@@ -299,7 +297,6 @@ def test_rvpo_is_the_authors_computation_for_two_channels(batch, k):
 
 def test_rvpo_channel_terms_split_the_soft_min_exactly():
     from dara.estimators.methods import rvpo
-
     scores, index, mask = batch_of(5, k=3)
     batch = channel_batch("rvpo", scores, index, rvpo_k=2.0, weights=[1.0, 0.5, 3.0])
     agg = rvpo(batch)
@@ -331,7 +328,6 @@ def test_a_dead_channels_weight_is_1_or_w_max_and_the_advantage_the_same(name):
 def test_the_examples_own_tests_pass_as_documented():
     """docs/estimators.md: `pytest examples/my_estimator/` (its own process: the example registers at import)."""
     import subprocess
-
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE.parent)],
                          cwd=dara.PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "5 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

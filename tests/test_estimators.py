@@ -57,7 +57,6 @@ def channel_batch(name, scores, index, **options):
     from dara.estimators.api import _check_options
     from dara.estimators.groups import group_codes, group_zscore
     from dara.estimators.methods import ChannelBatch
-
     scores = scores.double()
     groups = group_codes(index, scores.device)
     opts = _check_options(name, options, scores, scores.device)
@@ -257,7 +256,6 @@ def test_grpo_channel_terms_sum_to_advantage():
 def test_dara_algo_config_validates_itself_naming_the_problem():
     from dara.estimators import DaraAlgoConfig
     from dara.estimators.normalization import BATCH_NORM_MODES
-
     assert DaraAlgoConfig(dead_channel_weight=1).dead_channel_weight == "1" == DaraAlgoConfig(
         dead_channel_weight=1.0).dead_channel_weight  # a command line gives a number
     config = DaraAlgoConfig()

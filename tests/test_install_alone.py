@@ -84,7 +84,6 @@ def test_a_plain_install_brings_no_verl_ray_or_hydra_and_computes_advantages(tmp
 
     def run(*args, check=True):
         return subprocess.run([python, *args], cwd=tmp_path, capture_output=True, text=True, timeout=900, check=check)
-
     run("-m", "pip", "install", "-q", "torch==2.13.0")
     run("-m", "pip", "install", "-q", str(copy_project(tmp_path / "project")))
     installed = {line.split("==")[0].split(" @ ")[0].strip().lower()
@@ -115,7 +114,6 @@ def test_a_non_editable_install_carries_the_hydra_configs_and_composes_a_run_out
     (unpacked here into a folder of its own, run from a folder outside the checkout, with this environment's
     verl stack)."""
     import zipfile
-
     project = copy_project(tmp_path / "project")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".",
                             "-w", str(tmp_path / "wheel")], cwd=project, capture_output=True, text=True, timeout=600)
@@ -136,7 +134,6 @@ def test_a_non_editable_install_carries_the_hydra_configs_and_composes_a_run_out
                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     from omegaconf import OmegaConf
-
     cfg = OmegaConf.create(out.stdout)
     assert cfg.run.name == "smoke-tiny-gdpo-s0" and "gdpo" in str(cfg.algorithm.adv_estimator)
     assert cfg.reward.custom_reward_function.path == str(site / "rewards" / "verl_entry.py")  # the installed one

@@ -120,7 +120,6 @@ def test_policy_is_a_distribution_over_responses_and_sampling_follows_it():
         log_probs, _ = policy.token_log_probs(digits, responses)
     seq_log_prob = (log_probs * response_mask(responses)).sum(dim=1)
     assert seq_log_prob.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
-
     n = 40000
     samples = policy.sample(torch.zeros(n, 1, dtype=torch.long), torch.Generator().manual_seed(4))
     lookup = {tuple(r): i for i, r in enumerate(responses.tolist())}
@@ -147,7 +146,6 @@ def test_initial_policy_samples_the_calibrated_distribution_and_format_rate():
     q_tag = initial_distribution(config)[OPEN].item()
     end_mass = 1.0 - (1.0 - config.eos_init_prob) ** (config.max_len - 2)  # task.py: P(format) = q_t^2 * end mass
     assert q_tag * q_tag * end_mass == pytest.approx(0.04)
-
     tokens = policy.sample(digits, torch.Generator().manual_seed(6))
     rate = score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
     assert abs(rate - 0.04) < 5 * math.sqrt(0.04 * 0.96 / 30000)
@@ -199,13 +197,11 @@ def test_runs_are_reproducible_and_record_the_library_diagnostics():
 def test_a_custom_advantage_function_receives_the_batch_and_drives_training():
     """The hook a researcher uses to probe a new estimator before it enters the library."""
     from dara.estimators import compute_advantages
-
     calls = []
 
     def probe(name, scores, index, mask, **options):
         calls.append((name, tuple(scores.shape), len(index), tuple(mask.shape), options["channel_names"]))
         return compute_advantages("gdpo", scores, index, mask, **options)
-
     config = TaskConfig()
     train_run(config, RunConfig(estimator="my_estimator", steps=2, num_prompts=4, group_size=4), advantage_fn=probe)
     assert calls == [("my_estimator", (16, 2), 16, (16, config.max_len), ["correctness", "format"])] * 2

@@ -99,7 +99,6 @@ def test_steps_to_is_consistent_with_the_per_step_curves(quick_run):
 
 def test_study_selection_filters_and_rejects_unknown_names():
     from dara.testbed.cli import parse_args, select_studies
-
     studies = select_studies(parse_args(["--studies", "main,dense", "--estimators", "gdpo,dara_asym", "--seeds", "3"]))
     assert [s.name for s in studies] == ["main", "dense"]
     assert all(s.estimators == ("gdpo", "dara_asym") for s in studies)

@@ -19,7 +19,6 @@ def test_each_rank_gets_trls_local_advantages(smoke_assets, tmp_path):
     import torch
 
     from dara.trl import completion_advantages
-
     out = tmp_path / "ranks"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
                smoke_assets["model_dir"], smoke_assets["train"], str(out)]
@@ -51,7 +50,6 @@ def worker(model_dir: str, train: str, out: str) -> None:
 
     from dara.trl.smoke import smoke_config, smoke_trainer
     from tests.trl.trl_recording import RecordingTrainer
-
     config = smoke_config(Path(out) / "trl", estimator="gdpo", multi_objective_aggregation="normalize_then_sum",
                           eps=1e-4, batch_norm="response", reward_weights=[1.0, 0.5], max_steps=STEPS,
                           per_device_train_batch_size=8)

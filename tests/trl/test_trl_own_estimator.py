@@ -103,7 +103,6 @@ def test_rvpo_and_the_dead_channel_weight_reach_the_completions_advantages(tmp_p
 def test_the_example_estimator_trains_in_trls_trainer_with_the_librarys_diagnostics(registry, smoke_assets, tmp_path):
     from dara.trl.smoke import smoke_config, smoke_trainer
     from tests.trl.trl_recording import RecordingTrainer
-
     config = smoke_config(tmp_path / "trl", max_steps=2, estimator_module=str(EXAMPLE), estimator="density_power",
                           estimator_options={"power": 1.0})
     trainer = smoke_trainer(smoke_assets, config, trainer_class=RecordingTrainer)
