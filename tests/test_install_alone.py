@@ -5,6 +5,7 @@ side names its extra in one line. The metadata half runs without a venv."""
 from __future__ import annotations
 
 import email.parser
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 import dara
 
@@ -32,16 +34,11 @@ def copy_project(target: Path) -> Path:
 
 def requirements(metadata: str) -> tuple[list[str], dict[str, list[str]]]:
     """(unconditional Requires-Dist names, {extra: names}) of a METADATA text."""
-    message = email.parser.Parser().parsestr(metadata)
     plain, extras = [], {}
-    for line in message.get_all("Requires-Dist") or []:
-        spec, _, marker = line.partition(";")
-        name = spec.split("[")[0].split(">")[0].split("<")[0].split("=")[0].split("!")[0].strip().lower()
-        if "extra ==" in marker:
-            extra = marker.split("extra ==")[1].strip().strip("'\"")
-            extras.setdefault(extra, []).append(name)
-        else:
-            plain.append(name)
+    for line in email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []:
+        requirement = Requirement(line)
+        extra = re.search(r"extra == \"([^\"]+)\"", str(requirement.marker or ""))
+        (extras.setdefault(extra.group(1), []) if extra else plain).append(requirement.name.lower())
     return plain, extras
 
 
