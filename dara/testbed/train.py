@@ -53,7 +53,7 @@ def estimator_options(estimator: str, task: TaskConfig, static_sparse_weight: fl
     if estimator == "static":
         return {"weights": [1.0 if name == "correctness" else static_sparse_weight for name in names]}
     registered = ESTIMATORS.get(estimator)
-    if registered is not None and registered.needs_ranges:  # saw, sa_mrpo, or one of your own that reads them
+    if registered is not None and registered.needs_ranges:  # saw, or one of your own that reads them
         return {"reward_ranges": {name: list(REWARD_RANGE) for name in names}}
     return {}
 
