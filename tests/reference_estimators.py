@@ -79,7 +79,7 @@ def normalize(values, lengths, mode):
 
 
 def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_max=5.0, reward_ranges=None,
-              form="sym", query_weight="before_whiten", rvpo_k=1.0, dead_channel_weight="1"):
+              tau=0.8, gamma=0.5, form="sym", query_weight="before_whiten", rvpo_k=1.0, dead_channel_weight="1"):
     """Per-response advantage (the value broadcast over each response's tokens)."""
     n, k = len(scores), len(scores[0])
     prior = list(weights) if weights is not None else [1.0] * k
@@ -105,8 +105,8 @@ def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_
             for j in members:
                 out[j] = sum(w[c] * (scores[j][c] - means[c]) for c in range(k)) / den
         return out
-    if name == "gd2po_hard":
-        return _gd2po(adv, index, lengths, prior, query_weight, batch_norm)
+    if name in ("gd2po_hard", "gd2po_snr"):
+        return _gd2po(name, adv, index, lengths, prior, tau, query_weight, batch_norm)
     if name in ("gdpo", "static") and not (name == "static" and form == "asym"):
         w = prior
         s = [sum(w[c] * adv[j][c] for c in range(k)) for j in range(n)]
@@ -123,6 +123,14 @@ def reference(name, scores, index, lengths, batch_norm="token", weights=None, w_
         return normalize(s, lengths, batch_norm)
     if name == "saw":
         w = _saw(scores, [r[0] for r in reward_ranges])
+        s = [sum(w[c] * prior[c] * adv[j][c] for c in range(k)) for j in range(n)]
+        return normalize(s, lengths, batch_norm)
+    if name == "sa_mrpo":
+        w = []
+        for c in range(k):
+            lo, hi = reward_ranges[c]
+            sat = (mean(row[c] for row in scores) - lo) / (hi - lo)
+            w.append((1 - min(max(sat, 0.0), 1.0)) ** gamma)
         s = [sum(w[c] * prior[c] * adv[j][c] for c in range(k)) for j in range(n)]
         return normalize(s, lengths, batch_norm)
     if name == "rvpo":
@@ -180,11 +188,14 @@ def _saw(scores, lower):
     return [1.0] * k if total <= 0 else [k * v / total for v in cv]
 
 
-def _gd2po(adv, index, lengths, prior, query_weight, batch_norm="token"):
+def _gd2po(name, adv, index, lengths, prior, tau, query_weight, batch_norm="token"):
     n, k = len(adv), len(adv[0])
     keep = []
     for j in range(n):
         conflict = any(a > 1e-8 for a in adv[j]) and any(a < -1e-8 for a in adv[j])
+        if name == "gd2po_snr":
+            rho = sum(adv[j]) / (sum(abs(a) for a in adv[j]) + 1e-8)
+            conflict = conflict and abs(rho) < tau
         keep.append(not conflict)
     c_of = {}
     for members in groups_of(index):

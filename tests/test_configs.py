@@ -303,7 +303,7 @@ ESTIMATOR_FILES = sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.
 
 
 def test_gd2po_takes_the_math_tasks_response_level_like_every_method_without_its_own():
-    for estimator in ("gd2po_hard", "dara_asym"):
+    for estimator in ("gd2po_snr", "gd2po_hard", "dara_asym"):
         dara = compose(["task=deepscaler", f"estimator={estimator}"], resolve=False).algorithm.dara
         assert dara.batch_norm == "response"
         assert DaraAlgoConfig.from_mapping(dara).resolved_batch_norm(estimator) == "response"
@@ -313,7 +313,7 @@ def test_gd2po_takes_the_math_tasks_response_level_like_every_method_without_its
 @pytest.mark.parametrize("task", TASKS)
 def test_every_estimator_on_every_task_normalises_as_its_definition_says(task):
     """A method that defines one normalisation (grpo, dvao: none) applies it; every other method takes the task's
-    level (token for tool calling, response for math), gd2po_hard included, and --cfg job shows that level."""
+    level (token for tool calling, response for math), gd2po_snr included, and --cfg job shows that level."""
     task_level = compose([f"task={task}"], resolve=False).algorithm.dara.batch_norm
     assert task_level in ("token", "response")
     for estimator_file in ESTIMATOR_FILES:

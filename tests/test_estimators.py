@@ -22,7 +22,7 @@ def options_for(name, k):
             }.get(name, {})
     if name == "static":
         opts["weights"] = [1.0, 5.0, 2.0][:k]
-    if name == "saw":
+    if name in ("saw", "sa_mrpo"):
         opts["reward_ranges"] = {f"c{c}": RANGES[c] for c in range(k)}  # compute_advantages' default names
     return opts
 
@@ -181,7 +181,7 @@ ONES_4x2 = {"scores": torch.ones(4, 2), "index": [0, 0, 1, 1], "mask": torch.one
     _param("unknown option", "misspelt-option", wmax=2),
     _param("fixed channel weights", "static-without-weights", name="static"),
     _param("reward_ranges", "saw-without-ranges", name="saw"),
-    _param("outside its reward_range", "score-outside-range", name="saw", scores=torch.full((2, 1), 2.0),
+    _param("outside its reward_range", "score-outside-range", name="sa_mrpo", scores=torch.full((2, 1), 2.0),
            reward_ranges={"c0": [0, 1]}),
     _param("missing ['c1']", "range-missing-channel", name="saw", scores=torch.zeros(2, 2),
            reward_ranges={"c0": [0, 1]}),
@@ -195,6 +195,7 @@ ONES_4x2 = {"scores": torch.ones(4, 2), "index": [0, 0, 1, 1], "mask": torch.one
            dead_channel_weight="max", **ONES_4x2),
     _param("w_max must be >= 1", "w_max-below-1", w_max=0.5),
     _param("form must be one of", "form", form="x"),
+    _param("tau", "tau-out-of-range", tau=2),
     _param("query_weight must be one of", "query-weight", query_weight="x"),
     _param("min < max", "range-reversed", reward_ranges={"c0": [1, 0]}),
     _param("must be [min, max]", "range-not-a-pair", reward_ranges={"c0": [0]}),

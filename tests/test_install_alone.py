@@ -62,7 +62,7 @@ scores = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]] * 2)
 index = [0, 0, 1, 1, 2, 2, 3, 3]
 for name in BUILTIN_ESTIMATORS:
     options = {"weights": [1.0, 5.0]} if name == "static" else {}
-    if name == "saw":
+    if name in ("saw", "sa_mrpo"):
         options["reward_ranges"] = {"c0": [0, 1], "c1": [0, 1]}
     advantages, metrics = compute_advantages(name, scores, index, torch.ones(8, 3), **options)
     assert advantages.shape == (8, 3) and torch.isfinite(advantages).all(), name

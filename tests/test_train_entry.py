@@ -143,13 +143,13 @@ def test_bad_channel_or_override_fails_in_one_message_before_ray(tmp_path, args,
 
 @pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_cfg_job_prints_without_running_and_verbose_becomes_run_verbose(tmp_path, python_module):
-    out = python_module("dara.train", "--verbose", "task=deepscaler", "estimator=gd2po_hard",
+    out = python_module("dara.train", "--verbose", "task=deepscaler", "estimator=gd2po_snr",
                         f"run.output_root={tmp_path}", "--cfg", "job", "--resolve", timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     printed = OmegaConf.create(out.stdout)
-    assert printed.algorithm.adv_estimator == "gd2po_hard"
-    assert printed.algorithm.dara.batch_norm == "response"  # the math task's
-    assert printed.run.name == "deepscaler-tiny-gd2po_hard-s0" and printed.run.checkpoint.keep_last == 2
+    assert printed.algorithm.adv_estimator == "gd2po_snr"
+    assert printed.algorithm.dara.batch_norm == "response"  # the math task's, as for gd2po_hard
+    assert printed.run.name == "deepscaler-tiny-gd2po_snr-s0" and printed.run.checkpoint.keep_last == 2
     assert printed.run.verbose is True  # `--verbose` is the run.verbose override
     assert not any(tmp_path.iterdir())  # nothing was started or written
 

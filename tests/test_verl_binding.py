@@ -35,7 +35,8 @@ def algorithm_config(**overrides):
     weights = overrides.pop("weights", None)
     base = {"adv_estimator": "dara_asym", "reward_channels": CHANNELS, "norm_adv_by_std_in_grpo": True,
             "dara": {"weights": weights, "w_max": 5.0, "reward_ranges": {"correctness": [-3.0, 3.0], "format": [0.0, 1.0]},
-                     "form": "sym", "query_weight": "before_whiten"}}
+                     "tau": 0.8,
+                     "gamma": 0.5, "form": "sym", "query_weight": "before_whiten"}}
     base.update(overrides)
     return OmegaConf.create(base)
 

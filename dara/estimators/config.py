@@ -41,8 +41,10 @@ class DaraAlgoConfig:
         default=None, metadata=_help("Batch normalisation of the aggregated advantage: token, response or none; "
                                      "unset: the estimator's own (token where it takes any)."))
     reward_ranges: Dict[str, List[float]] = field(  # noqa: UP006
-        default_factory=dict, metadata=_help("Per channel name its [min, max] score range (saw reads them; "
+        default_factory=dict, metadata=_help("Per channel name its [min, max] score range (saw, sa_mrpo read "
                                              "them; a score outside a given range is an error)."))
+    tau: float = field(default=0.8, metadata=_help("GD2PO-SNR's |rho| threshold, in [0, 1]."))
+    gamma: float = field(default=0.5, metadata=_help("SA-MRPO's saturation exponent (>= 0)."))
     form: str = field(default="sym", metadata=_help("static: 'sym' or 'asym'."))
     query_weight: str = field(default="before_whiten",
                               metadata=_help("GD2PO: 'before_whiten' or 'after_whiten' (the DARA authors' runs)."))
@@ -64,7 +66,8 @@ class DaraAlgoConfig:
     def __post_init__(self) -> None:
         if self.weights is not None:
             self.weights = [float(w) for w in self.weights]
-        self.w_max, self.eps, self.rvpo_k = float(self.w_max), float(self.eps), float(self.rvpo_k)
+        self.w_max, self.tau, self.gamma = float(self.w_max), float(self.tau), float(self.gamma)
+        self.eps, self.rvpo_k = float(self.eps), float(self.rvpo_k)
         self.dead_channel_weight = _dead_weight_text(self.dead_channel_weight)
         if self.estimator_module is not None:
             self.estimator_module = str(self.estimator_module)
@@ -80,6 +83,8 @@ class DaraAlgoConfig:
             (self.w_max >= 1, f"w_max must be >= 1 (it caps an up-weighting), got {self.w_max}"),
             (self.batch_norm in (None, *BATCH_NORM_MODES),
              f"batch_norm must be one of {BATCH_NORM_MODES} or null, got {self.batch_norm!r}"),
+            (0 <= self.tau <= 1, f"tau must be in [0, 1] (a |rho| threshold), got {self.tau}"),
+            (self.gamma >= 0, f"gamma must be >= 0, got {self.gamma}"),
             (self.form in FORMS, f"form must be one of {FORMS}, got {self.form!r}"),
             (self.query_weight in QUERY_WEIGHT_ORDERS,
              f"query_weight must be one of {QUERY_WEIGHT_ORDERS}, got {self.query_weight!r}"),

@@ -17,7 +17,7 @@ from .config import DaraAlgoConfig
 from .groups import Groups, constant_groups, group_mean_std, group_zscore
 from .normalization import BATCH_NORM_MODES
 from .registry import ESTIMATORS, NAME, VERL_PREFIX, Estimator, Option
-from .weights import density_weights, saw_weights
+from .weights import density_weights, saturation_weights, saw_weights
 
 SIGN_EPS = 1e-8  # a per-reward advantage counts as positive/negative beyond this (GD2PO, DVAO)
 
@@ -192,10 +192,29 @@ def gd2po_hard(batch: ChannelBatch) -> Aggregate:
     return _decoupled(batch, _conflicts(batch.advantages))
 
 
+@register("gd2po_snr", "GD2PO-SNR: drop a conflicting response only when |rho| < tau (default 0.8)",
+          batch_norms=("token", "response"), uses=("weights", "tau", "query_weight"))
+def gd2po_snr(batch: ChannelBatch) -> Aggregate:
+    tau = batch.options["tau"]
+    advantages = batch.advantages
+    rho = advantages.sum(dim=1) / (advantages.abs().sum(dim=1) + SIGN_EPS)
+    return _decoupled(batch, _conflicts(advantages) & (rho.abs() < tau))
+
+
 @register("saw", "SAW: GDPO with weights K * CV_k / sum CV (CV of r_k - r_min_k over the batch)",
           uses=("weights", "reward_ranges"), needs_ranges=True)
 def saw(batch: ChannelBatch) -> Aggregate:
     weights = saw_weights(batch.scores, batch.options["reward_ranges"][:, 0]) * batch.prior  # checked: needs_ranges
+    return _weighted_sum(batch, batch.advantages * weights, weights)
+
+
+@register("sa_mrpo", "SA-MRPO: GDPO with weights (1 - s_k)^gamma, s_k the batch saturation of reward k",
+          uses=("weights", "reward_ranges", "gamma"), needs_ranges=True)
+def sa_mrpo(batch: ChannelBatch) -> Aggregate:
+    ranges = batch.options["reward_ranges"]
+    if ranges is None:
+        raise ValueError("estimator 'sa_mrpo' needs reward_ranges={channel: [min, max], ...} for every channel")
+    weights = saturation_weights(batch.scores, ranges, batch.options["gamma"]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)
 
 

@@ -49,3 +49,10 @@ def saw_weights(scores: torch.Tensor, lower_bounds: torch.Tensor) -> torch.Tenso
         return torch.ones(num_channels, dtype=scores.dtype, device=scores.device)
     return num_channels * cv / total
 
+
+def saturation_weights(scores: torch.Tensor, ranges: torch.Tensor, gamma: float = 0.5) -> torch.Tensor:
+    """SA-MRPO: s_k = (mean_batch r_k - r_min_k) / (r_max_k - r_min_k); w_k = (1 - s_k)^gamma."""
+    low, high = ranges[:, 0], ranges[:, 1]
+    saturation = (scores.mean(dim=0) - low) / (high - low)
+    # Rounding can push a mean a hair outside its range; the range itself was validated upstream.
+    return (1.0 - saturation.clamp(0.0, 1.0)).pow(gamma)

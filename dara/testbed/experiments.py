@@ -19,7 +19,8 @@ from tasks.registry import load_ref
 # The results layer's threshold rule, named by import path: dara sits below results and never imports it.
 SUSTAINED_STEP = "results.thresholds:first_sustained_step"
 
-ALL_ESTIMATORS = ("grpo", "gdpo", "dara_sym", "dara_asym", "dvao", "gd2po_hard", "static", "saw")
+ALL_ESTIMATORS = ("grpo", "gdpo", "dara_sym", "dara_asym", "dvao", "gd2po_hard", "gd2po_snr", "static", "saw",
+                  "sa_mrpo")
 CORE_ESTIMATORS = ("grpo", "gdpo", "dara_sym", "dara_asym")
 THRESHOLDS = (0.8, 0.99)
 SMOOTHING_WINDOW = 5  # steps of the trailing mean that steps_to_* reads

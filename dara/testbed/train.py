@@ -47,7 +47,7 @@ class RunConfig:
 
 def estimator_options(estimator: str, task: TaskConfig, static_sparse_weight: float = 3.0) -> dict[str, Any]:
     """Fixed weights for `static` (correctness 1, every other channel `static_sparse_weight`), reward ranges for
-    an estimator that needs them (saw)."""
+    an estimator that needs them (saw, sa_mrpo)."""
     from dara.estimators import ESTIMATORS
     names = task.channel_names
     if estimator == "static":

@@ -18,7 +18,7 @@ from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig, load_es
 from dara.estimators.config import FIELD_HELP, ranges_by_name
 
 # DaraAlgoConfig's fields that DaraGRPOConfig takes as they are (name, type, default, help).
-DERIVED_FIELDS = ("w_max", "form", "query_weight", "eps", "rvpo_k", "dead_channel_weight")
+DERIVED_FIELDS = ("w_max", "tau", "gamma", "form", "query_weight", "eps", "rvpo_k", "dead_channel_weight")
 # TRL's loss takes one advantage per completion (`token` needs the lengths, which the trainer gathers)
 DEFAULT_BATCH_NORM = "response"
 
@@ -70,7 +70,7 @@ class DaraGRPOConfig(_derived_base()):
     )
     reward_ranges: dict | str | None = field(
         default=None,
-        metadata={"help": "Per reward function name, its [min, max] score range (saw), e.g. "
+        metadata={"help": "Per reward function name, its [min, max] score range (saw, sa_mrpo), e.g. "
                           "'{\"format\": [0, 1], \"correctness\": [-3, 3]}'."},
     )
 
