@@ -64,7 +64,7 @@ class HardwareConfig:
 
     gpu: Optional[str] = None  # noqa: UP045
     gpu_memory_gib: Optional[float] = None  # noqa: UP045 - one card, as torch.cuda reports it
-    job_time_limit_minutes: Optional[int] = None  # noqa: UP045 - one Slurm job's limit (submitit takes whole minutes)
+    job_time_limit_minutes: Optional[int] = None  # noqa: UP045 - one Slurm job's limit (sbatch --time takes whole minutes)
     job_startup_minutes: Optional[float] = None  # noqa: UP045 - Ray, model load, vLLM start before step 1
     step_minutes_estimate: Dict[str, float] = field(default_factory=dict)  # noqa: UP006 - model -> minutes
     # sbatch's pre-timeout signal this long before the limit: the trainer checkpoints and the job requeues itself

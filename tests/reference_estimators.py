@@ -1,7 +1,4 @@
-"""Plain-Python loop implementations of METHODS.md, written to be obviously correct, not fast.
-
-The tests compare the vectorised library against these on random batches.
-"""
+"""Plain-Python loops of docs/methods.md, written to be obviously correct, not fast."""
 
 from __future__ import annotations
 
@@ -34,13 +31,9 @@ def per_reward_advantages(scores, index):
     adv = [[0.0] * k for _ in range(n)]
     for members in groups_of(index):
         for c in range(k):
-            for j, a in zipscore(scores, members, c).items():
+            for j, a in zscore([row[c] for row in scores], members).items():
                 adv[j][c] = a
     return adv
-
-
-def zipscore(scores, members, c):
-    return zscore([row[c] for row in scores], members)
 
 
 def densities(adv, index):
@@ -215,7 +208,6 @@ def _gd2po(name, adv, index, lengths, prior, tau, query_weight, batch_norm="toke
         if batch_norm == "response":
             return response_standardize(values, keep)
         return token_whiten(values, lengths, keep)
-
     if query_weight == "before_whiten":
         return whiten([c_of[j] * raw[j] for j in range(n)])
     return [c_of[j] * v for j, v in enumerate(whiten(raw))]

@@ -8,8 +8,6 @@ from __future__ import annotations
 import functools
 
 import pytest
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
@@ -147,19 +145,6 @@ def test_cluster_tables_set_rollout_and_fsdp_per_model_and_gpu(cluster, model, t
     assert actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu >= longest
     assert cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu >= longest
     assert actor.fsdp_config.param_offload == cfg.run.hardware[cfg.run.model_scale].param_offload
-
-
-@pytest.mark.parametrize("cluster, gpus", [("a100_40g_x4", 4), ("a100_80g_x8", 8), ("h100_x8", 8)])
-def test_submitit_launcher_configs_compose(cluster, gpus):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train"):
-        cfg = hydra_compose(config_name="train", return_hydra_config=True,
-                            overrides=[f"hydra/launcher=slurm_{cluster}", f"cluster={cluster}", "task=toolrl",
-                                       "model=qwen2.5-1.5b-instruct"])
-    launcher = cfg.hydra.launcher
-    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher") and cfg.trainer.n_gpus_per_node == gpus
-    assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (1, gpus, 1)
-    assert launcher.max_num_timeout > 0 and launcher.additional_parameters.requeue is True
-    assert launcher.timeout_min == cfg.run.hardware.job_time_limit_minutes == 1440  # the cluster file's --time
 
 
 # the authors' README: at most 2 rounds a step for 1.5B, 4 for the 4B models (and 7B); "replay" is verl's own filter

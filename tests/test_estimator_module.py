@@ -1,10 +1,6 @@
-"""A module of estimators of one's own in every entry: the Hydra checks before Ray (`algorithm.dara.estimator_module`,
-`algorithm.dara.options.*`, a misspelt `algorithm.adv_estimator`), dara.train's run info and its refusal to resume
-on a changed module, the preflight, verl's registry and advantage step, the recipes, the testbed, the report.
-
-Training with one (3 verl steps on the CPU smoke) is the `variant` stage of test_training.py; TRL's trainer is
-tests/trl/test_trl_own_estimator.py; the library alone is test_estimator_registry.py.
-"""
+"""A module of estimators of one's own in every entry: the Hydra checks before Ray, dara.train's run info and
+resume, the preflight, verl's registry and advantage step, the recipes, the testbed, the report (training with
+one: test_training.py's `variant` stage; TRL: tests/trl/test_trl_own_estimator.py)."""
 
 from __future__ import annotations
 
@@ -80,7 +76,6 @@ def test_a_module_that_cannot_be_used_is_one_config_error_naming_it(tmp_path, te
 @pytest.mark.usefixtures("registry")
 def test_the_preflight_names_a_bad_module_in_its_configuration_section(tmp_path, capsys):
     from dara.preflight.__main__ import main
-
     assert main([*own(tmp_path / "absent.py"), f"run.output_root={tmp_path}", "--skip-env"]) == 1
     out = capsys.readouterr().out
     assert "algorithm.dara.estimator_module: estimator module" in out and "absent.py: no such file" in out
@@ -100,7 +95,6 @@ def test_dara_train_refuses_a_misspelt_estimator_and_a_bad_module_in_one_line_be
 @pytest.mark.usefixtures("registry")
 def test_the_run_info_records_the_module_and_a_changed_module_is_refused_on_resume(tmp_path):
     from dara.train import _claim_run_folder, _write_run_info
-
     path = write_module(tmp_path)
     cfg = composed(tmp_path, *own(path))
     OmegaConf.resolve(cfg)
@@ -115,7 +109,6 @@ def test_the_run_info_records_the_module_and_a_changed_module_is_refused_on_resu
     assert info["config"]["algorithm.dara.estimator_module"] == str(path.resolve())
     (run_dir / METRICS_FILE).write_text('{"step": 1}\n')  # the folder holds a step: a resume
     from contextlib import ExitStack
-
     with ExitStack() as stack:  # the same module: resumes
         _claim_run_folder(cfg, stack)
     recorded = dict(info, estimator_module={**info["estimator_module"], "sha256": "0" * 64})
@@ -148,7 +141,6 @@ def test_a_users_estimator_is_registered_with_verl_and_runs_its_advantage_step(t
     from dara.verl.estimators import EstimatorNameTaken, register_all, verl_estimator_name
     from dara.verl.trainer import DaraTrainer
     from tests.test_verl_advantage_seam import CHANNELS, RESPONSE_LEN, run_step, trainer_config
-
     load_estimator_module(write_module(tmp_path))
     register_all()  # what the trainer does after loading the module
     assert verl_estimator_name("softmax_density") == "softmax_density"
@@ -190,7 +182,6 @@ def test_the_trainer_loads_the_module_and_registers_it_before_verl_builds_anythi
     def verls_init(self, config):  # what runs after the registrations: verl's own trainer
         seen["registered"] = "actor_side" in core_algos.ADV_ESTIMATOR_REGISTRY
         raise VerlBuilds
-
     path = write_module(tmp_path, "actor_side")
     seen = {}
     monkeypatch.setattr(PPOTrainerSync, "__init__", verls_init)
@@ -205,7 +196,6 @@ def test_the_trainer_loads_the_module_and_registers_it_before_verl_builds_anythi
 @pytest.mark.usefixtures("registry")
 def test_a_recipe_run_of_ones_own_estimator_composes_to_its_name(tmp_path, monkeypatch):
     from recipes.runner import Run
-
     monkeypatch.chdir(EXAMPLE.parent)
     run = Run(task="smoke", model="tiny", estimator="density_power", cluster="cpu", seed=1,
               estimator_module="density_power.py")
@@ -216,7 +206,6 @@ def test_a_recipe_run_of_ones_own_estimator_composes_to_its_name(tmp_path, monke
     cfg = compose(run.overrides())
     assert cfg.run.name == run.name == "smoke-tiny-density_power-s1"
     from recipes import load
-
     [rvpo_run, *_] = load("rvpo").runs(load("rvpo").DEFAULT_SEEDS)
     rvpo = compose(rvpo_run.overrides())
     assert rvpo.algorithm.adv_estimator == "rvpo" and rvpo.algorithm.dara.rvpo_k == 1.0
@@ -231,10 +220,9 @@ def test_the_testbed_runs_a_modules_estimators_in_every_study():
     from dara.testbed.train import RunConfig, train_run
 
     def args(**values):
-        base = {"quick": True, "out": None, "studies": None, "estimators": None, "seeds": None, "side_seeds": None,
-                "steps": None, "lr": None, "format_init_rate": None, "threads": 1, "estimator_module": [str(EXAMPLE)]}
+        base = {"quick": True, "out": None, "studies": None, "estimators": None, "seeds": None, "steps": None,
+                "threads": 1, "estimator_module": [str(EXAMPLE)]}
         return Namespace(**{**base, **values})
-
     studies = select_studies(args())
     assert all(study.estimators[-1] == "density_power" for study in studies)
     only = select_studies(args(estimators="gdpo,density_power"))
@@ -251,7 +239,6 @@ def test_the_testbed_runs_a_modules_estimators_in_every_study():
 
 def test_the_report_says_which_dead_channel_weight_and_which_module_each_run_used(tmp_path):
     from results.report import run_provenance
-
     for name, dead, module in (("a-s0", "1", None), ("b-s0", "w_max", None), ("c-s0", None, "/own/m.py")):
         folder = tmp_path / name
         folder.mkdir()
@@ -270,7 +257,6 @@ def test_the_report_says_which_dead_channel_weight_and_which_module_each_run_use
 
 def test_rvpo_is_ours_too_and_our_rows_sit_beside_the_authors():
     from results.tables import AUTHORS_ONLY, with_paper
-
     assert "rvpo" not in AUTHORS_ONLY and {"dara", "gdpo_saw"} <= AUTHORS_ONLY
     paper = pd.read_csv(dara.AUTHORS_REFERENCE / "reference" / "all_seeds.csv", dtype={"model_size": str})
     assert {"rvpo"} <= set(paper["method"])

@@ -17,7 +17,9 @@ RANGES = [[-3.0, 3.0], [0.0, 1.0], [0.0, 1.0]]
 
 
 def options_for(name, k):
-    opts = {}
+    """Every option the loop reference takes too: weights, rvpo_k, the authors' dead-channel weight for dara_sym."""
+    opts = {"rvpo": {"rvpo_k": 2.0, "weights": [1.0, 2.0, 0.5][:k]}, "dara_sym": {"dead_channel_weight": "w_max"}
+            }.get(name, {})
     if name == "static":
         opts["weights"] = [1.0, 5.0, 2.0][:k]
     if name in ("saw", "sa_mrpo"):
@@ -55,7 +57,6 @@ def channel_batch(name, scores, index, **options):
     from dara.estimators.api import _check_options
     from dara.estimators.groups import group_codes, group_zscore
     from dara.estimators.methods import ChannelBatch
-
     scores = scores.double()
     groups = group_codes(index, scores.device)
     opts = _check_options(name, options, scores, scores.device)
@@ -90,21 +91,13 @@ def test_matches_loop_reference(name, batch, batch_norm, query_weight):
         assert all(math.isclose(v, expected[j], rel_tol=1e-4, abs_tol=1e-4) for v in row), (j, row, expected[j])
         assert adv[j, length:].abs().sum() == 0
     assert all(math.isfinite(v) for v in metrics.values())
-
-
-@settings(max_examples=30, deadline=None)
-@given(batch=batches())
-def test_density_and_weights_match_reference(batch):
-    scores, index, lengths = batch
-    _, metrics = compute_advantages("dara_asym", torch.tensor(scores), index, mask_from(lengths))
-    adv = ref.per_reward_advantages(scores, index)
+    adv = ref.per_reward_advantages(scores, index)  # the instruments, against the loop
     density = ref.densities(adv, index)
-    weights = ref.dara_weights(density)
-    for c in range(len(scores[0])):
+    weights = ref.dara_weights(density, 5.0, opts.get("dead_channel_weight", "1")) if name.startswith("dara") else None
+    for c in range(k):
         assert metrics[f"density/c{c}"] == pytest.approx(density[c])
-        assert metrics[f"weight/c{c}"] == pytest.approx(weights[c])
-        energy = sum(row[c] ** 2 for row in adv)
-        assert metrics[f"energy/c{c}"] == pytest.approx(energy, rel=1e-9, abs=1e-9)
+        assert metrics[f"energy/c{c}"] == pytest.approx(sum(row[c] ** 2 for row in adv), rel=1e-9, abs=1e-9)
+        assert weights is None or metrics[f"weight/c{c}"] == pytest.approx(weights[c])
 
 
 def grouped_binary(num_groups, group_size, active_share, seed, dense=True):
@@ -137,48 +130,6 @@ def test_dara_sym_equalises_weighted_energy_when_uncapped():
     assert m["weight/c1"] == pytest.approx(math.sqrt(10))
     assert m["energy_weighted/c1"] == pytest.approx(m["energy_weighted/c0"], rel=1e-5)
     assert m["energy_weighted/c0"] == pytest.approx(b * (g - 1), rel=1e-5)
-
-
-def test_cap_binds_for_very_sparse_channel():
-    scores, index, _ = grouped_binary(100, 4, 0.01, seed=3)  # sqrt(100) = 10 > w_max
-    _, m = compute_advantages("dara_sym", scores, index, torch.ones(400, 2), w_max=5.0)
-    assert m["weight/c1"] == 5.0
-    assert m["energy_weighted/c1"] < m["energy_weighted/c0"]
-
-
-def test_asym_energy_between_gdpo_and_sym():
-    scores, index, _ = grouped_binary(50, 8, 0.2, seed=4)
-    mask = torch.ones(400, 2)
-    energies = {n: compute_advantages(n, scores, index, mask)[1]["energy_weighted/c1"]
-                for n in ("gdpo", "dara_asym", "dara_sym")}
-    assert energies["gdpo"] < energies["dara_asym"] < energies["dara_sym"]
-
-
-def test_equal_densities_give_gdpo_exactly():
-    gen = torch.Generator().manual_seed(5)
-    scores = torch.randint(0, 3, (48, 2), generator=gen).float()
-    scores[::4] = torch.tensor([5.0, 5.0])  # every group varies on both channels
-    index = torch.arange(12).repeat_interleave(4)
-    mask = mask_from([3, 5, 1, 7] * 12)
-    gdpo, _ = compute_advantages("gdpo", scores, index, mask)
-    for name in ("dara_sym", "dara_asym"):
-        adv, m = compute_advantages(name, scores, index, mask)
-        assert m["weight/c0"] == m["weight/c1"] == 1.0
-        assert torch.equal(adv, gdpo)
-
-
-def test_row_permutation_permutes_result():
-    gen = torch.Generator().manual_seed(6)
-    scores = torch.randint(0, 2, (40, 2), generator=gen).float()
-    index = [f"uid-{i // 5}" for i in range(40)]
-    mask = mask_from(torch.randint(1, 9, (40,), generator=gen).tolist(), width=8)
-    perm = torch.randperm(40, generator=gen)
-    for name in ESTIMATOR_NAMES:
-        opts = options_for(name, 2)
-        base, mb = compute_advantages(name, scores, index, mask, **opts)
-        moved, mp = compute_advantages(name, scores[perm], [index[i] for i in perm], mask[perm], **opts)
-        torch.testing.assert_close(moved, base[perm], rtol=1e-5, atol=1e-6)
-        assert mb["density/c1"] == mp["density/c1"]
 
 
 def test_string_and_int_ids_agree():
@@ -242,6 +193,13 @@ ONES_4x2 = {"scores": torch.ones(4, 2), "index": [0, 0, 1, 1], "mask": torch.one
       for k in (0.0, -1.0, math.inf, math.nan)],
     _param("dead_channel_weight must be one of ['1', 'w_max']", "dead-channel-weight", name="dara_asym",
            dead_channel_weight="max", **ONES_4x2),
+    _param("w_max must be >= 1", "w_max-below-1", w_max=0.5),
+    _param("form must be one of", "form", form="x"),
+    _param("tau", "tau-out-of-range", tau=2),
+    _param("query_weight must be one of", "query-weight", query_weight="x"),
+    _param("min < max", "range-reversed", reward_ranges={"c0": [1, 0]}),
+    _param("must be [min, max]", "range-not-a-pair", reward_ranges={"c0": [0]}),
+    _param("dead_channel_weight must be one of ['1', 'w_max'], got '5'", "dead-channel-number", dead_channel_weight=5),
     _param("estimator 'gdpo' has no option(s) ['temperature'] (options.<name>); it declares: none",
            "undeclared-module-option", options={"temperature": 2}),
     _param("unknown option(s) ['estimator_module']", "estimator-module-not-an-option", estimator_module="m.py"),
@@ -276,12 +234,6 @@ def test_gd2po_orders_differ_and_drop_conflicts():
     assert m["gd2po/dropped_fraction"] == pytest.approx(3 / 7)
     # c_1 < 1 scales group 1 before whitening in one order and after it in the other: the results differ
     assert not torch.allclose(before, after, atol=1e-3)
-    ref_kwargs = dict(index=index, lengths=[3] * 7, prior=[1.0, 1.0], tau=0.8)
-    adv = ref.per_reward_advantages(scores.tolist(), index)
-    for order, ours in (("before_whiten", before), ("after_whiten", after)):
-        expected = ref._gd2po("gd2po_hard", adv, query_weight=order, **ref_kwargs)
-        torch.testing.assert_close(ours[:, 0].double(), torch.tensor(expected, dtype=torch.float64), atol=1e-5,
-                                   rtol=1e-5)
 
 
 def test_grpo_channel_terms_sum_to_advantage():
@@ -305,14 +257,6 @@ def test_grpo_channel_terms_sum_to_advantage():
 def test_dara_algo_config_validates_itself_naming_the_problem():
     from dara.estimators import DaraAlgoConfig
     from dara.estimators.normalization import BATCH_NORM_MODES
-
-    for bad, message in (({"wmax": 2}, "unknown option.*wmax"), ({"w_max": 0.5}, "w_max"), ({"form": "x"}, "form"),
-                         ({"query_weight": "x"}, "query_weight"), ({"reward_ranges": {"a": [1, 0]}}, "min < max"),
-                         ({"reward_ranges": {"a": [0]}}, r"\[min, max\]"),
-                         ({"batch_norm": "sequence"}, "batch_norm"), ({"tau": 2}, "tau"),
-                         ({"dead_channel_weight": 5}, r"dead_channel_weight must be one of \['1', 'w_max'\], got '5'")):
-        with pytest.raises(ValueError, match=message):
-            DaraAlgoConfig.from_mapping(bad)
     assert DaraAlgoConfig(dead_channel_weight=1).dead_channel_weight == "1" == DaraAlgoConfig(
         dead_channel_weight=1.0).dead_channel_weight  # a command line gives a number
     config = DaraAlgoConfig()
@@ -332,41 +276,3 @@ def test_dara_algo_config_validates_itself_naming_the_problem():
     _, metrics = compute_advantages("dara_sym", scores, index, torch.ones(len(scores), 1), channel_names=["a", "b"])
     assert metrics["weight/b"] == pytest.approx(config.w_max)
 
-
-def _gd2po_response_loop(scores, index, query_weight):
-    """Plain-loop GD2PO-Hard with response-level normalisation over the kept responses (METHODS.md)."""
-    n, k = scores.shape
-    adv = [[0.0] * k for _ in range(n)]
-    for g in set(index):
-        members = [i for i in range(n) if index[i] == g]
-        for c in range(k):
-            vals = [float(scores[i, c]) for i in members]
-            mean = sum(vals) / len(vals)
-            std = (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 1.0
-            for i in members:
-                adv[i][c] = (float(scores[i, c]) - (mean if len(vals) > 1 else 0.0)) / (std + 1e-6)
-    kept = [not (any(a > 1e-8 for a in adv[i]) and any(a < -1e-8 for a in adv[i])) for i in range(n)]
-    share = {g: sum(kept[i] for i in range(n) if index[i] == g) / index.count(g) for g in set(index)}
-    s = [share[index[i]] * sum(adv[i]) if query_weight == "before_whiten" else sum(adv[i]) for i in range(n)]
-    kept_vals = [s[i] for i in range(n) if kept[i]]
-    mean = sum(kept_vals) / len(kept_vals)
-    std = (sum((v - mean) ** 2 for v in kept_vals) / (len(kept_vals) - 1)) ** 0.5
-    out = [(s[i] - mean) / (std + 1e-6) if kept[i] else 0.0 for i in range(n)]
-    if query_weight == "after_whiten":
-        out = [out[i] * share[index[i]] for i in range(n)]
-    return torch.tensor(out, dtype=torch.float32)
-
-
-@pytest.mark.parametrize("query_weight", ["before_whiten", "after_whiten"])
-def test_gd2po_hard_honours_response_batch_norm(query_weight):
-    gen = torch.Generator().manual_seed(12)
-    scores = torch.randint(0, 2, (48, 2), generator=gen).double()
-    index = [i // 8 for i in range(48)]
-    lengths = torch.randint(1, 9, (48,), generator=gen)
-    mask = (torch.arange(8)[None, :] < lengths[:, None]).float()
-    response, _ = compute_advantages("gd2po_hard", scores, index, mask, batch_norm="response",
-                                     query_weight=query_weight)
-    token, _ = compute_advantages("gd2po_hard", scores, index, mask, batch_norm="token", query_weight=query_weight)
-    expected = _gd2po_response_loop(scores, index, query_weight)
-    torch.testing.assert_close(response, expected[:, None] * mask, rtol=1e-5, atol=1e-6)
-    assert not torch.allclose(response, token)  # the mode is honoured, not replaced by token whitening

@@ -24,7 +24,6 @@ from dara.testbed.task import (
     score,
 )
 from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
-from results.thresholds import first_sustained_step
 
 
 def random_tokens(config: TaskConfig, n: int, seed: int) -> torch.Tensor:
@@ -88,13 +87,10 @@ def test_prompts_targets_are_per_slot_permutations_and_split_is_disjoint():
     assert not train & held_out and len(train | held_out) == prompts.digits.shape[0]
 
 
-def test_bad_task_knobs_are_rejected_with_the_knob_named():
-    with pytest.raises(ValueError, match="format_init_rate"):
-        TaskConfig(format_init_rate=0.5)
-    with pytest.raises(ValueError, match="eos_init_prob"):
-        TaskConfig(eos_init_prob=1.0)
-    with pytest.raises(ValueError, match="max_len"):
-        TaskConfig(max_len=4)
+@pytest.mark.parametrize("knob, value", [("format_init_rate", 0.5), ("eos_init_prob", 1.0), ("max_len", 4)])
+def test_bad_task_knobs_are_rejected_with_the_knob_named(knob, value):
+    with pytest.raises(ValueError, match=knob):
+        TaskConfig(**{knob: value})
 
 
 def all_responses(config: TaskConfig) -> torch.Tensor:
@@ -124,7 +120,6 @@ def test_policy_is_a_distribution_over_responses_and_sampling_follows_it():
         log_probs, _ = policy.token_log_probs(digits, responses)
     seq_log_prob = (log_probs * response_mask(responses)).sum(dim=1)
     assert seq_log_prob.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
-
     n = 40000
     samples = policy.sample(torch.zeros(n, 1, dtype=torch.long), torch.Generator().manual_seed(4))
     lookup = {tuple(r): i for i, r in enumerate(responses.tolist())}
@@ -151,7 +146,6 @@ def test_initial_policy_samples_the_calibrated_distribution_and_format_rate():
     q_tag = initial_distribution(config)[OPEN].item()
     end_mass = 1.0 - (1.0 - config.eos_init_prob) ** (config.max_len - 2)  # task.py: P(format) = q_t^2 * end mass
     assert q_tag * q_tag * end_mass == pytest.approx(0.04)
-
     tokens = policy.sample(digits, torch.Generator().manual_seed(6))
     rate = score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
     assert abs(rate - 0.04) < 5 * math.sqrt(0.04 * 0.96 / 30000)
@@ -203,13 +197,11 @@ def test_runs_are_reproducible_and_record_the_library_diagnostics():
 def test_a_custom_advantage_function_receives_the_batch_and_drives_training():
     """The hook a researcher uses to probe a new estimator before it enters the library."""
     from dara.estimators import compute_advantages
-
     calls = []
 
     def probe(name, scores, index, mask, **options):
         calls.append((name, tuple(scores.shape), len(index), tuple(mask.shape), options["channel_names"]))
         return compute_advantages("gdpo", scores, index, mask, **options)
-
     config = TaskConfig()
     train_run(config, RunConfig(estimator="my_estimator", steps=2, num_prompts=4, group_size=4), advantage_fn=probe)
     assert calls == [("my_estimator", (16, 2), 16, (16, config.max_len), ["correctness", "format"])] * 2
@@ -233,24 +225,3 @@ def test_mean_ci_matches_the_t_interval_formula():
     with pytest.raises(ValueError, match="no finite value"):
         stats.mean_ci([math.nan])
 
-
-def steps_to_loop(values, threshold, window):
-    for i in range(window - 1, len(values)):
-        if sum(values[i - window + 1 : i + 1]) / window >= threshold:
-            return i + 1
-    return None
-
-
-def test_steps_to_matches_loop_reference():
-    """The testbed's steps_to_<x> is results' sustained rule with no hold (summarize_run calls it so)."""
-
-    def steps_to(curve, threshold, window):
-        return first_sustained_step(range(1, len(curve) + 1), curve, threshold, window=window, hold=0)
-
-    gen = torch.Generator().manual_seed(11)
-    for trial in range(200):
-        curve = torch.rand(30, generator=gen).cumsum(0).div(15).clamp(max=1.0).tolist()
-        window = 1 + trial % 6
-        for threshold in (0.3, 0.8, 0.99):
-            assert steps_to(curve, threshold, window) == steps_to_loop(curve, threshold, window)
-    assert steps_to([1.0, 1.0], 0.5, window=5) is None

@@ -12,7 +12,7 @@ from dara.testbed.cli import main
 from dara.testbed.experiments import ALL_ESTIMATORS, quick_studies
 from dara.testbed.report import SUMMARY_COLUMNS
 
-pytestmark = pytest.mark.slow  # `--quick` trains 28 testbed runs (timing: docs/measured.md)
+pytestmark = pytest.mark.slow  # `--quick` trains 24 testbed runs (timing: docs/measured.md)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,9 @@ def read_csv(path):
 def test_quick_run_writes_every_output(quick_run):
     studies = quick_studies()
     names = {p.name for p in quick_run.iterdir()}
-    assert {"summary.csv", "runs.csv", "config.json", "steps_to_main.png", "group_size.png"} <= names
+    assert {"summary.csv", "runs.csv", "config.json"} <= names
     for study in studies:
-        assert f"steps_{study.name}.csv" in names and f"energy_{study.name}.png" in names
+        assert f"steps_{study.name}.csv" in names
         for g in study.group_sizes:
             assert (quick_run / f"curves_{study.name}_G{g}.png").stat().st_size > 10_000
     assert not [n for n in names if n.endswith(".tmp") or ".tmp." in n]  # no half-written file left
@@ -58,32 +58,23 @@ def test_summary_has_the_documented_columns_and_every_estimator(quick_run):
     assert group_sizes == set(quick_studies()[1].group_sizes)
 
 
-def test_gdpo_energy_identity_holds_at_every_step(quick_run):
-    """E_k = B * pi_k * (G - 1) for every channel under GDPO (up to the eps of the group std)."""
-    rows = [r for r in read_csv(quick_run / "steps_main.csv") if r["estimator"] == "gdpo"]
-    checked = 0
+def test_energy_identities_hold_at_every_step(quick_run):
+    """GDPO: E_k = B pi_k (G - 1) for every channel (up to the eps of the group std); DARA-Sym scales A_k by w_k,
+    so its weighted energy is w_k^2 times that ideal."""
+    rows = read_csv(quick_run / "steps_main.csv")
+    checked, weights_above_one = 0, 0
     for r in rows:
         for channel in ("correctness", "format"):
             if r[f"energy_vs_ideal/{channel}"] == "":  # no active group this step: no ideal energy
                 assert float(r[f"density/{channel}"]) == 0.0
                 continue
-            assert float(r[f"energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
-            assert float(r[f"weighted_energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
-            checked += 1
-    assert checked > len(rows)  # both channels are active on most steps
-
-
-def test_dara_sym_weighted_energy_is_the_squared_weight(quick_run):
-    """DARA-Sym scales A_k by w_k, so its weighted energy is w_k^2 times the ideal energy."""
-    rows = [r for r in read_csv(quick_run / "steps_main.csv") if r["estimator"] == "dara_sym"]
-    weights_above_one = 0
-    for r in rows:
-        if r["weighted_energy_vs_ideal/format"] == "":
-            continue
-        w = float(r["weight/format"])
-        assert float(r["weighted_energy_vs_ideal/format"]) == pytest.approx(w * w, rel=1e-3)
-        weights_above_one += w > 1.01
-    assert weights_above_one > 0  # the sparse channel was up-weighted at some step
+            w = float(r[f"weight/{channel}"]) if r["estimator"] == "dara_sym" else 1.0
+            if r["estimator"] in ("gdpo", "dara_sym"):
+                assert float(r[f"energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
+                assert float(r[f"weighted_energy_vs_ideal/{channel}"]) == pytest.approx(w * w, rel=1e-3, abs=1e-4)
+                checked += 1
+                weights_above_one += w > 1.01
+    assert checked > len(rows) / 5 and weights_above_one > 0  # the sparse channel was up-weighted at some step
 
 
 def test_steps_to_is_consistent_with_the_per_step_curves(quick_run):
@@ -108,14 +99,10 @@ def test_steps_to_is_consistent_with_the_per_step_curves(quick_run):
 
 def test_study_selection_filters_and_rejects_unknown_names():
     from dara.testbed.cli import parse_args, select_studies
-
     studies = select_studies(parse_args(["--studies", "main,dense", "--estimators", "gdpo,dara_asym", "--seeds", "3"]))
     assert [s.name for s in studies] == ["main", "dense"]
     assert all(s.estimators == ("gdpo", "dara_asym") for s in studies)
     assert studies[0].seeds == 3
-    sparse = select_studies(parse_args(["--format-init-rate", "0.05"]))
-    assert {s.name: s.task.format_init_rate for s in sparse}["main"] == 0.05
-    assert {s.name: s.task.format_init_rate for s in sparse}["dense"] == 0.10  # the dense contrast keeps its rate
     with pytest.raises(SystemExit, match="unknown studies"):
         select_studies(parse_args(["--studies", "nope"]))
     with pytest.raises(SystemExit, match=r"unknown estimator\(s\) \['not_an_estimator'\]; registered: grpo, "):

@@ -1,9 +1,6 @@
 """`python -m dara.estimators list [--module PATH ...]`: every registered estimator, its summary, the
-batch_norm modes it takes, the library options it reads and the options it declares.
-
-`--module` loads a module of estimators of your own first (a .py file, an import path or
-pkg://package.module), as `algorithm.dara.estimator_module` does in training.
-"""
+batch_norm modes it takes, the library options it reads and the options it declares (`--module` loads a
+module of estimators of your own first, as `algorithm.dara.estimator_module` does in training)."""
 
 from __future__ import annotations
 
@@ -46,15 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     listing = commands.add_parser("list", help="every registered estimator with its summary, modes and options")
     listing.add_argument("--module", action="append", default=[], metavar="PATH",
                          help="a module of estimators of your own to load first (repeatable)")
-    args = parser.parse_args(argv)
-    for spec in args.module:
-        try:
+    try:
+        for spec in parser.parse_args(argv).module:
             load_estimator_module(spec)
-        except EstimatorModuleError as error:
-            print(f"[dara.estimators] {error}", file=sys.stderr)
-            return 2
-    for estimator in ESTIMATORS.values():
-        print("\n".join(describe(estimator)))
+    except EstimatorModuleError as error:
+        print(f"[dara.estimators] {error}", file=sys.stderr)
+        return 2
+    print("\n".join(line for estimator in ESTIMATORS.values() for line in describe(estimator)))
     return 0
 
 

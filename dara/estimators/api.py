@@ -14,45 +14,22 @@ from .normalization import batch_normalize
 from .registry import get_estimator
 
 ACTIVE_EPS = 1e-8  # reward k is active in group i when sum_j |A_k(i,j)| > 1e-8
-# compute_advantages' keyword options: channel_names and the fields of DaraAlgoConfig (`options` holds an
-# estimator's own declared options); estimator_module is for the entry points, which load it
+# compute_advantages' keywords (estimator_module is for the entry points, which load it)
 OPTIONS = ("channel_names", *(f for f in DaraAlgoConfig.__dataclass_fields__ if f not in NOT_KEYWORDS))
 
 
-def compute_advantages(
-    name: str,
-    scores: torch.Tensor,
-    index: Sequence | np.ndarray | torch.Tensor,
-    response_mask: torch.Tensor,
-    **options,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_advantages(name: str, scores: torch.Tensor, index: Sequence | np.ndarray | torch.Tensor,
+                       response_mask: torch.Tensor, **options) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level advantages of estimator `name` for a batch of grouped multi-reward responses.
 
-    Args:
-        name: a registered estimator (`ESTIMATOR_NAMES`: grpo, gdpo, dara_sym, dara_asym, dvao, gd2po_hard,
-            gd2po_snr, static, saw, sa_mrpo, rvpo, and any registered with `register`), looked up now.
-        scores: float [N, K], the raw score of each reward channel for each response ([N] = one channel).
-        index: N group ids (verl's uid strings, or ints); responses with the same id form a group.
-        response_mask: [N, T] 0/1 mask of valid response tokens.
-        **options: channel_names (K strings, default c0..) and the fields of `DaraAlgoConfig`, which holds
-            each default: weights (K floats), w_max, batch_norm ("token" | "response" | "none"; grpo and
-            dvao define "none", gd2po "token" or "response": another value is rejected), reward_ranges
-            ({channel name: [min, max]}; every channel for saw, sa_mrpo; scores outside a range are rejected),
-            tau (gd2po_snr), gamma (sa_mrpo), form ("sym" | "asym"; static), query_weight ("before_whiten" |
-            "after_whiten"; gd2po), eps (added to the std of the group z-score and of response-level batch
-            normalisation; 1e-6), rvpo_k (rvpo; 1), dead_channel_weight ("1" | "w_max": the weight of a
-            channel active in no group under dara_sym / dara_asym), options ({name: value}: the options the
-            estimator declares for itself, `Option`; its defaults fill the rest).
+    scores: [N, K] raw channel scores ([N] = one channel); index: N group ids (verl's uid strings or ints);
+    response_mask: [N, T] 0/1. options: channel_names (K distinct strings, default c0..) and the fields of
+    `DaraAlgoConfig` (their defaults and help texts there; docs/estimators.md).
 
-    Returns:
-        advantages: float32 [N, T] on the mask's device, zero outside the mask.
-        metrics: flat dict of floats; per channel `density/`, `active_groups/`, `energy/`, `weight/`,
-            `energy_weighted/`, `energy_ratio/` (to the largest channel), `energy_vs_ideal/`
-            (E_k / sum over active groups of (G_i - 1)), plus `num_groups`, `num_responses`,
-            `advantage/response_mean`, `advantage/response_std` and the estimator's own metrics.
-
-    Raises:
-        ValueError: unknown estimator or option, mismatched shapes, NaN/inf scores, bad option values.
+    Returns float32 [N, T] advantages on the mask's device (zero outside the mask) and a flat dict of floats:
+    per channel `density/`, `active_groups/`, `energy/`, `weight/`, `energy_weighted/`, `energy_ratio/`,
+    `energy_vs_ideal/`, plus `num_groups`, `num_responses`, `advantage/response_mean|std` and the estimator's
+    own metrics. A ValueError names any bad input (unknown estimator or option, shapes, NaN/inf, values).
     """
     estimator = get_estimator(name)
     scores, response_mask = _check_tensors(scores, response_mask)
@@ -63,21 +40,17 @@ def compute_advantages(
     groups = group_codes(index, device)
     if groups.num_responses != scores.shape[0]:
         raise ValueError(f"index has {groups.num_responses} group ids but scores has {scores.shape[0]} rows")
-
     advantages = group_zscore(scores, groups, eps=opts["eps"])
     active = groups.sum(advantages.abs()) > ACTIVE_EPS  # [B, K]: sum_j |A_k(i,j)| > 1e-8
     density = active.sum(dim=0).to(torch.float64) / groups.num_groups  # pi_k
     prior = opts["weights"] if opts["weights"] is not None else scores.new_ones(num_channels)
     batch = ChannelBatch(scores, groups, advantages, density, prior, opts)
     agg = estimator.fn(batch)
-
     lengths = response_mask.sum(dim=-1) if agg.batch_norm == "token" else None
     values = batch_normalize(agg.values, lengths, agg.batch_norm, agg.keep, eps=opts["eps"])
     if agg.post_scale is not None:
         values = values * agg.post_scale
-    token_advantages = values.to(torch.float32).unsqueeze(-1) * response_mask
-    if token_advantages.dtype != torch.float32:
-        token_advantages = token_advantages.to(torch.float32)
+    token_advantages = (values.to(torch.float32).unsqueeze(-1) * response_mask).to(torch.float32)
     metrics = _diagnostics(batch, agg, active, values, opts["channel_names"])
     return token_advantages, metrics
 
@@ -135,8 +108,7 @@ def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> di
 
 
 def _check_ranges(ranges: dict, scores: torch.Tensor, names: list[str]) -> torch.Tensor | None:
-    """Scores within each named channel's range; the [K, 2] range table in channel order when every channel
-    has one (saw, sa_mrpo read it), else None. (DaraAlgoConfig already checked the names and the bounds.)"""
+    """Scores within each named channel's range; the [K, 2] range table when every channel has one, else None."""
     for k, name in enumerate(names):
         if name not in ranges:
             continue
@@ -153,11 +125,7 @@ def _check_ranges(ranges: dict, scores: torch.Tensor, names: list[str]) -> torch
 
 
 def diagnose(scores, index, channel_names: Sequence[str] | None = None) -> dict[str, float]:
-    """Per-channel density, active groups and energies of raw channel scores, without any estimator.
-
-    Used where the advantage itself comes from elsewhere (verl's summed-reward GRPO) but the paper's
-    instruments are still wanted for every channel. Cheap: [N, K] work only.
-    """
+    """Per-channel density, active groups and energies of raw scores without an estimator (verl's own GRPO)."""
     scores = torch.as_tensor(scores, dtype=torch.float64)
     scores = scores.unsqueeze(-1) if scores.dim() == 1 else scores
     names = list(channel_names) if channel_names else [f"c{k}" for k in range(scores.shape[1])]

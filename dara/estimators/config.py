@@ -1,20 +1,9 @@
 """`DaraAlgoConfig`: the estimator options of `compute_advantages`, typed, with one home for each default.
 
-Its field names are `compute_advantages`' keyword names; in a training config it is the node
-`algorithm.dara` (registered as the node's schema by `dara.config_checks`, so `--cfg job` shows every
-default and an unknown key or a wrong type fails at composition). The channel names are not a field:
-they are `algorithm.reward_channels`, which the reward spec of the task declares. `reward_ranges` maps a
-channel's name to its [min, max]: in training every channel's range comes from the reward's declaration,
-and `algorithm.dara.reward_ranges.<channel>=[min,max]` overrides one.
-
-Two fields are not options of an estimator: `options` holds the options a registered estimator declares
-for itself (`dara.estimators.Option`), checked by `check_for` once the estimator is known;
-`estimator_module` names a user's module of estimators, which the entry points load before any check
-(`dara.estimators.load_estimator_module`). Each field's help text (`FIELD_HELP`) is also the help of
-TRL's `DaraGRPOConfig` fields, which derive from this table.
-
-An instance validates itself (`__post_init__`); `check_for(estimator, channels)` adds what depends on
-the estimator and the number of channels.
+In a training config it is the node `algorithm.dara` (its schema, so `--cfg job` shows every default and an
+unknown key or a wrong type fails at composition). The channel names are `algorithm.reward_channels`, not a field.
+`options` holds an estimator's own declared options (checked by `check_for`); `estimator_module` names a module of
+estimators the entry points load first. `FIELD_HELP` is also the help of TRL's `DaraGRPOConfig` fields.
 """
 
 from __future__ import annotations
@@ -45,7 +34,6 @@ def _help(text: str) -> dict:
 class DaraAlgoConfig:
     """Estimator options (see `compute_advantages`). None means "not used" (weights: 1 each; batch_norm:
     the estimator's own, `token` where it takes any); reward_ranges holds the channels that have a range."""
-
     weights: Optional[List[float]] = field(  # noqa: UP006, UP045 - OmegaConf schema types
         default=None, metadata=_help("Fixed prior weight per channel (1 each when unset); required for static."))
     w_max: float = field(default=DEFAULT_W_MAX, metadata=_help("Cap of DARA's density weights (>= 1)."))
@@ -60,8 +48,6 @@ class DaraAlgoConfig:
     form: str = field(default="sym", metadata=_help("static: 'sym' or 'asym'."))
     query_weight: str = field(default="before_whiten",
                               metadata=_help("GD2PO: 'before_whiten' or 'after_whiten' (the DARA authors' runs)."))
-    # The eps added to the std of the group z-score and of the response-level batch normalisation
-    # (METHODS.md: 1e-6; TRL's GRPOTrainer uses 1e-4, which dara.trl's equality test with TRL sets).
     eps: float = field(default=GROUP_EPS, metadata=_help(
         "Added to the std of the group z-score and of response-level batch normalisation (the library's 1e-6; "
         "TRL's own advantages use 1e-4)."))
@@ -80,36 +66,34 @@ class DaraAlgoConfig:
     def __post_init__(self) -> None:
         if self.weights is not None:
             self.weights = [float(w) for w in self.weights]
-            if not all(math.isfinite(w) for w in self.weights):
-                raise ValueError(f"weights must be finite, got {self.weights}")
         self.w_max, self.tau, self.gamma = float(self.w_max), float(self.tau), float(self.gamma)
         self.eps, self.rvpo_k = float(self.eps), float(self.rvpo_k)
         self.dead_channel_weight = _dead_weight_text(self.dead_channel_weight)
-        if self.dead_channel_weight not in DEAD_CHANNEL_WEIGHTS:
-            raise ValueError(f"dead_channel_weight must be one of {list(DEAD_CHANNEL_WEIGHTS)}, "
-                             f"got {self.dead_channel_weight!r}")
-        if not (math.isfinite(self.rvpo_k) and self.rvpo_k > 0):
-            raise ValueError(f"rvpo_k must be a finite number > 0 (RVPO's risk coefficient), got {self.rvpo_k}")
-        if not isinstance(self.options, Mapping):
-            raise ValueError(f"options maps an estimator's own option names to values, got {self.options!r}")
-        self.options = {str(k): v for k, v in dict(self.options).items()}
         if self.estimator_module is not None:
             self.estimator_module = str(self.estimator_module)
-        if not (math.isfinite(self.eps) and self.eps > 0):
-            raise ValueError(f"eps must be a finite number > 0 (added to a std), got {self.eps}")
-        if not self.w_max >= 1:
-            raise ValueError(f"w_max must be >= 1 (it caps an up-weighting), got {self.w_max}")
-        if self.batch_norm is not None and self.batch_norm not in BATCH_NORM_MODES:
-            raise ValueError(f"batch_norm must be one of {BATCH_NORM_MODES} or null, got {self.batch_norm!r}")
+        rules = (  # (holds, what the error says)
+            (self.weights is None or all(map(math.isfinite, self.weights)), f"weights must be finite, got {self.weights}"),
+            (self.dead_channel_weight in DEAD_CHANNEL_WEIGHTS, f"dead_channel_weight must be one of "
+             f"{list(DEAD_CHANNEL_WEIGHTS)}, got {self.dead_channel_weight!r}"),
+            (math.isfinite(self.rvpo_k) and self.rvpo_k > 0,
+             f"rvpo_k must be a finite number > 0 (RVPO's risk coefficient), got {self.rvpo_k}"),
+            (isinstance(self.options, Mapping),
+             f"options maps an estimator's own option names to values, got {self.options!r}"),
+            (math.isfinite(self.eps) and self.eps > 0, f"eps must be a finite number > 0 (added to a std), got {self.eps}"),
+            (self.w_max >= 1, f"w_max must be >= 1 (it caps an up-weighting), got {self.w_max}"),
+            (self.batch_norm in (None, *BATCH_NORM_MODES),
+             f"batch_norm must be one of {BATCH_NORM_MODES} or null, got {self.batch_norm!r}"),
+            (0 <= self.tau <= 1, f"tau must be in [0, 1] (a |rho| threshold), got {self.tau}"),
+            (self.gamma >= 0, f"gamma must be >= 0, got {self.gamma}"),
+            (self.form in FORMS, f"form must be one of {FORMS}, got {self.form!r}"),
+            (self.query_weight in QUERY_WEIGHT_ORDERS,
+             f"query_weight must be one of {QUERY_WEIGHT_ORDERS}, got {self.query_weight!r}"),
+        )
+        for holds, error in rules:
+            if not holds:
+                raise ValueError(error)
+        self.options = {str(k): v for k, v in dict(self.options).items()}
         self.reward_ranges = ranges_by_name(self.reward_ranges)
-        if not 0 <= self.tau <= 1:
-            raise ValueError(f"tau must be in [0, 1] (a |rho| threshold), got {self.tau}")
-        if not self.gamma >= 0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
-        if self.form not in FORMS:
-            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
-        if self.query_weight not in QUERY_WEIGHT_ORDERS:
-            raise ValueError(f"query_weight must be one of {QUERY_WEIGHT_ORDERS}, got {self.query_weight!r}")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping | None) -> DaraAlgoConfig:
@@ -158,8 +142,6 @@ class DaraAlgoConfig:
 
     def resolved_batch_norm(self, estimator: str) -> str:
         """The batch normalisation `estimator` applies under this config; a mode it does not define raises."""
-        # A method whose definition fixes the normalisation (METHODS.md) lists its modes in the registry;
-        # a `batch_norm` it does not define is rejected, never silently ignored.
         own = get_estimator(estimator).batch_norms
         allowed = own or BATCH_NORM_MODES
         if self.batch_norm is None:
@@ -189,8 +171,7 @@ def _dead_weight_text(value: Any) -> str:
 
 
 def ranges_by_name(ranges: Mapping | None) -> dict[str, list[float]]:
-    """{channel: [min, max]} with float bounds, min < max; a list (the old positional form) or a bad pair is
-    an error naming it."""
+    """{channel: [min, max]} with float bounds, min < max; anything else is an error naming it."""
     if ranges is None:
         return {}
     if not isinstance(ranges, Mapping):

@@ -1,10 +1,6 @@
-"""Prompt groups as integer codes, and the group statistics every estimator builds on.
-
-METHODS.md "Shared building blocks": the group z-score
-    z(i,j) = (v(i,j) - mean_i(v)) / (std_i(v) + eps),  std unbiased (ddof=1), eps = 1e-6,
-with verl's GRPO convention for a group of one response (mean 0, std 1) and exact zeros for a
-constant group. All functions work on [N, K] tensors (one column per reward channel) with
-segment sums (`index_add_`), never a Python loop over responses or groups.
+"""Prompt groups as integer codes, and the group z-score every estimator builds on (docs/methods.md):
+z(i,j) = (v(i,j) - mean_i) / (std_i + eps), std unbiased, verl's mean 0 / std 1 for a group of one, exact zeros
+for a constant group; segment sums (`index_add_`) over [N, K] tensors, never a loop over groups.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ GROUP_EPS = 1e-6  # eps of the group z-score (METHODS.md)
 @dataclass(frozen=True)
 class Groups:
     """Group membership of N responses: `codes[j]` in [0, num_groups), `sizes[g]` responses in group g."""
-
     codes: torch.Tensor  # [N] int64
     sizes: torch.Tensor  # [B] int64
     num_groups: int

@@ -1,16 +1,8 @@
 """The library's multi-reward advantage estimators, one small function each (docs/methods.md).
 
-Every estimator maps a `ChannelBatch` (raw channel scores, their group z-scores A_k, densities)
-to an `Aggregate`: the per-response value S before batch normalisation, the per-channel terms
-that S sums (their energies are the `energy_weighted/<c>` diagnostic), and the weights applied.
-`dara.estimators.api.compute_advantages` then batch-normalises S and broadcasts it over tokens.
-Each is registered with `register` (below), the decorator a user's estimator takes too: it checks the
-declaration against the library's typed options (`DaraAlgoConfig`'s fields) and enters it in
-`dara.estimators.registry.ESTIMATORS`.
-
-`prior` is the user's `weights` option (1 per channel when not given): the channel weights of
-GRPO/GDPO/static, multiplied onto the adaptive weights of DARA, SAW and SA-MRPO (and onto A_k in RVPO).
-With the default every method is exactly its docs/methods.md definition.
+Each maps a `ChannelBatch` to an `Aggregate` (S before batch normalisation, its per-channel terms, the weights)
+and is entered in the registry by `register`, the decorator a user's estimator takes too. `prior` is the
+`weights` option (1 each unset), multiplied onto every method's channel weights.
 """
 
 from __future__ import annotations
@@ -32,14 +24,9 @@ SIGN_EPS = 1e-8  # a per-reward advantage counts as positive/negative beyond thi
 
 @dataclass
 class ChannelBatch:
-    """What an estimator receives: one batch of N responses in B groups with K reward channels (float64).
-
-    scores: [N, K] raw channel scores. groups: the group of each response (`groups.gather`, `groups.sum`).
-    advantages: [N, K] the group z-scores A_k (GDPO's per-channel advantage; exactly 0 in constant groups).
-    density: [K] share of groups where channel k is active. prior: [K] the `weights` option (1 each unset).
-    options: every resolved option: the typed ones (`w_max`, `eps`, `batch_norm` as it applies, ...,
-    `channel_names`) and the estimator's own declared options by name."""
-
+    """N responses in B groups with K channels (float64): scores [N, K] raw; advantages [N, K] the group z-scores
+    A_k; density [K] pi_k; prior [K] the `weights` option; options: every resolved option (the typed ones,
+    `channel_names`, and the estimator's own declared options by name)."""
     scores: torch.Tensor
     groups: Groups
     advantages: torch.Tensor
@@ -50,16 +37,9 @@ class ChannelBatch:
 
 @dataclass
 class Aggregate:
-    """What an estimator returns.
-
-    values: [N] S, the per-response value before batch normalisation.
-    channel_terms: [N, K] each channel's part of S (their squares summed are `energy_weighted/<c>`).
-    weights: [K] the weight applied to each channel (logged as `weight/<c>`).
-    batch_norm: the normalisation `compute_advantages` applies to S (`batch.options["batch_norm"]`).
-    keep: [N] 0/1, the responses the normalisation sees (the others end at 0); None = all.
-    post_scale: [N] multiplied in after the normalisation; None = none.
-    metrics: extra floats, logged as they are named (e.g. `rvpo/k`)."""
-
+    """values [N]: S; channel_terms [N, K]: each channel's part of S (`energy_weighted/<c>`); weights [K]: logged
+    as `weight/<c>`; keep [N] 0/1: the responses the normalisation sees (others end at 0); post_scale [N]:
+    multiplied in after it; metrics: extra floats logged as named."""
     values: torch.Tensor
     channel_terms: torch.Tensor
     weights: torch.Tensor
@@ -69,35 +49,26 @@ class Aggregate:
     metrics: dict = field(default_factory=dict)
 
 
-# The library's typed options (`DaraAlgoConfig`'s fields, and the channel names): an estimator's own
-# option may not take one of these names, and `uses` names only these.
 TYPED_OPTIONS = frozenset(f.name for f in fields(DaraAlgoConfig)) | {"channel_names"}
 
 
 def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, options: Sequence[Option] = (),
              uses: Sequence[str] = (), needs_ranges: bool = False):
-    """Decorator: register `fn(batch: ChannelBatch) -> Aggregate` as estimator `name`.
-
-    Raises ValueError for a name that is not an identifier, is taken (by the library, a loaded module, or
-    `dara_<taken>`: the verl binding's key of the library's grpo and gdpo), a batch_norm mode that does not
-    exist, or an option whose name is one of the library's typed options (`w_max`, `eps`, ...) or repeats."""
+    """Decorator: register `fn(batch: ChannelBatch) -> Aggregate` as estimator `name` (a ValueError for a bad or
+    taken name, including `dara_<taken>`, the verl key of grpo and gdpo, an unknown mode, or a bad option)."""
     if not isinstance(name, str) or not NAME.match(name):
         raise ValueError(f"estimator name {name!r} must be an identifier (letters, digits, _; a letter first)")
     options = tuple(options)
-    bad_modes = [m for m in batch_norms if m not in BATCH_NORM_MODES]
-    if bad_modes:
-        raise ValueError(f"estimator {name!r}: batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}")
     names = [o.name for o in options]
-    if len(set(names)) != len(names):
-        raise ValueError(f"estimator {name!r} declares an option twice: {names}")
-    clash = sorted(set(names) & TYPED_OPTIONS)
-    if clash:
-        raise ValueError(f"estimator {name!r}: options {clash} are the library's own typed options; "
-                         "choose other names")
+    bad_modes, clash = [m for m in batch_norms if m not in BATCH_NORM_MODES], sorted(set(names) & TYPED_OPTIONS)
     unknown_uses = sorted(set(uses) - TYPED_OPTIONS)
-    if unknown_uses:
-        raise ValueError(f"estimator {name!r}: uses {unknown_uses}, not options of the library "
-                         f"({', '.join(sorted(TYPED_OPTIONS))})")
+    for problem, text in ((bad_modes, f"batch_norms {bad_modes} are not among {list(BATCH_NORM_MODES)}"),
+                          (len(set(names)) != len(names), f"declares an option twice: {names}"),
+                          (clash, f"options {clash} are the library's own typed options; choose other names"),
+                          (unknown_uses, f"uses {unknown_uses}, not options of the library "
+                                         f"({', '.join(sorted(TYPED_OPTIONS))})")):
+        if problem:
+            raise ValueError(f"estimator {name!r}: {text}")
 
     def wrap(fn: Callable):
         taken = _taken_by(name)
@@ -106,7 +77,6 @@ def register(name: str, summary: str, batch_norms: Sequence[str] = (), *, option
         ESTIMATORS[name] = Estimator(name, fn, tuple(batch_norms), summary, options, tuple(uses),
                                      bool(needs_ranges), getattr(fn, "__module__", "") or "")
         return fn
-
     return wrap
 
 
@@ -135,8 +105,7 @@ def grpo(batch: ChannelBatch) -> Aggregate:
     total = (batch.scores * batch.prior).sum(dim=1, keepdim=True)
     eps = batch.options["eps"]
     values = group_zscore(total, batch.groups, eps=eps).squeeze(1)
-    # The z-score is linear in the summed reward, so it splits exactly into channel terms
-    # w_k (r_k - mean_k) / (std + eps); these give the per-channel energies.
+    # linear in the summed reward: exact channel terms w_k (r_k - mean_k) / (std + eps), for the energies
     groups = batch.groups
     mean, std = group_mean_std(batch.scores, groups, ddof=1)
     _, total_std = group_mean_std(total, groups, ddof=1)
@@ -155,15 +124,10 @@ def gdpo(batch: ChannelBatch) -> Aggregate:
 
 @register("static", "GDPO with fixed channel weights (form='sym') or their asymmetric form (form='asym')",
           uses=("weights", "form"))
-def static(batch: ChannelBatch) -> Aggregate:
-    if batch.options.get("weights") is None:
-        raise ValueError("estimator 'static' needs fixed channel weights: pass weights=[w_1, ..., w_K]")
-    form = batch.options["form"]
-    if form == "sym":
+def static(batch: ChannelBatch) -> Aggregate:  # weights and form checked by DaraAlgoConfig.check_for
+    if batch.options["form"] == "sym":
         return gdpo(batch)
-    if form == "asym":
-        return _weighted_sum(batch, _asymmetric(batch.advantages, batch.prior), batch.prior.clone())
-    raise ValueError(f"static: form must be 'sym' or 'asym', got {form!r}")
+    return _weighted_sum(batch, _asymmetric(batch.advantages, batch.prior), batch.prior.clone())
 
 
 def _density_weights(batch: ChannelBatch) -> torch.Tensor:
@@ -205,11 +169,8 @@ def _conflicts(advantages: torch.Tensor) -> torch.Tensor:
 
 
 def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
-    """GD2PO: drop responses, weight each query by its kept share c_i, whiten over kept tokens.
-
-    With `batch_norm="response"` (the math experiments) the whitening is the response-level
-    normalisation over the kept responses instead (METHODS.md, GD2PO-Hard); any other mode keeps
-    GD2PO's own token whitening."""
+    """GD2PO: drop responses, weight each query by its kept share c_i, whiten over kept tokens (over kept
+    responses with `batch_norm="response"`, the math runs)."""
     groups = batch.groups
     norm = "response" if batch.options.get("batch_norm") == "response" else "token"
     keep = (~drop).to(batch.scores.dtype)
@@ -220,10 +181,9 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
     if order == "before_whiten":
         terms = terms * query_weight.unsqueeze(-1)
         return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, metrics=metrics)
-    if order == "after_whiten":  # the DARA authors' baseline runs: c_i as a weight on the PPO loss
-        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep,
-                         post_scale=query_weight, metrics=metrics)
-    raise ValueError(f"gd2po: query_weight must be 'before_whiten' or 'after_whiten', got {order!r}")
+    # after_whiten, the DARA authors' baseline runs: c_i as a weight on the PPO loss
+    return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, post_scale=query_weight,
+                     metrics=metrics)
 
 
 @register("gd2po_hard", "GD2PO-Hard: drop conflicting responses, c_i-weighted sum, whiten kept tokens",
@@ -244,11 +204,7 @@ def gd2po_snr(batch: ChannelBatch) -> Aggregate:
 @register("saw", "SAW: GDPO with weights K * CV_k / sum CV (CV of r_k - r_min_k over the batch)",
           uses=("weights", "reward_ranges"), needs_ranges=True)
 def saw(batch: ChannelBatch) -> Aggregate:
-    ranges = batch.options["reward_ranges"]
-    if ranges is None:
-        raise ValueError("estimator 'saw' needs reward_ranges={channel: [min, max], ...} for every channel "
-                         "(it shifts by each lower bound)")
-    weights = saw_weights(batch.scores, ranges[:, 0]) * batch.prior
+    weights = saw_weights(batch.scores, batch.options["reward_ranges"][:, 0]) * batch.prior  # checked: needs_ranges
     return _weighted_sum(batch, batch.advantages * weights, weights)
 
 
@@ -265,12 +221,8 @@ def sa_mrpo(batch: ChannelBatch) -> Aggregate:
 @register("rvpo", "RVPO: soft-min -(logsumexp(-k A) - log K) / k over the channels' A_k (k = rvpo_k), batch norm",
           uses=("weights", "rvpo_k"))
 def rvpo(batch: ChannelBatch) -> Aggregate:
-    """The DARA authors' RVPO: S = -(logsumexp_k(-k p_k A_k) - log K) / k, every channel taking part (a
-    constant one with A_k = 0). For K = 2 and p = 1 their computation exactly; log K for K >= 3 is ours.
-
-    The channel terms split S exactly by the soft-min weights q = softmax(-k p A):
-    term_k = q_k (p_k A_k + (log K - H(q)) / k), since S = sum_k q_k p_k A_k + (log K - H(q)) / k.
-    The logged weight of channel k is p_k times the batch mean of K q_k (1 when the channels agree)."""
+    """S = -(logsumexp_k(-k p_k A_k) - log K) / k (the authors' for K = 2, p = 1). With q = softmax(-k p A),
+    term_k = q_k (p_k A_k + (log K - H(q)) / k) splits S exactly; the logged weight is p_k mean(K q_k)."""
     k = batch.options["rvpo_k"]
     scaled = batch.advantages * batch.prior  # [N, K]
     num_channels = scaled.shape[1]

@@ -1,14 +1,8 @@
-"""Batch normalisation of a per-response value S (METHODS.md "Shared building blocks").
+"""Batch normalisation of a per-response value S (docs/methods.md "Batch normalisation of S").
 
-- `token`: verl's masked whitening over every valid response token of the batch (mean and
-  unbiased variance over tokens, (x - mean) * rsqrt(var + 1e-8)). S is constant within a response,
-  so the token statistics are length-weighted response statistics: only the response lengths are
-  needed, never a pass over [N, T].
-- `response`: (S - mean(S)) / (std(S) + eps) over responses, std unbiased, eps 1e-6 (option `eps`).
-- `none`: S unchanged.
-
-`keep` restricts the statistics to some responses (GD2PO whitens over kept responses only);
-the others come out as exactly 0.
+`token`: verl's masked whitening over every valid token, computed from S and the response lengths (S is constant
+within a response); `response`: (S - mean) / (std + eps) over responses; `none`: S. `keep` restricts the
+statistics to some responses (GD2PO); the others come out as exactly 0.
 """
 
 from __future__ import annotations

@@ -1,17 +1,4 @@
-"""The registry of estimators: the library's own and any a user registers, looked up when a check runs.
-
-    from dara.estimators import Aggregate, ChannelBatch, Option, register
-
-    @register("softmax_mix", "channels mixed by a softmax over their densities",
-              options=[Option("temperature", float, 1.0, lambda t: t > 0, "> 0")])
-    def softmax_mix(batch: ChannelBatch) -> Aggregate:
-        ...
-
-`register` (in `dara.estimators.methods`, with `ChannelBatch` and `Aggregate`, what an estimator maps
-from and to) checks a declaration and enters it in `ESTIMATORS`;
-`compute_advantages` does the rest: validation, batch normalisation, the per-channel diagnostics. Every
-entry point (`compute_advantages`, the Hydra checks, the verl registration, `DaraGRPOConfig`, the
-testbed) reads `ESTIMATORS` when it runs, so a name registered after import is valid everywhere.
+"""The registry of estimators (`ESTIMATORS`): the library's own and any a user registers with `register`.
 
 `load_estimator_module(spec)` imports a user's module (a `.py` file, an import path, or verl's
 `pkg://package.module`) that registers estimators, and reports the file, its sha256 and the names it
@@ -39,13 +26,8 @@ OPTION_TYPES = (float, int, str, bool)
 
 @dataclass(frozen=True)
 class Option:
-    """An option an estimator declares: given as `algorithm.dara.options.<name>=...` (Hydra),
-    `compute_advantages(..., options={name: value})` or `DaraGRPOConfig(estimator_options={...})`.
-
-    `type` is float, int, str or bool (an int is taken for a float; a float with an integral value for an
-    int); `check(value)` returns a truthy value when the value is valid, and `help` says what valid means
-    (it is shown in the error and by `python -m dara.estimators list`)."""
-
+    """An option an estimator declares (`algorithm.dara.options.<name>=...`, `options={name: value}`): `type` is
+    float, int, str or bool; `check(value)` is truthy when valid, and `help` says what valid means."""
     name: str
     type: type
     default: Any
@@ -61,22 +43,15 @@ class Option:
 
     def coerce(self, value: Any, what: str = "value") -> Any:
         """`value` as this option's type, checked; a ValueError names the option, the value and the rule."""
-        wrong = ValueError(f"option {self.name}={value!r} ({what}) must be a {self.type.__name__}")
-        if self.type is bool:
-            if not isinstance(value, bool):
-                raise wrong
-        elif self.type is int:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise wrong
-            if isinstance(value, float) and not value.is_integer():
-                raise wrong
-            value = int(value)
-        elif self.type is float:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise wrong
-            value = float(value)
-        elif not isinstance(value, str):
-            raise wrong
+        if self.type in (bool, str):
+            ok = isinstance(value, self.type)
+        else:  # an int is taken for a float, a float with an integral value for an int
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and (
+                self.type is float or float(value).is_integer())
+        if not ok:
+            raise ValueError(f"option {self.name}={value!r} ({what}) must be a {self.type.__name__}")
+        if self.type in (int, float):
+            value = self.type(value)
         if self.type is float and not math.isfinite(value):
             raise ValueError(f"option {self.name}={value!r} ({what}) must be finite")
         if self.check is not None:
@@ -96,14 +71,8 @@ class Option:
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator.
-
-    batch_norms: the batch_norm modes the method defines, first = its own default; () = any (token default).
-    options: the options it declares (`Option`), given under `options`.
-    uses: the library's typed options (fields of `DaraAlgoConfig`) it reads, for `list` and the docs.
-    needs_ranges: it reads `reward_ranges` for every channel (a check before it runs).
-    module: the module that registered it (`dara.estimators.methods` for the library's own)."""
-
+    """A registered estimator. batch_norms: the modes it defines, its default first (() = any, token default);
+    uses: the typed options it reads; needs_ranges: it reads `reward_ranges` for every channel."""
     name: str
     fn: Callable
     batch_norms: tuple[str, ...]
@@ -149,8 +118,7 @@ class EstimatorModuleError(ValueError):
 
 @dataclass(frozen=True)
 class EstimatorModule:
-    """A loaded module of estimators: as given, its file, the file's sha256, the names it registered."""
-
+    """A loaded module of estimators."""
     spec: str
     path: str
     sha256: str
@@ -172,28 +140,17 @@ def _forget_names(names: set[str]) -> None:
             del _LOADED[key]
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _is_file_spec(spec: str) -> bool:
-    return spec.endswith(".py") or "/" in spec or "\\" in spec or spec.startswith(("~", "."))
-
-
 def _locate(spec: str) -> tuple[str | None, str]:
     """(the file of `spec`, the import name of an import path or None for a file)."""
-    if spec.startswith(PKG_PREFIX):
-        dotted = spec[len(PKG_PREFIX):]
-    elif _is_file_spec(spec):
+    dotted = spec.removeprefix(PKG_PREFIX)
+    if dotted == spec and (spec.endswith(".py") or "/" in spec or "\\" in spec or spec.startswith(("~", "."))):
         path = Path(spec).expanduser()
         if not path.is_file():
             raise EstimatorModuleError(f"estimator module {spec}: no such file")
         if path.suffix != ".py":
             raise EstimatorModuleError(f"estimator module {spec}: a file of estimators must be a .py file")
         return str(path.resolve()), ""
-    else:
-        dotted = spec
-    if not all(NAME.match(part) or part.isidentifier() for part in dotted.split(".")):
+    if not all(part.isidentifier() for part in dotted.split(".")):
         raise EstimatorModuleError(f"estimator module {spec}: neither a .py file nor an import path "
                                    "(package.module or pkg://package.module)")
     try:
@@ -208,22 +165,15 @@ def _locate(spec: str) -> tuple[str | None, str]:
     return str(Path(found.origin).resolve()), dotted
 
 
-def _registered_by(module_name: str) -> tuple[str, ...]:
-    return tuple(n for n, e in ESTIMATORS.items() if e.module == module_name)
-
-
 def load_estimator_module(spec: str | Path) -> EstimatorModule:
-    """Import the module `spec` (a `.py` file, an import path, or `pkg://package.module`) and return what
-    it registered. Loading the same file again in a process returns the first load.
-
-    Raises EstimatorModuleError (one line) when the file or module does not exist, the import fails (a
-    registration of a taken name included: the module's registrations are then undone), the module
-    registers no estimator, or its file changed since it was loaded in this process."""
+    """Import the module `spec` and return what it registered (the first load again for the same file). One
+    EstimatorModuleError line when it does not exist, fails to import (its registrations are undone), registers
+    nothing, or its file changed since this process loaded it."""
     spec = str(spec).strip()
     if not spec:
         raise EstimatorModuleError("estimator module: empty path")
     path, dotted = _locate(spec)
-    sha = file_sha256(path)
+    sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     loaded = _LOADED.get(path)
     if loaded is not None:
         if loaded.sha256 != sha:
@@ -250,7 +200,7 @@ def load_estimator_module(spec: str | Path) -> EstimatorModule:
         text = " ".join(str(error).split()) or "(no message)"
         raise EstimatorModuleError(f"estimator module {spec} failed to import: {type(error).__name__}: {text}"
                                    ) from None
-    names = _registered_by(module_name)
+    names = tuple(n for n, e in ESTIMATORS.items() if e.module == module_name)
     if not names:
         raise EstimatorModuleError(f"estimator module {spec} registers no estimator: decorate a function with "
                                    "@dara.estimators.register('name', 'summary') in it")

@@ -10,19 +10,8 @@ from pathlib import Path
 import torch
 
 from dara.io import atomic_write_json
+from dara.testbed import report
 from dara.testbed.experiments import RunResult, Study, full_studies, quick_studies, run_study
-from dara.testbed.report import (
-    format_table,
-    plot_curves,
-    plot_energy,
-    plot_group_size,
-    plot_steps_to,
-    summary_rows,
-    write_run_logs,
-    write_runs,
-    write_steps,
-    write_summary,
-)
 
 DEFAULT_OUT = Path("results/testbed")
 DEFAULT_QUICK_OUT = Path("outputs/testbed_quick")  # outputs/ is git-ignored: CI never dirties results/
@@ -39,10 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "loaded first: every study also runs its estimators (those of them --estimators "
                              "names, when given); repeatable")
     parser.add_argument("--seeds", type=int, help="seeds of the main study (default 8; --quick 2)")
-    parser.add_argument("--side-seeds", type=int, help="seeds of the side studies (default 5)")
     parser.add_argument("--steps", type=int, help="training steps per run")
-    parser.add_argument("--lr", type=float, help="Adam learning rate of every study")
-    parser.add_argument("--format-init-rate", type=float, help="initial format compliance of the sparse studies")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the runs are tiny)")
     return parser.parse_args(argv)
 
@@ -50,7 +36,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def load_modules(specs: list[str]) -> list[str]:
     """Load each module of estimators; the names they registered, in order. A bad module exits in one line."""
     from dara.estimators import EstimatorModuleError, load_estimator_module
-
     names: list[str] = []
     for spec in specs:
         try:
@@ -62,7 +47,6 @@ def load_modules(specs: list[str]) -> list[str]:
 
 def select_studies(args: argparse.Namespace) -> list[Study]:
     from dara.estimators import ESTIMATOR_NAMES
-
     own = load_modules(getattr(args, "estimator_module", None) or [])
     if args.estimators:
         unknown = [e for e in args.estimators.split(",") if e not in ESTIMATOR_NAMES]
@@ -74,16 +58,8 @@ def select_studies(args: argparse.Namespace) -> list[Study]:
         if args.seeds or args.steps:
             studies = [replace(s, seeds=args.seeds or s.seeds, steps=args.steps or s.steps) for s in studies]
     else:
-        kwargs = {k: v for k, v in (("seeds", args.seeds), ("side_seeds", args.side_seeds), ("steps", args.steps)) if v}
+        kwargs = {k: v for k, v in (("seeds", args.seeds), ("steps", args.steps)) if v}
         studies = full_studies(**kwargs)
-    if args.lr:
-        studies = [replace(s, lr=args.lr) for s in studies]
-    if args.format_init_rate:
-        # the dense study keeps its own (dense) rate: it exists to contrast with the sparse ones
-        studies = [
-            s if s.name == "dense" else replace(s, task=replace(s.task, format_init_rate=args.format_init_rate))
-            for s in studies
-        ]
     if args.studies:
         wanted = args.studies.split(",")
         unknown = set(wanted) - {s.name for s in studies}
@@ -107,20 +83,14 @@ def write_outputs(out: Path, studies: list[Study], results: dict[str, list[RunRe
     """Every file of a testbed run; returns the summary rows."""
     out.mkdir(parents=True, exist_ok=True)
     everything = [r for name in results for r in results[name]]
-    rows = summary_rows(everything)
-    write_summary(out / "summary.csv", rows)
-    write_runs(out / "runs.csv", everything)
-    write_run_logs(out / "runs", everything)
+    rows = report.summary_rows(everything)
+    report.write_summary(out / "summary.csv", rows)
+    report.write_runs(out / "runs.csv", everything)
+    report.write_run_logs(out / "runs", everything)
     for study in studies:
-        write_steps(out / f"steps_{study.name}.csv", study, results[study.name])
+        report.write_steps(out / f"steps_{study.name}.csv", study, results[study.name])
         for g in study.group_sizes:
-            plot_curves(out / f"curves_{study.name}_G{g}.png", study, results[study.name], g)
-        plot_energy(out / f"energy_{study.name}.png", rows, study.name, study.task.channel_names)
-    if "main" in results:
-        plot_steps_to(out / "steps_to_main.png", rows, "main")
-    group_studies = [s.name for s in studies if s.name in ("main", "group_size")]
-    if "group_size" in group_studies:
-        plot_group_size(out / "group_size.png", rows, group_studies)
+            report.plot_curves(out / f"curves_{study.name}_G{g}.png", study, results[study.name], g)
     config = {s.name: {**asdict(s), "task": asdict(s.task)} for s in studies}
     atomic_write_json(out / "config.json", config, default=str)
     return rows
@@ -140,6 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         results[study.name] = run_study(study, log=lambda line: print(line, flush=True))
     rows = write_outputs(out, studies, results)
     for study in studies:
-        print(f"\n### {study.name}: {study.description}\n{format_table(rows, study.name)}")
+        print(f"\n### {study.name}: {study.description}\n{report.format_table(rows, study.name)}")
     print(f"\ntestbed: {total} runs in {time.perf_counter() - start:.0f}s; outputs in {out}/")
     return 0

@@ -19,18 +19,8 @@ from tasks.registry import load_ref
 # The results layer's threshold rule, named by import path: dara sits below results and never imports it.
 SUSTAINED_STEP = "results.thresholds:first_sustained_step"
 
-ALL_ESTIMATORS = (
-    "grpo",
-    "gdpo",
-    "dara_sym",
-    "dara_asym",
-    "dvao",
-    "gd2po_hard",
-    "gd2po_snr",
-    "static",
-    "saw",
-    "sa_mrpo",
-)
+ALL_ESTIMATORS = ("grpo", "gdpo", "dara_sym", "dara_asym", "dvao", "gd2po_hard", "gd2po_snr", "static", "saw",
+                  "sa_mrpo")
 CORE_ESTIMATORS = ("grpo", "gdpo", "dara_sym", "dara_asym")
 THRESHOLDS = (0.8, 0.99)
 SMOOTHING_WINDOW = 5  # steps of the trailing mean that steps_to_* reads
@@ -39,7 +29,6 @@ SMOOTHING_WINDOW = 5  # steps of the trailing mean that steps_to_* reads
 @dataclass(frozen=True)
 class Study:
     """One experiment of the testbed."""
-
     name: str
     task: TaskConfig
     estimators: tuple[str, ...]
@@ -61,15 +50,8 @@ class Study:
         for estimator in self.estimators:
             for g in self.group_sizes:
                 for seed in range(self.seeds):
-                    yield RunConfig(
-                        estimator=estimator,
-                        seed=seed,
-                        num_prompts=self.budget // g,
-                        group_size=g,
-                        steps=self.steps,
-                        lr=self.lr,
-                        options=estimator_options(estimator, self.task),
-                    )
+                    yield RunConfig(estimator=estimator, seed=seed, num_prompts=self.budget // g, group_size=g,
+                                    steps=self.steps, lr=self.lr, options=estimator_options(estimator, self.task))
 
     @property
     def num_runs(self) -> int:
@@ -79,44 +61,15 @@ class Study:
 def full_studies(seeds: int = 8, side_seeds: int = 4, steps: int = 150) -> list[Study]:
     """The documented full run (docs/testbed.md); the side studies run fewer seeds to stay under 30 minutes."""
     sparse = TaskConfig()
-    side = side_seeds
     return [
-        Study(
-            "main",
-            sparse,
-            ALL_ESTIMATORS,
-            (8,),
-            seeds,
-            steps,
-            description="every estimator; sparse format channel (2% at init), B=32 x G=8",
-        ),
-        Study(
-            "group_size",
-            sparse,
-            CORE_ESTIMATORS,
-            (2, 4, 16, 32),
-            side,
-            steps,
-            description="fixed budget of 256 responses per step, G in 2 (tiny), 4, 16, 32; G=8 is in main",
-        ),
-        Study(
-            "dense",
-            replace(sparse, format_init_rate=0.10),
-            CORE_ESTIMATORS,
-            (8,),
-            side,
-            steps,
-            description="format 10% at init: format is the dense channel, DARA leaves its weight near 1",
-        ),
-        Study(
-            "three_channel",
-            replace(sparse, length_channel=True),
-            CORE_ESTIMATORS,
-            (8,),
-            side,
-            steps,
-            description="correctness, format and a length channel (EOS within 6 tokens)",
-        ),
+        Study("main", sparse, ALL_ESTIMATORS, (8,), seeds, steps,
+              description="every estimator; sparse format channel (2% at init), B=32 x G=8"),
+        Study("group_size", sparse, CORE_ESTIMATORS, (2, 4, 16, 32), side_seeds, steps,
+              description="fixed budget of 256 responses per step, G in 2 (tiny), 4, 16, 32; G=8 is in main"),
+        Study("dense", replace(sparse, format_init_rate=0.10), CORE_ESTIMATORS, (8,), side_seeds, steps,
+              description="format 10% at init: format is the dense channel, DARA leaves its weight near 1"),
+        Study("three_channel", replace(sparse, length_channel=True), CORE_ESTIMATORS, (8,), side_seeds, steps,
+              description="correctness, format and a length channel (EOS within 6 tokens)"),
     ]
 
 
@@ -125,29 +78,15 @@ def quick_studies() -> list[Study]:
     sparse = TaskConfig()
     return [
         Study("main", sparse, ALL_ESTIMATORS, (8,), 2, 40, budget=64, description="quick: every estimator, B=8 x G=8"),
-        Study(
-            "group_size",
-            sparse,
-            ("gdpo", "dara_asym"),
-            (4, 16),
-            2,
-            40,
-            budget=64,
-            description="quick: G=4 against G=16 at 64 responses per step",
-        ),
+        Study("group_size", sparse, ("gdpo", "dara_asym"), (4, 16), 2, 40, budget=64,
+              description="quick: G=4 against G=16 at 64 responses per step"),
     ]
 
 
 def summarize_run(records: list[dict[str, float]], final: dict[str, float], study: Study) -> dict[str, float]:
-    """Scalar outcomes of one run, the quantities summary.csv reports over seeds.
-
-    - steps_to_<x>: first step whose 5-step trailing mean of the training format compliance reaches x;
-      a run that never does counts as `study.steps` (a lower bound; reached_<x> gives the share).
-    - format_auc: mean training format compliance over all steps (speed without censoring).
-    - final_<channel>: held-out mean after the last step.
-    - energy_vs_ideal/<c>, weighted_energy_vs_ideal/<c>, weighted_energy_share/<c>, density/<c>,
-      weight/<c>, energy_ratio/<c>: means over the steps where the value is defined.
-    """
+    """Scalar outcomes of one run: steps_to_<x> (first step whose 5-step trailing mean of format compliance
+    reaches x; `study.steps` when never, reached_<x> gives the share), format_auc, final_<channel> (held out), and
+    per channel the means over the steps where each energy, density and weight metric is defined."""
     sparse = study.task.sparse_channel
     compliance = [r[f"reward/{sparse}/mean"] for r in records]
     out: dict[str, float] = {}
@@ -162,14 +101,8 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
     for key, value in final.items():
         out[key.replace("eval/", "final_")] = value
     for name in study.task.channel_names:
-        for key in (
-            "energy_vs_ideal",
-            "weighted_energy_vs_ideal",
-            "weighted_energy_share",
-            "density",
-            "weight",
-            "energy_ratio",
-        ):
+        for key in ("energy_vs_ideal", "weighted_energy_vs_ideal", "weighted_energy_share", "density", "weight",
+                    "energy_ratio"):
             values = [r[f"{key}/{name}"] for r in records if math.isfinite(r.get(f"{key}/{name}", math.nan))]
             if values:
                 out[f"{key}/{name}"] = sum(values) / len(values)
@@ -185,11 +118,8 @@ class RunResult:
     outcome: dict[str, float]
 
 
-def run_study(
-    study: Study,
-    advantage_fn: AdvantageFn | None = None,
-    log: Callable[[str], None] = print,
-) -> list[RunResult]:
+def run_study(study: Study, advantage_fn: AdvantageFn | None = None,
+              log: Callable[[str], None] = print) -> list[RunResult]:
     """Run every (estimator, G, seed) of a study, one progress line per run."""
     results = []
     for i, config in enumerate(study.run_configs(), start=1):
@@ -197,9 +127,7 @@ def run_study(
         records, final = train_run(study.task, config, advantage_fn)
         outcome = summarize_run(records, final, study)
         results.append(RunResult(study.name, config, records, outcome))
-        log(
-            f"[{study.name} {i}/{study.num_runs}] {config.estimator:<10} G={config.group_size:<2} seed={config.seed} "
+        log(f"[{study.name} {i}/{study.num_runs}] {config.estimator:<10} G={config.group_size:<2} seed={config.seed} "
             f"steps_to_0.8={outcome['steps_to_0.8']:.0f} steps_to_0.99={outcome['steps_to_0.99']:.0f} "
-            f"final_correctness={outcome['final_correctness']:.3f} ({time.perf_counter() - start:.1f}s)"
-        )
+            f"final_correctness={outcome['final_correctness']:.3f} ({time.perf_counter() - start:.1f}s)")
     return results

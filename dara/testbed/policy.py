@@ -1,12 +1,8 @@
 """A tiny autoregressive policy over the task's vocabulary, conditioned on the prompt digits.
 
-Small enough to train a few hundred steps per minute on one shared CPU core, yet shaped like a
-language-model policy: tokens are sampled one at a time, a response's log-probability is the sum
-over its valid tokens, and the PPO loss is a token mean, as in verl. Instead of a recurrent state,
-each position sees a small summary of its prefix (previous token, position, number of content
-tokens so far, and the prompt digit of the answer slot that comes next, a hard-wired form of the
-attention a transformer would learn), which is all the task needs; every position is then scored in
-one batched pass.
+Tokens are sampled one at a time and the PPO loss is a token mean, as in verl; instead of a recurrent state each
+position sees a summary of its prefix (previous token, position, content tokens so far, the digit of the next
+answer slot), so every position is scored in one batched pass.
 """
 
 from __future__ import annotations
@@ -57,17 +53,13 @@ class TinyPolicy(nn.Module):
     def logits(self, digits: torch.Tensor, previous: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """digits [N, slots]; previous, count [N, T] (prefix summaries) -> logits [N, T, V]."""
         positions = torch.arange(previous.shape[1]).expand_as(previous)
-        features = torch.cat(
-            [
-                self.prompt_features(digits).unsqueeze(1).expand(-1, previous.shape[1], -1),
-                self.token_embed(previous),
-                self.pos_embed(positions),
-                self.count_embed(count),
-                self.slot_embed(self.slot_digit(digits, count)),
-            ],
-            dim=-1,
-        )
-        return self.head(self.body(features))
+        prompt = self.prompt_features(digits).unsqueeze(1).expand(-1, previous.shape[1], -1)
+        return self._head(prompt, previous, positions, count, self.slot_digit(digits, count))
+
+    def _head(self, prompt, previous, position, count, slot_code) -> torch.Tensor:
+        features = [prompt, self.token_embed(previous), self.pos_embed(position), self.count_embed(count),
+                    self.slot_embed(slot_code)]
+        return self.head(self.body(torch.cat(features, dim=-1)))
 
     @torch.no_grad()
     def sample(self, digits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -78,17 +70,9 @@ class TinyPolicy(nn.Module):
         done = torch.zeros(n, dtype=torch.bool)
         tokens = torch.full((n, self.config.max_len), EOS, dtype=torch.long)
         for t in range(self.config.max_len):
-            features = torch.cat(
-                [
-                    prompt,
-                    self.token_embed(previous),
-                    self.pos_embed(torch.full_like(previous, t)),
-                    self.count_embed(count),
-                    self.slot_embed(self.slot_digit(digits, count.unsqueeze(1)).squeeze(1)),
-                ],
-                dim=-1,
-            )
-            probs = torch.softmax(self.head(self.body(features)), dim=-1)
+            logits = self._head(prompt, previous, torch.full_like(previous, t), count,
+                                self.slot_digit(digits, count.unsqueeze(1)).squeeze(1))
+            probs = torch.softmax(logits, dim=-1)
             token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             token = torch.where(done, torch.full_like(token, EOS), token)
             tokens[:, t] = token

@@ -24,7 +24,6 @@ REWARD_RANGE = (0.0, 1.0)  # every channel lies in [0, 1]
 @dataclass(frozen=True)
 class TaskConfig:
     """Knobs of the task (documented in docs/testbed.md)."""
-
     num_content: int = 13  # content tokens, also the number of values a prompt digit takes
     answer_slots: int = 3  # digits per prompt = content tokens scored by correctness
     max_len: int = 10  # longest response in tokens (a response without EOS is cut here)
@@ -93,7 +92,6 @@ def initial_bias(config: TaskConfig) -> torch.Tensor:
 @dataclass(frozen=True)
 class PromptSet:
     """All prompts (digit tuples) of the task, their targets, and the train / held-out split."""
-
     digits: torch.Tensor  # [P, slots] int64
     targets: torch.Tensor  # [P, slots] int64 content token ids
     train_ids: torch.Tensor  # [P_train] int64 rows of `digits`
@@ -148,7 +146,6 @@ def score(tokens: torch.Tensor, targets: torch.Tensor, config: TaskConfig) -> to
     before_eos = tokens.gather(1, (lengths - 2).clamp(min=0).unsqueeze(1)).squeeze(1)
     formatted = ended & (lengths >= 3) & (tokens[:, 0] == OPEN) & (before_eos == CLOSE)
     channels = [correctness, formatted.float()]
-
     if config.length_channel:
         channels.append((ended & (lengths <= config.length_budget)).float())
     return torch.stack(channels, dim=1)

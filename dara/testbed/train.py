@@ -1,11 +1,8 @@
 """One testbed run: group sampling, advantages from the estimator library, a PPO-style clipped update.
 
-Each step samples B prompts from the training split, G responses per prompt, scores every channel,
-asks `dara.estimators.compute_advantages` for per-token advantages, and takes `mini_batches`
-Adam steps on verl's clipped surrogate (token-mean loss aggregation, no KL, no entropy bonus):
-    L = mean over valid tokens of max(-A * r_t, -A * clip(r_t, 1 - eps, 1 + eps)),
-    r_t = pi(y_t | .) / pi_old(y_t | .).
-The first mini-batch is on-policy; later ones are slightly off-policy, which is where clipping acts.
+Each step samples B prompts x G responses, scores every channel, asks `compute_advantages` for token advantages
+and takes `mini_batches` Adam steps on verl's clipped surrogate (token-mean, no KL, no entropy bonus):
+    L = mean over valid tokens of max(-A r_t, -A clip(r_t, 1 - eps, 1 + eps)),  r_t = pi / pi_old.
 """
 
 from __future__ import annotations
@@ -25,17 +22,9 @@ from dara.testbed.task import REWARD_RANGE, PromptSet, TaskConfig, build_prompts
 AdvantageFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
 
-def library_advantages() -> AdvantageFn:
-    """The project's estimator library; imported on use so a custom function can stand in for it."""
-    from dara.estimators import compute_advantages
-
-    return compute_advantages
-
-
 @dataclass(frozen=True)
 class RunConfig:
     """Hyper-parameters of one run (the defaults are the documented full-run settings)."""
-
     estimator: str
     seed: int = 0
     num_prompts: int = 32  # B
@@ -57,18 +46,14 @@ class RunConfig:
 
 
 def estimator_options(estimator: str, task: TaskConfig, static_sparse_weight: float = 3.0) -> dict[str, Any]:
-    """Options the estimators that need them get: fixed weights for `static`, reward ranges for saw/sa_mrpo.
-
-    `static` is the fixed-weight ablation: every sparse-ish channel (format, length) gets
-    `static_sparse_weight`, correctness 1.
-    """
+    """Fixed weights for `static` (correctness 1, every other channel `static_sparse_weight`), reward ranges for
+    an estimator that needs them (saw, sa_mrpo)."""
     from dara.estimators import ESTIMATORS
-
     names = task.channel_names
     if estimator == "static":
         return {"weights": [1.0 if name == "correctness" else static_sparse_weight for name in names]}
     registered = ESTIMATORS.get(estimator)
-    if registered is not None and registered.needs_ranges:  # saw, sa_mrpo, or one of your own that reads them
+    if registered is not None and registered.needs_ranges:  # saw, or one of your own that reads them
         return {"reward_ranges": {name: list(REWARD_RANGE) for name in names}}
     return {}
 
@@ -79,16 +64,8 @@ def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, mask: 
     return (surrogate * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def ppo_update(
-    policy: TinyPolicy,
-    optimizer: torch.optim.Optimizer,
-    digits: torch.Tensor,
-    tokens: torch.Tensor,
-    mask: torch.Tensor,
-    advantages: torch.Tensor,
-    config: RunConfig,
-    generator: torch.Generator,
-) -> dict[str, float]:
+def ppo_update(policy: TinyPolicy, optimizer: torch.optim.Optimizer, digits: torch.Tensor, tokens: torch.Tensor,
+               mask: torch.Tensor, advantages: torch.Tensor, config: RunConfig, generator: torch.Generator) -> dict:
     """One epoch of clipped-surrogate mini-batch steps; returns the mean clip fraction and entropy."""
     with torch.no_grad():
         old_log_probs, _ = policy.token_log_probs(digits, tokens)
@@ -112,14 +89,9 @@ def ppo_update(
 
 
 def energy_record(metrics: dict[str, float], channels: tuple[str, ...], ideal_per_group: int) -> dict[str, float]:
-    """Per channel: the library's energy metrics, plus the weighted energy against B * pi_k * (G - 1).
-
-    `energy_vs_ideal/<c>` (library) measures E_k of the per-reward advantages A_k, 1.0 under ideal
-    GDPO normalisation; `weighted_energy_vs_ideal/<c>` divides the energy after the estimator's
-    weighting (`energy_weighted/<c>`) by the same ideal, i.e. w_k^2 for DARA-Sym;
-    `weighted_energy_share/<c>` is that weighted energy over the largest channel's. A channel with no
-    active group this step has no ideal energy; it is left out of all three (NaN, skipped by the means).
-    """
+    """Per channel the library's energy metrics, plus `weighted_energy_vs_ideal/<c>` = energy_weighted / (B pi_k
+    (G - 1)) (w_k^2 for DARA-Sym) and `weighted_energy_share/<c>` (over the largest channel's); NaN for a channel
+    with no active group this step (skipped by the means)."""
     out: dict[str, float] = {}
     weighted_energy = {name: float(metrics.get(f"energy_weighted/{name}", math.nan)) for name in channels}
     largest = max(weighted_energy.values())
@@ -132,7 +104,6 @@ def energy_record(metrics: dict[str, float], channels: tuple[str, ...], ideal_pe
         if ideal > 0:
             out[f"energy_vs_ideal/{name}"] = float(metrics.get(f"energy_vs_ideal/{name}", math.nan))
             out[f"weighted_energy_vs_ideal/{name}"] = weighted_energy[name] / ideal
-            # share of the largest channel's weighted energy: the matching DARA-Sym aims at (1.0)
             out[f"weighted_energy_share/{name}"] = weighted_energy[name] / largest if largest > 0 else math.nan
         else:
             for key in ("energy_vs_ideal", "weighted_energy_vs_ideal", "weighted_energy_share"):
@@ -149,32 +120,24 @@ def evaluate(policy: TinyPolicy, prompts: PromptSet, task: TaskConfig, samples: 
     return {f"eval/{name}": float(scores[:, k].mean()) for k, name in enumerate(task.channel_names)}
 
 
-def train_run(
-    task: TaskConfig,
-    config: RunConfig,
-    advantage_fn: AdvantageFn | None = None,
-    progress: Callable[[int, dict[str, float]], None] | None = None,
-) -> tuple[list[dict[str, float]], dict[str, float]]:
+def train_run(task: TaskConfig, config: RunConfig, advantage_fn: AdvantageFn | None = None,
+              progress: Callable[[int, dict[str, float]], None] | None = None) -> tuple[list[dict], dict[str, float]]:
     """Train one policy; returns (one record per step, final held-out evaluation). With the library's
     advantages, an estimator name that is not registered is a ValueError naming the registered ones."""
+    from dara.estimators import ESTIMATORS, compute_advantages, get_estimator
     if advantage_fn is None:
-        from dara.estimators import get_estimator
-
         get_estimator(config.estimator)
-    advantage_fn = advantage_fn or library_advantages()
+    advantage_fn = advantage_fn or compute_advantages
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(10_007 * config.seed + 1)
     prompts = build_prompts(task)
     policy = TinyPolicy(task)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     channels = task.channel_names
-    from dara.estimators import ESTIMATORS
-
     options = {"channel_names": list(channels), **config.options}
     if not getattr(ESTIMATORS.get(config.estimator), "batch_norms", ()):  # grpo, dvao, gd2po define their own
         options["batch_norm"] = config.batch_norm
     group_index = torch.arange(config.num_prompts).repeat_interleave(config.group_size)
-
     records = []
     for step in range(1, config.steps + 1):
         start = time.perf_counter()
@@ -188,7 +151,6 @@ def train_run(
         if not torch.isfinite(advantages).all():
             raise FloatingPointError(f"{config.estimator} returned non-finite advantages at step {step}")
         update = ppo_update(policy, optimizer, digits, tokens, mask, advantages.float(), config, generator)
-
         record = {"step": float(step), **reward_means(scores, channels)}
         record.update(energy_record(metrics, channels, config.group_size - 1))
         record["response_length/mean"] = float(mask.sum(dim=1).mean())

@@ -1,13 +1,8 @@
 """`DaraGRPOConfig`: TRL's `GRPOConfig` plus the estimator and its options (those of `dara.estimators`).
 
-TRL's `multi_objective_aggregation` rejects values it does not know, so the estimator is a field of its
-own. The library's `weights` option is TRL's `reward_weights`; the channels are the reward functions, in
-their order, named as TRL names them (a function's `__name__`, a reward model's model id).
-
-The scalar options (`w_max`, `tau`, `gamma`, `form`, `query_weight`, `eps`, `rvpo_k`,
-`dead_channel_weight`) are derived from `dara.estimators.DaraAlgoConfig`'s fields, defaults and help
-texts (`DERIVED_FIELDS`), not restated; `estimator_module` loads a module of estimators of your own, and
-`estimator_options` holds the options an estimator declares for itself.
+The estimator is a field of its own (TRL's `multi_objective_aggregation` rejects unknown values); `weights` is
+TRL's `reward_weights`; the channels are the reward functions, named as TRL names them. The scalar options
+(`DERIVED_FIELDS`) take `DaraAlgoConfig`'s types, defaults and help texts.
 """
 
 from __future__ import annotations
@@ -24,8 +19,7 @@ from dara.estimators.config import FIELD_HELP, ranges_by_name
 
 # DaraAlgoConfig's fields that DaraGRPOConfig takes as they are (name, type, default, help).
 DERIVED_FIELDS = ("w_max", "tau", "gamma", "form", "query_weight", "eps", "rvpo_k", "dead_channel_weight")
-# TRL's loss takes one advantage per completion; response-level batch normalisation is the natural default
-# (`token` needs the completions' lengths, which the trainer gathers; see docs/trl.md).
+# TRL's loss takes one advantage per completion (`token` needs the lengths, which the trainer gathers)
 DEFAULT_BATCH_NORM = "response"
 
 
@@ -55,18 +49,10 @@ def _as_mapping(value, what: str):
 
 @dataclass
 class DaraGRPOConfig(_derived_base()):
-    """`GRPOConfig` with `estimator` and the estimator options of `dara.estimators.compute_advantages`.
-
-    `batch_norm=None` resolves to `response` for the estimators that take it, else to the estimator's own
-    (GRPO and DVAO define none). `reward_ranges` maps reward-function names to [min, max] (saw, sa_mrpo).
-    `estimator_module` (a .py file, an import path or pkg://package.module) is loaded first, so `estimator`
-    may name an estimator it registers; `estimator_options` are that estimator's declared options.
-    TRL's `scale_rewards` and `multi_objective_aggregation` shape only TRL's own advantages, which the
-    estimator's replace.
-    """
-
+    """`GRPOConfig` with `estimator` and its options. `batch_norm=None` resolves to `response` where the
+    estimator takes it, else to its own; `estimator_module` is loaded first. TRL's `scale_rewards` and
+    `multi_objective_aggregation` shape only TRL's own advantages, which the estimator's replace."""
     _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "reward_ranges", "estimator_options"]
-
     estimator: str = field(
         default="dara_asym",
         metadata={"help": "Advantage estimator: a registered dara.estimators name (python -m dara.estimators list), "
@@ -105,18 +91,15 @@ class DaraGRPOConfig(_derived_base()):
             self.batch_norm = DEFAULT_BATCH_NORM if not own or DEFAULT_BATCH_NORM in own else own[0]
         if self.estimator == "static" and self.reward_weights is None:
             raise ValueError("estimator='static' needs fixed channel weights: set reward_weights=[...]")
-        # Validates every option now (types, ranges, the batch_norm the estimator allows, its own options),
-        # not at step 1.
+        # every option checked now, not at step 1
         config = self.algo_config()
         config.resolved_batch_norm(self.estimator)
         config.estimator_options(self.estimator)
 
     def algo_config(self, channel_names: Sequence[str] | None = None,
                     weights: Sequence[float] | None = None) -> DaraAlgoConfig:
-        """The library's options for these reward functions and weights (the trainer's `reward_weights`,
-        which TRL extends by 1 for an environment's own reward). `reward_ranges` keys are reward-function
-        names: with `channel_names`, one that is not among them is an error now; what depends on the
-        estimator (for saw and sa_mrpo, a function without a range) is the library's `check_for`."""
+        """The library's options for these reward functions and `weights` (the trainer's, which TRL extends by
+        1 for an environment's own reward); a `reward_ranges` name not among `channel_names` is an error."""
         if weights is None and self.reward_weights is not None:
             weights = self.reward_weights
         config = DaraAlgoConfig(

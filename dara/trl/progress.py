@@ -24,7 +24,6 @@ def step_line(step: int, max_steps: int, logs: dict, elapsed: float) -> str | No
         values = [f"{name} {logs[prefix + name + suffix]:.{digits}f}" for name in names
                   if logs.get(prefix + name + suffix) is not None]
         return f"{title} {' '.join(values)}" if values else ""
-
     parts = [part("reward", "rewards/", "/mean"), part("density", "dara/density/"), part("weight", "dara/weight/")]
     if logs.get("loss") is not None:
         parts.append(f"loss {logs['loss']:.4f}")

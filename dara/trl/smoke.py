@@ -16,30 +16,16 @@ from pathlib import Path
 
 DEFAULT_ASSETS = Path("outputs/assets/smoke")
 
-SMOKE_SETTINGS = dict(
-    num_generations=4,
-    per_device_train_batch_size=32,  # completions: 8 prompts x 4
-    max_completion_length=64,
-    temperature=1.0,
-    top_p=1.0,
-    learning_rate=1e-4,
-    beta=0.0,
-    use_cpu=True,
-    bf16=False,
-    gradient_checkpointing=False,
-    logging_steps=1,
-    save_strategy="no",
-    report_to="none",
-    disable_tqdm=True,
-    dataloader_num_workers=0,
-)
+SMOKE_SETTINGS = dict(  # 8 prompts x 4 completions per step
+    num_generations=4, per_device_train_batch_size=32, max_completion_length=64, temperature=1.0, top_p=1.0,
+    learning_rate=1e-4, beta=0.0, use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=1,
+    save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0)
 
 
 def smoke_config(output_dir: str | Path, **overrides):
     """A `DaraGRPOConfig` with the smoke settings; `overrides` replace or add fields."""
     from dara.trl import DaraGRPOConfig
     from dara.trl.toolrl import toolrl_reward_ranges
-
     values = {**SMOKE_SETTINGS, "estimator": "dara_asym", "reward_ranges": toolrl_reward_ranges(), **overrides}
     return DaraGRPOConfig(output_dir=str(output_dir), **values)
 
@@ -51,17 +37,11 @@ def smoke_trainer(assets: dict, config, trainer_class=None, callbacks=None):
     from dara.trl import DaraGRPOTrainer
     from dara.trl.toolrl import toolrl_dataset, toolrl_reward_funcs
     from data_prep import smoke
-
     model, tokenizer = smoke.load(assets["model_dir"])
     model.train()
-    trainer = (trainer_class or DaraGRPOTrainer)(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=toolrl_reward_funcs(),
-        args=config,
-        train_dataset=toolrl_dataset(assets["train"]),
-        callbacks=callbacks,
-    )
+    trainer = (trainer_class or DaraGRPOTrainer)(model=model, processing_class=tokenizer, reward_funcs=toolrl_reward_funcs(),
+                                                 args=config, train_dataset=toolrl_dataset(assets["train"]),
+                                                 callbacks=callbacks)
     for quiet in (PrinterCallback, ProgressCallback):  # the step line replaces transformers' log printing
         trainer.remove_callback(quiet)
     return trainer
@@ -75,14 +55,12 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
     started = time.perf_counter()
     from datasets.utils import logging as datasets_logging
     from transformers.utils import logging as hf_logging
 
     from dara.trl import StepLineCallback
     from data_prep import smoke
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     datasets_logging.disable_progress_bar()

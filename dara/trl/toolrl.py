@@ -28,11 +28,9 @@ def toolrl_reward_funcs(length_channel: bool = False) -> list[Callable]:
         def reward(completions, ground_truth, **kwargs) -> list[float]:
             return [toolrl.score_channels(completion_text(completion), truth, (channel,))[channel]
                     for completion, truth in zip(completions, ground_truth, strict=True)]
-
         reward.__name__ = reward.__qualname__ = channel
         reward.__doc__ = f"ToolRL {channel} channel (rewards.toolrl.score_channels)"
         return reward
-
     return [channel_func(channel) for channel in toolrl.channel_names(length_channel)]
 
 
@@ -45,7 +43,6 @@ def toolrl_reward_ranges(length_channel: bool = False) -> dict[str, list[float]]
 def toolrl_dataset(parquet: str | os.PathLike):
     """A TRL prompt dataset (`prompt` chat messages, `ground_truth`) from a verl ToolRL parquet file."""
     from datasets import Dataset
-
     rows = Dataset.from_parquet(str(parquet))
     return Dataset.from_dict({
         "prompt": rows["prompt"],

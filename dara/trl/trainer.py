@@ -1,16 +1,10 @@
 """`DaraGRPOTrainer`: TRL's `GRPOTrainer` with the advantages of any `dara.estimators` estimator.
 
-Two overrides, each calling `super()` (TRL 1.16 has no hook for the aggregation step):
-
-- `_calculate_rewards` keeps the [N, K] reward matrix TRL gathers over all processes (NaN where a
-  reward function returned None);
-- `_generate_and_score_completions` lets TRL finish the batch (its own advantages included), then puts
-  the estimator's advantages for this process's slice in `output["advantages"]` (what the loss reads)
-  and in the completions log, and adds the `dara/` instruments to TRL's metrics.
-
-These are private methods of TRL: where they no longer behave as in the supported release (no matrix
-kept, a shape that does not fit), the trainer raises `TrlSeamError` naming the release rather than
-silently training on TRL's own aggregation.
+TRL 1.16 has no hook for the aggregation step, so two private methods are overridden, each calling `super()`:
+`_calculate_rewards` keeps the gathered [N, K] reward matrix; `_generate_and_score_completions` lets TRL finish
+the batch, then puts the estimator's advantages for this process's slice in `output["advantages"]` (what the
+loss reads) and the completions log, and adds the `dara/` metrics. Where these no longer behave as in the
+supported release, `TrlSeamError` names it rather than training on TRL's own aggregation.
 """
 
 from __future__ import annotations
@@ -96,9 +90,8 @@ class DaraGRPOTrainer(GRPOTrainer):
         local = check_trl_batch(rewards, output, self.accelerator.num_processes, len(self.reward_func_names))
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         lengths = self._gathered_lengths(output) if self.dara_options["batch_norm"] == "token" else None
-        advantages, metrics = completion_advantages(
-            rewards, num_generations, self.reward_func_names, self.dara_estimator, self.dara_options, lengths
-        )
+        advantages, metrics = completion_advantages(rewards, num_generations, self.reward_func_names,
+                                                    self.dara_estimator, self.dara_options, lengths)
         start = self.accelerator.process_index * local
         trl_advantages = output["advantages"]
         output["advantages"] = advantages[start : start + local].to(trl_advantages.device, trl_advantages.dtype)

@@ -1,9 +1,5 @@
-"""The TRL tests run in the TRL environment (.venv-trl: `make test-trl`), never in verl's (.venv).
-
-verl 0.9.1's FSDP workers import trl's value-head model whenever trl is importable, and TRL removed it in
-1.13, so the two cannot share an environment (docs/trl.md "Two environments"). Where trl is not importable,
-this folder is left out of collection: that is verl's environment, where `make test` runs the main suite.
-"""
+"""The TRL tests run in .venv-trl (`make test-trl`), never in verl's .venv, where trl must not be importable
+(docs/trl.md "Two environments"): there this folder is left out of collection."""
 
 from __future__ import annotations
 

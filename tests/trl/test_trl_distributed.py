@@ -1,10 +1,5 @@
-"""dara.trl under two processes (`torchrun --nproc_per_node 2`, gloo on the CPU): each rank's slice of the
-estimator's advantages is TRL's own local advantages (gdpo with TRL's options), and the slices are those of
-the advantages of the gathered batch.
-
-Run as a script under torchrun, this file is the worker: it trains with `RecordingTrainer` and writes what
-each rank saw to `<out>/rank<r>.json`.
-"""
+"""dara.trl under `torchrun --nproc_per_node 2` (gloo): each rank's advantages are TRL's own local ones (gdpo
+with TRL's options) and its slice of the gathered batch's. Run under torchrun, this file is the worker."""
 
 from __future__ import annotations
 
@@ -24,7 +19,6 @@ def test_each_rank_gets_trls_local_advantages(smoke_assets, tmp_path):
     import torch
 
     from dara.trl import completion_advantages
-
     out = tmp_path / "ranks"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
                smoke_assets["model_dir"], smoke_assets["train"], str(out)]
@@ -56,7 +50,6 @@ def worker(model_dir: str, train: str, out: str) -> None:
 
     from dara.trl.smoke import smoke_config, smoke_trainer
     from tests.trl.trl_recording import RecordingTrainer
-
     config = smoke_config(Path(out) / "trl", estimator="gdpo", multi_objective_aggregation="normalize_then_sum",
                           eps=1e-4, batch_norm="response", reward_weights=[1.0, 0.5], max_steps=STEPS,
                           per_device_train_batch_size=8)

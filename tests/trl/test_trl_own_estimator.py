@@ -74,15 +74,19 @@ def test_an_unknown_estimator_or_a_bad_module_is_one_line(registry, tmp_path):
         _config(tmp_path, estimator_module=str(tmp_path / "absent.py"), estimator="density_power")
 
 
-def test_the_command_line_takes_the_module_the_options_and_the_new_fields(registry, tmp_path):
+def test_the_command_line_takes_the_module_the_options_the_ranges_and_the_new_fields(registry, tmp_path):
     (config,) = HfArgumentParser(DaraGRPOConfig).parse_args_into_dataclasses([
         "--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false", "--num_generations", "4",
         "--per_device_train_batch_size", "8", "--estimator_module", str(EXAMPLE), "--estimator", "density_power",
         "--estimator_options", json.dumps({"power": 0.25}), "--rvpo_k", "2", "--dead_channel_weight", "w_max",
+        "--eps", "1e-4", "--reward_ranges", json.dumps({"correctness": [-3, 3], "format": [0, 1]}),
     ])
     assert config.estimator == "density_power" and config.estimator_options == {"power": 0.25}
-    assert config.rvpo_k == 2.0 and config.dead_channel_weight == "w_max"
-    assert config.algo_config().rvpo_k == 2.0
+    assert config.rvpo_k == 2.0 and config.dead_channel_weight == "w_max" and config.eps == 1e-4
+    algo = config.algo_config(["format", "correctness"])
+    assert algo.rvpo_k == 2.0 and algo.reward_ranges == {"format": [0.0, 1.0], "correctness": [-3.0, 3.0]}
+    with pytest.raises(ValueError, match=r"reward_ranges names \['correctness'\], not among"):
+        config.algo_config(["format", "length"])
 
 
 def test_rvpo_and_the_dead_channel_weight_reach_the_completions_advantages(tmp_path):
@@ -99,7 +103,6 @@ def test_rvpo_and_the_dead_channel_weight_reach_the_completions_advantages(tmp_p
 def test_the_example_estimator_trains_in_trls_trainer_with_the_librarys_diagnostics(registry, smoke_assets, tmp_path):
     from dara.trl.smoke import smoke_config, smoke_trainer
     from tests.trl.trl_recording import RecordingTrainer
-
     config = smoke_config(tmp_path / "trl", max_steps=2, estimator_module=str(EXAMPLE), estimator="density_power",
                           estimator_options={"power": 1.0})
     trainer = smoke_trainer(smoke_assets, config, trainer_class=RecordingTrainer)
