@@ -1,15 +1,8 @@
-"""A failed start leaves nothing behind that blocks the next one (item 5 of the issue).
-
-- Ray options Ray would refuse (a non-string env var, a runtime_env Ray's validation refuses, a keyword
-  ray.init does not take) are one line before Ray starts (as a `python -m dara.train` process, and the next start
-  of the same run folder training, in tests/test_training.py).
-- A stale link, file or real folder at the short alias path (/tmp/dara-ray-<hash>) is replaced, never fatal.
-- Every way out of the local Ray session (an error, Ctrl-C, a ray.init that failed halfway) stops the Ray this
-  process started before the alias goes; the driver's failures are one line (`failure_line`), Ctrl-C too.
-- A reward range narrower than the channel's declared range warns before Ray; a score outside it stops the
-  run with one line naming the channel, the score and the range.
-- `dara.preflight` takes overrides before, between and after its flags.
-"""
+"""A failed start leaves nothing behind that blocks the next one: Ray options Ray would refuse are one line
+before Ray starts; a stale entry at the short alias path (/tmp/dara-ray-<hash>) is replaced; every way out of the
+local Ray session (an error, Ctrl-C, a ray.init that failed halfway) stops the Ray this process started before the
+alias goes, in one line; reward ranges narrower than declared warn, scores outside them stop the run in one line;
+a second run on the host stops before its assets; `dara.preflight` takes overrides around its flags."""
 
 from __future__ import annotations
 

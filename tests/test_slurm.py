@@ -1,17 +1,10 @@
-"""The CPU smoke run on a real one-node Slurm cluster, through the recipes' Slurm launcher and
-scripts/slurm/train.sbatch (Ray head started by the job on its sized port range, trainer against it): stopped by
-the pre-timeout signal, then ended by Slurm at its time limit in the middle of a step, requeued by the job itself
-both times and resumed from its checkpoint with every step exactly once (the Slurm layer's resume test; three
-training starts, 12 minutes on 2 cores at load ~2). tests/slurm_cluster.py installs (apt-get) and starts Slurm;
-skipped only where it cannot be installed. The job's end-of-job decision (requeue only with a new checkpoint, and
-the line saying why not) is tested without Slurm in tests/test_job_progress.py, the port range in
-tests/test_ray_ports.py.
-
-Also the pieces of scripts/slurm/ that a multi-node job relies on, without Slurm: a worker node's ray_node.sh
-gives up with a clear error when the head never answers, `wait-nodes` names the nodes that never joined, and
-ray_node.sh stops its node's Ray and deletes its temp folder on SIGTERM (tests/test_multinode.py runs them on
-two real nodes).
-"""
+"""The CPU smoke on a real one-node Slurm (tests/slurm_cluster.py installs and starts it; skipped only where it
+cannot be installed), through the recipes' Slurm launcher and scripts/slurm/train.sbatch: stopped by the
+pre-timeout signal, then ended by Slurm at its time limit mid-step, requeued by the job itself both times and
+resumed with every step exactly once (three training starts). Also, without Slurm, the pieces of scripts/slurm/ a
+multi-node job relies on (tests/test_multinode.py runs them on two real nodes): a worker's ray_node.sh gives up
+clearly when the head never answers, `wait-nodes` names the nodes that never joined, ray_node.sh stops its Ray and
+deletes its temp folder on SIGTERM."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The CPU math smoke run (`python -m dara.train task=smoke_math`): 3 verl steps of the tiny model on the
-math path (correctness + length channels, verl's Hendrycks grader, a length limit the tiny model's responses
-straddle) with the math task's dynamic sampling: the authors' rounds (dara/verl/rounds.py; rounds of 8
-prompts for a batch of 4). Every step logs its rounds and the pre-filter metrics over all generated responses
-(dropped groups included) and trains only on full groups whose summed reward varies. (A step forced short stops
-with the authors' one-line error: tests/test_verl_rounds.py raises it on verl's own replay buffer, and
-tests/test_training.py sees a step-1 error end a real run in one line.)
-
-This is the suite's one real CPU run with dynamic sampling. verl's own group filter (run.dynamic_sampling.mode=
-replay) is checked on verl's objects without training: tests/test_verl_prefilter.py (its sample and step),
-tests/test_configs.py (the buffer dara_sync builds), tests/test_verl_binding.py (the kept/drawn counts)."""
+"""The CPU math smoke run (`python -m dara.train task=smoke_math`), the suite's one real run with dynamic
+sampling: 3 verl steps on the math path (correctness + length channels, verl's Hendrycks grader) with the authors'
+rounds (dara/verl/rounds.py). Every step logs its rounds and the pre-filter metrics over all generated responses
+and trains only on full groups whose summed reward varies. verl's own filter (mode=replay) is checked on verl's
+objects in tests/test_verl_prefilter.py."""
 
 from __future__ import annotations
 
