@@ -60,6 +60,7 @@ def test_sparse_variant_starts_in_the_authors_regime(sparse_build):
     assert card["tokenizer"]["vocab_size"] == OmegaConf.load("conf/model/tiny.yaml").run.model_facts.vocab_size
     assert smoke_sparse.build(sparse_build, seed=0)["model_dir"] == str(sparse_build / "model")  # reused
 
+
 @pytest.mark.parametrize("broken, message", [
     (None, "is missing"),
     ({"metric": "reward/format/mean"}, "lacks threshold"),
@@ -72,27 +73,23 @@ def test_a_missing_or_broken_protocol_is_an_error_naming_it(tmp_path, broken, me
     with pytest.raises(RecipeError, match=message):
         load_protocol(path)
 
-def test_request_seeds_are_stable_and_distinct():
-    from dara.verl.seeded_rollout import SEED_BITS, request_seed
+
+def test_request_seeds_are_distinct_and_a_validation_row_is_seeded_apart():
+    """Seeds stable and distinct per (run seed, step, index, session); ValidationTagged marks the validation loader's
+    rows and the mark changes the seed; a request's own seed and a greedy request are left alone."""
+    import numpy as np
+
+    from dara.verl import seeded_rollout as rollout
+    from dara.verl.seeded_rollout import VALIDATION_KEY, request_seed, seeded_params
 
     seeds = {request_seed(0, step, index, session) for step in range(1, 21) for index in range(16)
              for session in range(4)}
-    assert len(seeds) == 20 * 16 * 4 and all(0 <= s < 2 ** SEED_BITS for s in seeds)
+    assert len(seeds) == 20 * 16 * 4 and all(0 <= s < 2 ** rollout.SEED_BITS for s in seeds)
     assert request_seed(3, 2, 7, 1) == request_seed(3, 2, 7, 1) != request_seed(4, 2, 7, 1)
-    assert request_seed(0, 1, 0, 0) != request_seed(0, 1, 0, 0, validate=True)
-
-
-def test_a_validation_row_is_seeded_apart_from_the_same_training_row():
-    """ValidationTagged marks the validation loader's rows; the mark changes the seed; a request's own seed and a
-    greedy request are left alone."""
-    import numpy as np
-
-    from dara.verl.seeded_rollout import VALIDATION_KEY, ValidationTagged, request_seed, seeded_params
-
     request = {"index": np.int64(5), "global_steps": 3, "session_id": 2}
     train = seeded_params({"temperature": 1.0}, 7, request)["seed"]
     assert train == request_seed(7, 3, 5, 2)
-    loader = ValidationTagged([{"index": np.arange(3), "raw_prompt": np.array(["a", "b", "c"], dtype=object)}])
+    loader = rollout.ValidationTagged([{"index": np.arange(3), "raw_prompt": np.array(["a", "b", "c"], dtype=object)}])
     (batch,) = list(loader)
     assert len(loader) == 1 and list(batch[VALIDATION_KEY]) == [True, True, True]
     val = seeded_params({"temperature": 1.0}, 7, {**request, VALIDATION_KEY: batch[VALIDATION_KEY][0]})["seed"]

@@ -124,6 +124,7 @@ def test_the_length_variant_starts_in_the_registered_regime(tmp_path):
     expected = facts_from_mapping(OmegaConf.to_container(node))
     assert facts_from_config_json(config, card["model"]["parameters"]) == expected
 
+
 def test_the_committed_protocol_is_the_task_file():
     from omegaconf import OmegaConf
 
@@ -158,6 +159,7 @@ def test_each_method_composes_with_the_task_settings_and_passes_the_checks():
         if method.startswith("static_"):
             assert list(cfg.algorithm.dara.weights) == [1.0, 5.0]
             assert list(cfg.algorithm.reward_channels or ["correctness", "length"]) == ["correctness", "length"]
+
 
 def plain_sustained_step(values, threshold, window, hold):
     """Steps 1..n: the first step whose trailing window-mean is >= threshold there and at each of the next hold."""
@@ -216,9 +218,6 @@ def test_the_sustained_endpoint_and_the_results_command_equal_plain_loops(tmp_pa
     assert primary.at["dara_asym - gdpo", "mean"] == pytest.approx(sum(differences) / 6, abs=1e-4)
     text = (tmp_path / "summary.md").read_text()
     assert "trailing 2-step mean" in text and "next 4 steps" in text
-
-
-def test_the_step_rule_defaults_to_first_reaching_and_needs_its_window():
     assert headline.step_rule(load_protocol(RACE_FORMAT.protocol_file)) == {"rule": "median"} == headline.step_rule({})
     with pytest.raises(headline.ProtocolError, match="window"):
         headline.step_rule({"threshold_rule": "sustained", "hold": 4})

@@ -47,9 +47,8 @@ def test_channels_and_ranges_are_declared_once_by_name_in_the_reward():
     three = verl_entry.reward_channels(toolrl_task.DATA_SOURCE, {"toolrl_length_channel": True})
     assert three == {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "length": (0.0, 1.0)}
     assert verl_entry.reward_channels("math500") == {"correctness": (0.0, 1.0), "length": (0.0, 1.0)}
-    # every value a scorer can give lies in its declared range (the fallback is each channel's low)
-    options = verl_entry.RewardOptions(toolrl_length_channel=True)
-    fallback = verl_entry.fallback_sample("rlla", None, options)
+    # the fallback is each channel's low
+    fallback = verl_entry.fallback_sample("rlla", None, verl_entry.RewardOptions(toolrl_length_channel=True))
     assert {k: v for k, v in fallback.items() if k != "score"} == {c: low for c, (low, _) in three.items()}
 
 
@@ -75,10 +74,9 @@ def test_a_registered_task_is_scored_by_the_projects_entry():
 
 
 def test_load_ref_names_what_is_wrong(tmp_path):
-    with pytest.raises(ValueError, match="no_such_module"):
-        registry.load_ref("no_such_module:x")
-    with pytest.raises(ValueError, match="has no attribute 'nope'"):
-        registry.load_ref("tasks.registry:nope")
+    for ref, message in (("no_such_module:x", "no_such_module"), ("tasks.registry:nope", "has no attribute 'nope'")):
+        with pytest.raises(ValueError, match=message):
+            registry.load_ref(ref)
     module = tmp_path / "builder.py"
     module.write_text("def build(assets_dir, output_root):\n    return assets_dir\n")
     build = registry.load_ref(f"{module}:build")
