@@ -74,7 +74,7 @@ def test_a_missing_or_broken_protocol_is_an_error_naming_it(tmp_path, broken, me
         load_protocol(path)
 
 
-def test_request_seeds_are_distinct_and_a_validation_row_is_seeded_apart():
+def test_a_validation_row_is_seeded_apart_from_the_same_training_row():
     """Seeds stable and distinct per (run seed, step, index, session); ValidationTagged marks the validation loader's
     rows and the mark changes the seed; a request's own seed and a greedy request are left alone."""
     import numpy as np

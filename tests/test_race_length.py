@@ -112,17 +112,14 @@ def test_the_length_variant_starts_in_the_registered_regime(tmp_path):
     # independence: the correct rates over and within the limit differ by at most 3 standard errors
     independence = probe["independence"]
     over, within = independence["correct_rate_over_limit"], independence["correct_rate_within_limit"]
-    n_over = round(probe["length_violation_rate"] * probe["samples"])
-    pooled = probe["correct_rate"]
+    n_over, pooled = round(probe["length_violation_rate"] * probe["samples"]), probe["correct_rate"]
     standard_error = math.sqrt(pooled * (1 - pooled) * (1 / n_over + 1 / (probe["samples"] - n_over)))
     assert abs(over - within) <= 3 * standard_error, (over, within, n_over, standard_error)
     assert independence["responses_whose_tail_changes_correctness"] <= 0.01 * probe["samples"]
     assert card["splits"] == {"train": smoke_length.N_TRAIN, "val": smoke_length.N_VAL}
-    model = tmp_path / "length" / "model"
-    config = json.loads((model / "config.json").read_text())
+    config = json.loads((tmp_path / "length" / "model" / "config.json").read_text())
     node = group_value("model", "tiny_length", "run.model_facts")   # merged over model=tiny's, as Hydra does
-    expected = facts_from_mapping(OmegaConf.to_container(node))
-    assert facts_from_config_json(config, card["model"]["parameters"]) == expected
+    assert facts_from_config_json(config, card["model"]["parameters"]) == facts_from_mapping(OmegaConf.to_container(node))
 
 
 def test_the_committed_protocol_is_the_task_file():

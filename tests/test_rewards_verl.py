@@ -27,7 +27,7 @@ def test_compute_score_keys_and_total_per_task():
     assert three["score"] == sum(v for k, v in three.items() if k != "score")
     math = compute_score("aime24", "\\boxed{33}", "33", {"response_tokens": 5000}, **POOL_OPTIONS)
     assert math == {"score": 1.0, "correctness": 1.0, "length": 0.0}
-    assert compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5})["correctness"] == 0.0  # strict
+    assert compute_score("rlla", "x", "<think></think>", reward_router_address=None)["format"] == 0.0  # verl's, ignored
     conditioned = compute_score("deepscaler", "\\boxed{1}", "2", {"response_tokens": 5}, math_length_conditioned=True)
     assert conditioned == {"score": 0.0, "correctness": 0.0, "length": 0.0}
     assert verl_entry.channel_names("rlla") == ("format", "correctness")
@@ -39,12 +39,8 @@ def test_compute_score_keys_and_total_per_task():
     pytest.param(("rlla", "x", "<think></think>"), {"toolrl_length": True}, TypeError, "unknown reward option",
                  id="misspelt-option"),
     pytest.param(("math500", "\\boxed{1}", "1", {}), {}, ValueError, "response_tokens", id="math-without-tokens"),
-    pytest.param(("rlla", "x", "<think></think>"), {"reward_router_address": None}, None, "", id="verls-own-kwargs"),
 ])
 def test_compute_score_errors_name_the_problem(args, kwargs, error, message):
-    if error is None:  # verl's managers pass these; they are accepted and ignored
-        assert compute_score(*args, **kwargs)["format"] == 0.0
-        return
     with pytest.raises(error, match=message):
         compute_score(*args, **kwargs)
 
@@ -124,14 +120,10 @@ NAIVE_MANAGER = {"source": "register", "name": "naive", "module": {"path": None}
 def test_each_configured_manager_scores_through_verls_reward_loop_as_score_sample(tokenizer_dir, tokenizer, manager):
     """The registered manager; the manager by importlib with compute_score by file path and its reward_kwargs
     (conf/task/deepscaler.yaml); verl's naive manager calling compute_score by file path (conf/task/toolrl*.yaml)."""
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
     config = verl_config(tokenizer_dir, toolrl_length_channel=True)
-    if manager is not None:
+    if manager is not None:  # the length channel comes from the function's own reward_kwargs
         config = by_file(config, manager, toolrl_length_channel=True)
         config.reward.reward_kwargs = {}
-        assert get_custom_reward_fn(config)(data_source="amc23", solution_str="\\boxed{6}", ground_truth="6",
-                                            extra_info={"response_tokens": 9})["length"] == 1.0
     worker, outputs = run_reward_loop(config, make_batch(tokenizer, toolrl_rows()))
     ours = manager is not NAIVE_MANAGER
     assert (type(worker.reward_manager) is manager_module.DaraParallelRewardManager) == ours
@@ -171,13 +163,11 @@ def test_manager_passes_valid_token_counts_and_its_batch_call_agrees(tokenizer_d
 def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, tokenizer):
     config = verl_config(tokenizer_dir)
     manager = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)
-    unknown = make_batch(tokenizer, [{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}])
-    with pytest.raises(ValueError, match="unknown data_source"):
-        manager(unknown)
-    mixed = make_batch(tokenizer, [{"source": "rlla", "text": "x", "truth": "<think></think>"},
-                                   {"source": "amc23", "text": "x", "truth": "1"}])
-    with pytest.raises(ValueError, match="mixes tasks"):
-        manager(mixed)
+    for rows, message in (([{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}], "unknown data_source"),
+                          ([{"source": "rlla", "text": "x", "truth": "<think></think>"},
+                            {"source": "amc23", "text": "x", "truth": "1"}], "mixes tasks")):
+        with pytest.raises(ValueError, match=message):
+            manager(make_batch(tokenizer, rows))
 
     def other_reward(**kwargs):
         return 0.0
@@ -185,11 +175,9 @@ def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir
     # a function of another module is a reward of your own, loaded by its module's file in the pool
     with pytest.raises(ValueError, match="has no function 'other_reward'"):
         manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=other_reward)
-    # verl's binding of our own function with its reward_kwargs is accepted, and a clash is an error
+    # verl's binding of our own function with reward_kwargs that clash with the manager's (accepted: the pin test)
     from verl.trainer.ppo.reward import _call_with_kwargs
 
-    ours = functools.partial(_call_with_kwargs, compute_score, {"toolrl_length_channel": True})
-    assert manager_module.DaraParallelRewardManager(config, tokenizer, ours).options.toolrl_length_channel
     clash = functools.partial(_call_with_kwargs, compute_score, {"timeout_s": 99.0})
     with pytest.raises(ValueError, match="differ"):
         manager_module.DaraParallelRewardManager(config, tokenizer, clash)

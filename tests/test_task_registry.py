@@ -18,13 +18,10 @@ def test_every_part_a_task_names_loads():
     for spec in specs.values():
         reward = registry.load_ref(spec.reward)
         assert callable(reward.score) and callable(reward.fallback)
-        for module in spec.datasets.values():
-            loaded = registry.load_ref(module)
-            assert loaded.DESCRIPTION and callable(loaded.add_arguments) and callable(loaded.main)
-        for builder in spec.assets.values():
-            assert callable(registry.load_ref(builder))
-        for bench in spec.evaluations.values():
-            assert registry.load_ref(bench).name in spec.evaluations
+        assert all(callable(registry.load_ref(builder)) for builder in spec.assets.values())
+        assert all(registry.load_ref(bench).name in spec.evaluations for bench in spec.evaluations.values())
+        for module in map(registry.load_ref, spec.datasets.values()):
+            assert module.DESCRIPTION and callable(module.add_arguments) and callable(module.main)
     assert registry.task_for_source(toolrl_task.DATA_SOURCE) is toolrl_task.SPEC
     assert {registry.task_for_source(s).name for s in math_task.MATH_SOURCES} == {"math"}
     assert registry.data_sources() == {toolrl_task.DATA_SOURCE, *math_task.MATH_SOURCES}
