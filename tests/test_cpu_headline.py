@@ -61,15 +61,13 @@ def test_sparse_variant_starts_in_the_authors_regime(sparse_build):
     assert smoke_sparse.build(sparse_build, seed=0)["model_dir"] == str(sparse_build / "model")  # reused
 
 
-@pytest.mark.parametrize("broken, message", [
-    (None, "is missing"),
+@pytest.mark.parametrize("broken, message", [  # a missing one: tests/test_cli_errors.py
     ({"metric": "reward/format/mean"}, "lacks threshold"),
     ({**json.loads(CPU_HEADLINE.protocol_file.read_text()), "threshold": 3.0}, "not a format rate"),
 ])
 def test_a_missing_or_broken_protocol_is_an_error_naming_it(tmp_path, broken, message):
     path = tmp_path / "protocol.json"
-    if broken is not None:
-        path.write_text(json.dumps(broken))
+    path.write_text(json.dumps(broken))
     with pytest.raises(RecipeError, match=message):
         load_protocol(path)
 

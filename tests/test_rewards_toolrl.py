@@ -140,28 +140,19 @@ def variants(truth: str, rng: random.Random) -> list[str]:
         "<think></think>\n<tool_call>\n\n</tool_call>", "<think></think>\n<response></response>", "<think></think>", "",
     ]
     if "<tool_call>" in truth:
-        calls = toolrl.reference_calls(truth)
-        head = truth.split("<tool_call>")[0]
+        calls, head = toolrl.reference_calls(truth), truth.split("<tool_call>")[0]
         lines = [json.dumps(c) for c in calls]
-        out += [
-            head + block(lines[:-1] + [lines[-1][: rng.randrange(len(lines[-1]))]]),  # partial last call
-            head + block(lines + ["not json"]),
-            head + block(lines + [""]),
-            head + block([]),
-            head + "<tool_call>\n" + "\n".join(lines),  # never closed
-            head + block(lines) + "\n" + block(lines),
-            head + "<response> first </response>\n" + block(lines),
-        ]
-        for _ in range(12):
-            out.append(head + block([json.dumps(c) for c in mutate_calls(calls, rng)]))
+        out += [head + block(lines[:-1] + [lines[-1][: rng.randrange(len(lines[-1]))]]),  # partial last call
+                head + block(lines + ["not json"]), head + block(lines + [""]), head + block([]),
+                head + "<tool_call>\n" + "\n".join(lines),  # never closed
+                head + block(lines) + "\n" + block(lines), head + "<response> first </response>\n" + block(lines),
+                *(head + block([json.dumps(c) for c in mutate_calls(calls, rng)]) for _ in range(12))]
     return out
 
 
 def test_generated_variants_of_every_ground_truth_agree_with_the_scorer():
-    rng = random.Random(0)
-    truths = held_out_truths() + [t for t in sft_truths()[:120] if readable(t)]
-    checked = 0
-    for truth in truths:
+    rng, checked = random.Random(0), 0
+    for truth in held_out_truths() + [t for t in sft_truths()[:120] if readable(t)]:
         for response in variants(truth, rng):
             assert_agrees(response, truth)
             checked += 1
