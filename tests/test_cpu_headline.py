@@ -1,5 +1,5 @@
-"""The toy headline race without training: its sparse-format variant, the protocol's loading, per-request rollout
-seeds, and the verl seams the seeded agent loop stands on."""
+"""The toy headline race without training: its sparse-format variant, the protocol, per-request rollout seeds and
+the verl seams the seeded agent loop stands on."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from recipes.runner import RecipeError
 from rewards.toolrl import correctness_reward, format_reward
 
 
-# ----------------------------------------------------------------------------------- the sparse variant
 def test_the_sign_off_breaks_only_the_format():
     for record in smoke.synthetic_records(3, 40):
         signed = smoke_sparse.with_sign_off(record["output"])
@@ -37,8 +36,7 @@ def test_warm_start_leaves_about_clean_share_of_the_targets_without_the_sign_off
 
 
 def test_group_density_counts_groups_with_differing_values():
-    values = [0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1]
-    assert smoke_sparse.group_density(values, 4) == pytest.approx(1 / 3)
+    assert smoke_sparse.group_density([0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1], 4) == pytest.approx(1 / 3)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +48,7 @@ def sparse_build(tmp_path_factory):
 
 @pytest.mark.slow
 def test_sparse_variant_starts_in_the_authors_regime(sparse_build):
-    """The issue's starting point: format rate 0.01-0.05, format group density 0.02-0.15, correctness density
-    >= 0.2, measured by the build's own probe (G = 4, T = 1) and recorded in the data card."""
+    """The build's probe: format rate 0.01-0.05, format group density 0.02-0.15, correctness density >= 0.2."""
     card = json.loads((sparse_build / "data_card.json").read_text())
     probe = card["format_probe"]
     assert probe["groups"] == smoke_sparse.PROBE_PROMPTS >= 16
@@ -64,42 +61,33 @@ def test_sparse_variant_starts_in_the_authors_regime(sparse_build):
     assert smoke_sparse.build(sparse_build, seed=0)["model_dir"] == str(sparse_build / "model")  # reused
 
 
-# ----------------------------------------------------------------------------------- the protocol
-@pytest.mark.parametrize("broken, message", [
-    (None, "is missing"),
+@pytest.mark.parametrize("broken, message", [  # a missing one: tests/test_cli_errors.py
     ({"metric": "reward/format/mean"}, "lacks threshold"),
     ({**json.loads(CPU_HEADLINE.protocol_file.read_text()), "threshold": 3.0}, "not a format rate"),
 ])
 def test_a_missing_or_broken_protocol_is_an_error_naming_it(tmp_path, broken, message):
     path = tmp_path / "protocol.json"
-    if broken is not None:
-        path.write_text(json.dumps(broken))
+    path.write_text(json.dumps(broken))
     with pytest.raises(RecipeError, match=message):
         load_protocol(path)
 
 
-# ----------------------------------------------------------------------------------- per-request seeds
-def test_request_seeds_are_stable_and_distinct():
-    from dara.verl.seeded_rollout import SEED_BITS, request_seed
+def test_a_validation_row_is_seeded_apart_from_the_same_training_row():
+    """Seeds stable and distinct per (run seed, step, index, session); ValidationTagged marks the validation loader's
+    rows and the mark changes the seed; a request's own seed and a greedy request are left alone."""
+    import numpy as np
+
+    from dara.verl import seeded_rollout as rollout
+    from dara.verl.seeded_rollout import VALIDATION_KEY, request_seed, seeded_params
 
     seeds = {request_seed(0, step, index, session) for step in range(1, 21) for index in range(16)
              for session in range(4)}
-    assert len(seeds) == 20 * 16 * 4 and all(0 <= s < 2 ** SEED_BITS for s in seeds)
+    assert len(seeds) == 20 * 16 * 4 and all(0 <= s < 2 ** rollout.SEED_BITS for s in seeds)
     assert request_seed(3, 2, 7, 1) == request_seed(3, 2, 7, 1) != request_seed(4, 2, 7, 1)
-    assert request_seed(0, 1, 0, 0) != request_seed(0, 1, 0, 0, validate=True)
-
-
-def test_a_validation_row_is_seeded_apart_from_the_same_training_row():
-    """The trainer's validation loader marks its rows (ValidationTagged); the mark reaches the loop's keywords and
-    changes the seed; a request's own seed and a greedy request are left alone."""
-    import numpy as np
-
-    from dara.verl.seeded_rollout import VALIDATION_KEY, ValidationTagged, request_seed, seeded_params
-
     request = {"index": np.int64(5), "global_steps": 3, "session_id": 2}
     train = seeded_params({"temperature": 1.0}, 7, request)["seed"]
     assert train == request_seed(7, 3, 5, 2)
-    loader = ValidationTagged([{"index": np.arange(3), "raw_prompt": np.array(["a", "b", "c"], dtype=object)}])
+    loader = rollout.ValidationTagged([{"index": np.arange(3), "raw_prompt": np.array(["a", "b", "c"], dtype=object)}])
     (batch,) = list(loader)
     assert len(loader) == 1 and list(batch[VALIDATION_KEY]) == [True, True, True]
     val = seeded_params({"temperature": 1.0}, 7, {**request, VALIDATION_KEY: batch[VALIDATION_KEY][0]})["seed"]
@@ -108,33 +96,27 @@ def test_a_validation_row_is_seeded_apart_from_the_same_training_row():
     assert "seed" not in seeded_params({"temperature": 0.0}, 7, request)
 
 
-@pytest.mark.parametrize("overrides, refused", [
-    (["actor_rollout_ref.rollout.full_determinism=true"], True),
-    (["actor_rollout_ref.rollout.full_determinism=true", "run.seeded_rollout=true"], False),
-    (["actor_rollout_ref.rollout.full_determinism=true", "actor_rollout_ref.rollout.n=1"], False),
-    (["run.seeded_rollout=true"], False),
-])
-def test_full_determinism_without_per_request_seeds_is_refused_in_one_line(overrides, refused):
+@pytest.mark.parametrize("overrides", [[], ["run.seeded_rollout=true"], ["actor_rollout_ref.rollout.n=1"]])
+def test_full_determinism_without_per_request_seeds_is_refused_in_one_line(overrides):
     from dara.config import compose
     from dara.config_checks import ConfigError, _check_determinism
 
-    cfg = compose(["task=smoke", *overrides])
-    if refused:
+    cfg = compose(["task=smoke", "actor_rollout_ref.rollout.full_determinism=true", *overrides])
+    if overrides:
+        _check_determinism(cfg)
+    else:
         with pytest.raises(ConfigError, match="identical and every advantage 0: add run.seeded_rollout=true"):
             _check_determinism(cfg)
-    else:
-        _check_determinism(cfg)
 
 
 def verl_source(relative: str) -> str:
-    """A verl module's source text, read without importing it: the v1 trainer and agent-loop modules import
-    vLLM, whose dependency sets the root logger to ERROR for the rest of the process (every caplog test)."""
+    """A verl module's source, not imported: vLLM (imported there) sets the root logger to ERROR (caplog tests)."""
     return (Path(importlib.util.find_spec("verl").origin).parent / relative).read_text()
 
 
 def test_seeded_agent_loop_registration_reaches_verl():
-    """The seams: verl loads agent_loop_config_path entries by name, hands each response its session_id and the
-    batch's index / global_steps, and keeps a request's own seed when it builds vLLM's SamplingParams."""
+    """verl loads agent_loop_config_path entries by name, hands each response its session_id, index and
+    global_steps, and keeps a request's own seed in vLLM's SamplingParams."""
     from verl.experimental.agent_loop import agent_loop
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 

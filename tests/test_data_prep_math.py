@@ -35,12 +35,11 @@ def tokenizer_dir(smoke_assets):
 
 def test_math_eval_rows_counts_and_answers(eval_rows):
     """Every row: the authors' prompt, the first accepted answer as ground truth, which scores correct against
-    itself and (where the rule rewrote it) against the benchmark's native answer. OlympiadBench's 21 answers that
-    keep a "$" ("$69$,$84$": the inner text holds one) are never strict-graded correct when written plainly."""
+    itself and (where the rule rewrote it) against the benchmark's native answer."""
     from rewards.math import score
 
     out, rows = eval_rows
-    counts, rewritten, dollars = {}, 0, []
+    counts, rewritten = {}, 0
     for row in rows:
         source, truth = row["data_source"], row["reward_model"]["ground_truth"]
         counts[source] = counts.get(source, 0) + 1
@@ -53,14 +52,7 @@ def test_math_eval_rows_counts_and_answers(eval_rows):
         if not (isinstance(first, str) and first.strip() == truth):
             rewritten += 1
             assert score(response, native["answer"], 10)["correctness"] == 1.0, (truth, native["answer"])
-        if source == "olympiad_bench" and "$" in truth:
-            dollars.append(row["extra_info"]["source_index"])
-            assert truth == first.strip()  # kept as the benchmark writes it
-            for plain in (truth.replace("$", ""), truth.replace("$", "").replace(",", ", ")):
-                assert score(f"\\boxed{{{plain}}}", truth, 10)["correctness"] == 0.0, (truth, plain)
-    assert rewritten > 100 and len(dollars) == 21  # AMC floats, OlympiadBench $...$ answers
-    assert rows[sum(counts[s] for s in ("aime24", "amc23", "math500", "minerva")) + 13]["extra_info"][
-        "answer_alternatives"] == ["$69$,$84$"]
+    assert rewritten > 100  # AMC floats, OlympiadBench $...$ answers
     assert counts == {"aime24": 30, "amc23": 83, "math500": 500, "minerva": 272, "olympiad_bench": 675}
     card = read_data_card(out)
     assert card["rows_per_benchmark"] == counts and card["unexpected_row_counts"] == {} and card["answer_rule"] == RULE
@@ -89,8 +81,7 @@ def test_bad_sources_are_one_clear_error_and_no_output(tmp_path, monkeypatch, bu
 
 
 def test_deepscaler_filters_and_held_out_rows_match_a_plain_loop(tmp_path, tokenizer_dir):
-    """The length filter as verl's filter_overlong_prompts counts it (one prompt at a time), the held-out rows
-    drawn by random.Random(0) among the kept rows, unusable records counted."""
+    """The length filter as verl's filter_overlong_prompts counts it, held-out rows drawn by random.Random(0)."""
     from transformers import AutoTokenizer
 
     records = json.loads(TRAIN_SAMPLE.read_text())[:300] + [

@@ -16,15 +16,11 @@ from data_prep.common import DATA_CARD, folder_is_complete, read_data_card
 from tasks import toolrl as protocol
 
 
-@pytest.fixture(scope="module")
-def built(smoke_assets_dir, smoke_assets):
-    return smoke_assets_dir, smoke_assets  # the session's one build (tests/conftest.py)
-
-
-def test_card_and_model_load_offline(built, monkeypatch):
+# smoke_assets_dir, smoke_assets: the session's one build (tests/conftest.py)
+def test_card_and_model_load_offline(smoke_assets_dir, smoke_assets, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out, paths = built
+    out, paths = smoke_assets_dir, smoke_assets
     assert paths == {"model_dir": str(out / "model"), "train": str(out / "train.parquet"),
                      "test": str(out / "test.parquet")}
     card = read_data_card(out)
@@ -48,12 +44,12 @@ def test_card_and_model_load_offline(built, monkeypatch):
     assert ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3 and tokenizer.decode(ids) == text
 
 
-def test_rows_follow_verl_schema_and_toolrl_format_within_the_prompt_limit(built):
+def test_rows_follow_verl_schema_and_toolrl_format_within_the_prompt_limit(smoke_assets):
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    paths = built[1]
+    paths = smoke_assets
     tokenizer = AutoTokenizer.from_pretrained(paths["model_dir"])
     kinds = set()
     for split in ("train", "test"):
@@ -73,8 +69,8 @@ def test_rows_follow_verl_schema_and_toolrl_format_within_the_prompt_limit(built
     assert dataset[3]["extra_info"]["index"] == 3 and dataset[3]["reward_model"]["ground_truth"].startswith("<think>")
 
 
-def test_a_complete_build_is_reused_and_a_changed_one_is_not(built, tmp_path, capsys):
-    out, paths = built
+def test_a_complete_build_is_reused_and_a_changed_one_is_not(smoke_assets_dir, smoke_assets, tmp_path, capsys):
+    out, paths = smoke_assets_dir, smoke_assets
     before = {p: os.stat(p).st_mtime_ns for p in (out / DATA_CARD, Path(paths["train"]))}
     assert smoke.build(out, seed=0) == paths
     assert cli_main(["smoke", "--out", str(out)]) == 0 and str(out / "model") in capsys.readouterr().out
@@ -89,8 +85,8 @@ def test_a_complete_build_is_reused_and_a_changed_one_is_not(built, tmp_path, ca
 
 
 @pytest.mark.slow  # a second full smoke build (~20 s)
-def test_forced_rebuild_is_byte_identical(built):
-    out, _ = built
+def test_forced_rebuild_is_byte_identical(smoke_assets_dir, smoke_assets):
+    out = smoke_assets_dir
     before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     smoke.build(out, seed=0, force=True)
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before

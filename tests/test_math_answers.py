@@ -51,16 +51,9 @@ def plain_reference(value) -> str:
     return plain_unwrap(str(value))
 
 
-def native_answers() -> list[tuple[str, int, object]]:
-    rows = []
-    for source, name in FILES.items():
-        for index, row in enumerate(json.loads((BENCHMARKS / f"{name}.json").read_text())):
-            rows.append((source, index, row["answer"]))
-    return rows
-
-
 def test_every_benchmark_answer_follows_the_authors_rule():
-    answers = native_answers()
+    answers = [(source, index, row["answer"]) for source, name in FILES.items()
+               for index, row in enumerate(json.loads((BENCHMARKS / f"{name}.json").read_text()))]
     assert len(answers) == 1560
     for source, index, raw in answers:
         ours = reference_answer(raw)
@@ -68,11 +61,7 @@ def test_every_benchmark_answer_follows_the_authors_rule():
         assert reference_answer(ours) == ours  # applied again (the reward re-reads the parquet's string)
         assert answer_alternatives(raw)[0] == ours
     kept = [(s, t) for s, _, raw in answers if "$" in (t := reference_answer(raw)).replace("\\$", "")]
-    assert len(kept) == 21 and {s for s, _ in kept} == {"olympiad_bench"}
-    # 18 of them are several math segments joined by commas ("$69$,$84$"), which the former rule unwrapped
-    joined = [t for _, t in kept if t.startswith("$") and t.endswith("$") and t.count("$") >= 4
-              and all(sep.strip() == "," for sep in t.split("$")[2:-1:2])]
-    assert len(joined) == 18 and "$69$,$84$" in joined
+    assert len(kept) == 21 and {s for s, _ in kept} == {"olympiad_bench"} and ("olympiad_bench", "$69$,$84$") in kept
 
 
 @settings(max_examples=400, deadline=None)
@@ -90,11 +79,8 @@ def test_unwrap_equals_the_plain_reading(text):
 @pytest.mark.parametrize("value, expected", [
     (142.0, "142"), (7, "7"), (0.5, "0.5"), (np.float32(142.0), "142"), (np.int64(3), "3"),
     (Fraction(3, 4), "3/4"),  # str() of the number, as the authors' loader writes any non-float
-    ((1, 2), "(1, 2)"),  # a tuple is one tuple-valued answer
-    (["9.6\n", "10"], "9.6"),  # the first listed answer
-    (np.array(["$12$", "12.0"], dtype=object), "12"),
-    ("$$", "$$"),
-])
+    (["9.6\n", "10"], "9.6"), (np.array(["$12$", "12.0"], dtype=object), "12"),  # the first listed answer
+])  # a tuple as one answer, "$$" kept: test_data_prep_reward_and_evaluation_read_an_answer_alike
 def test_reference_answer_of_native_forms(value, expected):
     assert reference_answer(value) == expected
 
@@ -105,9 +91,8 @@ def test_unusable_answers_raise(value):
         answer_alternatives(value)
 
 
-@pytest.mark.parametrize("raw, truth", [((1, 2), "(1, 2)"), ("$$", "$$"), (["$a$", "$b$"], "a")])
+@pytest.mark.parametrize("raw, truth", [((1, 2), "(1, 2)"), ("$$", "$$"), (["$a$", "$b$"], "a"), (142.0, "142")])
 def test_data_prep_reward_and_evaluation_read_an_answer_alike(raw, truth):
-    """The cases where the two former normalisers disagreed: one answer "(1, 2)", and "$$" accepted."""
     rows = math_eval_prep.benchmark_rows("aime24", [{"problem": "p", "answer": raw}], "test", FilterLog(math_eval_prep.FILTERS))
     assert rows[0]["reward_model"]["ground_truth"] == truth
     assert math_eval._reference_answer(raw, "case") == truth
@@ -116,9 +101,8 @@ def test_data_prep_reward_and_evaluation_read_an_answer_alike(raw, truth):
 
 # ------------------------------------------------------------------------------------------------ numeq
 def plain_last_shallow_box(text: str) -> str | None:
-    """The authors' BOXED pattern read plainly: scanning left to right, a "\\boxed{" opens a candidate whose
-    braces may nest one level; it matches at the "}" that closes it, and the scan resumes after the match;
-    a candidate that nests deeper, or never closes, fails and the scan moves on one character."""
+    """The authors' BOXED pattern read plainly: a "\\boxed{" candidate may nest braces one level and matches at its
+    closing "}" (the scan resumes after it); one that nests deeper or never closes fails and the scan moves on."""
     found, i, start = None, 0, "\\boxed{"
     while i < len(text):
         if not text.startswith(start, i):

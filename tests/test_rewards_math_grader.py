@@ -1,6 +1,5 @@
-"""The math reward: correctness is verl's own Hendrycks MATH grader (the paper's), compared with
-verl.utils.reward_score.math_reward.compute_score on every benchmark answer and perturbations of it; the length
-channel, plain and conditioned."""
+"""The math reward: correctness is verl's own Hendrycks MATH grader (the paper's) on every benchmark answer and
+perturbations of it; the length channel, plain and conditioned."""
 
 import json
 
@@ -56,11 +55,6 @@ def test_default_grader_equals_verl_on_every_benchmark_answer(name):
     assert compared == len(rows) * len(perturbations("a", "b"))
 
 
-def test_native_answer_forms_reach_verl_as_the_first_accepted_string():
-    assert math_reward.score("\\boxed{142}", 142.0, 10)["correctness"] == 1.0  # AMC floats
-    assert math_reward.score("\\boxed{2^{1009}}", ["$2^{1009}$"], 10)["correctness"] == 1.0  # OlympiadBench
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.one_of(st.text(max_size=80), st.lists(st.sampled_from(
     ["\\boxed{", "\\boxed ", "\\fbox{", "}", "{", "</think>", "\\frac", "1", "2", "x", "$", " "]), max_size=20).map("".join)))
@@ -71,7 +65,6 @@ def test_arbitrary_text_scores_as_verl_grades_it(response):
 @pytest.mark.parametrize(("scorer", "response", "tokens", "max_tokens", "expected"), [
     ("score", "\\boxed{2}", 4000, 4000, (1.0, 1.0)),
     ("score", "\\boxed{2}", 4001, 4000, (1.0, 0.0)),
-    ("score", "\\boxed{2}", 10, 8, (1.0, 0.0)),
     ("score", "word " * 10_000, 5, 4000, (0.0, 1.0)),  # the rollout's token count, never a re-tokenisation
     ("score", "\\boxed{3}", 10, 4000, (0.0, 1.0)),
     ("score_conditioned", "\\boxed{2}", 10, 4000, (1.0, 1.0)),
@@ -83,10 +76,7 @@ def test_length_channel(scorer, response, tokens, max_tokens, expected):
 
 
 @pytest.mark.parametrize(("call", "error", "message"), [
-    (lambda: math_reward.score("\\boxed{2}", "2", -1), ValueError, "response_tokens"),
-    (lambda: math_reward.score("\\boxed{2}", "2", 1.5), ValueError, "response_tokens"),
-    (lambda: math_reward.score("\\boxed{2}", "2", True), ValueError, "response_tokens"),
-    (lambda: math_reward.score("\\boxed{2}", "2", None), ValueError, "response_tokens"),
+    *((lambda t=t: math_reward.score("\\boxed{2}", "2", t), ValueError, "response_tokens") for t in (-1, 1.5, True, None)),
     (lambda: math_reward.score(None, "2", 10), TypeError, "response must be str"),
     (lambda: math_reward.score("\\boxed{1}", "1", 10, grader="math_verify"), ValueError, "unknown math grader"),
     (lambda: verl_entry.RewardOptions.from_kwargs({"math_grader": "exact"}), ValueError, "unknown math grader"),

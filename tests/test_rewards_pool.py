@@ -27,22 +27,17 @@ def test_pool_results_equal_serial_scoring(pool):
     items = [("math500", f"<think> ... </think> \\boxed{{{rows[(i + i % 2) % 16]['answer']}}}", row["answer"],
               100 * i, RewardOptions()) for i, row in enumerate(rows)]
     serial = [score_sample(*item) for item in items]
-    outcomes = pool.map(score_sample, items)
-    assert [o.status for o in outcomes] == [OK] * len(items)
-    assert [o.value for o in outcomes] == serial
+    assert [(o.status, o.value) for o in pool.map(score_sample, items)] == [(OK, s) for s in serial]
     assert {s["correctness"] for s in serial} == {0.0, 1.0}
 
 
 def test_a_gil_holding_item_is_killed_from_a_thread_and_the_items_behind_it_run_on(pool):
-    result = {}
-    # pow(9, 9**9) has 370 million digits: a C-level loop that holds the GIL for minutes
-    thread = threading.Thread(target=lambda: result.setdefault("outcomes", pool.map(pow, [(9, 9**9)] + [
-        (2, n) for n in range(20)])))
+    result = {}  # pow(9, 9**9) has 370 million digits: a C-level loop that holds the GIL for minutes
+    thread = threading.Thread(target=lambda: result.update(out=pool.map(pow, [(9, 9**9)] + [(2, n) for n in range(20)])))
     thread.start()
     thread.join(timeout=30)
-    assert not thread.is_alive()
-    assert [o.status for o in result["outcomes"]] == [TIMEOUT] + [OK] * 20
-    assert [o.value for o in result["outcomes"][1:]] == [2**n for n in range(20)]
+    assert [(o.status, o.value) for o in result["out"][1:]] == [(OK, 2**n) for n in range(20)]
+    assert not thread.is_alive() and result["out"][0].status == TIMEOUT
     assert pool.submit(pow, 2, 10).result().value == 1024  # the replacement works
 
 

@@ -2,7 +2,6 @@
 run through verl 0.9.1's own RewardLoopWorker on a real DataProto built with a real tokenizer."""
 
 import functools
-import inspect
 
 import numpy as np
 import pandas as pd
@@ -11,25 +10,24 @@ import torch
 from omegaconf import OmegaConf
 
 from dara import SAMPLE_DATA
+from dara.verl import reward_manager as manager_module
 from rewards import verl_entry
 from rewards.verl_entry import RewardOptions, compute_score, step_metrics
 
 TOOLRL_TEST = str(SAMPLE_DATA / "toolrl" / "rlla_4k_test.parquet")
-# One pool size and time limit for the whole module, so the shared pool is built once.
-POOL_OPTIONS = {"timeout_s": 3.0, "num_processes": 2}
+POOL_OPTIONS = {"timeout_s": 3.0, "num_processes": 2}  # one for the module: the shared pool is built once
 
 
 # ----------------------------------------------------------------------------- compute_score
 def test_compute_score_keys_and_total_per_task():
     ground_truth = pd.read_parquet(TOOLRL_TEST)["reward_model"][0]["ground_truth"]
-    toolrl = compute_score("rlla", ground_truth, ground_truth)
-    assert toolrl == {"score": 4.0, "format": 1.0, "correctness": 3.0}
+    assert compute_score("rlla", ground_truth, ground_truth) == {"score": 4.0, "format": 1.0, "correctness": 3.0}
     three = compute_score("rlla", ground_truth, ground_truth, toolrl_length_channel=True)
     assert set(three) == {"score", "format", "correctness", "length"}
     assert three["score"] == sum(v for k, v in three.items() if k != "score")
     math = compute_score("aime24", "\\boxed{33}", "33", {"response_tokens": 5000}, **POOL_OPTIONS)
     assert math == {"score": 1.0, "correctness": 1.0, "length": 0.0}
-    assert compute_score("aime24", "\\boxed{33}", "033", {"response_tokens": 5})["correctness"] == 0.0  # strict
+    assert compute_score("rlla", "x", "<think></think>", reward_router_address=None)["format"] == 0.0  # verl's, ignored
     conditioned = compute_score("deepscaler", "\\boxed{1}", "2", {"response_tokens": 5}, math_length_conditioned=True)
     assert conditioned == {"score": 0.0, "correctness": 0.0, "length": 0.0}
     assert verl_entry.channel_names("rlla") == ("format", "correctness")
@@ -41,12 +39,8 @@ def test_compute_score_keys_and_total_per_task():
     pytest.param(("rlla", "x", "<think></think>"), {"toolrl_length": True}, TypeError, "unknown reward option",
                  id="misspelt-option"),
     pytest.param(("math500", "\\boxed{1}", "1", {}), {}, ValueError, "response_tokens", id="math-without-tokens"),
-    pytest.param(("rlla", "x", "<think></think>"), {"reward_router_address": None}, None, "", id="verls-own-kwargs"),
 ])
 def test_compute_score_errors_name_the_problem(args, kwargs, error, message):
-    if error is None:  # verl's managers pass these; they are accepted and ignored
-        assert compute_score(*args, **kwargs)["format"] == 0.0
-        return
     with pytest.raises(error, match=message):
         compute_score(*args, **kwargs)
 
@@ -57,22 +51,12 @@ def test_step_metrics_match_a_plain_loop():
              "reward_timeout": [0.0] * 35 + [1.0, 1.0], "reward_error": [0.0] * 37}
     metrics = step_metrics(extra, ["format", "correctness"])
     for channel in ("format", "correctness"):
-        total = 0.0
-        for value in extra[channel]:
-            total += value
-        assert metrics[f"reward/{channel}/mean"] == pytest.approx(total / 37)
+        assert metrics[f"reward/{channel}/mean"] == pytest.approx(sum(extra[channel]) / 37)
     assert metrics["reward/timeouts"] == 2.0 and metrics["reward/errors"] == 0.0
 
 
 # ----------------------------------------------------------------------------- the verl reward manager
 # (tokenizer_dir, tokenizer: tests/conftest.py)
-@pytest.fixture(scope="module")
-def manager_module():
-    import dara.verl.reward_manager as module
-
-    return module
-
-
 def verl_config(tokenizer_dir, **reward_kwargs):
     return OmegaConf.create({
         "actor_rollout_ref": {"model": {"path": tokenizer_dir, "tokenizer_path": None}},
@@ -88,30 +72,26 @@ IMPORTLIB_MANAGER = {"source": "importlib", "name": "DaraParallelRewardManager",
 
 
 def by_file(config, manager=None, path=verl_entry.__file__, **entry_kwargs):
-    """`config` with compute_score loaded by file path with its reward_kwargs (as conf/task/*.yaml do), and
-    `manager` as reward.reward_manager when given."""
+    """`config` with compute_score by file path with its reward_kwargs (as conf/task/*.yaml), and `manager`."""
     config.reward.custom_reward_function = {"path": path, "name": "compute_score", "reward_kwargs": entry_kwargs}
     if manager is not None:
         config.reward.reward_manager = manager
     return config
 
 
-def make_batch(tokenizer, rows, prompt_length=6, response_padding=3):
-    """A verl rollout batch: left-padded prompts, right-padded responses (each ending in <|im_end|>)."""
+def make_batch(tokenizer, rows, padding=3):
+    """A verl rollout batch: prompts left-padded, responses (each ending in <|im_end|>) right-padded."""
     from verl import DataProto
 
     pad = tokenizer.pad_token_id
+    prompt = [pad, pad, *tokenizer("question", add_special_tokens=False)["input_ids"]]
     encoded = [tokenizer(row["text"] + "<|im_end|>", add_special_tokens=False)["input_ids"] for row in rows]
-    width = max(len(ids) for ids in encoded) + response_padding
-    prompt_ids = tokenizer("question", add_special_tokens=False)["input_ids"][:prompt_length]
-    prompt = [pad] * (prompt_length - len(prompt_ids)) + prompt_ids
+    width = max(map(len, encoded)) + padding
     prompts = torch.tensor([prompt] * len(rows))
     responses = torch.tensor([ids + [pad] * (width - len(ids)) for ids in encoded])
-    prompt_mask = [0] * (prompt_length - len(prompt_ids)) + [1] * len(prompt_ids)
-    masks = torch.tensor([prompt_mask + [1] * len(ids) + [0] * (width - len(ids)) for ids in encoded])
-    non_tensors = {"data_source": [row["source"] for row in rows],
-                   "reward_model": [{"style": "rule", "ground_truth": row["truth"]} for row in rows],
-                   "extra_info": [{"index": i} for i in range(len(rows))]}
+    masks = torch.tensor([[0, 0] + [1] * (len(prompt) - 2 + len(ids)) + [0] * (width - len(ids)) for ids in encoded])
+    non_tensors = {"data_source": [row["source"] for row in rows], "extra_info": [{"index": i} for i in range(len(rows))],
+                   "reward_model": [{"style": "rule", "ground_truth": row["truth"]} for row in rows]}
     return DataProto.from_dict(
         tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
                  "attention_mask": masks},
@@ -119,11 +99,10 @@ def make_batch(tokenizer, rows, prompt_length=6, response_padding=3):
 
 
 def run_reward_loop(config, data):
-    """verl's own RewardLoopWorker (what each Ray reward worker runs), called in-process."""
+    """verl's own RewardLoopWorker (what each Ray reward worker runs), in-process on the loop verl bound it to."""
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     worker = RewardLoopWorker(config)
-    # on the event loop verl bound the worker and its manager to (verl.utils.ray_utils.get_event_loop)
     return worker, worker.loop.run_until_complete(worker.compute_score_batch(data))
 
 
@@ -138,18 +117,13 @@ NAIVE_MANAGER = {"source": "register", "name": "naive", "module": {"path": None}
 
 
 @pytest.mark.parametrize("manager", [None, IMPORTLIB_MANAGER, NAIVE_MANAGER], ids=["registered", "importlib", "naive"])
-def test_each_configured_manager_scores_through_verls_reward_loop_as_score_sample(tokenizer_dir, tokenizer,
-                                                                                   manager_module, manager):
+def test_each_configured_manager_scores_through_verls_reward_loop_as_score_sample(tokenizer_dir, tokenizer, manager):
     """The registered manager; the manager by importlib with compute_score by file path and its reward_kwargs
     (conf/task/deepscaler.yaml); verl's naive manager calling compute_score by file path (conf/task/toolrl*.yaml)."""
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
     config = verl_config(tokenizer_dir, toolrl_length_channel=True)
-    if manager is not None:
+    if manager is not None:  # the length channel comes from the function's own reward_kwargs
         config = by_file(config, manager, toolrl_length_channel=True)
         config.reward.reward_kwargs = {}
-        assert get_custom_reward_fn(config)(data_source="amc23", solution_str="\\boxed{6}", ground_truth="6",
-                                            extra_info={"response_tokens": 9})["length"] == 1.0
     worker, outputs = run_reward_loop(config, make_batch(tokenizer, toolrl_rows()))
     ours = manager is not NAIVE_MANAGER
     assert (type(worker.reward_manager) is manager_module.DaraParallelRewardManager) == ours
@@ -162,7 +136,7 @@ def test_each_configured_manager_scores_through_verls_reward_loop_as_score_sampl
     assert [o["reward_extra_info"]["correctness"] for o in outputs][:3] == [3.0, 0.0, -3.0]
 
 
-def test_manager_passes_valid_token_counts_and_its_batch_call_agrees(tokenizer_dir, tokenizer, manager_module):
+def test_manager_passes_valid_token_counts_and_its_batch_call_agrees(tokenizer_dir, tokenizer):
     rows = [{"source": "math500", "text": "short \\boxed{\\frac{1}{2}}", "truth": "\\frac{1}{2}"},
             {"source": "math500", "text": "a much longer line of reasoning " * 2 + "\\boxed{0.5}", "truth": "0.5"},
             {"source": "minerva", "text": "\\boxed{3}", "truth": "4"}]
@@ -186,16 +160,14 @@ def test_manager_passes_valid_token_counts_and_its_batch_call_agrees(tokenizer_d
     assert result["metrics"]["reward/timeouts"] == 0.0
 
 
-def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, tokenizer, manager_module):
+def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir, tokenizer):
     config = verl_config(tokenizer_dir)
     manager = manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=None)
-    unknown = make_batch(tokenizer, [{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}])
-    with pytest.raises(ValueError, match="unknown data_source"):
-        manager(unknown)
-    mixed = make_batch(tokenizer, [{"source": "rlla", "text": "x", "truth": "<think></think>"},
-                                   {"source": "amc23", "text": "x", "truth": "1"}])
-    with pytest.raises(ValueError, match="mixes tasks"):
-        manager(mixed)
+    for rows, message in (([{"source": "gsm8k", "text": "\\boxed{1}", "truth": "1"}], "unknown data_source"),
+                          ([{"source": "rlla", "text": "x", "truth": "<think></think>"},
+                            {"source": "amc23", "text": "x", "truth": "1"}], "mixes tasks")):
+        with pytest.raises(ValueError, match=message):
+            manager(make_batch(tokenizer, rows))
 
     def other_reward(**kwargs):
         return 0.0
@@ -203,50 +175,26 @@ def test_manager_errors_on_bad_data_and_config_not_on_model_output(tokenizer_dir
     # a function of another module is a reward of your own, loaded by its module's file in the pool
     with pytest.raises(ValueError, match="has no function 'other_reward'"):
         manager_module.DaraParallelRewardManager(config, tokenizer, compute_score=other_reward)
-    # verl's binding of our own function with its reward_kwargs is accepted, and a clash is an error
+    # verl's binding of our own function with reward_kwargs that clash with the manager's (accepted: the pin test)
     from verl.trainer.ppo.reward import _call_with_kwargs
 
-    ours = functools.partial(_call_with_kwargs, compute_score, {"toolrl_length_channel": True})
-    assert manager_module.DaraParallelRewardManager(config, tokenizer, ours).options.toolrl_length_channel
     clash = functools.partial(_call_with_kwargs, compute_score, {"timeout_s": 99.0})
     with pytest.raises(ValueError, match="differ"):
         manager_module.DaraParallelRewardManager(config, tokenizer, clash)
 
 
-def test_pinned_verl_reward_api(tokenizer_dir, tokenizer, manager_module):
-    """Every verl 0.9.1 reward-loop fact the manager relies on, checked on verl's own functions; a verl upgrade
-    that changes one fails here."""
+def test_pinned_verl_reward_api(tokenizer_dir, tokenizer):
+    """verl 0.9.1 reward-loop facts the manager relies on that the tests above do not reach."""
     import verl
-    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls, naive
-    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
-    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
-    from verl.trainer.ppo.reward import _call_with_kwargs, get_custom_reward_fn, load_reward_manager
-    from verl.trainer.ppo.reward import resolve_reward_manager_cls as resolve
+    from verl.trainer.ppo.reward import load_reward_manager
     from verl.workers.config.reward import RewardManagerConfig
 
     assert verl.__version__ == "0.9.1"
-    assert get_reward_manager_cls("dara_parallel") is REWARD_MANAGER["dara_parallel"] is manager_module.DaraParallelRewardManager
-    # verl resolves reward.reward_manager (source register or importlib) to the manager class through them
-    config = verl_config(tokenizer_dir)
-    assert resolve(config) is resolve(by_file(config, IMPORTLIB_MANAGER)) is manager_module.DaraParallelRewardManager
-    # verl 0.9.1 keeps that node a DictConfig: its dataclass, whose __post_init__ would check the name against the
-    # registry, cannot even be built (it calls a __post_init__ its base lacks); an upgrade that builds it fails here
+    # verl 0.9.1 keeps reward.reward_manager a DictConfig: its dataclass, whose __post_init__ would check the name
+    # against the registry, cannot even be built; an upgrade that builds it fails here
     with pytest.raises(AttributeError, match="__post_init__"):
         RewardManagerConfig(source="register", name="dara_parallel")
-    assert list(inspect.signature(RewardManagerBase.__init__).parameters) == ["self", "config", "tokenizer",
-                                                                               "compute_score"]
-    assert inspect.iscoroutinefunction(RewardManagerBase.run_single)
-    assert list(inspect.signature(RewardManagerBase.assemble_rm_scores).parameters) == ["data", "scores"]
-    assert list(inspect.signature(naive.NaiveRewardManager.__init__).parameters) == [
-        "self", "config", "tokenizer", "compute_score", "reward_router_address", "reward_model_tokenizer"]
-    # verl binds the configured function with its reward_kwargs as partial(_call_with_kwargs, raw_fn, kwargs):
-    # the manager reads the kwargs (args[1]) and the function's file (args[0])
+    # verl's loader hands the manager the bound compute_score with the worker's keyword arguments
     config = by_file(verl_config(tokenizer_dir), toolrl_length_channel=True)
-    bound = get_custom_reward_fn(config)
-    assert isinstance(bound, functools.partial) and bound.func is _call_with_kwargs
-    assert bound.args[1] == {"toolrl_length_channel": True} and bound.args[0].__name__ == "compute_score"
-    assert inspect.getsourcefile(bound.args[0]) == verl_entry.__file__
-    # verl's loader hands the manager that bound function as compute_score, with the worker's keyword arguments
     manager = load_reward_manager(config, tokenizer, reward_router_address=None, reward_model_tokenizer=None)
-    assert type(manager) is manager_module.DaraParallelRewardManager
-    assert manager.options.toolrl_length_channel is True
+    assert type(manager) is manager_module.DaraParallelRewardManager and manager.options.toolrl_length_channel

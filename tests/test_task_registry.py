@@ -18,13 +18,10 @@ def test_every_part_a_task_names_loads():
     for spec in specs.values():
         reward = registry.load_ref(spec.reward)
         assert callable(reward.score) and callable(reward.fallback)
-        for module in spec.datasets.values():
-            loaded = registry.load_ref(module)
-            assert loaded.DESCRIPTION and callable(loaded.add_arguments) and callable(loaded.main)
-        for builder in spec.assets.values():
-            assert callable(registry.load_ref(builder))
-        for bench in spec.evaluations.values():
-            assert registry.load_ref(bench).name in spec.evaluations
+        assert all(callable(registry.load_ref(builder)) for builder in spec.assets.values())
+        assert all(registry.load_ref(bench).name in spec.evaluations for bench in spec.evaluations.values())
+        for module in map(registry.load_ref, spec.datasets.values()):
+            assert module.DESCRIPTION and callable(module.add_arguments) and callable(module.main)
     assert registry.task_for_source(toolrl_task.DATA_SOURCE) is toolrl_task.SPEC
     assert {registry.task_for_source(s).name for s in math_task.MATH_SOURCES} == {"math"}
     assert registry.data_sources() == {toolrl_task.DATA_SOURCE, *math_task.MATH_SOURCES}
@@ -47,9 +44,8 @@ def test_channels_and_ranges_are_declared_once_by_name_in_the_reward():
     three = verl_entry.reward_channels(toolrl_task.DATA_SOURCE, {"toolrl_length_channel": True})
     assert three == {"format": (0.0, 1.0), "correctness": (-3.0, 3.0), "length": (0.0, 1.0)}
     assert verl_entry.reward_channels("math500") == {"correctness": (0.0, 1.0), "length": (0.0, 1.0)}
-    # every value a scorer can give lies in its declared range (the fallback is each channel's low)
-    options = verl_entry.RewardOptions(toolrl_length_channel=True)
-    fallback = verl_entry.fallback_sample("rlla", None, options)
+    # the fallback is each channel's low
+    fallback = verl_entry.fallback_sample("rlla", None, verl_entry.RewardOptions(toolrl_length_channel=True))
     assert {k: v for k, v in fallback.items() if k != "score"} == {c: low for c, (low, _) in three.items()}
 
 
@@ -75,10 +71,9 @@ def test_a_registered_task_is_scored_by_the_projects_entry():
 
 
 def test_load_ref_names_what_is_wrong(tmp_path):
-    with pytest.raises(ValueError, match="no_such_module"):
-        registry.load_ref("no_such_module:x")
-    with pytest.raises(ValueError, match="has no attribute 'nope'"):
-        registry.load_ref("tasks.registry:nope")
+    for ref, message in (("no_such_module:x", "no_such_module"), ("tasks.registry:nope", "has no attribute 'nope'")):
+        with pytest.raises(ValueError, match=message):
+            registry.load_ref(ref)
     module = tmp_path / "builder.py"
     module.write_text("def build(assets_dir, output_root):\n    return assets_dir\n")
     build = registry.load_ref(f"{module}:build")
