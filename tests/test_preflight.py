@@ -1,6 +1,5 @@
-"""dara.preflight on the real compositions (cached per override list): the rejections (allocation, KV cache, memory,
-time, disk, environment), the memory plan against hand calculations and verl's code, the time verdicts against
-their arithmetic, calibration files, the CLI, and the hook that makes dara.train fail before Ray."""
+"""dara.preflight on the real compositions: its rejections, the memory plan against hand calculations and verl's
+code, the time verdicts against their arithmetic, calibration files, the CLI, dara.train's hook before Ray."""
 
 from __future__ import annotations
 
@@ -87,6 +86,8 @@ CU130 = replace(CU129, torch="2.11.0", torch_cuda="13.0", vllm="0.24.0")
     (replace(CU129, vllm="0.24.0"), "flash_attention_2", "vllm 0.24.0 (CUDA 13.0) and torch 2.11.0+cu129 (CUDA 12.9) "
      "are different CUDA builds; fix: make install GPU=1 CUDA=12.9"),
     (replace(CU129, vllm=None), "flash_attention_2", "vllm is not installed (rollout.name=vllm); fix: make install GPU=1"),
+    (replace(CU130, vllm="0.28.0+cpu", driver="580.65.06"), "flash_attention_2", "vllm 0.28.0+cpu is vLLM's CPU "
+     "build and this is a GPU run (trainer.device=cuda); fix: make install GPU=1 on a GPU node"),
 ])
 def test_environment_names_each_broken_install_with_its_fix(env, attention, problem):
     section = Section("environment")
@@ -311,11 +312,10 @@ def test_gpu_runs_keep_home_and_cpu_runs_move_it(tmp_path):
 
     home = os.environ.get("HOME")
     for device in ("cuda", "cpu"):
-        cfg = OmegaConf.create({"run": {"output_dir": str(tmp_path / device)}, "trainer": {"device": device},
+        cfg = OmegaConf.create({"run": {"output_dir": str(tmp_path)}, "trainer": {"device": device},
                                 "ray_kwargs": {"ray_init": {}}})
         with train._ray_session(cfg):
-            moved = str((tmp_path / device / "ray" / "home").resolve())
-            assert (os.environ.get("HOME") == moved) == (device == "cpu"), (device, os.environ.get("HOME"))
+            assert (os.environ["HOME"] == str((tmp_path / "ray" / "home").resolve())) == (device == "cpu")
             assert cfg.ray_kwargs.ray_init._temp_dir  # the run folder's Ray temp folder reaches ray.init
         assert os.environ.get("HOME") == home
 
