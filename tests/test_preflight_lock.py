@@ -1,8 +1,6 @@
-"""The GPU locks (constraints/gpu-cu130.txt, gpu-cu129.txt) are consistent with the project's own dependencies and
-verl 0.9.1's pins, read from the installed verl's metadata and pyproject.toml with `packaging` (no CUDA wheel is
-downloaded), and `make install GPU=1` (scripts/install_gpu.sh, run with DRY_RUN=1: commands printed, nothing
-installed) picks the line from the driver, installs in the order the stack needs, goes on without flash-attn,
-and names the wheels to download on a node that cannot reach the indexes. The CPU install is unchanged."""
+"""The GPU locks (constraints/gpu-cu130.txt, gpu-cu129.txt) against the project's dependencies and verl 0.9.1's pins
+(the installed verl's metadata, read with `packaging`), and `make install GPU=1` (scripts/install_gpu.sh with
+DRY_RUN=1: commands printed, nothing installed): the CUDA line from the driver, the order, flash-attn, offline wheels."""
 
 from __future__ import annotations
 
@@ -26,27 +24,18 @@ CUDA_BUILDS = {"torch", "torchvision", "torchaudio", "vllm"}
 
 
 def lock(line: str) -> dict[str, str]:
-    pins = {}
-    for text in (PROJECT_ROOT / "constraints" / f"gpu-{line}.txt").read_text().splitlines():
-        text = text.split("#")[0].strip()
-        if not text:
-            continue
-        req = Requirement(text)
-        (spec,) = req.specifier
-        assert spec.operator == "==" and not req.marker, f"not a pin: {text}"
-        name = canonicalize_name(req.name)
-        assert name not in pins, f"{name} pinned twice"
-        pins[name] = spec.version
+    texts = (PROJECT_ROOT / "constraints" / f"gpu-{line}.txt").read_text().splitlines()
+    reqs = [Requirement(text.split("#")[0]) for text in texts if text.split("#")[0].strip()]
+    specs = [next(iter(req.specifier)) for req in reqs]
+    assert all(len(r.specifier) == 1 and s.operator == "==" and not r.marker for r, s in zip(reqs, specs, strict=True))
+    pins = {canonicalize_name(req.name): spec.version for req, spec in zip(reqs, specs, strict=True)}
+    assert len(pins) == len(reqs), "a package pinned twice"
     return pins
 
 
 def verl_requirements() -> list[Requirement]:
-    found = []
-    for text in importlib.metadata.requires("verl"):
-        req = Requirement(text)
-        if req.marker is None or any(req.marker.evaluate({"extra": extra}) for extra in VERL_EXTRAS):
-            found.append(req)
-    return found
+    reqs = [Requirement(text) for text in importlib.metadata.requires("verl")]
+    return [r for r in reqs if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in VERL_EXTRAS)]
 
 
 def project_requirements() -> list[Requirement]:
@@ -157,23 +146,18 @@ def test_an_unreachable_index_names_the_wheels_to_download(tmp_path):
 
 
 def test_makefile_runs_the_gpu_script_and_keeps_the_cpu_install():
-    gpu = subprocess.run(["make", "-n", "-B", "install", "GPU=1", "CUDA=12.9"], cwd=PROJECT_ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    def make(*args):
+        return subprocess.run(["make", "-n", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+
+    gpu = make("-B", "install", "GPU=1", "CUDA=12.9")
     assert "CUDA=12.9" in gpu and "bash scripts/install_gpu.sh install" in gpu and ".installed-gpu" in gpu
-    build = subprocess.run(["make", "-n", "flash-attn"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                           check=True).stdout
-    assert "bash scripts/install_gpu.sh flash-attn" in build
-    cpu = subprocess.run(["make", "-n", "-B", "install"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    pip = [line for line in cpu if "pip install" in line and line.startswith(".venv/")]
-    assert pip == [".venv/bin/python -m pip install -q --upgrade pip setuptools wheel",
-                   ".venv/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0",
-                   '.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[verl,dev]"',
-                   ".venv/bin/python -m pip install -q --no-deps bfcl-eval==2026.3.23"]
-    assert not any("gpu" in line or "flash" in line for line in cpu)
+    assert "bash scripts/install_gpu.sh flash-attn" in make("flash-attn")
+    cpu = [line for line in make("-B", "install").splitlines() if "pip install" in line]
+    pip, cpu_torch = ".venv/bin/python -m pip install -q", "-c constraints/cpu.txt torch==2.13.0"
+    assert [line for line in cpu if line.startswith(".venv/")] == [
+        f"{pip} --upgrade pip setuptools wheel", f"{pip} {cpu_torch}", f'{pip} -c constraints/cpu.txt -e ".[verl,dev]"',
+        f"{pip} --no-deps bfcl-eval==2026.3.23"]
     # the TRL environment beside it (docs/trl.md): CPU torch, then the project through its trl extra (no verl)
-    trl = [line for line in cpu if "pip install" in line and line.startswith(".venv-trl/")]
-    assert trl[1] == ".venv-trl/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0"
-    assert trl[2].startswith('.venv-trl/bin/python -m pip install -q -c constraints/cpu.txt -e ".[trl]"')
-    assert len(trl) == 3
-    assert not any("trl" in line and "pip install" in line for line in cpu if line.startswith(".venv/"))
+    trl = [line.replace(".venv-trl/", ".venv/") for line in cpu if line.startswith(".venv-trl/")]
+    assert len(trl) == 3 and trl[1] == f"{pip} {cpu_torch}"
+    assert trl[2].startswith(f'{pip} -c constraints/cpu.txt -e ".[trl]"')
