@@ -101,18 +101,13 @@ import json, sys, time
 from pathlib import Path
 options = dict(arg.split("=", 1) for arg in sys.argv[3:])
 run, steps = Path(options["run_dir"]), int(options["steps"])
-marker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
-start = int(marker.read_text()) if marker.exists() else 0
-for step in range(start + 1, steps + 1):
+marker, request = run / "checkpoints" / "latest_checkpointed_iteration.txt", run / "stop_request"
+for step in range(int(marker.read_text()) + 1 if marker.exists() else 1, steps + 1):
     time.sleep(0.6)
-    with open(run / "metrics.jsonl", "a") as log:
-        log.write(json.dumps({"step": step}) + "\\n")
-    request = run / "stop_request"
+    (run / "metrics.jsonl").open("a").write(json.dumps({"step": step}) + "\\n")
     if request.exists() or step == steps:
         (run / "checkpoints" / f"global_step_{step}").mkdir(parents=True)
-        marker.write_text(str(step))
-        request.unlink(missing_ok=True)
-        break
+        marker.write_text(str(step)); request.unlink(missing_ok=True); break
 """
 
 

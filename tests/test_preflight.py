@@ -7,9 +7,9 @@ import functools
 import importlib.util
 import os
 import re
-from collections import namedtuple
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -138,8 +138,6 @@ def calibration(tmp_path_factory):
 
 
 def test_time_limit_verdicts_and_rejections_follow_their_arithmetic(calibration, tmp_path):
-    """A math step (12 min) + its save outlast the 5-min signal lead: the verdict is the requeue at the limit from
-    the newest save_freq checkpoint; a tool-calling step fits the lead; a job that cannot checkpoint is rejected."""
     cfg = composed(*MATH, "model=deepseek-r1-distill-qwen-1.5b")
     section = section_of(preflight(cfg, skip_env=True), "time limit")
     save = 16 * model_facts(cfg).num_parameters / 1e9 / 60  # 16 B/param at 1 GB/s, in minutes
@@ -207,8 +205,7 @@ def test_memory_plan_matches_a_hand_calculation_and_shows_its_arithmetic(model):
     for terms, expected in ((result.training, training), (result.rollout, rollout), (result.weight_sync, sync)):
         assert result.total(terms) == pytest.approx(expected, rel=0.05)
     assert result.kv_per_token == kv_per_token
-    report = preflight(cfg, skip_env=True)
-    text = report.text()
+    text = (report := preflight(cfg, skip_env=True)).text()
     assert f"x {cfg.run.model_facts.vocab_size} x 6 B" in text and "; log-prob pass 6 B = " in text
     for key in ("actor.fsdp_config.model_dtype fp32", "update_weights_bucket_megabytes", "rollout.free_cache_engine",
                 "rollout.gpu_memory_utilization", "model.enable_gradient_checkpointing"):
@@ -288,12 +285,11 @@ def test_checkpoints_and_disk_count_the_retained_plan_one_save_in_flight_and_wha
     # fp32 model 4 + Adam 8 + fp32 HF export 4; the newest 2 saves + the HF weights of steps 50, 60, 100 + one in flight
     assert "per save: 16 B x 7.616e9 = 121.8 GB" in text
     assert "= 335.1 GB (without the cap: 2437.0 GB); with one save in flight 456.9 GB" in text
-    usage = namedtuple("usage", "total used free")
     cfg = composed(*TOOLRL, f"run.output_root={tmp_path}")
 
     def disk(free_gb):
         section = Section("disk")
-        check_disk(cfg, model_facts(cfg), section, usage=lambda path: usage(0, 0, free_gb * 1e9))
+        check_disk(cfg, model_facts(cfg), section, usage=lambda path: SimpleNamespace(free=free_gb * 1e9))
         return section
 
     # 1.5B: 24.7 GB a save; newest 2 + HF weights of steps 50, 60, 100 (3 x 6.2) + one in flight

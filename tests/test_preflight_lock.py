@@ -63,15 +63,13 @@ def test_lock_holds_verls_own_pins_in_one_cuda_build_and_satisfies_every_require
 
 def dry_install(tmp_path, driver: str | None = None, **env: str) -> subprocess.CompletedProcess:
     """scripts/install_gpu.sh with DRY_RUN=1; `driver` is what an nvidia-smi on PATH reports."""
-    path = os.environ["PATH"]
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not os.path.exists(os.path.join(p, "nvidia-smi")))
     if driver is not None:
         smi = tmp_path / "bin" / "nvidia-smi"
         smi.parent.mkdir(exist_ok=True)
         smi.write_text(f"#!/bin/sh\necho {driver}\n")
         smi.chmod(0o755)
         path = f"{smi.parent}:{path}"
-    else:
-        path = ":".join(p for p in path.split(":") if not os.path.exists(os.path.join(p, "nvidia-smi")))
     return subprocess.run(["bash", "scripts/install_gpu.sh", "install"], cwd=PROJECT_ROOT, capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PATH": path, "DRY_RUN": "1", **env})
 
@@ -114,14 +112,13 @@ def test_without_flash_attn_the_install_goes_on_and_names_the_build_and_its_cost
     assert result.returncode == 0
     assert pip_lines(result)[-1].endswith("--no-deps bfcl-eval==2026.3.23")  # installed whatever flash-attn did
     assert "flash-attn 2.8.3: NOT INSTALLED: needed by every paper run (make flash-attn)" in result.stdout
-    tail = result.stdout.split("flash-attn is NOT installed")[1]
-    assert tail.startswith(": no paper run can start without it")
-    assert "--set run.attention=sdpa names those that do" in tail
-    jobs = build_jobs_here()
-    assert f"about 9 GB of RAM per job, {9 * jobs} GB at MAX_JOBS={jobs}" in tail
-    assert f"CUDA_HOME=<CUDA 12.x toolkit> MAX_JOBS={jobs} {FLASH_ATTN_BUILD}" in tail
-    assert FLASH_ATTN_BUILD == "make flash-attn" and "reported 40-90 min at MAX_JOBS=32" in tail
-    assert "make install GPU=1 CUDA=12.9 FLASH_ATTN_WHEEL=FILE|URL" in tail
+    tail, jobs = result.stdout.split("flash-attn is NOT installed")[1], build_jobs_here()
+    assert tail.startswith(": no paper run can start without it") and FLASH_ATTN_BUILD == "make flash-attn"
+    for fragment in ("--set run.attention=sdpa names those that do", "reported 40-90 min at MAX_JOBS=32",
+                     f"about 9 GB of RAM per job, {9 * jobs} GB at MAX_JOBS={jobs}",
+                     f"CUDA_HOME=<CUDA 12.x toolkit> MAX_JOBS={jobs} {FLASH_ATTN_BUILD}",
+                     "make install GPU=1 CUDA=12.9 FLASH_ATTN_WHEEL=FILE|URL"):
+        assert fragment in tail, fragment
     assert "27 GB at MAX_JOBS=3):" in dry_install(tmp_path, CUDA="12.9", MAX_JOBS="3").stdout  # the user's MAX_JOBS
     # the CUDA 13.0 line tries a prebuilt wheel (verl's wheelhouse) only: never a source build here
     (flash,) = [line for line in pip_lines(dry_install(tmp_path, CUDA="13.0")) if "flash-attn" in line]

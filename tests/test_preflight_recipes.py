@@ -3,8 +3,6 @@ cluster, further overrides): no estimator file sets a key the preflight reads.""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -24,21 +22,6 @@ def test_estimator_files_set_nothing_the_preflight_reads():
         assert not touched, f"{path.name} sets {touched}"
 
 
-def assert_verdict_agrees_with_arithmetic(section) -> None:
-    """The time-limit verdict names the way its own arithmetic leaves: a clean stop at the signal only when a step
-    + a save fit in the lead, else the requeue at the limit from a save_freq checkpoint (or one job for all)."""
-    total, fits, lead = re.search(r"a step \+ a save = [\d.]+ \+ [\d.]+ min .*? = ([\d.]+) min (<=|>) ([\d.]+) min",
-                                  section.lines[1]).groups()
-    assert (fits == "<=") == (float(total) <= float(lead)), section.lines[1]
-    per_job, steps = re.search(r"-> (\d+) steps per job; save_freq -?\d+; (\d+) steps", section.lines[0]).groups()
-    if int(per_job) >= int(steps):
-        assert section.verdict == f"all {steps} steps fit in one job"
-    elif fits == "<=":
-        assert section.verdict.startswith("each job stops at the pre-timeout signal"), section.verdict
-    else:
-        assert section.verdict.startswith("each job requeues itself when Slurm ends it at the limit"), section.verdict
-
-
 @pytest.mark.slow
 def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
     groups = {}
@@ -52,10 +35,8 @@ def test_every_run_of_every_recipe_passes_preflight_on_its_cluster():
         report = preflight(cfg, skip_env=True)
         assert [s.title for s in report.sections] == ["configuration", "rollout", "allocation", "memory",
                                                      "checkpoints", "time limit", "ray ports"]
-        (time_section,) = [s for s in report.sections if s.title == "time limit"]
-        if cfg.trainer.device == "cuda":  # the step time was found for every GPU run
-            assert "min/step ESTIMATE" in time_section.lines[0], report.text()
-            assert_verdict_agrees_with_arithmetic(time_section)
+        if cfg.trainer.device == "cuda":  # the step time was found for every GPU run (verdicts: test_preflight.py)
+            assert "min/step ESTIMATE" in report.sections[5].lines[0], report.text()
         if not report.ok:
             failures.append(report.text())
     assert sum(len(r) for r in groups.values()) == sum(len(load(n).runs(load(n).DEFAULT_SEEDS)) for n in RECIPES)

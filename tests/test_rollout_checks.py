@@ -158,9 +158,6 @@ def test_check_rollout_raises_the_first_problem_and_imports_vllm_only_when_the_c
     with pytest.raises(ConfigError, match=r"^vllm 0.28.0\+cpu does not import \(ImportError: broken\); fix: make "
                                           r"install$"):
         checks.check_rollout(composed())
-    monkeypatch.setattr(checks, "installed_vllm", lambda: replace(OK, alias=None))
-    with pytest.raises(ConfigError, match="found vllm missing"):
-        checks.check_rollout(composed())
     assert imported == [1]
 
 
