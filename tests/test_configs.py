@@ -230,7 +230,6 @@ def test_tool_calling_fixes_the_rollout_seed_and_other_tasks_follow_the_run_seed
 
 
 @pytest.mark.parametrize("cluster", ["cpu", "a100_40g_x4"])
-def test_every_cluster_keeps_the_root_logger_at_warning_where_vllm_is_imported(cluster):
-    """vLLM's model_hosting_container_standards sets the root logger to this level (ERROR by default)."""
+def test_every_cluster_keeps_the_root_logger_at_warning_where_vllm_is_imported(cluster):  # vLLM's default: ERROR
     env = compose([f"cluster={cluster}"]).ray_kwargs.ray_init.runtime_env.env_vars
     assert env.SAGEMAKER_CONTAINER_LOG_LEVEL == "WARNING"

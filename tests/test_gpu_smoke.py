@@ -41,13 +41,10 @@ def test_clusters_are_matched_to_the_gpu_by_name_and_memory():
         ["h100_x8"], ["a100_40g_x4"], ["a100_80g_x8"], []]
 
 
-MEASURED = gs.Measured(rollout_tokens_per_s=4000.0, update_tokens_per_s=20000.0, logprob_tokens_per_s=60000.0,
-                    other_seconds_per_response=0.05, mean_prompt=1024.0, mean_response=256.0)
-
-
 def test_calibration_scales_the_measured_throughput_to_every_paper_run():  # read back: test_preflight.py
-    smoke = gs.runs()[0]
-    table = gs.calibrate(MEASURED, smoke, ["a100_40g_x4", "h100_x8"])
+    measured = gs.Measured(rollout_tokens_per_s=4000.0, update_tokens_per_s=20000.0, logprob_tokens_per_s=60000.0,
+                           other_seconds_per_response=0.05, mean_prompt=1024.0, mean_response=256.0)
+    table = gs.calibrate(measured, gs.runs()[0], ["a100_40g_x4", "h100_x8"])
     models = {run.model for run in gs.paper_runs()}
     assert set(table) == {"a100_40g_x4", "h100_x8"} and all(set(m) == models for m in table.values())
     # one figure by hand: qwen2.5-1.5b on 4 A100s, tool calling (measured fills: prompt 1024/2048, response 256/1024)

@@ -3,6 +3,7 @@ here in bash) never gives two jobs overlapping ports (a real job's range: tests/
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import subprocess
@@ -73,6 +74,5 @@ def test_the_batch_scripts_port_ranges_never_overlap(tmp_path, units, math_h100)
         job.communicate("\n", timeout=30)
         assert job.returncode == 0
     assert all(last - first + 1 == units * 256 and 20000 <= first and last < 32768 for first, last in ranges)
-    spans = sorted(ranges)
-    assert all(a[1] < b[0] for a, b in zip(spans[:-1], spans[1:], strict=True)), ranges  # disjoint
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(sorted(ranges))), ranges  # disjoint
     assert ranges[0][0] == 20000 + 7 * 256  # the first job's units come from its id
