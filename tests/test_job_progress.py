@@ -1,5 +1,5 @@
 """recipes.job_progress: train.sbatch's decision at a job's end (requeue only with a new checkpoint), on run
-folders written the way the trainer writes them (verl's marker, the run log's records with verl's step timing)."""
+folders written as the trainer writes them."""
 
 from __future__ import annotations
 

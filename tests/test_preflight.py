@@ -1,6 +1,5 @@
-"""dara.preflight on the real compositions (cached per override list): the rejections (allocation, KV cache, memory,
-time, disk, environment), the memory plan against hand calculations and verl's code, the time verdicts against
-their arithmetic, calibration files, the CLI, and the hook that makes dara.train fail before Ray."""
+"""dara.preflight on the real compositions: its rejections, the memory plan against hand calculations and verl's
+code, the time verdicts against their arithmetic, calibration files, the CLI, dara.train's hook before Ray."""
 
 from __future__ import annotations
 
@@ -8,9 +7,9 @@ import functools
 import importlib.util
 import os
 import re
-from collections import namedtuple
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -87,6 +86,8 @@ CU130 = replace(CU129, torch="2.11.0", torch_cuda="13.0", vllm="0.24.0")
     (replace(CU129, vllm="0.24.0"), "flash_attention_2", "vllm 0.24.0 (CUDA 13.0) and torch 2.11.0+cu129 (CUDA 12.9) "
      "are different CUDA builds; fix: make install GPU=1 CUDA=12.9"),
     (replace(CU129, vllm=None), "flash_attention_2", "vllm is not installed (rollout.name=vllm); fix: make install GPU=1"),
+    (replace(CU130, vllm="0.28.0+cpu", driver="580.65.06"), "flash_attention_2", "vllm 0.28.0+cpu is vLLM's CPU "
+     "build and this is a GPU run (trainer.device=cuda); fix: make install GPU=1 on a GPU node"),
 ])
 def test_environment_names_each_broken_install_with_its_fix(env, attention, problem):
     section = Section("environment")
@@ -137,8 +138,6 @@ def calibration(tmp_path_factory):
 
 
 def test_time_limit_verdicts_and_rejections_follow_their_arithmetic(calibration, tmp_path):
-    """A math step (12 min) + its save outlast the 5-min signal lead: the verdict is the requeue at the limit from
-    the newest save_freq checkpoint; a tool-calling step fits the lead; a job that cannot checkpoint is rejected."""
     cfg = composed(*MATH, "model=deepseek-r1-distill-qwen-1.5b")
     section = section_of(preflight(cfg, skip_env=True), "time limit")
     save = 16 * model_facts(cfg).num_parameters / 1e9 / 60  # 16 B/param at 1 GB/s, in minutes
@@ -206,8 +205,7 @@ def test_memory_plan_matches_a_hand_calculation_and_shows_its_arithmetic(model):
     for terms, expected in ((result.training, training), (result.rollout, rollout), (result.weight_sync, sync)):
         assert result.total(terms) == pytest.approx(expected, rel=0.05)
     assert result.kv_per_token == kv_per_token
-    report = preflight(cfg, skip_env=True)
-    text = report.text()
+    text = (report := preflight(cfg, skip_env=True)).text()
     assert f"x {cfg.run.model_facts.vocab_size} x 6 B" in text and "; log-prob pass 6 B = " in text
     for key in ("actor.fsdp_config.model_dtype fp32", "update_weights_bucket_megabytes", "rollout.free_cache_engine",
                 "rollout.gpu_memory_utilization", "model.enable_gradient_checkpointing"):
@@ -287,12 +285,11 @@ def test_checkpoints_and_disk_count_the_retained_plan_one_save_in_flight_and_wha
     # fp32 model 4 + Adam 8 + fp32 HF export 4; the newest 2 saves + the HF weights of steps 50, 60, 100 + one in flight
     assert "per save: 16 B x 7.616e9 = 121.8 GB" in text
     assert "= 335.1 GB (without the cap: 2437.0 GB); with one save in flight 456.9 GB" in text
-    usage = namedtuple("usage", "total used free")
     cfg = composed(*TOOLRL, f"run.output_root={tmp_path}")
 
     def disk(free_gb):
         section = Section("disk")
-        check_disk(cfg, model_facts(cfg), section, usage=lambda path: usage(0, 0, free_gb * 1e9))
+        check_disk(cfg, model_facts(cfg), section, usage=lambda path: SimpleNamespace(free=free_gb * 1e9))
         return section
 
     # 1.5B: 24.7 GB a save; newest 2 + HF weights of steps 50, 60, 100 (3 x 6.2) + one in flight
@@ -311,11 +308,10 @@ def test_gpu_runs_keep_home_and_cpu_runs_move_it(tmp_path):
 
     home = os.environ.get("HOME")
     for device in ("cuda", "cpu"):
-        cfg = OmegaConf.create({"run": {"output_dir": str(tmp_path / device)}, "trainer": {"device": device},
+        cfg = OmegaConf.create({"run": {"output_dir": str(tmp_path)}, "trainer": {"device": device},
                                 "ray_kwargs": {"ray_init": {}}})
         with train._ray_session(cfg):
-            moved = str((tmp_path / device / "ray" / "home").resolve())
-            assert (os.environ.get("HOME") == moved) == (device == "cpu"), (device, os.environ.get("HOME"))
+            assert (os.environ["HOME"] == str((tmp_path / "ray" / "home").resolve())) == (device == "cpu")
             assert cfg.ray_kwargs.ray_init._temp_dir  # the run folder's Ray temp folder reaches ray.init
         assert os.environ.get("HOME") == home
 

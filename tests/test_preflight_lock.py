@@ -1,8 +1,6 @@
-"""The GPU locks (constraints/gpu-cu130.txt, gpu-cu129.txt) are consistent with the project's own dependencies and
-verl 0.9.1's pins, read from the installed verl's metadata and pyproject.toml with `packaging` (no CUDA wheel is
-downloaded), and `make install GPU=1` (scripts/install_gpu.sh, run with DRY_RUN=1: commands printed, nothing
-installed) picks the line from the driver, installs in the order the stack needs, goes on without flash-attn,
-and names the wheels to download on a node that cannot reach the indexes. The CPU install is unchanged."""
+"""The GPU locks (constraints/gpu-cu130.txt, gpu-cu129.txt) against the project's dependencies and verl 0.9.1's pins
+(the installed verl's metadata, read with `packaging`), and `make install GPU=1` (scripts/install_gpu.sh with
+DRY_RUN=1: commands printed, nothing installed): the CUDA line from the driver, the order, flash-attn, offline wheels."""
 
 from __future__ import annotations
 
@@ -26,27 +24,18 @@ CUDA_BUILDS = {"torch", "torchvision", "torchaudio", "vllm"}
 
 
 def lock(line: str) -> dict[str, str]:
-    pins = {}
-    for text in (PROJECT_ROOT / "constraints" / f"gpu-{line}.txt").read_text().splitlines():
-        text = text.split("#")[0].strip()
-        if not text:
-            continue
-        req = Requirement(text)
-        (spec,) = req.specifier
-        assert spec.operator == "==" and not req.marker, f"not a pin: {text}"
-        name = canonicalize_name(req.name)
-        assert name not in pins, f"{name} pinned twice"
-        pins[name] = spec.version
+    texts = (PROJECT_ROOT / "constraints" / f"gpu-{line}.txt").read_text().splitlines()
+    reqs = [Requirement(text.split("#")[0]) for text in texts if text.split("#")[0].strip()]
+    specs = [next(iter(req.specifier)) for req in reqs]
+    assert all(len(r.specifier) == 1 and s.operator == "==" and not r.marker for r, s in zip(reqs, specs, strict=True))
+    pins = {canonicalize_name(req.name): spec.version for req, spec in zip(reqs, specs, strict=True)}
+    assert len(pins) == len(reqs), "a package pinned twice"
     return pins
 
 
 def verl_requirements() -> list[Requirement]:
-    found = []
-    for text in importlib.metadata.requires("verl"):
-        req = Requirement(text)
-        if req.marker is None or any(req.marker.evaluate({"extra": extra}) for extra in VERL_EXTRAS):
-            found.append(req)
-    return found
+    reqs = [Requirement(text) for text in importlib.metadata.requires("verl")]
+    return [r for r in reqs if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in VERL_EXTRAS)]
 
 
 def project_requirements() -> list[Requirement]:
@@ -74,15 +63,13 @@ def test_lock_holds_verls_own_pins_in_one_cuda_build_and_satisfies_every_require
 
 def dry_install(tmp_path, driver: str | None = None, **env: str) -> subprocess.CompletedProcess:
     """scripts/install_gpu.sh with DRY_RUN=1; `driver` is what an nvidia-smi on PATH reports."""
-    path = os.environ["PATH"]
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not os.path.exists(os.path.join(p, "nvidia-smi")))
     if driver is not None:
         smi = tmp_path / "bin" / "nvidia-smi"
         smi.parent.mkdir(exist_ok=True)
         smi.write_text(f"#!/bin/sh\necho {driver}\n")
         smi.chmod(0o755)
         path = f"{smi.parent}:{path}"
-    else:
-        path = ":".join(p for p in path.split(":") if not os.path.exists(os.path.join(p, "nvidia-smi")))
     return subprocess.run(["bash", "scripts/install_gpu.sh", "install"], cwd=PROJECT_ROOT, capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PATH": path, "DRY_RUN": "1", **env})
 
@@ -125,14 +112,13 @@ def test_without_flash_attn_the_install_goes_on_and_names_the_build_and_its_cost
     assert result.returncode == 0
     assert pip_lines(result)[-1].endswith("--no-deps bfcl-eval==2026.3.23")  # installed whatever flash-attn did
     assert "flash-attn 2.8.3: NOT INSTALLED: needed by every paper run (make flash-attn)" in result.stdout
-    tail = result.stdout.split("flash-attn is NOT installed")[1]
-    assert tail.startswith(": no paper run can start without it")
-    assert "--set run.attention=sdpa names those that do" in tail
-    jobs = build_jobs_here()
-    assert f"about 9 GB of RAM per job, {9 * jobs} GB at MAX_JOBS={jobs}" in tail
-    assert f"CUDA_HOME=<CUDA 12.x toolkit> MAX_JOBS={jobs} {FLASH_ATTN_BUILD}" in tail
-    assert FLASH_ATTN_BUILD == "make flash-attn" and "reported 40-90 min at MAX_JOBS=32" in tail
-    assert "make install GPU=1 CUDA=12.9 FLASH_ATTN_WHEEL=FILE|URL" in tail
+    tail, jobs = result.stdout.split("flash-attn is NOT installed")[1], build_jobs_here()
+    assert tail.startswith(": no paper run can start without it") and FLASH_ATTN_BUILD == "make flash-attn"
+    for fragment in ("--set run.attention=sdpa names those that do", "reported 40-90 min at MAX_JOBS=32",
+                     f"about 9 GB of RAM per job, {9 * jobs} GB at MAX_JOBS={jobs}",
+                     f"CUDA_HOME=<CUDA 12.x toolkit> MAX_JOBS={jobs} {FLASH_ATTN_BUILD}",
+                     "make install GPU=1 CUDA=12.9 FLASH_ATTN_WHEEL=FILE|URL"):
+        assert fragment in tail, fragment
     assert "27 GB at MAX_JOBS=3):" in dry_install(tmp_path, CUDA="12.9", MAX_JOBS="3").stdout  # the user's MAX_JOBS
     # the CUDA 13.0 line tries a prebuilt wheel (verl's wheelhouse) only: never a source build here
     (flash,) = [line for line in pip_lines(dry_install(tmp_path, CUDA="13.0")) if "flash-attn" in line]
@@ -157,23 +143,18 @@ def test_an_unreachable_index_names_the_wheels_to_download(tmp_path):
 
 
 def test_makefile_runs_the_gpu_script_and_keeps_the_cpu_install():
-    gpu = subprocess.run(["make", "-n", "-B", "install", "GPU=1", "CUDA=12.9"], cwd=PROJECT_ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    def make(*args):
+        return subprocess.run(["make", "-n", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+
+    gpu = make("-B", "install", "GPU=1", "CUDA=12.9")
     assert "CUDA=12.9" in gpu and "bash scripts/install_gpu.sh install" in gpu and ".installed-gpu" in gpu
-    build = subprocess.run(["make", "-n", "flash-attn"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                           check=True).stdout
-    assert "bash scripts/install_gpu.sh flash-attn" in build
-    cpu = subprocess.run(["make", "-n", "-B", "install"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    pip = [line for line in cpu if "pip install" in line and line.startswith(".venv/")]
-    assert pip == [".venv/bin/python -m pip install -q --upgrade pip setuptools wheel",
-                   ".venv/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0",
-                   '.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[verl,dev]"',
-                   ".venv/bin/python -m pip install -q --no-deps bfcl-eval==2026.3.23"]
-    assert not any("gpu" in line or "flash" in line for line in cpu)
+    assert "bash scripts/install_gpu.sh flash-attn" in make("flash-attn")
+    cpu = [line for line in make("-B", "install").splitlines() if "pip install" in line]
+    pip, cpu_torch = ".venv/bin/python -m pip install -q", "-c constraints/cpu.txt torch==2.13.0"
+    assert [line for line in cpu if line.startswith(".venv/")] == [
+        f"{pip} --upgrade pip setuptools wheel", f"{pip} {cpu_torch}", f'{pip} -c constraints/cpu.txt -e ".[verl,dev]"',
+        f"{pip} --no-deps bfcl-eval==2026.3.23"]
     # the TRL environment beside it (docs/trl.md): CPU torch, then the project through its trl extra (no verl)
-    trl = [line for line in cpu if "pip install" in line and line.startswith(".venv-trl/")]
-    assert trl[1] == ".venv-trl/bin/python -m pip install -q -c constraints/cpu.txt torch==2.13.0"
-    assert trl[2].startswith('.venv-trl/bin/python -m pip install -q -c constraints/cpu.txt -e ".[trl]"')
-    assert len(trl) == 3
-    assert not any("trl" in line and "pip install" in line for line in cpu if line.startswith(".venv/"))
+    trl = [line.replace(".venv-trl/", ".venv/") for line in cpu if line.startswith(".venv-trl/")]
+    assert len(trl) == 3 and trl[1] == f"{pip} {cpu_torch}"
+    assert trl[2].startswith(f'{pip} -c constraints/cpu.txt -e ".[trl]"')

@@ -1,9 +1,9 @@
-"""The Ray port range of a job (dara/preflight/ray_ports.py) against the arithmetic written out here; job-env hands
-it to train.sbatch, whose own locking block (run here in bash, without Slurm) never gives two jobs overlapping
-ports. tests/test_slurm.py checks the range a real job's Ray gets."""
+"""A job's Ray port range (dara/preflight/ray_ports.py) against its arithmetic; train.sbatch's locking block (run
+here in bash) never gives two jobs overlapping ports (a real job's range: tests/test_slurm.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import subprocess
@@ -57,8 +57,7 @@ def test_verl_workers_and_ray_cpus_come_from_the_run_config(math_h100):
 
 @pytest.mark.parametrize("units", [1, 2])
 def test_the_batch_scripts_port_ranges_never_overlap(tmp_path, units, math_h100):
-    """Three jobs on one node whose job ids point at the same units: each takes job-env's number of units,
-    held until it ends; the ranges are disjoint and below Linux's ephemeral ports."""
+    """Three jobs on one node whose ids point at the same units: the ranges are disjoint, below Linux's ephemeral."""
     env = job_env(math_h100, cpus=256 if units == 2 else 64)
     block = re.search(r"^lock_port_units\(\) \{.*?^PORT_LAST=.*?$", SBATCH_SCRIPT.read_text(), re.S | re.M)
     assert block and env["RAY_PORT_UNITS"] == str(units), "train.sbatch no longer has its port-locking block"
@@ -75,6 +74,5 @@ def test_the_batch_scripts_port_ranges_never_overlap(tmp_path, units, math_h100)
         job.communicate("\n", timeout=30)
         assert job.returncode == 0
     assert all(last - first + 1 == units * 256 and 20000 <= first and last < 32768 for first, last in ranges)
-    spans = sorted(ranges)
-    assert all(a[1] < b[0] for a, b in zip(spans[:-1], spans[1:], strict=True)), ranges  # disjoint
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(sorted(ranges))), ranges  # disjoint
     assert ranges[0][0] == 20000 + 7 * 256  # the first job's units come from its id
