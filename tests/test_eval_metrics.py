@@ -139,19 +139,23 @@ def toolrl_text(calls: list[dict]) -> str:
     return f"<think> calling </think>\n<tool_call>\n{body}\n</tool_call>"
 
 
-def flat_answer(ground_truth: list[dict]) -> list[dict] | None:
-    """A possible answer as ToolRL calls: first allowed value per parameter; None when an allowed value is
-    itself a nested structure of options (not a plain value)."""
+def bfcl_record(case: dict, *turns: str) -> dict:
+    return {"case_id": case["case_id"], "category": case["category"], "turns": [[t] for t in turns], "force_quit": False}
+
+
+def possible_answer(ground_truth: list[dict], source_text: bool = False) -> list[dict] | None:
+    """A possible answer as ToolRL calls: the first allowed value per parameter, as Java/JavaScript source text
+    with `source_text`; None when a value is itself a structure of options."""
     calls = []
     for call in ground_truth:
         ((name, params),) = call.items()
         chosen = {}
         for key, options in params.items():
             value = next((o for o in options if o != ""), None)
-            if isinstance(value, dict):
+            if isinstance(value, dict) or (source_text and isinstance(value, list)):
                 return None
             if value is not None:
-                chosen[key] = value
+                chosen[key] = value if isinstance(value, str) or not source_text else json.dumps(value)
         calls.append({"name": name, "parameters": chosen})
     return calls
 
@@ -159,21 +163,15 @@ def flat_answer(ground_truth: list[dict]) -> list[dict] | None:
 @pytest.mark.parametrize("category", ["simple_python", "parallel", "live_simple", "live_parallel"])
 @needs_bfcl
 def test_bfcl_checker_accepts_possible_answers_and_rejects_wrong_ones(category):
-    cases = bfcl_eval.load_bfcl_cases([category], limit=12)
     checked = 0
-    for case in cases:
-        calls = flat_answer(case["ground_truth"])
-        if calls is None:
+    for case in bfcl_eval.load_bfcl_cases([category], limit=12):
+        if (calls := possible_answer(case["ground_truth"])) is None:
             continue
-        good = {"case_id": case["case_id"], "category": category, "turns": [[toolrl_text(calls)]], "force_quit": False}
-        result = bfcl_eval.score_record(good, case)
-        assert result["valid"], (case["case_id"], result["error"])
-        assert result["format"] == 1.0
+        result = bfcl_eval.score_record(bfcl_record(case, toolrl_text(calls)), case)
+        assert result["valid"] and result["format"] == 1.0, (case["case_id"], result["error"])
         renamed = [{**c, "name": c["name"] + "_x"} for c in calls]
-        bad = {**good, "turns": [[toolrl_text(renamed)]]}
-        assert not bfcl_eval.score_record(bad, case)["valid"]
-        unparsed = {**good, "turns": [["<think> hm </think>\n<response> no call </response>"]]}
-        result = bfcl_eval.score_record(unparsed, case)
+        assert not bfcl_eval.score_record(bfcl_record(case, toolrl_text(renamed)), case)["valid"]
+        result = bfcl_eval.score_record(bfcl_record(case, "<think> hm </think>\n<response> no call </response>"), case)
         assert not result["valid"] and result["format"] == 1.0  # format is not accuracy
         checked += 1
     assert checked >= 8
@@ -199,13 +197,11 @@ def test_bfcl_multi_turn_checker_on_ground_truth_execution():
         turns = [keyword_calls(t) for t in case["ground_truth"]]
         if any(t is None for t in turns) or not all(turns):
             continue
-        emissions = [[toolrl_text(t)] for t in turns]
-        record = {"case_id": case["case_id"], "category": "multi_turn_base", "turns": emissions, "force_quit": False}
-        assert bfcl_eval.score_record(record, case)["valid"], case["case_id"]
-        broken = {**record, "turns": [["<think> skip </think>\n<response> done </response>"]] + emissions[1:]}
-        assert not bfcl_eval.score_record(broken, case)["valid"]
-        short = {**record, "turns": emissions[:-1]}
-        assert not bfcl_eval.score_record(short, case)["valid"]
+        emissions = [toolrl_text(t) for t in turns]
+        assert bfcl_eval.score_record(bfcl_record(case, *emissions), case)["valid"], case["case_id"]
+        skipped = bfcl_record(case, "<think> skip </think>\n<response> done </response>", *emissions[1:])
+        assert not bfcl_eval.score_record(skipped, case)["valid"]
+        assert not bfcl_eval.score_record(bfcl_record(case, *emissions[:-1]), case)["valid"]
         checked += 1
         if checked == 3:
             break
