@@ -8,6 +8,7 @@ import importlib.util
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from results.evaluation import bfcl_eval, math_eval, toolrl_eval
@@ -37,18 +38,6 @@ def test_math_sample_rules_on_known_answers():
     assert scored["exceed"] == [0, 1, 1, 0, 0, 1]
     assert scored["joint"] == [1, 0, 0, 0, 0, 0]
     assert scored["n_tokens"] == [121, 4501, 32768, 51, 4000, 4001]
-    # the numeric fallback turns a strict miss into a hit, never the reverse
-    aime = {**record, "answer": "25", "samples": [sample("\\boxed{025}", 10), sample("\\boxed{25.0}", 10),
-                                                   sample("\\boxed{26}", 10), sample("\\boxed{25}", 10)]}
-    got = math_eval.score_record(aime)
-    assert got["strict"] == [0, 0, 0, 1] and got["correct"] == [1, 1, 0, 1]
-    big = {**record, "answer": "4.5\\times 10^{33}", "samples": [sample("\\boxed{4.5e33}", 10)]}
-    assert math_eval.score_record(big)["correct"] == [1]
-    # one answer string per question: AMC's float as an integer, Minerva's first listed form only
-    amc = {**record, "answer": 142.0, "samples": [sample("\\boxed{142}", 10)]}
-    minerva = {**record, "answer": ["9.6\n", "9.60"], "samples": [sample("\\boxed{9.6}", 10),
-                                                                  sample("\\boxed{\\text{nine}}", 10)]}
-    assert math_eval.score_record(amc)["correct"] == [1] and math_eval.score_record(minerva)["correct"] == [1, 0]
 
 
 @pytest.mark.parametrize("text, value", [("025", 25.0), ("1,000", 1000.0), ("4.5\\times10^{33}", 4.5e33),
@@ -99,8 +88,6 @@ def test_math_summary_equals_plain_loop_with_bootstrap():
 
 
 def test_math_loader_reads_raw_and_verl_files(tmp_path):
-    import pandas as pd
-
     (tmp_path / "amc.json").write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
     pd.DataFrame([{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}],
                    "reward_model": {"ground_truth": "9.6"}, "extra_info": {"index": 4}}]).to_parquet(tmp_path / "t.parquet")
@@ -227,8 +214,8 @@ def test_bfcl_length_diagnostics_aggregate_like_format():
     assert summary["kinds"] == ["accuracy", "format", "length", "length_le_16", "think_words"]
     for index, name in ((0, "length"), (0, "length_le_16"), (1, "think_words")):
         values = {c: expected[c][index] for c in bfcl.CATEGORIES}
-        simple = sum(values[c] for c in bfcl.SIMPLE_LANGUAGES) / 3
-        non_live = (simple + values["multiple"] + values["parallel"] + values["parallel_multiple"]) / 4
+        non_live = (sum(values[c] for c in bfcl.SIMPLE_LANGUAGES) / 3 + values["multiple"] + values["parallel"]
+                    + values["parallel_multiple"]) / 4
         multi = sum(values[c] for c in bfcl.MULTI_TURN_CATEGORIES) / 4
         # Live is the micro mean over the cases scored (4 per category here), as for format
         live = sum(values[c] for c in bfcl.LIVE_CATEGORIES) / 4
@@ -267,36 +254,26 @@ def test_case_store_resumes_repairs_and_refuses_other_settings(tmp_path):
 
 
 def test_infrastructure_errors_are_retried_then_left_missing(tmp_path):
-    store = CaseStore(tmp_path / "gen.jsonl")
-    failures = {"left": 1}
+    store, failures = CaseStore(tmp_path / "gen.jsonl"), [RuntimeError("CUDA error: an illegal memory access")]
 
-    def flaky(batch):
-        if failures["left"]:
-            failures["left"] -= 1
-            raise RuntimeError("CUDA error: an illegal memory access")
+    def produce(batch):
+        if failures:
+            raise failures.pop(0)
         return [{"case_id": c["case_id"]} for c in batch]
 
-    summary = run_cases([{"case_id": "a"}, {"case_id": "b"}], store, flaky, retries=2, backoff_s=0)
+    summary = run_cases([{"case_id": "a"}, {"case_id": "b"}], store, produce, retries=2, backoff_s=0)
     assert summary.retries == 1 and summary.generated == 2 and not summary.missing
-
-    def broken(batch):
-        raise ConnectionError("engine gone")
-
-    summary = run_cases([{"case_id": "c"}], store, broken, retries=1, backoff_s=0)
+    failures[:] = [ConnectionError("engine gone")] * 2
+    summary = run_cases([{"case_id": "c"}], store, produce, retries=1, backoff_s=0)
     assert summary.missing == ["c"] and "c" not in store  # missing, never recorded as an answer
-
-    def bad_input(batch):
-        raise ValueError("prompt too long")
-
-    with pytest.raises(ValueError, match="prompt too long"):  # not an infrastructure error: stops the run
-        run_cases([{"case_id": "d"}], store, bad_input, backoff_s=0)
+    failures[:] = [ValueError("prompt too long")]  # not an infrastructure error: stops the run
+    with pytest.raises(ValueError, match="prompt too long"):
+        run_cases([{"case_id": "d"}], store, produce, backoff_s=0)
 
 
 @pytest.mark.parametrize("bench, count, words", [("olympiad_bench", 674, "hub copy the authors used"),
                                                   ("olympiad_bench", 675, "DeepScaleR's local copy"),
                                                   ("math500", 500, None)])
 def test_math_table_names_the_olympiadbench_copy(bench, count, words):
-    import pandas as pd
-
     found = math_eval.olympiad_copy(pd.DataFrame([{"benchmark": bench, "questions": count}]))
     assert found == words or words in found
