@@ -3,8 +3,6 @@ labelled by what differs; seeds are counted within a variant; older run folders 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -15,6 +13,7 @@ from results.loaders import load_runs
 from results.report import build_report
 from results.tables import build_table
 from results.variants import short_names, variant_labels
+from tests.test_results_thresholds import write_run as run_folder
 
 METRIC = "reward/format/mean"
 
@@ -29,14 +28,9 @@ def config(seed: int, model: str = "tiny", **changes) -> dict:
 
 
 def write_run(root, name, seed, values, *, model="tiny", recorded=True, **changes):
-    folder = root / name
-    folder.mkdir(parents=True)
-    info = {"run_name": folder.name, "method": "dara_asym", "seed": seed, "task": "smoke", "model": model}
-    if recorded:
-        info["config"] = config(seed, model, **changes)
-    (folder / "run_info.json").write_text(json.dumps(info))
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, METRIC: v}) + "\n"
-                                                  for s, v in enumerate(values, start=1)))
+    info = {"config": config(seed, model, **changes)} if recorded else {}
+    run_folder(root / name, [{"step": s, METRIC: v} for s, v in enumerate(values, start=1)], method="dara_asym",
+               seed=seed, task="smoke", model=model, **info)
 
 
 @pytest.fixture
