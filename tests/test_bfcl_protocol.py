@@ -23,7 +23,6 @@ FUNCTIONS = [
 CALL_ADD = '<think> add them </think>\n<tool_call>\n{"name": "add", "parameters": {"a": 2, "b": 3}}\n</tool_call>'
 
 
-# ----------------------------------------------------------------------------- rendering
 def test_single_turn_prompt_is_the_handlers():
     history = [{"role": "system", "content": "BFCL's own system prompt is skipped"},
                {"role": "user", "content": "  What is 2 + 3?\n"}]
@@ -65,7 +64,6 @@ def test_multi_turn_history_with_tool_results_and_a_missed_function_turn():
         protocol.bfcl_user_prompt([{"role": "critic", "content": "x"}], multi_turn=True)
 
 
-# ----------------------------------------------------------------------------- decoding
 def test_decode_ast_reads_the_last_block_skips_bad_lines_and_drops_none():
     text = (
         '<think> maybe <tool_call>\n{"name": "wrong", "parameters": {}}\n</tool_call> </think>\n<tool_call>\n'
@@ -167,7 +165,6 @@ def test_token_budget_is_the_authors_clamp():
     assert "context_window" not in SamplingConfig().as_dict()  # settings stored as before without a window
 
 
-# ----------------------------------------------------------------------------- the dialogue driver
 class ScriptedBackend:
     """A model that answers from a script and keeps every chat it received (and the seeds)."""
 

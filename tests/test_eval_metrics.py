@@ -20,7 +20,6 @@ def sample(text: str, n_tokens: int, finish: str = "stop") -> dict:
     return {"text": text, "n_tokens": n_tokens, "finish_reason": finish}
 
 
-# ------------------------------------------------------------------------------------------------ math
 def test_math_sample_rules_on_known_answers():
     """strict = verl's Hendrycks grader on the text, numeq = strict or the numeric fallback (Acc); Exceed
     counts generated ids with EOS; a truncated sample is graded like any other."""
@@ -33,11 +32,8 @@ def test_math_sample_rules_on_known_answers():
         sample("\\boxed{\\dfrac{2}{4}}", 4000),  # 4,001 ids with EOS: over; not a plain number either
     ]}
     scored = math_eval.score_record(record)
-    assert scored["strict"] == [1, 1, 1, 0, 0, 0]
-    assert scored["correct"] == [1, 1, 1, 0, 0, 0]
-    assert scored["exceed"] == [0, 1, 1, 0, 0, 1]
-    assert scored["joint"] == [1, 0, 0, 0, 0, 0]
-    assert scored["n_tokens"] == [121, 4501, 32768, 51, 4000, 4001]
+    assert [scored[k] for k in ("strict", "correct", "exceed", "joint", "n_tokens")] == [
+        [1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 0, 1], [1, 0, 0, 0, 0, 0], [121, 4501, 32768, 51, 4000, 4001]]
 
 
 @pytest.mark.parametrize("text, value", [("025", 25.0), ("1,000", 1000.0), ("4.5\\times10^{33}", 4.5e33),
@@ -100,7 +96,6 @@ def test_math_loader_reads_raw_and_verl_files(tmp_path):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
 
 
-# ------------------------------------------------------------------------------------------------ toolrl
 def test_toolrl_scores_and_summary():
     gt = '<think> x </think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1}}\n</tool_call>'
     record = {"case_id": "r0", "data_source": "rlla", "ground_truth": gt, "samples": [
@@ -116,7 +111,6 @@ def test_toolrl_scores_and_summary():
     assert summary["format_lo"] <= summary["format"] <= summary["format_hi"]
 
 
-# ------------------------------------------------------------------------------------------------ BFCL
 needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
                                 reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval)")
 
@@ -229,7 +223,6 @@ def test_bfcl_length_diagnostics_aggregate_like_format():
     assert summary["average_accuracy"] == 100.0 and bfcl_eval.summarise_bfcl(scored[:8])["groups_accuracy"] is None
 
 
-# ------------------------------------------------------------------------------------------------ case files
 def test_case_store_resumes_repairs_and_refuses_other_settings(tmp_path):
     path = tmp_path / "gen.jsonl"
     store = CaseStore(path, {"sampling": {"n": 2}})

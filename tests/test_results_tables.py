@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 
 import numpy as np
 import pandas as pd
@@ -62,15 +61,11 @@ def test_bfcl_groups_reproduce_the_paper_file_and_plain_weights():
 
 
 def test_summarise_and_conditions():
-    frame = pd.DataFrame({"method": ["a", "a", "a", "b"], "seed": [0, 1, 2, 0], "x": [1.0, 2.0, 4.0, 3.0]})
-    out = summarise(frame, ["method"], ["x"]).set_index("method")
-    assert (out.loc["a", "x_mean"], out.loc["a", "x_sd"]) == pytest.approx(
-        (statistics.mean([1, 2, 4]), statistics.stdev([1, 2, 4])))
-    assert out.loc["a", "seeds"] == "0,1,2" and np.isnan(out.loc["b", "x_sd"])
+    """Means, sds and seeds: the authors' tables above; here a missing value, a NaN under a condition, bad syntax."""
+    frame = pd.DataFrame({"method": ["a", "a", "b"], "seed": [0, 1, 0], "x": [1.0, None, 3.0]})
     with pytest.raises(ValueError, match="without 'x'"):
-        summarise(frame.assign(x=[1.0, None, 4.0, 3.0]), ["method"], ["x"])
+        summarise(frame, ["method"], ["x"])
     assert parse_condition("val_format@100 < 0.8") == ("val_format@100", "<", 0.8)
-    assert parse_condition("retained==False") == ("retained", "==", False)
     assert drop_rows(pd.DataFrame({"v": [0.5, None, 0.9]}), "v<0.8")["v"].isna().tolist() == [True, False]
     with pytest.raises(ValueError, match="COLUMN OP VALUE"):
         parse_condition("v ~ 3")
