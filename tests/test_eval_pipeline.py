@@ -71,11 +71,8 @@ def test_math_pipeline(smoke_assets, engine, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     rows = {r["benchmark"]: r for r in summary["benchmarks"]}
     assert set(rows) == {"amc23", "macro"} and rows["amc23"]["questions"] == 2
-    scores = read_jsonl(out / "scores.jsonl")
-    tokens = [n for r in scores for n in r["n_tokens"]]
+    tokens = [n for r in read_jsonl(out / "scores.jsonl") for n in r["n_tokens"]]
     assert rows["amc23"]["exceed"] == pytest.approx(sum(n > 8 for n in tokens) / len(tokens))
-    for metric in ("acc", "exceed", "joint"):
-        assert rows["amc23"][f"{metric}_lo"] <= rows["amc23"][metric] <= rows["amc23"][f"{metric}_hi"]
     assert "| amc23 | 2 |" in (out / "summary.md").read_text()
     from results.collect import collect
 
