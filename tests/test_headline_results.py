@@ -1,8 +1,5 @@
-"""`python -m results headline`: the toy headline race's tables and figure (results/headline.py).
-
-Synthetic race run folders in the format `python -m dara.train` writes (metrics.jsonl, run_info.json with its
-configuration) are read with the real loader, and every number is checked against a plain loop over the same data.
-"""
+"""`python -m results headline` (results/headline.py) on synthetic race run folders in dara.train's format, read
+with the real loader: every number against a plain loop over the same data."""
 
 from __future__ import annotations
 

@@ -92,10 +92,10 @@ def test_authors_files_rebuild_table_1_beside_their_values_with_dara_sym_named(a
 def test_authors_curves_give_threshold_steps_figures_and_provenance(authors_page):
     out, page = authors_page
     rows = page.table("authors: training_dynamics.csv", "reaches 0.8")
-    for (size, method), group in pd.read_csv(CURVES).dropna(subset=["train_format"]).groupby(["model_size", "method"]):
-        median = group.groupby("step")["train_format"].median()
-        hits = median.index[median.to_numpy() >= 0.8]
-        assert row_of(rows, size, method_label(method))["step"] == (str(int(hits[0])) if len(hits) else "never")
+    steps = threshold_steps(pd.read_csv(CURVES), "train_format", 0.8, group_by=["model_size"])  # its loop: test_results_thresholds
+    for row in steps.itertuples():
+        assert row_of(rows, row.model_size, method_label(row.method))["step"] == (
+            "never" if pd.isna(row.step) else str(int(row.step)))
     assert {"reference_training_dynamics_curves.png", "reference_training_dynamics_channels.png"} <= {
         Path(src).name for src in page.images}
     assert any(item.startswith("commit: ") for item in page.footer)
