@@ -1,72 +1,18 @@
-"""BFCL as the authors ran it: ToolRL's BFCL handler's rendering (checked against strings written out here
-from the handler), its decoding (last block, bad lines skipped, "none" dropped, values as parsed), the
-dialogue driver on real BFCL entries with a scripted model."""
+"""BFCL as the authors ran it: ToolRL's BFCL handler's rendering, its decoding (last block, bad lines skipped,
+"none" dropped, values as parsed), the dialogue driver on real BFCL entries with a scripted model."""
 
 from __future__ import annotations
-
-import importlib.util
-import json
 
 import pytest
 
 from results.evaluation import bfcl_eval
 from results.evaluation.backends import Completion, SamplingConfig
 from tasks import toolrl as protocol
+from tests.test_eval_metrics import bfcl_record, needs_bfcl, possible_answer, toolrl_text
 
-needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
-                                reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval)")
-
-# The handler's strings, written out (ToolRL's BFCL handler, "RLLA").
-HANDLER_SYSTEM = """You are a helpful multi-turn dialogue assistant capable of leveraging tool calls to solve user tasks and provide structured chat responses.
-
-**Available Tools**
-In your response, you can use the following tools:
-1. Name: add
-Description: Add two numbers.
-Parameters: {"a": {"type": "integer"}, "b": {"type": "integer", "description": "second"}}
-2. Name: ping
-Description: Ping.
-Parameters: {}
-
-**Steps for Each Turn**
-1. **Think:** Recall relevant context and analyze the current user goal.
-2. **Decide on Tool Usage:** If a tool is needed, specify the tool and its parameters.
-3. **Respond Appropriately:** If a response is needed, generate one while maintaining consistency across user queries.
-
-**Output Format**
-```plaintext
-<think> Your thoughts and reasoning </think>
-<tool_call>
-{"name": "Tool name", "parameters": {"Parameter name": "Parameter content", "... ...": "... ..."}}
-{"name": "... ...", "parameters": {"... ...": "... ...", "... ...": "... ..."}}
-...
-</tool_call>
-<response> AI's final response </response>
-```
-
-**Important Notes**
-1. You must always include the `<think>` field to outline your reasoning. Provide at least one of `<tool_call>` or `<response>`. Decide whether to use `<tool_call>` (possibly multiple times), `<response>`, or both.
-2. You can invoke multiple tool calls simultaneously in the `<tool_call>` fields. Each tool call should be a JSON object with a "name" field and an "parameters" field containing a dictionary of parameters. If no parameters are needed, leave the "parameters" field an empty dictionary.
-3. Refer to the previous dialogue records in the history, including the user's queries, previous `<tool_call>`, `<response>`, and any tool feedback noted as `<obs>` (if exists).
-"""
-SINGLE = (
-    "If there's no appropriate tools to apply or required parameters are missing, please directly inform me in "
-    "your response without any tool call, or call the tool with the name as 'None'. Otherwise, you should use "
-    "one or more necessary tool calls to complete the given task in this turn."
-)
-MULTI = (
-    "Use the one or more necessary tool calls to complete the task. You could perform tool calls for multiple "
-    "rounds so you can try and error. Please make a comprehensive plan about how to achieve the goal step by "
-    "step, and begin to call the tool step by step. If no tools apply or required parameters are missing, "
-    "please also directly state this in your response without tool calls."
-)
-FOLLOW_UP = (
-    "<user> If you think you have completed the current task, or the task cannot be finished, please respond "
-    "directly without additional tool calls. If you encounter an error during tool execution or the task "
-    "remains unfinished, retry with the one or more necessary tool calls according to your thought and plan "
-    "until completion. Based on the tool execution feedback, reflect on if understanding or selectioin of tool "
-    "is wrong, what tool calling step is missing, and how to achieve the task goal from now on. </user>"
-)
+# The handler's instructions (ToolRL's BFCL handler, "RLLA"); BFCL's own strings are checked against bfcl-eval below.
+SINGLE, MULTI = protocol.BFCL_SINGLE_TURN_INSTRUCTION, protocol.BFCL_MULTI_TURN_INSTRUCTION
+FOLLOW_UP = f"<user> {protocol.BFCL_FOLLOW_UP_INSTRUCTION} </user>"
 FUNCTIONS = [
     {"name": "add", "description": "Add two numbers.",
      "parameters": {"type": "dict", "properties": {"a": {"type": "integer"},
@@ -77,17 +23,15 @@ FUNCTIONS = [
 CALL_ADD = '<think> add them </think>\n<tool_call>\n{"name": "add", "parameters": {"a": 2, "b": 3}}\n</tool_call>'
 
 
-# ----------------------------------------------------------------------------- rendering
 def test_single_turn_prompt_is_the_handlers():
     history = [{"role": "system", "content": "BFCL's own system prompt is skipped"},
                {"role": "user", "content": "  What is 2 + 3?\n"}]
-    messages = protocol.bfcl_messages(history, FUNCTIONS, multi_turn=False)
-    assert messages == [
-        {"role": "system", "content": HANDLER_SYSTEM},
-        {"role": "user", "content": f"**Dialogue Records History**\n<user> What is 2 + 3?\n{SINGLE} </user>"},
-    ]
-    # the training instruction over the same tools, plus the handler's final newline
-    assert HANDLER_SYSTEM == protocol.system_prompt(protocol.bfcl_tools(FUNCTIONS)) + "\n"
+    system, user = protocol.bfcl_messages(history, FUNCTIONS, multi_turn=False)
+    assert user == {"role": "user", "content": f"**Dialogue Records History**\n<user> What is 2 + 3?\n{SINGLE} </user>"}
+    # the training instruction (test_data_prep_toolrl.py: the official rows) over BFCL's parameter properties
+    assert system == {"role": "system", "content": protocol.system_prompt(protocol.bfcl_tools(FUNCTIONS)) + "\n"}
+    assert ('1. Name: add\nDescription: Add two numbers.\nParameters: {"a": {"type": "integer"}, "b": {"type": '
+            '"integer", "description": "second"}}\n2. Name: ping\nDescription: Ping.\nParameters: {}\n') in system["content"]
 
 
 def test_multi_turn_history_with_tool_results_and_a_missed_function_turn():
@@ -120,16 +64,6 @@ def test_multi_turn_history_with_tool_results_and_a_missed_function_turn():
         protocol.bfcl_user_prompt([{"role": "critic", "content": "x"}], multi_turn=True)
 
 
-@needs_bfcl
-def test_strings_equal_bfcl_eval_constants():
-    from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
-
-    assert protocol.BFCL_MORE_FUNCTIONS_PROMPT == DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
-    assert (protocol.BFCL_SINGLE_TURN_INSTRUCTION, protocol.BFCL_MULTI_TURN_INSTRUCTION) == (SINGLE, MULTI)
-    assert f"<user> {protocol.BFCL_FOLLOW_UP_INSTRUCTION} </user>" == FOLLOW_UP
-
-
-# ----------------------------------------------------------------------------- decoding
 def test_decode_ast_reads_the_last_block_skips_bad_lines_and_drops_none():
     text = (
         '<think> maybe <tool_call>\n{"name": "wrong", "parameters": {}}\n</tool_call> </think>\n<tool_call>\n'
@@ -184,36 +118,18 @@ def test_java_and_javascript_values_are_checked_as_parsed(category):
     they did for the authors (no conversion to source text)."""
     passed = failed = 0
     for case in bfcl_eval.load_bfcl_cases([category], limit=30):
-        (call,) = case["ground_truth"]
-        ((name, params),) = call.items()
-        source, parsed = {}, {}
-        for key, options in params.items():
-            value = next((o for o in options if o != ""), None)
-            if isinstance(value, (dict, list)):
-                break
-            if value is None:
-                continue
-            source[key] = ("true" if value else "false") if isinstance(value, bool) else (
-                str(value) if isinstance(value, (int, float)) else value)
-            parsed[key] = value
-        else:
-            def record(parameters, case=case, name=name):
-                text = "<think> x </think>\n<tool_call>\n" + json.dumps({"name": name, "parameters": parameters})
-                return {"case_id": case["case_id"], "category": category, "turns": [[text + "\n</tool_call>"]],
-                        "force_quit": False}
-
-            if parsed == source or not bfcl_eval.score_record(record(source), case)["valid"]:
-                continue
-            passed += 1
-            failed += not bfcl_eval.score_record(record(parsed), case)["valid"]
+        source, parsed = possible_answer(case["ground_truth"], source_text=True), possible_answer(case["ground_truth"])
+        if source in (None, parsed) or not bfcl_eval.score_record(bfcl_record(case, toolrl_text(source)), case)["valid"]:
+            continue
+        passed += 1
+        failed += not bfcl_eval.score_record(bfcl_record(case, toolrl_text(parsed)), case)["valid"]
     assert passed >= 4 and failed == passed
 
 
 def test_emission_format_uses_the_original_format_test():
-    assert bfcl_eval.emission_format(CALL_ADD) == 1.0
-    assert bfcl_eval.emission_format("<think> a </think>\n<think> b </think>\n<response> c </response>") == 1.0
-    assert bfcl_eval.emission_format(CALL_ADD + "\n<response> 5 </response>") == 1.0
-    assert bfcl_eval.emission_format("<response> c </response>") == 0.0
+    texts = (CALL_ADD, "<think> a </think>\n<think> b </think>\n<response> c </response>",
+             CALL_ADD + "\n<response> 5 </response>", "<response> c </response>")
+    assert [bfcl_eval.emission_format(t) for t in texts] == [1.0, 1.0, 1.0, 0.0]
 
 
 def authors_think_words(text: str) -> tuple[bool, int]:
@@ -249,23 +165,17 @@ def test_token_budget_is_the_authors_clamp():
     assert "context_window" not in SamplingConfig().as_dict()  # settings stored as before without a window
 
 
-# ----------------------------------------------------------------------------- the dialogue driver
 class ScriptedBackend:
     """A model that answers from a script and keeps every chat it received (and the seeds)."""
-
-    name = "scripted"
 
     def __init__(self, replies):
         self.replies, self.received, self.seeds = list(replies), [], []
 
     def chat(self, conversations, sampling, seeds):
         self.seeds.extend(seeds)
-        out = []
-        for messages in conversations:
-            self.received.append(messages)
-            text = self.replies.pop(0) if self.replies else "<think> ok </think>\n<response> done </response>"
-            out.append([Completion(text, 5, "stop")])
-        return out
+        self.received.extend(conversations)
+        done = "<think> ok </think>\n<response> done </response>"
+        return [[Completion(self.replies.pop(0) if self.replies else done, 5, "stop")] for _ in conversations]
 
 
 @needs_bfcl
@@ -280,21 +190,22 @@ def test_miss_func_dialogue_renders_the_handlers_history():
     ])
     (record,) = bfcl_eval.make_producer(backend, SamplingConfig(n=1, seed=0))([case])
     first, after_tool, next_turn = backend.received[:3]
+    question = case["entry"]["question"]
     assert first == case["messages"]
     assert after_tool[0] == first[0]  # the tool list never changes
     assert after_tool[1]["content"].startswith(first[1]["content"] + "\n\n<think> where am I </think>")
     assert "<obs> You have made the tool call pwd(). Execution returns: " in after_tool[1]["content"]
     assert after_tool[1]["content"].endswith(FOLLOW_UP)
-    assert next_turn[1]["content"].endswith(f"<response> done </response>\n<user> {case['entry']['question'][1][0]['content']}\n{MULTI} </user>")
+    assert next_turn[1]["content"].endswith(f"<response> done </response>\n<user> {question[1][0]['content']}\n{MULTI} </user>")
     # a "none" call alone decodes to nothing: the turn ends without a tool result
-    question = case["entry"]["question"]
     assert len(record["turns"][1]) == 1
     assert backend.received[3][1]["content"].endswith(f"</tool_call>\n<user> {question[2][0]['content']}\n{MULTI} </user>")
     # the miss_func turn (turn 0 took two requests): BFCL's message, the functions not in the tool list
+    from bfcl_eval.constants import default_prompts
+
+    more = default_prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=held_out)
     missed_request = backend.received[1 + int(held_out_turn)]
-    assert missed_request[1]["content"].endswith(
-        f"<user> {held_out!s}\nI have updated some more functions you can choose from. What about now?\n{MULTI} </user>"
-    )
+    assert missed_request[1]["content"].endswith(f"<user> {more}\n{MULTI} </user>")
     assert all(f"Name: {f['name']}\n" not in missed_request[0]["content"] for f in held_out)
-    assert len(record["turns"]) == len(case["entry"]["question"]) and not record["force_quit"]
+    assert len(record["turns"]) == len(question) and not record["force_quit"]
     assert set(backend.seeds) == {0}  # every request with the same seed, as the authors' handler

@@ -8,6 +8,7 @@ import importlib.util
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from results.evaluation import bfcl_eval, math_eval, toolrl_eval
@@ -19,7 +20,6 @@ def sample(text: str, n_tokens: int, finish: str = "stop") -> dict:
     return {"text": text, "n_tokens": n_tokens, "finish_reason": finish}
 
 
-# ------------------------------------------------------------------------------------------------ math
 def test_math_sample_rules_on_known_answers():
     """strict = verl's Hendrycks grader on the text, numeq = strict or the numeric fallback (Acc); Exceed
     counts generated ids with EOS; a truncated sample is graded like any other."""
@@ -32,23 +32,8 @@ def test_math_sample_rules_on_known_answers():
         sample("\\boxed{\\dfrac{2}{4}}", 4000),  # 4,001 ids with EOS: over; not a plain number either
     ]}
     scored = math_eval.score_record(record)
-    assert scored["strict"] == [1, 1, 1, 0, 0, 0]
-    assert scored["correct"] == [1, 1, 1, 0, 0, 0]
-    assert scored["exceed"] == [0, 1, 1, 0, 0, 1]
-    assert scored["joint"] == [1, 0, 0, 0, 0, 0]
-    assert scored["n_tokens"] == [121, 4501, 32768, 51, 4000, 4001]
-    # the numeric fallback turns a strict miss into a hit, never the reverse
-    aime = {**record, "answer": "25", "samples": [sample("\\boxed{025}", 10), sample("\\boxed{25.0}", 10),
-                                                   sample("\\boxed{26}", 10), sample("\\boxed{25}", 10)]}
-    got = math_eval.score_record(aime)
-    assert got["strict"] == [0, 0, 0, 1] and got["correct"] == [1, 1, 0, 1]
-    big = {**record, "answer": "4.5\\times 10^{33}", "samples": [sample("\\boxed{4.5e33}", 10)]}
-    assert math_eval.score_record(big)["correct"] == [1]
-    # one answer string per question: AMC's float as an integer, Minerva's first listed form only
-    amc = {**record, "answer": 142.0, "samples": [sample("\\boxed{142}", 10)]}
-    minerva = {**record, "answer": ["9.6\n", "9.60"], "samples": [sample("\\boxed{9.6}", 10),
-                                                                  sample("\\boxed{\\text{nine}}", 10)]}
-    assert math_eval.score_record(amc)["correct"] == [1] and math_eval.score_record(minerva)["correct"] == [1, 0]
+    assert [scored[k] for k in ("strict", "correct", "exceed", "joint", "n_tokens")] == [
+        [1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 0, 1], [1, 0, 0, 0, 0, 0], [121, 4501, 32768, 51, 4000, 4001]]
 
 
 @pytest.mark.parametrize("text, value", [("025", 25.0), ("1,000", 1000.0), ("4.5\\times10^{33}", 4.5e33),
@@ -99,8 +84,6 @@ def test_math_summary_equals_plain_loop_with_bootstrap():
 
 
 def test_math_loader_reads_raw_and_verl_files(tmp_path):
-    import pandas as pd
-
     (tmp_path / "amc.json").write_text(json.dumps([{"problem": "1+1?", "answer": 2.0}, {"problem": "x", "answer": ["7\n"]}]))
     pd.DataFrame([{"data_source": "minerva", "prompt": [{"role": "user", "content": "q"}],
                    "reward_model": {"ground_truth": "9.6"}, "extra_info": {"index": 4}}]).to_parquet(tmp_path / "t.parquet")
@@ -113,7 +96,6 @@ def test_math_loader_reads_raw_and_verl_files(tmp_path):
         math_eval.check_complete([{"case_id": "a", "correct": [1] * 3, "n_tokens": [1] * 3}], 16)
 
 
-# ------------------------------------------------------------------------------------------------ toolrl
 def test_toolrl_scores_and_summary():
     gt = '<think> x </think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1}}\n</tool_call>'
     record = {"case_id": "r0", "data_source": "rlla", "ground_truth": gt, "samples": [
@@ -129,7 +111,6 @@ def test_toolrl_scores_and_summary():
     assert summary["format_lo"] <= summary["format"] <= summary["format_hi"]
 
 
-# ------------------------------------------------------------------------------------------------ BFCL
 needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
                                 reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval)")
 
@@ -139,19 +120,23 @@ def toolrl_text(calls: list[dict]) -> str:
     return f"<think> calling </think>\n<tool_call>\n{body}\n</tool_call>"
 
 
-def flat_answer(ground_truth: list[dict]) -> list[dict] | None:
-    """A possible answer as ToolRL calls: first allowed value per parameter; None when an allowed value is
-    itself a nested structure of options (not a plain value)."""
+def bfcl_record(case: dict, *turns: str) -> dict:
+    return {"case_id": case["case_id"], "category": case["category"], "turns": [[t] for t in turns], "force_quit": False}
+
+
+def possible_answer(ground_truth: list[dict], source_text: bool = False) -> list[dict] | None:
+    """A possible answer as ToolRL calls: the first allowed value per parameter, as Java/JavaScript source text
+    with `source_text`; None when a value is itself a structure of options."""
     calls = []
     for call in ground_truth:
         ((name, params),) = call.items()
         chosen = {}
         for key, options in params.items():
             value = next((o for o in options if o != ""), None)
-            if isinstance(value, dict):
+            if isinstance(value, dict) or (source_text and isinstance(value, list)):
                 return None
             if value is not None:
-                chosen[key] = value
+                chosen[key] = value if isinstance(value, str) or not source_text else json.dumps(value)
         calls.append({"name": name, "parameters": chosen})
     return calls
 
@@ -159,21 +144,15 @@ def flat_answer(ground_truth: list[dict]) -> list[dict] | None:
 @pytest.mark.parametrize("category", ["simple_python", "parallel", "live_simple", "live_parallel"])
 @needs_bfcl
 def test_bfcl_checker_accepts_possible_answers_and_rejects_wrong_ones(category):
-    cases = bfcl_eval.load_bfcl_cases([category], limit=12)
     checked = 0
-    for case in cases:
-        calls = flat_answer(case["ground_truth"])
-        if calls is None:
+    for case in bfcl_eval.load_bfcl_cases([category], limit=12):
+        if (calls := possible_answer(case["ground_truth"])) is None:
             continue
-        good = {"case_id": case["case_id"], "category": category, "turns": [[toolrl_text(calls)]], "force_quit": False}
-        result = bfcl_eval.score_record(good, case)
-        assert result["valid"], (case["case_id"], result["error"])
-        assert result["format"] == 1.0
+        result = bfcl_eval.score_record(bfcl_record(case, toolrl_text(calls)), case)
+        assert result["valid"] and result["format"] == 1.0, (case["case_id"], result["error"])
         renamed = [{**c, "name": c["name"] + "_x"} for c in calls]
-        bad = {**good, "turns": [[toolrl_text(renamed)]]}
-        assert not bfcl_eval.score_record(bad, case)["valid"]
-        unparsed = {**good, "turns": [["<think> hm </think>\n<response> no call </response>"]]}
-        result = bfcl_eval.score_record(unparsed, case)
+        assert not bfcl_eval.score_record(bfcl_record(case, toolrl_text(renamed)), case)["valid"]
+        result = bfcl_eval.score_record(bfcl_record(case, "<think> hm </think>\n<response> no call </response>"), case)
         assert not result["valid"] and result["format"] == 1.0  # format is not accuracy
         checked += 1
     assert checked >= 8
@@ -199,13 +178,11 @@ def test_bfcl_multi_turn_checker_on_ground_truth_execution():
         turns = [keyword_calls(t) for t in case["ground_truth"]]
         if any(t is None for t in turns) or not all(turns):
             continue
-        emissions = [[toolrl_text(t)] for t in turns]
-        record = {"case_id": case["case_id"], "category": "multi_turn_base", "turns": emissions, "force_quit": False}
-        assert bfcl_eval.score_record(record, case)["valid"], case["case_id"]
-        broken = {**record, "turns": [["<think> skip </think>\n<response> done </response>"]] + emissions[1:]}
-        assert not bfcl_eval.score_record(broken, case)["valid"]
-        short = {**record, "turns": emissions[:-1]}
-        assert not bfcl_eval.score_record(short, case)["valid"]
+        emissions = [toolrl_text(t) for t in turns]
+        assert bfcl_eval.score_record(bfcl_record(case, *emissions), case)["valid"], case["case_id"]
+        skipped = bfcl_record(case, "<think> skip </think>\n<response> done </response>", *emissions[1:])
+        assert not bfcl_eval.score_record(skipped, case)["valid"]
+        assert not bfcl_eval.score_record(bfcl_record(case, *emissions[:-1]), case)["valid"]
         checked += 1
         if checked == 3:
             break
@@ -231,8 +208,8 @@ def test_bfcl_length_diagnostics_aggregate_like_format():
     assert summary["kinds"] == ["accuracy", "format", "length", "length_le_16", "think_words"]
     for index, name in ((0, "length"), (0, "length_le_16"), (1, "think_words")):
         values = {c: expected[c][index] for c in bfcl.CATEGORIES}
-        simple = sum(values[c] for c in bfcl.SIMPLE_LANGUAGES) / 3
-        non_live = (simple + values["multiple"] + values["parallel"] + values["parallel_multiple"]) / 4
+        non_live = (sum(values[c] for c in bfcl.SIMPLE_LANGUAGES) / 3 + values["multiple"] + values["parallel"]
+                    + values["parallel_multiple"]) / 4
         multi = sum(values[c] for c in bfcl.MULTI_TURN_CATEGORIES) / 4
         # Live is the micro mean over the cases scored (4 per category here), as for format
         live = sum(values[c] for c in bfcl.LIVE_CATEGORIES) / 4
@@ -246,7 +223,6 @@ def test_bfcl_length_diagnostics_aggregate_like_format():
     assert summary["average_accuracy"] == 100.0 and bfcl_eval.summarise_bfcl(scored[:8])["groups_accuracy"] is None
 
 
-# ------------------------------------------------------------------------------------------------ case files
 def test_case_store_resumes_repairs_and_refuses_other_settings(tmp_path):
     path = tmp_path / "gen.jsonl"
     store = CaseStore(path, {"sampling": {"n": 2}})
@@ -271,36 +247,26 @@ def test_case_store_resumes_repairs_and_refuses_other_settings(tmp_path):
 
 
 def test_infrastructure_errors_are_retried_then_left_missing(tmp_path):
-    store = CaseStore(tmp_path / "gen.jsonl")
-    failures = {"left": 1}
+    store, failures = CaseStore(tmp_path / "gen.jsonl"), [RuntimeError("CUDA error: an illegal memory access")]
 
-    def flaky(batch):
-        if failures["left"]:
-            failures["left"] -= 1
-            raise RuntimeError("CUDA error: an illegal memory access")
+    def produce(batch):
+        if failures:
+            raise failures.pop(0)
         return [{"case_id": c["case_id"]} for c in batch]
 
-    summary = run_cases([{"case_id": "a"}, {"case_id": "b"}], store, flaky, retries=2, backoff_s=0)
+    summary = run_cases([{"case_id": "a"}, {"case_id": "b"}], store, produce, retries=2, backoff_s=0)
     assert summary.retries == 1 and summary.generated == 2 and not summary.missing
-
-    def broken(batch):
-        raise ConnectionError("engine gone")
-
-    summary = run_cases([{"case_id": "c"}], store, broken, retries=1, backoff_s=0)
+    failures[:] = [ConnectionError("engine gone")] * 2
+    summary = run_cases([{"case_id": "c"}], store, produce, retries=1, backoff_s=0)
     assert summary.missing == ["c"] and "c" not in store  # missing, never recorded as an answer
-
-    def bad_input(batch):
-        raise ValueError("prompt too long")
-
-    with pytest.raises(ValueError, match="prompt too long"):  # not an infrastructure error: stops the run
-        run_cases([{"case_id": "d"}], store, bad_input, backoff_s=0)
+    failures[:] = [ValueError("prompt too long")]  # not an infrastructure error: stops the run
+    with pytest.raises(ValueError, match="prompt too long"):
+        run_cases([{"case_id": "d"}], store, produce, backoff_s=0)
 
 
 @pytest.mark.parametrize("bench, count, words", [("olympiad_bench", 674, "hub copy the authors used"),
                                                   ("olympiad_bench", 675, "DeepScaleR's local copy"),
                                                   ("math500", 500, None)])
 def test_math_table_names_the_olympiadbench_copy(bench, count, words):
-    import pandas as pd
-
     found = math_eval.olympiad_copy(pd.DataFrame([{"benchmark": bench, "questions": count}]))
     assert found == words or words in found

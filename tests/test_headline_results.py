@@ -1,8 +1,5 @@
-"""`python -m results headline`: the toy headline race's tables and figure (results/headline.py).
-
-Synthetic race run folders in the format `python -m dara.train` writes (metrics.jsonl, run_info.json with its
-configuration) are read with the real loader, and every number is checked against a plain loop over the same data.
-"""
+"""`python -m results headline` (results/headline.py) on synthetic race run folders in dara.train's format, read
+with the real loader: every number against a plain loop over the same data."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ import pytest
 from results import headline
 from results.cli import main
 from results.loaders import RunLogError
+from tests.test_results_thresholds import write_run as run_folder
 
 METRIC, THRESHOLD = "reward/format/mean", 0.5
 STEPS, LOGGED = 8, 10  # the protocol's steps; every synthetic run logs more, the command keeps 1..STEPS
@@ -36,25 +34,15 @@ def write_run(root: Path, method: str, seed: int, steps: int = LOGGED, variant: 
     speed = {"grpo": 0.07, "gdpo": 0.075, "dara_sym": 0.09, "dara_asym": 0.1}[method]
     cap = 0.45 if (method, seed) == ("grpo", 3) else 1.0
     curve = curve or [round(min(cap, max(0.0, speed * s + rng.uniform(-0.12, 0.12))) * 64) / 64 for s in range(1, 11)]
-    folder = root / run_name(method, seed, variant)
-    folder.mkdir(parents=True)
-    (folder / "run_info.json").write_text(json.dumps({
-        "run_name": folder.name, "method": method, "seed": seed, "task": TASK, "model": MODEL, "estimator": method,
-        "config": {"algorithm.adv_estimator": method, "actor_rollout_ref.rollout.n": 4, "run.seed": seed,
-                   "actor_rollout_ref.actor.data_loader_seed": seed, "run.method": method, "run.task": TASK}}))
-    with open(folder / "metrics.jsonl", "w") as handle:
-        for step, value in enumerate(curve[:steps], 1):
-            dara = {"dara/weight/format": round(1.0 + value, 4), "dara/weight/correctness": 1.0} if "dara" in method else {}
-            handle.write(json.dumps({"step": step, METRIC: value, "reward/correctness/mean": value - 0.5,
-                                     "dara/density/format": round(1.0 - abs(2 * value - 1.0), 4),
-                                     "dara/density/correctness": 0.5625, "actor/entropy": 0.31, **dara}) + "\n")
+    config = {"algorithm.adv_estimator": method, "actor_rollout_ref.rollout.n": 4, "run.seed": seed,
+              "actor_rollout_ref.actor.data_loader_seed": seed, "run.method": method, "run.task": TASK}
+    run_folder(root / run_name(method, seed, variant), [
+        {"step": step, METRIC: value, "reward/correctness/mean": value - 0.5, "dara/density/format": round(
+            1.0 - abs(2 * value - 1.0), 4), "dara/density/correctness": 0.5625, "actor/entropy": 0.31,
+         **({"dara/weight/format": round(1.0 + value, 4), "dara/weight/correctness": 1.0} if "dara" in method else {})}
+        for step, value in enumerate(curve[:steps], 1)],
+        method=method, seed=seed, task=TASK, model=MODEL, estimator=method, config=config)
     return curve
-
-
-def write_protocol(path: Path, steps: int = STEPS) -> Path:
-    path.write_text(json.dumps({"metric": METRIC, "threshold": THRESHOLD, "steps": steps, "temperature": 1.0,
-                                "group_size": 4, "prompts_per_step": 16, "save_freq": 5, "rule": "synthetic"}))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +74,6 @@ def test_race_tables_equal_a_plain_loop(race):
     assert list(steps.columns) == ["method", "seed", "step", "dara_active_steps", "collapsed"]
     per_run = {key: first_reaching(values[:STEPS]) for key, values in curves.items()}
     assert {(m, int(s)): None if pd.isna(t) else int(t) for m, s, t, *_ in steps.itertuples(index=False)} == per_run
-    assert per_run[("grpo", 3)] is None
     summary = headline.summary_table(frame, METRIC, THRESHOLD)
     assert list(summary["method"]) == list(headline.METHODS)
     for row in summary.itertuples(index=False):
@@ -116,7 +103,9 @@ def test_short_missing_and_duplicated_runs_are_errors_naming_them(tmp_path):
 
 def test_cli_writes_every_file_and_rebuilds_them_from_its_runs_csv(race, tmp_path, capsys):
     root, _ = race
-    protocol, out, again = write_protocol(tmp_path / "protocol.json"), tmp_path / "results", tmp_path / "again"
+    protocol, out, again = tmp_path / "protocol.json", tmp_path / "results", tmp_path / "again"
+    protocol.write_text(json.dumps({"metric": METRIC, "threshold": THRESHOLD, "steps": STEPS, "temperature": 1.0,
+                                    "group_size": 4, "prompts_per_step": 16, "save_freq": 5, "rule": "synthetic"}))
     assert main(["headline", str(root), "--protocol", str(protocol), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for name in ("runs.csv", "thresholds.csv", "statistics.csv", "summary.md", "headline.png", "headline.pdf"):
@@ -139,10 +128,3 @@ def test_cli_writes_every_file_and_rebuilds_them_from_its_runs_csv(race, tmp_pat
     with pytest.raises(RunLogError, match="gdpo seed 1"):
         headline.frame_from_runs_csv(tmp_path / "short.csv", headline.METHODS, STEPS)
 
-
-def test_cli_errors_are_one_line_and_a_nonzero_exit(race, tmp_path, capsys):
-    protocol = write_protocol(tmp_path / "protocol.json", steps=LOGGED + 5)  # more steps than any run logged
-    assert main(["headline", str(race[0]), "--protocol", str(protocol), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and run_name("grpo", 0) in err[0]
-    assert not (tmp_path / "o").exists()

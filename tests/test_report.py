@@ -15,6 +15,7 @@ from results.cli import main
 from results.report import NOT_IN_PAPER, build_report, source_items
 from results.tables import method_label
 from results.thresholds import threshold_steps
+from tests.test_results_thresholds import write_run as run_folder
 
 TABLE_1 = REFERENCE / "paper_bfcl_v4_20260920" / "final_method_results.csv"
 CURVES = REFERENCE / "reference" / "training_dynamics.csv"
@@ -91,10 +92,10 @@ def test_authors_files_rebuild_table_1_beside_their_values_with_dara_sym_named(a
 def test_authors_curves_give_threshold_steps_figures_and_provenance(authors_page):
     out, page = authors_page
     rows = page.table("authors: training_dynamics.csv", "reaches 0.8")
-    for (size, method), group in pd.read_csv(CURVES).dropna(subset=["train_format"]).groupby(["model_size", "method"]):
-        median = group.groupby("step")["train_format"].median()
-        hits = median.index[median.to_numpy() >= 0.8]
-        assert row_of(rows, size, method_label(method))["step"] == (str(int(hits[0])) if len(hits) else "never")
+    steps = threshold_steps(pd.read_csv(CURVES), "train_format", 0.8, group_by=["model_size"])  # its loop: test_results_thresholds
+    for row in steps.itertuples():
+        assert row_of(rows, row.model_size, method_label(row.method))["step"] == (
+            "never" if pd.isna(row.step) else str(int(row.step)))
     assert {"reference_training_dynamics_curves.png", "reference_training_dynamics_channels.png"} <= {
         Path(src).name for src in page.images}
     assert any(item.startswith("commit: ") for item in page.footer)
@@ -110,29 +111,30 @@ def write_run(root: Path, task: str, model: str, method: str, seed: int, steps: 
     """A run folder like dara.train leaves: a format reward rising at `rise` per step, DARA channel instruments,
     run_info.json and a verl_config.yaml naming the data and the grader."""
     run, data = root / f"{task}-{model}-{method}-s{seed}", root / "assets"
-    run.mkdir(parents=True)
-    data.mkdir(exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
     (data / "data_card.json").write_text(json.dumps({"rows": 4}))
     fmt = [min(1.0, rise * step + 0.01 * seed) for step in range(1, steps + 1)]
-    (run / "metrics.jsonl").write_text("".join(json.dumps({
-        "step": step, "reward/format/mean": f, "reward/correctness/mean": -1 + f, "dara/density/format": 1 - f,
-        "dara/density/correctness": 0.5, "dara/weight/format": 1.0, "dara/weight/correctness": float(np.sqrt(2))})
-        + "\n" for step, f in enumerate(fmt, 1)))
-    (run / "run_info.json").write_text(json.dumps({"run_name": run.name, "method": method, "seed": seed,
-                                                   "task": task, "model": model}))
+    run_folder(run, [{"step": step, "reward/format/mean": f, "reward/correctness/mean": -1 + f,
+                      "dara/density/format": 1 - f, "dara/density/correctness": 0.5, "dara/weight/format": 1.0,
+                      "dara/weight/correctness": float(np.sqrt(2))} for step, f in enumerate(fmt, 1)],
+               method=method, seed=seed, task=task, model=model)
     (run / "verl_config.yaml").write_text(
         f"data:\n  train_files: {data / 'train.parquet'}\n"
         "reward:\n  custom_reward_function:\n    path: rewards/verl_entry.py\n    name: compute_score\n"
         "  reward_manager:\n    name: DaraParallelRewardManager\n")
 
 
-def test_our_toolrl_runs_sit_beside_the_authors_curves(tmp_path):
+def test_our_runs_sit_beside_the_authors_curves_and_an_unreadable_run_is_left_out(tmp_path):
     for seed in (0, 1):
         write_run(tmp_path / "sweep", "toolrl", "qwen2.5-1.5b-instruct", "dara_sym", seed, 20, 0.07)
         write_run(tmp_path / "sweep", "toolrl", "qwen2.5-1.5b-instruct", "dara_asym", seed, 20, 0.09)
-    build_report([tmp_path / "sweep"], tmp_path / "page", reference=REFERENCE)
+    write_run(tmp_path / "sweep", "smoke", "tiny", "dara_asym", 0, 3, 0.3)
+    (tmp_path / "sweep" / "failed-before-step-1").mkdir()
+    (tmp_path / "sweep" / "failed-before-step-1" / "metrics.jsonl").write_text("")
+    assert main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "page"), "--reference", str(REFERENCE)]) == 0
     page = Page(tmp_path / "page")
-    assert page.sections == ["recipe toolrl: 4 runs"]
+    assert page.sections == ["recipe smoke: 1 runs", "recipe toolrl: 4 runs", "runs left out"]
+    assert "failed-before-step-1" in page.table("runs left out")[1][0]
     authors = pd.read_csv(CURVES)
     theirs = threshold_steps(authors, "train_format", 0.8, group_by=["model_size"]).query(
         "model_size == '1.5B' and method == 'dara'")["step"].iloc[0]
@@ -145,23 +147,13 @@ def test_our_toolrl_runs_sit_beside_the_authors_curves(tmp_path):
     assert row_of(final, "qwen2.5-1.5b-instruct", "dara_sym")["reward/format/mean (paper)"] == (
         f"{at_20.mean():.2f} ± {at_20.std():.2f} (n={len(at_20)})")
     assert row_of(final, "qwen2.5-1.5b-instruct", "dara_asym")["reward/format/mean (paper)"] == NOT_IN_PAPER
-    assert {Path(s).name for s in page.images} == {"recipe_toolrl_curves.png", "recipe_toolrl_channels.png"}
+    smoke = row_of(page.table("recipe smoke", "last logged step"), "tiny", "dara_asym")  # smoke runs: not in the paper
+    assert smoke["reward/format/mean"] == "0.90" and smoke["reward/format/mean (paper)"] == NOT_IN_PAPER
+    assert row_of(page.table("recipe smoke", "reaches 0.8"), "tiny", "dara_asym")["step"] == "3"
+    assert {"recipe_toolrl_curves.png", "recipe_toolrl_channels.png"} <= {Path(s).name for s in page.images}
     assert any(item.startswith("data card: ") and "data_card.json" in item for item in page.footer)
     assert "grader: rewards/verl_entry.py:compute_score via reward manager DaraParallelRewardManager" in page.footer
-    assert sum(item.startswith("config: ") for item in page.footer) == 4
-
-
-def test_smoke_runs_are_not_in_the_paper_and_an_unreadable_run_is_left_out(tmp_path):
-    write_run(tmp_path / "outputs", "smoke", "tiny", "dara_asym", 0, 3, 0.3)
-    (tmp_path / "outputs" / "failed-before-step-1").mkdir()
-    (tmp_path / "outputs" / "failed-before-step-1" / "metrics.jsonl").write_text("")
-    assert main(["report", str(tmp_path / "outputs"), "--out", str(tmp_path / "page"), "--reference", str(REFERENCE)]) == 0
-    page = Page(tmp_path / "page")
-    row = row_of(page.table("recipe smoke", "last logged step"), "tiny", "dara_asym")
-    assert row["reward/format/mean"] == "0.90" and row["reward/format/mean (paper)"] == NOT_IN_PAPER
-    assert row_of(page.table("recipe smoke", "reaches 0.8"), "tiny", "dara_asym")["step"] == "3"
-    assert page.sections == ["recipe smoke: 1 runs", "runs left out"]
-    assert "failed-before-step-1" in page.table("runs left out")[1][0]
+    assert sum(item.startswith("config: ") for item in page.footer) == 5
 
 
 def test_our_per_run_table_keeps_our_names_with_the_authors_values_and_length_metrics(tmp_path):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
@@ -12,18 +9,13 @@ from dara import AUTHORS_REFERENCE
 from results.cli import main
 from results.loaders import RunLogError, load_runs
 from results.plots import channel_columns, parse_threshold_lines
+from tests.test_results_thresholds import write_run
 
 
-def write_run(folder: Path, method: str, seed: int, steps: int = 12) -> None:
-    folder.mkdir(parents=True)
-    info = {"run_name": folder.name, "method": method, "seed": seed, "task": "toolrl", "model": "tiny"}
-    (folder / "run_info.json").write_text(json.dumps(info))
-    with open(folder / "metrics.jsonl", "w") as handle:
-        for step in range(1, steps + 1):
-            record = {"step": step, "reward/format/mean": min(1.0, step / 10 + seed / 50),
-                      "dara/density/format": 0.5 / step, "dara/density/correctness": 0.4,
-                      "dara/weight/format": min(5.0, (0.4 * step / 0.5) ** 0.5), "dara/weight/correctness": 1.0}
-            handle.write(json.dumps(record) + "\n")
+def records(seed: int) -> list[dict]:
+    return [{"step": step, "reward/format/mean": min(1.0, step / 10 + seed / 50), "dara/density/format": 0.5 / step,
+             "dara/density/correctness": 0.4, "dara/weight/format": min(5.0, (0.4 * step / 0.5) ** 0.5),
+             "dara/weight/correctness": 1.0} for step in range(1, 13)]
 
 
 def test_plots_from_authors_files_and_from_our_run_logs(tmp_path):
@@ -31,7 +23,7 @@ def test_plots_from_authors_files_and_from_our_run_logs(tmp_path):
     checkpoints = str(AUTHORS_REFERENCE / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv")
     for method in ("gdpo", "dara_asym"):
         for seed in (0, 1):
-            write_run(tmp_path / "runs" / f"{method}_s{seed}", method, seed)
+            write_run(tmp_path / "runs" / f"{method}_s{seed}", records(seed), method=method, seed=seed)
     frame = load_runs(tmp_path / "runs")
     assert len(frame) == 4 * 12 and channel_columns(frame) == {
         "density": {"format": "dara/density/format", "correctness": "dara/density/correctness"},

@@ -3,8 +3,6 @@ labelled by what differs; seeds are counted within a variant; older run folders 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -15,6 +13,7 @@ from results.loaders import load_runs
 from results.report import build_report
 from results.tables import build_table
 from results.variants import short_names, variant_labels
+from tests.test_results_thresholds import write_run as run_folder
 
 METRIC = "reward/format/mean"
 
@@ -29,40 +28,24 @@ def config(seed: int, model: str = "tiny", **changes) -> dict:
 
 
 def write_run(root, name, seed, values, *, model="tiny", recorded=True, **changes):
-    folder = root / name
-    folder.mkdir(parents=True)
-    info = {"run_name": folder.name, "method": "dara_asym", "seed": seed, "task": "smoke", "model": model}
-    if recorded:
-        info["config"] = config(seed, model, **changes)
-    (folder / "run_info.json").write_text(json.dumps(info))
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, METRIC: v}) + "\n"
-                                                  for s, v in enumerate(values, start=1)))
+    info = {"config": config(seed, model, **changes)} if recorded else {}
+    run_folder(root / name, [{"step": s, METRIC: v} for s, v in enumerate(values, start=1)], method="dara_asym",
+               seed=seed, task="smoke", model=model, **info)
 
 
-@pytest.fixture
-def sweep(tmp_path):
-    root = tmp_path / "sweep"
-    write_run(root, "plain-s0", 0, [0.2, 0.5, 0.9])
-    write_run(root, "plain-s1", 1, [0.1, 0.7, 0.8])
-    write_run(root, "capped-s0", 0, [0.3, 0.9, 1.0], **{"algorithm.dara.w_max": 2.0})
-    return root
-
-
-def test_a_variant_is_its_own_row_labelled_by_what_differs(sweep):
-    table = build_table([sweep], [METRIC], step="last")
-    rows = {r["method"]: r for r in table.to_dict("records")}
-    assert set(rows) == {"dara_asym w_max=5.0", "dara_asym w_max=2.0"}
-    plain, capped = rows["dara_asym w_max=5.0"], rows["dara_asym w_max=2.0"]
-    assert (plain["n"], plain["seeds"], capped["n"], capped["seeds"]) == (2, "0,1", 1, "0")
+def test_a_variant_is_its_own_row_curve_and_threshold_labelled_by_what_differs(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for name, seed, values, changes in (("plain-s0", 0, [0.2, 0.5, 0.9], {}), ("plain-s1", 1, [0.1, 0.7, 0.8], {}),
+                                        ("capped-s0", 0, [0.3, 0.9, 1.0], {"algorithm.dara.w_max": 2.0})):
+        write_run(sweep, name, seed, values, **changes)
+    rows = {r["method"]: r for r in build_table([sweep], [METRIC], step="last").to_dict("records")}
+    plain, capped = rows.pop("dara_asym w_max=5.0"), rows.pop("dara_asym w_max=2.0")
+    assert not rows and (plain["n"], plain["seeds"], capped["n"], capped["seeds"]) == (2, "0,1", 1, "0")
     assert plain[f"{METRIC}_mean"] == pytest.approx((0.9 + 0.8) / 2) and capped[f"{METRIC}_mean"] == 1.0
     frame = load_runs(sweep)
     assert set(frame["base_method"]) == {"dara_asym"} and frame["config_id"].nunique() == 2
-
-
-def test_thresholds_plots_and_report_keep_the_variants_apart(sweep, tmp_path, capsys):
-    steps = thresholds.threshold_steps(load_runs(sweep), METRIC, 0.85)
-    assert dict(zip(steps["method"], steps["step"], strict=True)) == {"dara_asym w_max=2.0": 2,
-                                                                      "dara_asym w_max=5.0": 3}
+    steps = thresholds.threshold_steps(frame, METRIC, 0.85)
+    assert dict(zip(steps["method"], steps["step"], strict=True)) == {"dara_asym w_max=2.0": 2, "dara_asym w_max=5.0": 3}
     assert results_main(["table", str(sweep), "--metrics", METRIC, "--step", "last"]) == 0
     assert "| dara_asym w_max=2.0 | 1 |" in capsys.readouterr().out
     assert results_main(["plot", "curves", str(sweep), "--metrics", METRIC, "--out", str(tmp_path / "c")]) == 0
