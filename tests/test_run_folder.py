@@ -91,14 +91,11 @@ def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path)
 
 
 def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
-    from hydra import compose, initialize_config_dir
-
+    from dara.config import compose
     from dara.run_folder import absolute_run_paths
-    from dara.train import CONF_DIR
 
     def composed(*overrides):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = compose(config_name="train", overrides=[f"run.output_root={tmp_path}", *overrides])
+        cfg = compose([f"run.output_root={tmp_path}", *overrides], resolve=False)
         absolute_run_paths(cfg)
         OmegaConf.resolve(cfg)
         return experiment_config(cfg)

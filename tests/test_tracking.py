@@ -58,14 +58,10 @@ def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_and_online_w
     assert health_server.requests == 1
 
 
-def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
+def test_run_id_follows_the_run_folder_and_every_task_logs_to_wandb_with_project_per_task(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert wandb_run_id("outputs/a") == wandb_run_id(tmp_path / "outputs" / "a")  # a resume finds the same run
-    assert wandb_run_id("outputs/a") != wandb_run_id("outputs/b")
-    assert len(wandb_run_id("outputs/a")) <= 64
-
-
-def test_every_task_logs_to_wandb_with_project_per_task(tmp_path):
+    assert wandb_run_id("outputs/a") != wandb_run_id("outputs/b") and len(wandb_run_id("outputs/a")) <= 64
     for task in ["smoke", "toolrl", "toolrl_three_rewards", "deepscaler"]:
         cfg = compose([f"task={task}", f"run.output_root={tmp_path}"])
         assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
@@ -103,14 +99,6 @@ tracking.finish()
 """
 
 
-def _write_wandb_session(run_dir, env, first, last, value):
-    environ = {**os.environ, **env, "HOME": str(run_dir.parent)}
-    environ.pop("WANDB_API_KEY", None)
-    result = subprocess.run([sys.executable, "-c", WRITE_STEPS, str(run_dir), str(first), str(last), str(value)],
-                            env=environ, capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
 def _wandb_steps(path) -> list[tuple[int, int]]:
     """(wandb's _step, training step) of every history row of a .wandb file, in order."""
     return [(int(r["history"]["step"]["num"]), int(r["history"]["item"][STEP_METRIC]))
@@ -122,12 +110,14 @@ def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_
     """Two sessions of one run through verl's own Tracking, the second redoing step 4: wandb's `_step` keeps
     increasing (what wandb online or `wandb sync` requires), the training step is the charts' step metric, and
     wandb's reader gives every step once with the redone value, as the metrics.jsonl does."""
-    cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
     run_dir = tmp_path / "smoke-tiny-gdpo-s4"
     run_dir.mkdir()
-    env = wandb_env(cfg, {})
-    _write_wandb_session(run_dir, env, 1, 4, 0.25)
-    _write_wandb_session(run_dir, env, 4, 5, 0.5)
+    env = wandb_env(compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"]), {})
+    environ = {k: v for k, v in {**os.environ, **env, "HOME": str(tmp_path)}.items() if k != "WANDB_API_KEY"}
+    for session in ("1 4 0.25", "4 5 0.5"):
+        done = subprocess.run([sys.executable, "-c", WRITE_STEPS, str(run_dir), *session.split()], env=environ,
+                              capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
     files = wandb_run_files(run_dir)
     assert len(files) == 2 and all(env["WANDB_RUN_ID"] in str(f) for f in files)
     assert _wandb_steps(files[0]) == [(1, 1), (2, 2), (3, 3), (4, 4)]
@@ -146,13 +136,11 @@ def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_
     assert from_wandb["dara/density/format"].tolist() == pytest.approx([0.25, 0.5, 0.75, 2.0, 2.5])
     assert set(from_wandb["method"]) == {"gdpo"} and set(from_wandb["seed"]) == {4}
     assert set(from_wandb["run"]) == {"smoke-tiny-gdpo-s4"}
-
-    records = [{"step": s, "dara/density/format": (0.25 if s < 4 else 0.5) * s,
-                "reward/format/mean": 0.25 if s < 4 else 0.5, "timing_s/step": 1.5} for s in (1, 2, 3, 4, 5)]
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (run_dir / "run_info.json").write_text(json.dumps({"run_name": "smoke-tiny-gdpo-s4", "method": "gdpo",
-                                                       "seed": 4, "task": "smoke", "model": "tiny"}))
-    from_jsonl = load_runs(tmp_path)  # auto: metrics.jsonl where the folder has one
+    # the same steps in metrics.jsonl: `auto` reads it, and both sources give the same frame
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({k: r[k] for k in r if "/" in k or k == "step"}) + "\n"
+                                                   for r in from_wandb.to_dict("records")))
+    (run_dir / "run_info.json").write_text(json.dumps({"run_name": run_dir.name, "method": "gdpo", "seed": 4}))
+    from_jsonl = load_runs(tmp_path)
     columns = ["run", "method", "seed", "step", "reward/format/mean", "dara/density/format", "timing_s/step"]
     pd.testing.assert_frame_equal(from_jsonl[columns], from_wandb[columns], check_dtype=False)
     assert load_runs(tmp_path, source="wandb")["step"].tolist() == [1, 2, 3, 4, 5]

@@ -1,10 +1,5 @@
-"""The private verl, vLLM and Ray names the binding reaches, and every verl method it overrides, pinned.
-
-`test_seam_signature` holds each against what verl 0.9.1 (and its vLLM extension, and Ray) have today: the
-parameter names in order for a method, the shape for a registry. A verl upgrade that renames, removes or
-reorders one fails here with the seam's name and its row in docs/training.md ("How the binding extends
-verl"), whose table must list exactly these names (`test_the_seam_table_lists_exactly_the_pinned_names`).
-"""
+"""The private verl, vLLM and Ray names the binding reaches, and every verl method it overrides, pinned to verl
+0.9.1's parameter names (a registry: a key it holds); docs/training.md's seam table lists exactly these names."""
 
 from __future__ import annotations
 
@@ -93,9 +88,7 @@ def test_seam_signature(seam):
     except (ImportError, AttributeError) as error:
         pytest.fail(f"{where(seam)}: {type(error).__name__}: {error}")
     if seam.registry_key is not None:
-        assert isinstance(value, dict) and seam.registry_key in value, (
-            f"{where(seam)}: expected a dict holding {seam.registry_key!r}, found {type(value).__name__} "
-            f"{list(value)[:5] if isinstance(value, dict) else value!r}")
+        assert isinstance(value, dict) and seam.registry_key in value, f"{where(seam)}: {value!r:.300}"
         return
     # Ray's tracing adds `_ray_trace_ctx` to a class's methods once the class went through ray.remote (in place)
     found = tuple(name for name in inspect.signature(value).parameters if name != "_ray_trace_ctx")
@@ -104,8 +97,7 @@ def test_seam_signature(seam):
 
 def seam_table() -> list[list[str]]:
     text = DOC.read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    section = text[text.index(SECTION):].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]  # after header, rule
 
@@ -119,8 +111,7 @@ def test_the_seam_table_lists_exactly_the_pinned_names():
         else:
             private_elsewhere |= {name for name in names if "._" in name}
     expected = {seam.name for seam in SEAMS}
-    assert pinned == expected, (f"rows pinned by test_seam_signature in {DOC.name} name {sorted(pinned - expected)} "
-                                f"not pinned here, and leave out {sorted(expected - pinned)}")
+    assert pinned == expected, (sorted(pinned - expected), sorted(expected - pinned))
     assert not private_elsewhere, f"private names in {DOC.name}'s seam table that no test pins: {private_elsewhere}"
 
 
