@@ -90,18 +90,14 @@ def test_plugin_imports_nothing_of_verl_until_verl_asks():
 
 def test_cpu_worker_classes_replace_verls_only_on_cpu():
     """verl's own _init_resource_pool_mgr picks the workers; the trainer swaps in the gloo ones when device=cpu."""
-    from omegaconf import open_dict
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     from dara.config import compose
     from dara.verl.cpu.workers import CPUActorRolloutRefWorker
 
-    cfg = compose([])
     for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
-        with open_dict(cfg):
-            cfg.trainer.device = device
         trainer = object.__new__(DaraTrainer)  # only the config is read by this step
-        trainer.config = cfg
+        trainer.config = compose([f"trainer.device={device}"])
         trainer._init_resource_pool_mgr()
         classes = [worker.__ray_actor_class__ for worker in trainer.role_worker_mapping.values()]
         assert classes and all(cls is expected for cls in classes), (device, classes)
@@ -163,11 +159,10 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
     from dara.run_log import RunLog, read_metrics
     from dara.verl.trainer import CHECKPOINT_TRACKER, group_filter_counts
 
-    batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"],
-                        tags=[{}, {}, {}, {"is_padding": True}])
-    counts = group_filter_counts(batch, {"training/filter_groups/evicted_samples": 3,
-                                         "training/filter_groups/discarded_surplus_samples": 1})
-    assert counts == {"filter/kept_groups": 2.0, "filter/drawn_groups": 6.0}
+    batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"], tags=[{}, {}, {}, {"is_padding": True}])
+    assert group_filter_counts(batch, {"training/filter_groups/evicted_samples": 3,
+                                       "training/filter_groups/discarded_surplus_samples": 1}) == {
+        "filter/kept_groups": 2.0, "filter/drawn_groups": 6.0}
 
     class VerlLikeSave(PPOTrainerSync):  # what verl's _save_checkpoint does to the marker, in isolation
         def _save_checkpoint(self):
@@ -184,11 +179,10 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
             self.run_log = RunLog(tmp_path / "metrics.jsonl")
 
     trainer = Trainer()
-    for step in (1, 2):
+    marker = tmp_path / CHECKPOINT_TRACKER
+    for step in (1, 2):  # until the step's metrics are logged, a resume starts from the previous checkpoint
         trainer.global_steps = step
         trainer._save_checkpoint()
-        marker = tmp_path / CHECKPOINT_TRACKER
-        # until the step's metrics are logged, a resume starts from the previous checkpoint
         assert (marker.read_text() if marker.exists() else None) == (None if step == 1 else "1")
         trainer._compute_metrics(batch, {}, {}, step, 0)
         assert marker.read_text() == str(step)
