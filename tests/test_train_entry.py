@@ -45,16 +45,11 @@ def test_every_estimator_config_composes(estimator):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["estimator=static"], "fixed channel weights"),
         (["algorithm.dara.weights=[1,2,3]"], "3 entries for 2"),
         (["estimator=saw", "algorithm.dara.reward_ranges.lenght=[0,1]"], r"reward_ranges names \['lenght'\]"),
         (["algorithm.reward_channels=[format,format]"], "distinct"),
-        (["algorithm.dara.batch_norm=sequence"], "batch_norm"),
-        (["estimator=grpo", "algorithm.dara.batch_norm=token"], "'grpo' does not take batch_norm='token'"),
-        (["estimator=dvao", "algorithm.dara.batch_norm=response"], "'dvao' does not take batch_norm='response'"),
         (["trainer.v1.trainer_mode=sync"], "project's trainer"),
-        (["algorithm.dara.w_max=0.5"], "w_max"),
-        (["algorithm.dara.form=diag"], "form"),
+        (["algorithm.dara.w_max=0.5"], "w_max"),  # the estimator options' own checks: tests/test_estimators.py
         (["algorithm.reward_channels=[format,length]"],
          r"'length'.*the reward's channels are \['format', 'correctness'\]"),
         (["task=deepscaler", "algorithm.reward_channels=[correctness,format]"],

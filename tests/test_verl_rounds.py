@@ -31,9 +31,7 @@ def loop_order(seq_lens: list[int], world_size: int) -> list[int]:
     order = []
     for partition in get_seqlen_balanced_partitions(work, k_partitions=parts, equal_size=len(work) % parts == 0):
         ranked = sorted(partition, key=lambda row: (work[row], row))
-        evens = [ranked[i] for i in range(0, len(ranked), 2)]
-        odds = [ranked[i] for i in range(1, len(ranked), 2)]
-        order += evens + odds[::-1]
+        order += ranked[0::2] + ranked[1::2][::-1]
     return order
 
 
@@ -64,10 +62,9 @@ class Rounds:
         self.store, self.plan, self.submitted, self.seen = store, list(plan), [], {}
 
     def __call__(self, prompts: int) -> list[str]:
-        number = len(self.submitted) + 1
         groups = self.plan.pop(0)
         assert len(groups) == prompts
-        uids = [f"r{number}p{i}" for i in range(prompts)]
+        uids = [f"r{len(self.submitted) + 1}p{i}" for i in range(prompts)]
         for uid, responses in zip(uids, groups, strict=True):
             failed = responses == "fail"
             self.store.tags["train"][uid] = {"is_prompt": True, "status": "failure" if failed else "finished",
