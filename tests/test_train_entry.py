@@ -84,8 +84,6 @@ def test_reward_channels_and_ranges_come_from_the_reward_by_name():
      "Error merging override algorithm.dara.w_max=big: Value 'big' of type 'str' could not be converted to Float"),
     ("estimator=nope", "In 'train': Could not find 'estimator/nope'; Available options in 'estimator': "
      + ", ".join(sorted(path.stem for path in (CONF_DIR / "estimator").glob("*.yaml")))),
-    ("run.sed=1", "Could not override 'run.sed': Key 'sed' not in 'RunConfig'; To append to your config use +run.sed=1"),
-    ("run.seed=x", "Error merging override run.seed=x: Value 'x' of type 'str' could not be converted to Integer"),
     ("run.seed=[", None),  # a parse error: the message names the override text
 ])
 def test_composition_errors_become_one_line_naming_the_override(override, line):
