@@ -17,23 +17,17 @@ from dara.verl.cpu.platform import CPU_DEVICE_MODULE, PlatformCPU
 
 
 def test_registered_under_cpu_after_verls_own_platforms_and_answers_verls_cuda_style_calls():
+    """The calls verl's own helpers make (their answers through verl: the probe below)."""
     assert PlatformRegistry.get("cpu") is PlatformCPU
     assert PlatformRegistry.registered_names()[-1] == "cpu"  # probed last: only where no accelerator answers
     platform, module = PlatformCPU(), CPU_DEVICE_MODULE
     assert platform.is_available() and platform.is_platform_available(use_smi_check=True)
-    assert (platform.device_name, platform.current_device(), platform.communication_backend_name()) == (
-        "cpu", "cpu", "gloo")
     assert platform.ray_resource_name() == "GPU" and platform.ray_resource_options(1) == {"num_gpus": 1}
-    assert not platform.is_ipc_supported() and platform.get_device_capability() == (None, None)
+    assert not platform.is_ipc_supported() and platform.device_module is module and module.device_count() == 1
     with platform.nvtx_range("no-op"):
-        pass
-    assert platform.device_module is module and module.get_device_name() == "CPU" and module.is_available()
-    assert module.device_count() == 1 and module.current_device() == "cpu"
-    assert [getattr(module, c)() for c in ("memory_allocated", "memory_reserved", "max_memory_allocated",
-                                           "max_memory_reserved")] == [0] * 4
+        module.empty_cache(), module.synchronize()
     free, total = module.mem_get_info()
-    assert 0 < free <= total
-    module.empty_cache(), module.synchronize()
+    assert 0 < free <= total and module.max_memory_allocated() == 0
     state, first = module.get_rng_state(), torch.rand(3)
     module.set_rng_state(state)
     assert torch.equal(first, torch.rand(3))
