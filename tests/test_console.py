@@ -1,5 +1,4 @@
-"""The quiet main job's pieces: the progress follower, the output redirect, step warnings. (`--verbose`:
-tests/test_train_entry.py, with `--cfg job`.)"""
+"""The quiet main job's pieces: the progress follower, the output redirect, step warnings."""
 
 from __future__ import annotations
 
@@ -26,9 +25,9 @@ def test_progress_prints_each_new_step_once_with_time_left(tmp_path):
     assert progress.poll() == []
     path.write_text("")  # a resume rewrites the log without the steps past its checkpoint
     assert progress.poll() == []
-    append(path, {"step": 1, "reward/format/mean": 0.25, "dara/density/format": 0.5, "timing_s/step": 60.0})
-    with open(path, "a") as handle:
-        handle.write('{"step": 2, "rew')  # half-written by the trainer: wait for the rest
+    with open(path, "a") as handle:  # step 2 half-written by the trainer: wait for the rest
+        handle.write(json.dumps({"step": 1, "reward/format/mean": 0.25, "dara/density/format": 0.5,
+                                 "timing_s/step": 60.0}) + '\n{"step": 2, "rew')
     (line,) = progress.poll()
     assert line.startswith("[dara] step 1/4 | reward format 0.250 | density format 0.500 | weight  | ")
     assert line.endswith(", ~3:00 left")  # 3 steps x the first step's 60 s

@@ -1,5 +1,5 @@
-"""The rollout-engine watchdog (dara.verl.engine_watchdog) against a real HTTP server standing in for a rollout
-server's /health (`health_server`, tests/conftest.py); a training run whose engine is killed: tests/test_training.py."""
+"""The rollout-engine watchdog (dara.verl.engine_watchdog) against a real HTTP server's /health (`health_server`,
+tests/conftest.py); a training run whose engine is killed: tests/test_training.py."""
 
 from __future__ import annotations
 
@@ -8,15 +8,7 @@ import time
 
 import pytest
 
-from dara.verl.engine_watchdog import (
-    ENGINE_FAILURE,
-    EXIT_CODE,
-    EngineWatchdog,
-    RolloutEngineDied,
-    clear_engine_failure,
-    health,
-    read_engine_failure,
-)
+from dara.verl import engine_watchdog as wd
 
 
 def unused_address() -> str:
@@ -25,26 +17,21 @@ def unused_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def test_health_tells_a_live_a_dead_and_a_missing_server_apart_whatever_proxy_is_set(health_server, monkeypatch):
+def test_health_tells_a_live_a_dead_and_a_missing_server_apart_whatever_proxy_is_set(health_server, monkeypatch,
+                                                                                      tmp_path):
     # a cluster's proxy settings: http_proxy at a dead port, the subnet in CIDR form in no_proxy (ignored by Python)
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
         monkeypatch.setenv(name, f"http://{unused_address()}")
     monkeypatch.setenv("no_proxy", "10.0.0.0/8,192.0.2.0/24")
-    assert health(health_server.address, timeout_s=5) is None and health_server.requests == 1
-    health_server.status = 503
-    assert health(health_server.address, timeout_s=5) == "/health answered 503"
-    assert "unreachable" in health(unused_address(), timeout_s=5)
-
-
-def test_raise_if_dead_names_the_engine_the_server_and_the_resume(health_server, tmp_path):
-    watchdog = EngineWatchdog("vllm", [health_server.address], str(tmp_path))
+    watchdog = wd.EngineWatchdog("vllm", [health_server.address], str(tmp_path))
+    assert wd.health(health_server.address, timeout_s=5) is None and health_server.requests == 1
     watchdog.raise_if_dead()  # healthy: nothing
+    assert "unreachable" in wd.health(unused_address(), timeout_s=5)
     health_server.status = 503
-    with pytest.raises(RolloutEngineDied) as caught:
+    with pytest.raises(wd.RolloutEngineDied) as caught:
         watchdog.raise_if_dead(cause=ValueError("no trajectories"))
-    message = str(caught.value)
-    assert f"rollout engine (vllm, server {health_server.address}) died: /health answered 503" in message
-    assert "start the same command again to resume" in message
+    assert f"rollout engine (vllm, server {health_server.address}) died: /health answered 503" in str(caught.value)
+    assert "start the same command again to resume" in str(caught.value)
     assert isinstance(caught.value.__cause__, ValueError)
 
 
@@ -60,7 +47,7 @@ def started(health_server, run_dir, failures):
     """A watchdog thread polling every 0.25 s (also each poll's timeout: shorter ones read a loaded machine's healthy
     server as unreachable); `ended`: the exit codes it would end the process with."""
     ended = []
-    watchdog = EngineWatchdog("vllm", [health_server.address], str(run_dir), interval_s=0.25, failures=failures,
+    watchdog = wd.EngineWatchdog("vllm", [health_server.address], str(run_dir), interval_s=0.25, failures=failures,
                               end_process=ended.append).start()
     return watchdog, ended
 
@@ -68,15 +55,14 @@ def started(health_server, run_dir, failures):
 def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(health_server, tmp_path):
     watchdog, ended = started(health_server, tmp_path, failures=3)
     wait_for(lambda: watchdog.polls >= 5)
-    assert ended == [] and read_engine_failure(tmp_path) is None  # healthy polls end nothing
+    assert ended == [] and wd.read_engine_failure(tmp_path) is None  # healthy polls end nothing
     health_server.status = 503
     wait_for(lambda: ended)
-    assert ended == [EXIT_CODE]
-    line = read_engine_failure(tmp_path)
+    line = wd.read_engine_failure(tmp_path)
+    assert ended == [wd.EXIT_CODE] and (tmp_path / wd.ENGINE_FAILURE).read_text().count("\n") == 1
     assert line.startswith("the rollout engine (vllm, server ") and "/health answered 503" in line
-    assert (tmp_path / ENGINE_FAILURE).read_text().count("\n") == 1
-    clear_engine_failure(tmp_path)
-    assert read_engine_failure(tmp_path) is None
+    wd.clear_engine_failure(tmp_path)
+    assert wd.read_engine_failure(tmp_path) is None
 
 
 def test_fewer_failed_polls_in_a_row_are_forgiven_and_a_stopped_watchdog_ends_nothing(health_server, tmp_path):
@@ -87,10 +73,10 @@ def test_fewer_failed_polls_in_a_row_are_forgiven_and_a_stopped_watchdog_ends_no
     health_server.status = 503
     polls = watchdog.polls
     time.sleep(0.6)
-    assert watchdog.polls == polls and ended == [] and read_engine_failure(tmp_path) is None
+    assert watchdog.polls == polls and ended == [] and wd.read_engine_failure(tmp_path) is None
 
 
 @pytest.mark.parametrize("interval_s, failures", [(0, 3), (1.0, 0)])
 def test_bad_settings_are_refused(interval_s, failures):
     with pytest.raises(ValueError, match="engine watchdog"):
-        EngineWatchdog("vllm", ["127.0.0.1:1"], None, interval_s=interval_s, failures=failures)
+        wd.EngineWatchdog("vllm", ["127.0.0.1:1"], None, interval_s=interval_s, failures=failures)

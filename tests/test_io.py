@@ -7,15 +7,7 @@ import os
 
 import pytest
 
-from dara.io import (
-    JsonlError,
-    atomic_path,
-    atomic_write_json,
-    atomic_write_jsonl,
-    atomic_write_text,
-    read_jsonl,
-    run_finished,
-)
+from dara import io as dio
 
 
 @pytest.mark.parametrize(("text", "kwargs", "expected"), [
@@ -28,44 +20,39 @@ from dara.io import (
 def test_read_jsonl_drops_only_a_torn_last_line_and_names_a_bad_line(tmp_path, text, kwargs, expected):
     (tmp_path / "log.jsonl").write_text(text)
     if isinstance(expected, str):
-        with pytest.raises(JsonlError, match=r"log\.jsonl" + expected):
-            read_jsonl(tmp_path / "log.jsonl", **kwargs)
+        with pytest.raises(dio.JsonlError, match=r"log\.jsonl" + expected):
+            dio.read_jsonl(tmp_path / "log.jsonl", **kwargs)
     else:
-        assert read_jsonl(tmp_path / "log.jsonl") == expected
+        assert dio.read_jsonl(tmp_path / "log.jsonl") == expected
 
 
 def test_atomic_write_leaves_the_old_file_and_no_temporary_when_the_writer_raises(tmp_path):
     target = tmp_path / "out" / "table.csv"
-    atomic_write_text(target, "old\n")
-    with pytest.raises(RuntimeError, match="writer failed"), atomic_path(target) as tmp:
+    dio.atomic_write_text(target, "old\n")
+    with pytest.raises(RuntimeError, match="writer failed"), dio.atomic_path(target) as tmp:
         tmp.write_text("half a ")
         raise RuntimeError("writer failed")
     assert target.read_text() == "old\n"
     assert os.listdir(target.parent) == ["table.csv"]
     with pytest.raises(TypeError):  # a payload json cannot encode fails before the target is touched
-        atomic_write_json(target, {"x": object()})
+        dio.atomic_write_json(target, {"x": object()})
     assert target.read_text() == "old\n" and os.listdir(target.parent) == ["table.csv"]
     fresh = tmp_path / "new.json"
-    with pytest.raises(RuntimeError), atomic_path(fresh):
+    with pytest.raises(RuntimeError), dio.atomic_path(fresh):
         raise RuntimeError("no file at all")
     assert not fresh.exists() and sorted(os.listdir(tmp_path)) == ["out"]
 
 
-def test_atomic_writes_round_trip_with_ordinary_permissions(tmp_path):
-    atomic_write_json(tmp_path / "a.json", {"b": 1, "a": [2]}, sort_keys=True)
+def test_atomic_writes_round_trip_with_ordinary_permissions_and_run_finished_reads_the_last_step(tmp_path):
+    dio.atomic_write_json(tmp_path / "a.json", {"b": 1, "a": [2]}, sort_keys=True)
     assert json.loads((tmp_path / "a.json").read_text()) == {"a": [2], "b": 1}
-    atomic_write_jsonl(tmp_path / "m.jsonl", [{"step": 1}, {"step": 2, "name": "ü"}])
-    assert read_jsonl(tmp_path / "m.jsonl") == ([{"step": 1}, {"step": 2, "name": "ü"}], False)
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~umask
-
-
-def test_run_finished_reads_the_last_step_of_metrics_jsonl(tmp_path):
-    assert not run_finished(tmp_path, 3)  # no log yet
-    atomic_write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1}, {"step": 2}])
-    assert not run_finished(tmp_path, 3)
+    assert not dio.run_finished(tmp_path, 3)  # no log yet
+    dio.atomic_write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1}, {"step": 2, "name": "ü"}])
+    assert dio.read_jsonl(tmp_path / "metrics.jsonl") == ([{"step": 1}, {"step": 2, "name": "ü"}], False)
+    assert not dio.run_finished(tmp_path, 3) and not dio.run_finished(tmp_path, None)
     with open(tmp_path / "metrics.jsonl", "a") as handle:
         handle.write('{"step": 3}\n{"step": 4, "x"')  # a torn line after the last step does not matter
-    assert run_finished(tmp_path, 3)
-    assert not run_finished(tmp_path, None)
+    assert dio.run_finished(tmp_path, 3)

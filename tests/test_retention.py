@@ -1,6 +1,5 @@
-"""Checkpoint retention across requeues (dara.verl.retention), on checkpoints written by verl's own FSDP
-checkpoint manager (FSDP2 over gloo, one rank, a tiny Qwen2) the way verl's trainer saves them; a requeued job is
-a new manager, its rotation list empty as in a fresh process."""
+"""Checkpoint retention across requeues (dara.verl.retention) on checkpoints of verl's own FSDP checkpoint manager
+(FSDP2 over gloo, one rank, a tiny Qwen2); a requeued job is a new manager, its rotation list empty."""
 
 from __future__ import annotations
 
@@ -11,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from dara.config import compose
 from dara.run_folder import CHECKPOINT_TRACKER
-from dara.train import CONF_DIR
 from dara.verl.retention import CheckpointLayout, apply_retention, incomplete_reason, read_marker
 from data_prep.tiny_model import tiny_qwen2
 
@@ -47,54 +45,47 @@ def new_job():
 
 
 def composed(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose(config_name="train", overrides=[
-            f"run.output_root={tmp_path}", "run.checkpoint.keep_last=2", "run.checkpoint.keep_hf_steps=[2]",
-            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]", *overrides])
-    OmegaConf.resolve(cfg)
-    return cfg
+    """The run's config and its checkpoint folder."""
+    cfg = compose([f"run.output_root={tmp_path}", "run.checkpoint.keep_last=2", "run.checkpoint.keep_hf_steps=[2]",
+                    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]", *overrides])
+    return cfg, Path(cfg.trainer.default_local_dir)
 
 
-def save(cfg, manager, step: int, callback=None) -> None:
+def save(cfg, manager, *steps: int, callback=None) -> None:
     """What verl's v1 trainer's `_save_checkpoint` does: the actor's save, data.pt, the marker, the callback."""
-    folder = checkpoint_dir(cfg) / f"global_step_{step}"
-    manager.save_checkpoint(str(folder / "actor"), global_step=step, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep)
-    torch.save({"step": step}, folder / "data.pt")
-    (checkpoint_dir(cfg) / CHECKPOINT_TRACKER).write_text(str(step))
-    if callback is not None:
-        callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder))
-
-
-def checkpoint_dir(cfg):
-    return Path(cfg.trainer.default_local_dir)
+    for step in steps:
+        folder = Path(cfg.trainer.default_local_dir) / f"global_step_{step}"
+        manager.save_checkpoint(str(folder / "actor"), global_step=step,
+                                max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep)
+        torch.save({"step": step}, folder / "data.pt")
+        (folder.parent / CHECKPOINT_TRACKER).write_text(str(step))
+        if callback is not None:
+            callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder))
 
 
 def on_disk(cfg) -> dict[int, str]:
     """{step: what the folder holds} for every global_step_N folder."""
     return dict(sorted((int(path.name.split("_")[-1]), "actor" if (path / "actor").is_dir() else "data.pt only")
-                       for path in checkpoint_dir(cfg).glob("global_step_*")))
+                       for path in Path(cfg.trainer.default_local_dir).glob("global_step_*")))
 
 
 def test_after_a_requeue_the_newest_two_complete_checkpoints_and_the_kept_hf_steps_remain(tmp_path, new_job):
-    cfg = composed(tmp_path)
-    first = new_job()
-    for step in (1, 2, 3):
-        save(cfg, first, step)
+    cfg, ckpt = composed(tmp_path)
+    save(cfg, new_job(), 1, 2, 3)
     second = new_job()  # the requeued job: verl's rotation list is empty again
-    for step in (4, 5):
-        save(cfg, second, step)
+    save(cfg, second, 4, 5)
     assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor", 4: "actor", 5: "actor"}  # verl alone
-    killed = checkpoint_dir(cfg) / "global_step_6"
+    killed = ckpt / "global_step_6"
     second.save_checkpoint(str(killed / "actor"), global_step=6, max_ckpt_to_keep=2)  # killed before data.pt
     # before saving, verl made room by rotating this job's step 4: the previous job's 2 and 3 stay
     assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor", 4: "data.pt only", 5: "actor", 6: "actor"}
     assert incomplete_reason(killed, CheckpointLayout.from_config(cfg)).startswith("no complete data.pt")
-    assert read_marker(checkpoint_dir(cfg)) == 5
+    assert read_marker(ckpt) == 5
 
     lines = []
     plan = apply_retention(cfg, at_start=True, write=lambda line, **_: lines.append(line))  # the third job starts
     assert on_disk(cfg) == {3: "actor", 5: "actor"} and plan.keep == [3, 5]  # the newest two complete ones
-    assert read_marker(checkpoint_dir(cfg)) == 5
+    assert read_marker(ckpt) == 5
     kept = tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2"
     assert load_file(kept / "model.safetensors") and json.loads((kept / "config.json").read_text())["model_type"]
     assert len(lines) == 1 and "kept steps 3, 5" in lines[0] and "6 (past the resume marker" in lines[0]
@@ -106,49 +97,43 @@ def test_after_a_requeue_the_newest_two_complete_checkpoints_and_the_kept_hf_ste
 def test_the_callback_rotates_the_previous_jobs_checkpoints_after_each_save(tmp_path, new_job):
     from dara.verl.checkpoints import KeepEvaluatedSteps
 
-    cfg = composed(tmp_path)
+    cfg, ckpt = composed(tmp_path)
     callback = KeepEvaluatedSteps(config=cfg)
-    first = new_job()
-    for step in (1, 2, 3):
-        save(cfg, first, step, callback)
+    save(cfg, new_job(), 1, 2, 3, callback=callback)
     assert on_disk(cfg) == {2: "actor", 3: "actor"}
     second = new_job()
-    save(cfg, second, 4, callback)
+    save(cfg, second, 4, callback=callback)
     assert on_disk(cfg) == {3: "actor", 4: "actor"}
-    save(cfg, second, 5, callback)
+    save(cfg, second, 5, callback=callback)
     assert on_disk(cfg) == {4: "actor", 5: "actor"}
     assert load_file(tmp_path / cfg.run.name / "hf_checkpoints" / "global_step_2" / "model.safetensors")
 
 
 def test_a_marker_on_an_incomplete_checkpoint_moves_to_a_complete_one(tmp_path, new_job):
-    cfg = composed(tmp_path, "run.checkpoint.keep_last=3")
-    job = new_job()
-    for step in (1, 2, 3):
-        save(cfg, job, step)
-    shard = checkpoint_dir(cfg) / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
+    cfg, ckpt = composed(tmp_path, "run.checkpoint.keep_last=3")
+    save(cfg, new_job(), 1, 2, 3)
+    shard = ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
     shard.write_bytes(shard.read_bytes()[:100])  # cut short by a crash
     assert "model_world_size_1_rank_0.pt missing or cut short" in incomplete_reason(shard.parent.parent,
                                                                                   CheckpointLayout.from_config(cfg))
     plan = apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
-    assert read_marker(checkpoint_dir(cfg)) == 2 and on_disk(cfg) == {1: "actor", 2: "actor"}
+    assert read_marker(ckpt) == 2 and on_disk(cfg) == {1: "actor", 2: "actor"}
     assert "resuming from step 2" in plan.resume_note
 
-    shutil.rmtree(checkpoint_dir(cfg) / "global_step_2" / "actor")  # and the older one rotated away
-    shutil.rmtree(checkpoint_dir(cfg) / "global_step_1" / "actor")
+    shutil.rmtree(ckpt / "global_step_2" / "actor")  # and the older one rotated away
+    shutil.rmtree(ckpt / "global_step_1" / "actor")
     apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
-    assert read_marker(checkpoint_dir(cfg)) is None and on_disk(cfg) == {}  # nothing to resume: starts over
+    assert read_marker(ckpt) is None and on_disk(cfg) == {}  # nothing to resume: starts over
 
 
 def test_safetensors_cut_short_and_a_missing_role_are_incomplete_and_other_resume_modes_change_nothing(
         tmp_path, new_job):
-    cfg = composed(tmp_path, "trainer.resume_mode=disable")
-    job = new_job()
-    for step in (1, 2, 3):
-        save(cfg, job, step)
-    (checkpoint_dir(cfg) / CHECKPOINT_TRACKER).write_text("1")
+    cfg, ckpt = composed(tmp_path, "trainer.resume_mode=disable")
+    save(cfg, new_job(), 1, 2, 3)
+    (ckpt / CHECKPOINT_TRACKER).write_text("1")
     assert apply_retention(cfg, at_start=True) is None  # the run does not resume from the folder's marker
     assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor"}
-    folder = checkpoint_dir(cfg) / "global_step_3"
+    folder = ckpt / "global_step_3"
     layout = CheckpointLayout.from_config(cfg)
     assert incomplete_reason(folder, layout) is None
     weights = folder / "actor" / "huggingface" / "model.safetensors"

@@ -7,18 +7,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from dara.run_folder import (
-    CHECKPOINTS,
-    METRICS_FILE,
-    RUN_INFO,
-    RunFolderError,
-    check_same_experiment,
-    config_differences,
-    experiment_config,
-    flatten,
-    suggested_name,
-    without_seed,
-)
+from dara import run_folder as rf
 
 
 def _config(**changes):
@@ -42,74 +31,72 @@ def _config(**changes):
     ({"run.seed": 1, "data.seed": 1}, ["data.seed", "run.seed"]),  # none without_seed
 ])
 def test_what_changes_the_experiment(changes, differences):
-    base, other = experiment_config(_config()), experiment_config(_config(**changes))
-    assert config_differences(base, other) == differences
-    assert config_differences(without_seed(base), without_seed(other)) == [k for k in differences if "seed" not in k]
-    assert flatten({"a": {"b": [1, {"c": 2}], "d": {}}, "e": None}) == {"a.b": [1, {"c": 2}], "a.d": {}, "e": None}
+    base, other = rf.experiment_config(_config()), rf.experiment_config(_config(**changes))
+    assert rf.config_differences(base, other) == differences
+    assert rf.config_differences(rf.without_seed(base), rf.without_seed(other)) == [
+        k for k in differences if "seed" not in k]
+    assert rf.flatten({"a": {"b": [1, {"c": 2}], "d": {}}, "e": None}) == {"a.b": [1, {"c": 2}], "a.d": {}, "e": None}
 
 
 def _folder_with_run(tmp_path, config, steps=2):
     """A run folder as dara.train leaves it: run_info.json with its experiment configuration, logged steps."""
     run_dir = tmp_path / "smoke-tiny-dara_asym-s0"
     run_dir.mkdir()
-    (run_dir / RUN_INFO).write_text(json.dumps({"run_name": run_dir.name, "config": experiment_config(config)}))
-    (run_dir / METRICS_FILE).write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, steps + 1)))
+    (run_dir / rf.RUN_INFO).write_text(json.dumps({"run_name": run_dir.name, "config": rf.experiment_config(config)}))
+    (run_dir / rf.METRICS_FILE).write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, steps + 1)))
     return run_dir
 
 
 def test_a_folder_of_another_configuration_is_refused_naming_the_keys_and_a_name_of_its_own(tmp_path):
     run_dir = _folder_with_run(tmp_path, _config())
-    metrics = (run_dir / METRICS_FILE).read_bytes()
+    metrics = (run_dir / rf.METRICS_FILE).read_bytes()
     longer = _config(**{"trainer.total_training_steps": 30, "trainer.save_freq": 5})
-    check_same_experiment(run_dir, experiment_config(longer), "smoke-tiny-dara_asym-s0", 0)  # resumes, extends
-    capped = experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
-    with pytest.raises(RunFolderError) as refused:
-        check_same_experiment(run_dir, capped, "smoke-tiny-dara_asym-s0", 0)
+    rf.check_same_experiment(run_dir, rf.experiment_config(longer), "smoke-tiny-dara_asym-s0", 0)  # resumes, extends
+    capped = rf.experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
+    with pytest.raises(rf.RunFolderError) as refused:
+        rf.check_same_experiment(run_dir, capped, "smoke-tiny-dara_asym-s0", 0)
     line = str(refused.value)
     assert "\n" not in line and "algorithm.dara.w_max (5.0 there, 2.0 here)" in line
     assert "run.name=smoke-tiny-dara_asym-w_max2.0-s0" in line
-    assert (run_dir / METRICS_FILE).read_bytes() == metrics
-    assert suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
+    assert (run_dir / rf.METRICS_FILE).read_bytes() == metrics
+    assert rf.suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
 
 
 def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path):
     run_dir = _folder_with_run(tmp_path, _config(), steps=0)  # failed before its first step
-    capped = experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
-    check_same_experiment(run_dir, capped, "x", 0)
-    (run_dir / CHECKPOINTS / "global_step_1").mkdir(parents=True)  # a checkpoint is a result
-    with pytest.raises(RunFolderError, match="algorithm.dara.w_max"):
-        check_same_experiment(run_dir, capped, "x", 0)
+    capped = rf.experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
+    rf.check_same_experiment(run_dir, capped, "x", 0)
+    (run_dir / rf.CHECKPOINTS / "global_step_1").mkdir(parents=True)  # a checkpoint is a result
+    with pytest.raises(rf.RunFolderError, match="algorithm.dara.w_max"):
+        rf.check_same_experiment(run_dir, capped, "x", 0)
     with_new_key = {**capped, "algorithm.dara.eps": 1e-6}  # the code gained an option since that run started
-    with pytest.raises(RunFolderError) as refused:
-        check_same_experiment(run_dir, with_new_key, "x", 0)
+    with pytest.raises(rf.RunFolderError) as refused:
+        rf.check_same_experiment(run_dir, with_new_key, "x", 0)
     assert "algorithm.dara.eps" not in str(refused.value)
-    base = experiment_config(_config())
-    assert check_same_experiment(run_dir, {**base, "algorithm.dara.eps": 1e-6}, "x", 0) == ["algorithm.dara.eps"]
-    (run_dir / RUN_INFO).write_text(json.dumps({"run_name": "x"}))  # recorded before configs were
-    assert check_same_experiment(run_dir, capped, "x", 0) == []
-    check_same_experiment(tmp_path / "new", capped, "x", 0)
+    base = rf.experiment_config(_config())
+    assert rf.check_same_experiment(run_dir, {**base, "algorithm.dara.eps": 1e-6}, "x", 0) == ["algorithm.dara.eps"]
+    (run_dir / rf.RUN_INFO).write_text(json.dumps({"run_name": "x"}))  # recorded before configs were
+    assert rf.check_same_experiment(run_dir, capped, "x", 0) == []
+    rf.check_same_experiment(tmp_path / "new", capped, "x", 0)
 
 
 def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
-    from hydra import compose, initialize_config_dir
-
+    from dara.config import compose
     from dara.run_folder import absolute_run_paths
-    from dara.train import CONF_DIR
 
     def composed(*overrides):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = compose(config_name="train", overrides=[f"run.output_root={tmp_path}", *overrides])
+        cfg = compose([f"run.output_root={tmp_path}", *overrides], resolve=False)
         absolute_run_paths(cfg)
         OmegaConf.resolve(cfg)
-        return experiment_config(cfg)
+        return rf.experiment_config(cfg)
 
     plain = composed()
-    assert config_differences(plain, composed("run.name=mine", "trainer.total_training_steps=9")) == []
-    assert config_differences(plain, composed("run.name=mine", "algorithm.dara.w_max=2")) == ["algorithm.dara.w_max"]
+    assert rf.config_differences(plain, composed("run.name=mine", "trainer.total_training_steps=9")) == []
+    assert rf.config_differences(plain, composed("run.name=mine", "algorithm.dara.w_max=2")) == ["algorithm.dara.w_max"]
     old_record = {**plain, "actor_rollout_ref.rollout.trace.experiment_name": "x"}  # before it was left out
     run_dir = _folder_with_run(tmp_path, OmegaConf.create({}))
-    (run_dir / RUN_INFO).write_text(json.dumps({"config": old_record}))
-    check_same_experiment(run_dir, composed("run.name=mine"), "mine", 0)
+    (run_dir / rf.RUN_INFO).write_text(json.dumps({"config": old_record}))
+    rf.check_same_experiment(run_dir, composed("run.name=mine"), "mine", 0)
 
 
 def test_paths_under_the_output_root_or_the_project_do_not_tie_a_configuration_to_a_machine(tmp_path):
@@ -120,7 +107,7 @@ def test_paths_under_the_output_root_or_the_project_do_not_tie_a_configuration_t
                           "reward.path": str(PROJECT_ROOT / "rewards" / "verl_entry.py"),
                           "actor_rollout_ref.model.path": "/models/qwen"})
 
-    here, there = experiment_config(at(tmp_path / "a")), experiment_config(at(tmp_path / "b"))
+    here, there = rf.experiment_config(at(tmp_path / "a")), rf.experiment_config(at(tmp_path / "b"))
     assert here == there
     assert here["data.train_files"] == "<output_root>/assets/train.parquet"
     assert here["reward.path"] == "<project>/rewards/verl_entry.py"

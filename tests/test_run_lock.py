@@ -12,15 +12,8 @@ import sys
 import pytest
 
 import dara
+from dara import run_lock
 from dara.run_folder import RUN_LOCK
-from dara.run_lock import (
-    HostBusy,
-    RunFolderBusy,
-    check_run_folder_free,
-    read_holder,
-    run_folder_lock,
-    weight_sync_lock,
-)
 
 HOLD = """
 import sys, time
@@ -54,36 +47,36 @@ def hold():
 
 def test_a_second_holder_is_refused_naming_the_first_and_a_killed_one_leaves_no_lock(tmp_path, hold):
     run_dir = tmp_path / "run"
-    check_run_folder_free(tmp_path / "nothing")  # never locked: free, and nothing created
+    run_lock.check_run_folder_free(tmp_path / "nothing")  # never locked: free, and nothing created
     assert not (tmp_path / "nothing").exists()
     holder = hold(run_dir)
-    with pytest.raises(RunFolderBusy) as refused, run_folder_lock(run_dir):
+    with pytest.raises(run_lock.RunFolderBusy) as refused, run_lock.run_folder_lock(run_dir):
         pass
     line = str(refused.value)
     assert "\n" not in line and str(run_dir) in line and RUN_LOCK in line
     assert f"host {socket.gethostname()}, pid {holder.pid}, Slurm job 9000_3, since " in line
-    with pytest.raises(RunFolderBusy):
-        check_run_folder_free(run_dir)
+    with pytest.raises(run_lock.RunFolderBusy):
+        run_lock.check_run_folder_free(run_dir)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    check_run_folder_free(run_dir)
-    with run_folder_lock(run_dir):
-        assert read_holder(run_dir)["pid"] == os.getpid()
-        with pytest.raises(RunFolderBusy, match=f"pid {os.getpid()}"):
-            check_run_folder_free(run_dir)  # another open file description: flock tells them apart
-    check_run_folder_free(run_dir)  # released on leaving the block
+    run_lock.check_run_folder_free(run_dir)
+    with run_lock.run_folder_lock(run_dir):
+        assert run_lock.read_holder(run_dir)["pid"] == os.getpid()
+        with pytest.raises(run_lock.RunFolderBusy, match=f"pid {os.getpid()}"):
+            run_lock.check_run_folder_free(run_dir)  # another open file description: flock tells them apart
+    run_lock.check_run_folder_free(run_dir)  # released on leaving the block
 
 
 def test_a_second_training_run_on_the_host_is_refused_naming_the_first(tmp_path, hold):
     """verl names its weight-sync sockets by Ray job id, the same in every local Ray cluster."""
     lock = tmp_path / "rl-colocate-zmq.dara.lock"
     holder = hold("/runs/first-s0", lock)
-    with pytest.raises(HostBusy) as refused, weight_sync_lock("/runs/second-s0", lock_file=lock):
+    with pytest.raises(run_lock.HostBusy) as refused, run_lock.weight_sync_lock("/runs/second-s0", lock_file=lock):
         pass
     line = str(refused.value)
     assert "\n" not in line and f"pid {holder.pid}" in line and "run folder /runs/first-s0" in line
     assert "cross their weights" in line and str(lock) in line
     holder.kill()
     holder.wait()
-    with weight_sync_lock("/runs/second-s0", lock_file=lock):
+    with run_lock.weight_sync_lock("/runs/second-s0", lock_file=lock):
         assert "second-s0" in lock.read_text()

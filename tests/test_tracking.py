@@ -12,18 +12,8 @@ import pandas as pd
 import pytest
 
 import dara
+from dara import tracking
 from dara.config import compose
-from dara.tracking import (
-    STEP_METRIC,
-    apply_wandb_env,
-    choose_wandb_mode,
-    inspect_records,
-    probe_wandb_host,
-    read_offline_history,
-    wandb_env,
-    wandb_run_files,
-    wandb_run_id,
-)
 from results.loaders import load_runs
 
 ANSWERS = lambda url, timeout: None  # noqa: E731 -- a wandb host that answers
@@ -36,36 +26,33 @@ ANSWERS = lambda url, timeout: None  # noqa: E731 -- a wandb host that answers
 def test_mode_is_offline_unless_a_key_is_present_and_the_host_answers_or_online_is_asked(requested, environ, mode):
     if mode.startswith("run."):
         with pytest.raises(ValueError, match=mode):
-            choose_wandb_mode(requested, environ, ANSWERS)
+            tracking.choose_wandb_mode(requested, environ, ANSWERS)
     else:
-        assert choose_wandb_mode(requested, environ, ANSWERS) == (mode, "")
+        assert tracking.choose_wandb_mode(requested, environ, ANSWERS) == (mode, "")
 
 
 def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_and_online_when_it_does(health_server):
     silent = socket.create_server(("127.0.0.1", 0))  # accepts and never answers (a dropping firewall, a hung proxy)
     host = f"http://127.0.0.1:{silent.getsockname()[1]}"
     with silent:
-        mode, note = choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": host}, timeout=0.5)
+        mode, note = tracking.choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": host}, timeout=0.5)
     assert mode == "offline" and "\n" not in note
     assert note.startswith(f"[dara] wandb: {host} did not answer from this node (no answer within 0.5 s")
     assert note.endswith("; logging offline (run.wandb_mode=online forces online)")
     with socket.socket() as closed:  # a port nobody listens on: refused at once
         closed.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    assert "ConnectionRefusedError" in probe_wandb_host(refused, 5.0)
+    assert "ConnectionRefusedError" in tracking.probe_wandb_host(refused, 5.0)
     url = f"http://{health_server.address}"  # answers 404 but on /health: an answer
-    assert choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
+    assert tracking.choose_wandb_mode("auto", {"WANDB_API_KEY": "x", "WANDB_BASE_URL": url}) == ("online", "")
     assert health_server.requests == 1
 
 
-def test_run_id_follows_the_run_folder(tmp_path, monkeypatch):
+def test_run_id_follows_the_run_folder_and_every_task_logs_to_wandb_with_project_per_task(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert wandb_run_id("outputs/a") == wandb_run_id(tmp_path / "outputs" / "a")  # a resume finds the same run
-    assert wandb_run_id("outputs/a") != wandb_run_id("outputs/b")
-    assert len(wandb_run_id("outputs/a")) <= 64
-
-
-def test_every_task_logs_to_wandb_with_project_per_task(tmp_path):
+    run_id = tracking.wandb_run_id("outputs/a")
+    assert run_id == tracking.wandb_run_id(tmp_path / "outputs" / "a")  # a resume finds the same run
+    assert run_id != tracking.wandb_run_id("outputs/b") and len(run_id) <= 64
     for task in ["smoke", "toolrl", "toolrl_three_rewards", "deepscaler"]:
         cfg = compose([f"task={task}", f"run.output_root={tmp_path}"])
         assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
@@ -74,18 +61,18 @@ def test_every_task_logs_to_wandb_with_project_per_task(tmp_path):
 
 def test_env_names_group_tags_and_folder(tmp_path):
     cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
-    env = wandb_env(cfg, {})
+    env = tracking.wandb_env(cfg, {})
     assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(tmp_path / "smoke-tiny-gdpo-s4")
     assert env["WANDB_RUN_GROUP"] == "smoke" and env["WANDB_RESUME"] == "allow"
-    assert env["WANDB_RUN_ID"] == wandb_run_id(tmp_path / "smoke-tiny-gdpo-s4")
+    assert env["WANDB_RUN_ID"] == tracking.wandb_run_id(tmp_path / "smoke-tiny-gdpo-s4")
     assert set(env["WANDB_TAGS"].split(",")) == {"task:smoke", "model:tiny", "method:gdpo", "estimator:gdpo",
                                                  "seed:4"}
     cfg = compose(["run.recipe=toolrl_main", "run.wandb_mode=online", f"run.output_root={tmp_path}"])
-    applied = apply_wandb_env(cfg, {})
+    applied = tracking.apply_wandb_env(cfg, {})
     assert applied["WANDB_RUN_GROUP"] == "toolrl_main" and applied["WANDB_MODE"] == "online"
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.WANDB_RUN_ID == applied["WANDB_RUN_ID"]
     cfg = compose(["trainer.logger=[console,file]", f"run.output_root={tmp_path}"])
-    assert apply_wandb_env(cfg, {}) == {} and "WANDB_MODE" not in cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert tracking.apply_wandb_env(cfg, {}) == {} and "WANDB_MODE" not in cfg.ray_kwargs.ray_init.runtime_env.env_vars
 
 
 WRITE_STEPS = """
@@ -103,18 +90,10 @@ tracking.finish()
 """
 
 
-def _write_wandb_session(run_dir, env, first, last, value):
-    environ = {**os.environ, **env, "HOME": str(run_dir.parent)}
-    environ.pop("WANDB_API_KEY", None)
-    result = subprocess.run([sys.executable, "-c", WRITE_STEPS, str(run_dir), str(first), str(last), str(value)],
-                            env=environ, capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
 def _wandb_steps(path) -> list[tuple[int, int]]:
     """(wandb's _step, training step) of every history row of a .wandb file, in order."""
-    return [(int(r["history"]["step"]["num"]), int(r["history"]["item"][STEP_METRIC]))
-            for r in inspect_records(path) if r.get("type") == "history"]
+    return [(int(r["history"]["step"]["num"]), int(r["history"]["item"][tracking.STEP_METRIC]))
+            for r in tracking.inspect_records(path) if r.get("type") == "history"]
 
 
 @pytest.mark.slow  # two offline sessions of verl's Tracking in processes (~20 s)
@@ -122,20 +101,22 @@ def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_
     """Two sessions of one run through verl's own Tracking, the second redoing step 4: wandb's `_step` keeps
     increasing (what wandb online or `wandb sync` requires), the training step is the charts' step metric, and
     wandb's reader gives every step once with the redone value, as the metrics.jsonl does."""
-    cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
     run_dir = tmp_path / "smoke-tiny-gdpo-s4"
     run_dir.mkdir()
-    env = wandb_env(cfg, {})
-    _write_wandb_session(run_dir, env, 1, 4, 0.25)
-    _write_wandb_session(run_dir, env, 4, 5, 0.5)
-    files = wandb_run_files(run_dir)
+    env = tracking.wandb_env(compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"]), {})
+    environ = {k: v for k, v in {**os.environ, **env, "HOME": str(tmp_path)}.items() if k != "WANDB_API_KEY"}
+    for session in ("1 4 0.25", "4 5 0.5"):
+        done = subprocess.run([sys.executable, "-c", WRITE_STEPS, str(run_dir), *session.split()], env=environ,
+                              capture_output=True, text=True, timeout=180, cwd=dara.PROJECT_ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
+    files = tracking.wandb_run_files(run_dir)
     assert len(files) == 2 and all(env["WANDB_RUN_ID"] in str(f) for f in files)
     assert _wandb_steps(files[0]) == [(1, 1), (2, 2), (3, 3), (4, 4)]
     assert _wandb_steps(files[1]) == [(5, 4), (6, 5)]  # the redone step 4 is a new row, above _step 4
-    metrics = [r["metric"] for r in inspect_records(files[1]) if r.get("type") == "metric"]
-    assert {"glob_name": "*", "step_metric": STEP_METRIC}.items() <= next(m for m in metrics
+    metrics = [r["metric"] for r in tracking.inspect_records(files[1]) if r.get("type") == "metric"]
+    assert {"glob_name": "*", "step_metric": tracking.STEP_METRIC}.items() <= next(m for m in metrics
                                                                            if m.get("glob_name")).items()
-    run, rows = read_offline_history(files[0])
+    run, rows = tracking.read_offline_history(files[0])
     assert run["run_id"] == env["WANDB_RUN_ID"] and run["run_group"] == "smoke"
     assert run["config"]["update"]["algorithm"]["adv_estimator"] == "gdpo"  # the config travels along
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -146,13 +127,11 @@ def test_a_resumed_run_relogs_its_redone_steps_above_wandbs_step_and_reads_back_
     assert from_wandb["dara/density/format"].tolist() == pytest.approx([0.25, 0.5, 0.75, 2.0, 2.5])
     assert set(from_wandb["method"]) == {"gdpo"} and set(from_wandb["seed"]) == {4}
     assert set(from_wandb["run"]) == {"smoke-tiny-gdpo-s4"}
-
-    records = [{"step": s, "dara/density/format": (0.25 if s < 4 else 0.5) * s,
-                "reward/format/mean": 0.25 if s < 4 else 0.5, "timing_s/step": 1.5} for s in (1, 2, 3, 4, 5)]
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (run_dir / "run_info.json").write_text(json.dumps({"run_name": "smoke-tiny-gdpo-s4", "method": "gdpo",
-                                                       "seed": 4, "task": "smoke", "model": "tiny"}))
-    from_jsonl = load_runs(tmp_path)  # auto: metrics.jsonl where the folder has one
+    # the same steps in metrics.jsonl: `auto` reads it, and both sources give the same frame
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({k: r[k] for k in r if "/" in k or k == "step"}) + "\n"
+                                                   for r in from_wandb.to_dict("records")))
+    (run_dir / "run_info.json").write_text(json.dumps({"run_name": run_dir.name, "method": "gdpo", "seed": 4}))
+    from_jsonl = load_runs(tmp_path)
     columns = ["run", "method", "seed", "step", "reward/format/mean", "dara/density/format", "timing_s/step"]
     pd.testing.assert_frame_equal(from_jsonl[columns], from_wandb[columns], check_dtype=False)
     assert load_runs(tmp_path, source="wandb")["step"].tolist() == [1, 2, 3, 4, 5]

@@ -5,8 +5,6 @@ lives in .venv-trl (docs/trl.md "Two environments"); these tests use a fake `trl
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -34,31 +32,16 @@ def test_the_verl_environment_of_these_tests_has_no_trl_from_1_13():
     assert found is None or trl_conflict(*found) is None, trl_conflict(*found)
 
 
-def fake_trl(root, version):
-    """A `trl` package with installed-distribution metadata of `version` (what pip would leave)."""
-    (root / "trl").mkdir(parents=True)
-    (root / "trl" / "__init__.py").write_text(f"__version__ = {version!r}\n")
-    info = root / f"trl-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: trl\nVersion: {version}\n")
-    return root
-
-
-def with_fake_trl(root):
-    paths = [str(root), str(dara.PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
-def test_importable_trl_reads_the_installed_version(tmp_path):
-    env = with_fake_trl(fake_trl(tmp_path / "site", "1.16.0"))
-    code = "from dara.config_checks import importable_trl; print(importable_trl())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert out.stdout.strip() == repr(("1.16.0", str(tmp_path / "site" / "trl" / "__init__.py"))), out.stderr
-
-
 @pytest.mark.slow  # a dara.train process (~9 s of imports)
 def test_dara_train_refuses_to_start_next_to_trl_1_16(tmp_path, python_module):
-    env = with_fake_trl(fake_trl(tmp_path / "site", "1.16.0"))
+    """A `trl` package with pip's metadata of 1.16.0 first on the path: importable_trl reads its version."""
+    site = tmp_path / "site"
+    (site / "trl").mkdir(parents=True)
+    (site / "trl" / "__init__.py").write_text("__version__ = '1.16.0'\n")
+    (site / "trl-1.16.0.dist-info").mkdir()
+    (site / "trl-1.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 1.16.0\n")
+    paths = [str(site), str(dara.PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     out = python_module("dara.train", f"run.output_root={tmp_path / 'runs'}", env=env, timeout=180)
     assert out.returncode != 0
     lines = [line for line in out.stderr.splitlines() if line.strip()]

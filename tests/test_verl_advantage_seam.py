@@ -1,8 +1,5 @@
-"""The advantage seam: the project's step is verl 0.9.1's own `_compute_advantage` plus the channel scores.
-
-Both steps run for real on the same batch with KL in the reward and rollout correction on; TransferQueue (a
-service verl talks to over Ray) is an in-memory table with its two calls, everything between them verl's code.
-"""
+"""The advantage seam: the project's step is verl 0.9.1's own `_compute_advantage` plus the channel scores, both run
+on the same batch with KL in the reward and rollout correction on; TransferQueue is an in-memory table."""
 
 from __future__ import annotations
 
@@ -31,15 +28,13 @@ class KVTable:
         self.rows: dict[str, dict] = {}
 
     def get(self, keys, partition_id, select_fields):
-        present = [f for f in select_fields if f in self.rows[keys[0]]]
-        out = {}
-        for field in present:
-            values = [self.rows[key][field] for key in keys]
+        def column(values):
             if isinstance(values[0], torch.Tensor):
-                out[field] = torch.nested.as_nested_tensor(values, layout=torch.jagged)
-            else:
-                out[field] = NonTensorStack(*[NonTensorData(v) for v in values])
-        return TensorDict(out, batch_size=len(keys))
+                return torch.nested.as_nested_tensor(values, layout=torch.jagged)
+            return NonTensorStack(*[NonTensorData(v) for v in values])
+
+        return TensorDict({f: column([self.rows[k][f] for k in keys]) for f in select_fields if f in self.rows[keys[0]]},
+                          batch_size=len(keys))
 
     def put(self, keys, partition_id, fields):
         for field, value in fields.items():
@@ -56,11 +51,9 @@ def make_table(seed: int, padding: int = 0) -> tuple[KVTable, KVBatchMeta]:
     for i in range(n + padding):
         source = i if i < n else i - n  # verl pads by repeating samples, tagged is_padding
         length = int(torch.randint(2, RESPONSE_LEN + 1, (1,), generator=gen))
-        correctness = float(torch.randint(-3, 4, (1,), generator=gen))
-        fmt = float(torch.rand(1, generator=gen) < 0.3)
-        rm = torch.zeros(length)
+        correctness, fmt = float(torch.randint(-3, 4, (1,), generator=gen)), float(torch.rand(1, generator=gen) < 0.3)
+        rm, old = torch.zeros(length), -torch.rand(length, generator=gen)
         rm[-1] = correctness + fmt
-        old = -torch.rand(length, generator=gen)
         key = f"uid{source // GROUP_SIZE}_{i}_0"
         table.rows[key] = {
             "uid": f"uid{source // GROUP_SIZE}", "response_mask": torch.ones(length, dtype=torch.long),

@@ -1,14 +1,12 @@
-"""The verl binding: the plugin's registrations, verl's advantage call, the trainer's step helpers.
-
-Every estimator through the trainer's whole advantage step: tests/test_verl_advantage_seam.py; the private verl
-and vLLM names the binding relies on: tests/test_verl_seams.py.
-"""
+"""The verl binding: the plugin's registrations, verl's advantage call, the trainer's step helpers (the whole
+advantage step: tests/test_verl_advantage_seam.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -65,14 +63,11 @@ def test_plugin_registers_with_verl_on_import():
     """`import verl` loaded the package's entry point (dara.verl.plugin): verl's own lookups find everything."""
     from hydra.core.config_store import ConfigStore
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
-    from verl.plugin.platform import PlatformRegistry
     from verl.trainer.ppo.v1 import get_trainer_cls
 
-    from dara.verl.cpu.platform import PlatformCPU
     from dara.verl.reward_manager import DaraParallelRewardManager
 
     assert get_trainer_cls("dara_sync") is DaraTrainer
-    assert PlatformRegistry.get("cpu") is PlatformCPU
     assert get_reward_manager_cls("dara_parallel") is DaraParallelRewardManager
     assert {"dara_run_schema.yaml", "dara_algo_schema.yaml"} <= set(ConfigStore.instance().list("/"))
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
@@ -95,77 +90,49 @@ def test_plugin_imports_nothing_of_verl_until_verl_asks():
 
 def test_cpu_worker_classes_replace_verls_only_on_cpu():
     """verl's own _init_resource_pool_mgr picks the workers; the trainer swaps in the gloo ones when device=cpu."""
-    from omegaconf import open_dict
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     from dara.config import compose
     from dara.verl.cpu.workers import CPUActorRolloutRefWorker
 
-    cfg = compose([])
     for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
-        with open_dict(cfg):
-            cfg.trainer.device = device
         trainer = object.__new__(DaraTrainer)  # only the config is read by this step
-        trainer.config = cfg
+        trainer.config = compose([f"trainer.device={device}"])
         trainer._init_resource_pool_mgr()
         classes = [worker.__ray_actor_class__ for worker in trainer.role_worker_mapping.values()]
         assert classes and all(cls is expected for cls in classes), (device, classes)
 
 
-def test_seam_compute_advantage_passes_config_and_index():
-    seen = {}
-
-    @core_algos.register_adv_est("dara_test_probe")
-    def probe(**kwargs):
-        seen.update(kwargs)
-        return kwargs["response_mask"].float(), kwargs["response_mask"].float()
-
-    data, _ = real_batch()
-    marker = object()
-    compute_advantage(data, adv_estimator="dara_test_probe", config=marker)
-    assert seen["config"] is marker
-    assert list(seen["index"]) == list(data.non_tensor_batch["uid"])
-    assert set(seen) == {"token_level_rewards", "response_mask", "config", "index"}
-
-
 def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
-    """verl's agent loop (AgentLoopWorkerTQ, on two outputs of one session) stores what the reward worker returned
-    in each trajectory's extra_fields["reward_extra_info"] in TransferQueue, where the advantage step reads it."""
+    """verl's agent loop (two outputs of one session) stores what the reward worker returned in each trajectory's
+    extra_fields["reward_extra_info"] in TransferQueue, where the advantage step reads it."""
     import asyncio
 
     import transfer_queue as tq
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    put = []
+    put, scored, info = [], [], {"correctness": 3.0, "format": 1.0, "score": 4.0}
 
     async def kv_batch_put(**kwargs):  # TransferQueue, a service verl talks to over Ray: the one call it makes
         put.append(kwargs)
 
+    async def remote(data):  # what a Ray reward worker (verl's RewardLoopWorker) answers, for one session
+        scored.append(len(data))
+        return {"reward_score": 4.0, "reward_extra_info": info}
+
     monkeypatch.setattr(tq, "async_kv_batch_put", kv_batch_put)
-    scored = []
-
-    class RewardWorkerHandle:  # what a Ray reward worker (verl's RewardLoopWorker) answers, for one session
-        class compute_score:  # noqa: N801
-            @staticmethod
-            async def remote(data):
-                scored.append(len(data))
-                return {"reward_score": 4.0, "reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0}}
-
     worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)  # the attributes the postprocess reads
-    worker.reward_loop_worker_handles, worker.processor = [RewardWorkerHandle()], None
-    worker.mm_processor_kwargs, worker.distillation_enabled = None, False
-    outputs = [AgentLoopOutput(prompt_ids=[1, 2, 3], response_ids=[4, 5], response_mask=[1, 1],
-                               metrics=AgentLoopMetrics()),
-               AgentLoopOutput(prompt_ids=[1, 2, 3, 4, 5, 6], response_ids=[7], response_mask=[1],
-                               metrics=AgentLoopMetrics())]
+    worker.reward_loop_worker_handles = [SimpleNamespace(compute_score=SimpleNamespace(remote=remote))]
+    worker.processor = worker.mm_processor_kwargs = None
+    worker.distillation_enabled = False
+    outputs = [AgentLoopOutput(prompt_ids=[1] * p, response_ids=[4] * r, response_mask=[1] * r,
+                               metrics=AgentLoopMetrics()) for p, r in ((3, 2), (6, 1))]
     asyncio.run(worker._agent_loop_postprocess(outputs, validate=False, uid="u7", session_id=2, global_steps=3))
-
-    assert scored == [2]  # one reward call for the session's outputs
     (call,) = put
-    assert call["keys"] == ["u7_2_0", "u7_2_1"] and call["partition_id"] == "train"
+    assert scored == [2] and call["keys"] == ["u7_2_0", "u7_2_1"] and call["partition_id"] == "train"
     extra_fields = list(call["fields"]["extra_fields"])
-    assert [e["reward_extra_info"] for e in extra_fields] == [{"correctness": 3.0, "format": 1.0, "score": 4.0}] * 2
+    assert [e["reward_extra_info"] for e in extra_fields] == [info] * 2
     assert channel_scores_from_extra_fields(extra_fields, CHANNELS).tolist() == [[3.0, 1.0], [3.0, 1.0]]
     assert [row.tolist() for row in call["fields"]["rm_scores"].unbind()] == [[0.0, 4.0], [4.0]]
 
@@ -192,11 +159,10 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
     from dara.run_log import RunLog, read_metrics
     from dara.verl.trainer import CHECKPOINT_TRACKER, group_filter_counts
 
-    batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"],
-                        tags=[{}, {}, {}, {"is_padding": True}])
-    counts = group_filter_counts(batch, {"training/filter_groups/evicted_samples": 3,
-                                         "training/filter_groups/discarded_surplus_samples": 1})
-    assert counts == {"filter/kept_groups": 2.0, "filter/drawn_groups": 6.0}
+    batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"], tags=[{}, {}, {}, {"is_padding": True}])
+    assert group_filter_counts(batch, {"training/filter_groups/evicted_samples": 3,
+                                       "training/filter_groups/discarded_surplus_samples": 1}) == {
+        "filter/kept_groups": 2.0, "filter/drawn_groups": 6.0}
 
     class VerlLikeSave(PPOTrainerSync):  # what verl's _save_checkpoint does to the marker, in isolation
         def _save_checkpoint(self):
@@ -213,11 +179,10 @@ def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
             self.run_log = RunLog(tmp_path / "metrics.jsonl")
 
     trainer = Trainer()
-    for step in (1, 2):
+    marker = tmp_path / CHECKPOINT_TRACKER
+    for step in (1, 2):  # until the step's metrics are logged, a resume starts from the previous checkpoint
         trainer.global_steps = step
         trainer._save_checkpoint()
-        marker = tmp_path / CHECKPOINT_TRACKER
-        # until the step's metrics are logged, a resume starts from the previous checkpoint
         assert (marker.read_text() if marker.exists() else None) == (None if step == 1 else "1")
         trainer._compute_metrics(batch, {}, {}, step, 0)
         assert marker.read_text() == str(step)

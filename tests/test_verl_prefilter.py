@@ -1,16 +1,14 @@
-"""Pre-filter metrics (dara/verl/prefilter.py): what they rely on in verl 0.9.1's v1 replay buffer and step, and
-what they record (every step of a CPU run logs them: tests/test_smoke_math.py)."""
+"""Pre-filter metrics (dara/verl/prefilter.py) on verl 0.9.1's v1 replay buffer; verl's step merging them into
+every step's metrics: tests/test_smoke_math.py (a CPU run)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-from dara.verl import prefilter
-from dara.verl.prefilter import PrefilterReplayBuffer, channel_rows, with_prefilter_metrics
+from dara.verl.prefilter import PrefilterReplayBuffer, with_prefilter_metrics
 from tests.transfer_queue_store import TransferQueueStore
 
 
@@ -59,7 +57,11 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
     assert metrics["training/filter_groups/evicted_samples"] == 1
     assert metrics["training/filter_groups/discarded_surplus_samples"] == 1
 
-    recording = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
+    buffer = dapo_buffer()
+    state = dict(vars(buffer))
+    assert with_prefilter_metrics(buffer, []) is buffer and type(buffer) is ReplayBuffer  # no channels: verl's
+    recording = with_prefilter_metrics(buffer, ["correctness", "length"])  # in place, verl's state kept
+    assert recording is buffer and type(buffer) is PrefilterReplayBuffer and vars(buffer).items() >= state.items()
     transfer_queue.__init__()
     batch, metrics = recording.sample(global_steps=1, partition_id="train", batch_size=2)
     assert metrics["training/filter_groups/evicted_samples"] == 1  # verl's metrics, kept
@@ -68,78 +70,28 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
     assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx((1 + 1 + 0 + 1 + 1 + 0 + 0 + 2) / 8)
 
 
-def test_seam_verls_step_merges_the_sample_metrics_and_trains_on_the_sampled_batch(transfer_queue):
-    """verl's `_step_once` samples from `self.replay_buffer`, merges the sample's metrics into the step's, and every
-    later stage (recorders here) gets the sampled batch."""
-    from verl.trainer.ppo.v1 import PPOTrainerSync
-
-    stages = []
-
-    def stage(name):
-        def run(self, batch, metrics):
-            stages.append((name, sorted(batch.keys)))
-            return batch
-        return run
-
-    class Stages(PPOTrainerSync):
-        _balance_batch = stage("balance")
-        _compute_old_log_prob = stage("old_log_prob")
-        _compute_advantage = stage("advantage")
-        _update_actor = stage("update_actor")
-
-    trainer = object.__new__(Stages)
-    trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"temperature": 1.0}},
-                                       "trainer": {"critic_warmup": 0}})
-    trainer.global_steps, trainer.use_reference_policy, trainer.use_critic = 1, False, False
-    trainer.curr_step_profile = False
-    trainer.checkpoint_manager = type("Replicas", (), {"sleep_replicas": lambda self: stages.append(("sleep", []))})()
-    trainer.reward_loop_manager = type("Rewards", (), {"reward_loop_worker_handles": ["in the agent loop"]})()
-    trainer.replay_buffer = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
-    metrics = {}
-    batch = Stages._step_once(trainer, metrics, {}, 2)
-    assert [name for name, _ in stages] == ["sleep", "balance", "old_log_prob", "advantage", "update_actor"]
-    assert all(keys == sorted(batch.keys) for _, keys in stages[1:]) and len(batch.keys) == 4
-    assert metrics["training/filter_groups/evicted_samples"] == 1 and metrics["rollout_prefilter/responses"] == 8
-
-
 def extra(**channels):
     return {"reward_extra_info": dict(channels)}
 
 
-def test_with_prefilter_metrics_keeps_verls_buffer_and_its_state():
-    buffer = dapo_buffer()
-    state = dict(vars(buffer))
-    assert with_prefilter_metrics(buffer, []) is buffer and type(buffer) is ReplayBuffer
-    wrapped = with_prefilter_metrics(buffer, ["correctness", "length"])
-    assert wrapped is buffer and type(wrapped) is PrefilterReplayBuffer and isinstance(wrapped, ReplayBuffer)
-    assert {k: v for k, v in vars(wrapped).items() if k in state} == state
-    assert wrapped.prefilter_channels == ("correctness", "length")
-    assert wrapped.prefilter_metrics() == {"rollout_prefilter/responses": 0.0, "rollout_prefilter/groups": 0.0}
-    rows, missing = channel_rows([extra(correctness=1, length=0), extra(correctness=0), {"other": 1}],
-                                 ["correctness", "length"])
-    assert rows.tolist() == [[1.0, 0.0]] and missing == 2
-
-
 def test_cleared_finished_groups_and_kept_batch_are_averaged(monkeypatch):
-    """Two evicted groups (constant) and one kept group: the mean is over all 6 responses."""
+    """Two evicted groups (constant) and one kept group: the mean is over all 5 responses with every channel."""
     store = {"a_0": extra(correctness=0, length=0), "a_1": extra(correctness=0, length=0),
              "b_0": extra(correctness=0, length=1), "b_1": extra(correctness=0, length=1),
-             "c_0": extra(correctness=1, length=1), "c_1": extra(correctness=0, length=0)}
-    cleared = []
-    monkeypatch.setattr(prefilter.tq, "kv_batch_get", lambda keys, partition_id, select_fields: {
-        "extra_fields": [store[k] for k in keys]})
-    monkeypatch.setattr(prefilter.tq, "kv_clear",  # TransferQueue (the store), the same module verl uses
-                        lambda partition_id, keys: cleared.extend(keys))
+             "c_0": extra(correctness=1, length=1), "c_1": extra(correctness=0)}
+    transfer_queue = TransferQueueStore().install(monkeypatch)
+    transfer_queue.fields = {key: {"extra_fields": value} for key, value in store.items()}
     buffer = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
     for key in store:
         buffer.partitions["train"][key] = {}
     buffer.finished_keys["train"].update({"a", "b", "c"})
     buffer.failure_keys["train"].add("d")  # a failed group has no responses: nothing to read
     buffer._clear_groups("train", {"a", "b", "d"})
-    assert {"a", "b", "d", "a_0", "a_1", "b_0", "b_1"} <= set(cleared)
+    assert {"a", "b", "d", "a_0", "a_1", "b_0", "b_1"} <= set(transfer_queue.cleared)
     buffer._prefilter_record("train", ["c_0", "c_1"])
     buffer._prefilter_record("val", ["c_0"])  # validation is not a training step's generation
     metrics = buffer.prefilter_metrics()
-    assert metrics["rollout_prefilter/responses"] == 6 and metrics["rollout_prefilter/groups"] == 3
-    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(np.mean([0, 0, 1, 1, 1, 0]))
-    assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx(1 / 6)
+    assert metrics["rollout_prefilter/responses"] == 5 and metrics["rollout_prefilter/groups"] == 3
+    assert metrics["rollout_prefilter/missing_channels"] == 1  # c_1: left out, counted
+    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(3 / 5)
+    assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx(1 / 5)

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
-from dara.verl.prefilter import PrefilterRoundsReplayBuffer, with_prefilter_metrics
+from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import (
     DynamicSamplingShortError,
     RoundsReplayBuffer,
@@ -31,9 +31,7 @@ def loop_order(seq_lens: list[int], world_size: int) -> list[int]:
     order = []
     for partition in get_seqlen_balanced_partitions(work, k_partitions=parts, equal_size=len(work) % parts == 0):
         ranked = sorted(partition, key=lambda row: (work[row], row))
-        evens = [ranked[i] for i in range(0, len(ranked), 2)]
-        odds = [ranked[i] for i in range(1, len(ranked), 2)]
-        order += evens + odds[::-1]
+        order += ranked[0::2] + ranked[1::2][::-1]
     return order
 
 
@@ -47,14 +45,6 @@ def test_round_row_order_is_their_balance_batch_order(rows, world_size):
     assert sorted(order) == list(range(rows))
 
 
-def loop_first_uids(rows: list[str], informative: set[str], limit: int) -> list[str]:
-    kept = []
-    for uid in rows:
-        if uid in informative and uid not in kept and len(kept) < limit:
-            kept.append(uid)
-    return kept
-
-
 @pytest.fixture
 def store(monkeypatch):
     return TransferQueueStore().install(monkeypatch)
@@ -66,17 +56,15 @@ def group(lengths: list[int], length_rewards: list[int], correctness: list[int] 
 
 
 class Rounds:
-    """`submit_round`: writes the next planned round into the store as generated and scored prompts; `seen`:
-    every generated row's tag and summed reward (before any is cleared)."""
+    """`submit_round`: the next planned round into the store, generated and scored; `seen`: every row's tag and sum."""
 
     def __init__(self, store: TransferQueueStore, plan: list[list]):
         self.store, self.plan, self.submitted, self.seen = store, list(plan), [], {}
 
     def __call__(self, prompts: int) -> list[str]:
-        number = len(self.submitted) + 1
         groups = self.plan.pop(0)
         assert len(groups) == prompts
-        uids = [f"r{number}p{i}" for i in range(prompts)]
+        uids = [f"r{len(self.submitted) + 1}p{i}" for i in range(prompts)]
         for uid, responses in zip(uids, groups, strict=True):
             failed = responses == "fail"
             self.store.tags["train"][uid] = {"is_prompt": True, "status": "failure" if failed else "finished",
@@ -114,39 +102,25 @@ def expected_batch(seen: dict, submitted: list[list[str]], batch_size: int, worl
             sums = [seen[k]["sum"] for k in keys if k.startswith(uid + "_")]
             if len(sums) >= 2 and len(set(sums)) > 1:
                 informative.add(uid)
-    kept = loop_first_uids([k.split("_")[0] for k in ordered], informative, batch_size)
+    kept = []
+    for uid in [k.split("_")[0] for k in ordered]:
+        if uid in informative and uid not in kept and len(kept) < batch_size:
+            kept.append(uid)
     return [k for k in ordered if k.split("_")[0] in kept]
-
-
-def test_two_full_rounds_keep_the_first_informative_groups_in_their_order(store):
-    # batch of 4; round 1: 2 informative of 4 (one constant, one single-response group); round 2: 3 of 4
-    plan = [[group([100, 300], [1, 0]), group([50, 60], [1, 1]), group([900, 20], [0, 1]), group([70], [1])],
-            [group([40, 41], [1, 0]), group([500, 501], [0, 0]), group([10, 800], [1, 0], [1, 0]),
-             group([333, 334], [0, 1])]]
-    buffer, submit = buffer_for(plan, store, channels=("correctness", "length"))
-    assert type(buffer) is PrefilterRoundsReplayBuffer
-    seen = submit.seen
-    batch, metrics = buffer.sample(1, "train", 4)
-    assert batch.keys == expected_batch(seen, submit.submitted, 4, world_size=2)
-    kept = {k.split("_")[0] for k in batch.keys}
-    assert len(kept) == 4 and {"r1p0", "r1p2"} <= kept <= {"r1p0", "r1p2", "r2p0", "r2p2", "r2p3"}
-    assert [tag["seq_len"] for tag in batch.tags] == [seen[k]["seq_len"] for k in batch.keys]
-    assert metrics["filter/rounds"] == 2 and metrics["filter/drawn_groups"] == 8
-    assert metrics["filter/kept_groups"] == 4 and metrics["filter/informative_groups"] == 5
-    assert metrics["filter/acceptance_rate"] == pytest.approx(5 / 8)
-    # every dropped group left the store: the 3 uninformative ones and the informative surplus (prompt + rows)
-    left = {k.split("_")[0] for k in store.tags["train"] if not store.tags["train"][k].get("is_prompt")}
-    assert left == kept and not any(store.tags["train"].get(u, {}).get("is_prompt") for u in kept)
-    # pre-filter metrics over every response of both rounds (15 responses: one group had a single response)
-    assert metrics["rollout_prefilter/responses"] == 15 and metrics["rollout_prefilter/groups"] == 8
-    lengths = [1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1]
-    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(sum(lengths) / 15)
 
 
 CONSTANT = group([10, 20], [0, 0])
 
 
 @pytest.mark.parametrize("plan, options, batch_size, metrics", [
+    # two rounds: 2 of 4 informative (a constant and a single-response group), then 3 of 4; the pre-filter
+    # metrics over all 15 responses of both rounds
+    ([[group([100, 300], [1, 0]), group([50, 60], [1, 1]), group([900, 20], [0, 1]), group([70], [1])],
+      [group([40, 41], [1, 0]), group([500, 501], [0, 0]), group([10, 800], [1, 0], [1, 0]), group([333, 334], [0, 1])]],
+     {"channels": ("correctness", "length")}, 4,
+     {"filter/rounds": 2, "filter/drawn_groups": 8, "filter/kept_groups": 4, "filter/informative_groups": 5,
+      "filter/acceptance_rate": 5 / 8, "rollout_prefilter/responses": 15, "rollout_prefilter/groups": 8,
+      "rollout_prefilter/length/mean": 8 / 15}),
     # one round suffices; an informative group past the first 3 is discarded
     ([[group([100, 300], [1, 0]), group([50, 60], [1, 0]), group([900, 20], [0, 1]), group([7, 8], [1, 0])]],
      {"world_size": 1}, 3, {"filter/rounds": 1, "filter/kept_groups": 3, "filter/informative_groups": 4}),
@@ -161,7 +135,12 @@ def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_si
     buffer, submit = buffer_for(plan, store, **options)
     batch, found = buffer.sample(1, "train", batch_size)
     assert batch.keys == expected_batch(submit.seen, submit.submitted, batch_size, options.get("world_size", 2))
-    assert {key: found[key] for key in metrics} == metrics
+    assert [tag["seq_len"] for tag in batch.tags] == [submit.seen[k]["seq_len"] for k in batch.keys]
+    assert {key: found[key] for key in metrics} == pytest.approx(metrics)
+    # every dropped group left the store (prompt entry and rows), and the kept groups' prompt entries
+    left = store.tags["train"]
+    assert {k.split("_")[0] for k in left} == {k.split("_")[0] for k in batch.keys}
+    assert not any(tag.get("is_prompt") for tag in left.values())
 
 
 def test_cap_reached_short_raises_the_one_line_error(store):
@@ -171,9 +150,8 @@ def test_cap_reached_short_raises_the_one_line_error(store):
     with pytest.raises(DynamicSamplingShortError) as error:
         buffer.sample(7, "train", 4)
     message = str(error.value)
-    assert "\n" not in message
+    assert "\n" not in message and "acceptance 0.250" in message and "run.dynamic_sampling.max_rounds=2" in message
     assert message.startswith("step 7: 2 of the 4 informative groups after 2 round(s) of 4 prompts")
-    assert "acceptance 0.250" in message and "run.dynamic_sampling.max_rounds=2" in message
 
 
 @pytest.mark.parametrize("block, expected", [

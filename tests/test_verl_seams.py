@@ -1,10 +1,5 @@
-"""The private verl, vLLM and Ray names the binding reaches, and every verl method it overrides, pinned.
-
-`test_seam_signature` holds each against what verl 0.9.1 (and its vLLM extension, and Ray) have today: the
-parameter names in order for a method, the shape for a registry. A verl upgrade that renames, removes or
-reorders one fails here with the seam's name and its row in docs/training.md ("How the binding extends
-verl"), whose table must list exactly these names (`test_the_seam_table_lists_exactly_the_pinned_names`).
-"""
+"""The private verl, vLLM and Ray names the binding reaches, and every verl method it overrides, pinned to verl
+0.9.1's parameter names (a registry: a key it holds); docs/training.md's seam table lists exactly these names."""
 
 from __future__ import annotations
 
@@ -23,53 +18,47 @@ BUFFER = "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer"
 VLLM_EXTENSION = "verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Seam:
-    name: str  # as the table's first column writes it
     target: str  # "module:qualified.name"
-    parameters: tuple[str, ...] | None = None  # a callable's parameter names, in order
+    parameters: str = ""  # a callable's parameter names, in order
     registry_key: object = None  # a registry (dict): a key verl 0.9.1 holds
+    name: str = ""  # as the table's first column writes it; default: the qualified name
+
+    def __post_init__(self):
+        self.name = self.name or self.target.split(":")[1]
 
 
 SEAMS = [
     # the trainer (dara.verl.trainer.DaraTrainer on verl's PPOTrainerSync)
-    Seam("PPOTrainer.__init__", f"{TRAINER}.__init__", ("self", "config")),
-    Seam("PPOTrainer.init", f"{TRAINER}.init", ("self",)),
-    Seam("PPOTrainer.fit", f"{TRAINER}.fit", ("self", "agent_loop_manager")),
-    Seam("PPOTrainer.prepare_step", f"{TRAINER}.prepare_step", ("self",)),
-    Seam("PPOTrainerSync.on_step_end", "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_step_end", ("self",)),
-    Seam("PPOTrainer._init_resource_pool_mgr", f"{TRAINER}._init_resource_pool_mgr", ("self",)),
-    Seam("PPOTrainer._compute_advantage", f"{TRAINER}._compute_advantage", ("self", "batch", "metrics")),
-    Seam("PPOTrainer._update_actor", f"{TRAINER}._update_actor", ("self", "batch", "metrics")),
-    Seam("PPOTrainer._compute_metrics", f"{TRAINER}._compute_metrics",
-         ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch")),
-    Seam("PPOTrainer._save_checkpoint", f"{TRAINER}._save_checkpoint", ("self",)),
+    Seam(f"{TRAINER}.__init__", "self config"), Seam(f"{TRAINER}.init", "self"),
+    Seam(f"{TRAINER}.fit", "self agent_loop_manager"), Seam(f"{TRAINER}.prepare_step", "self"),
+    Seam("verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_step_end", "self"),
+    Seam(f"{TRAINER}._init_resource_pool_mgr", "self"), Seam(f"{TRAINER}._compute_advantage", "self batch metrics"),
+    Seam(f"{TRAINER}._update_actor", "self batch metrics"),
+    Seam(f"{TRAINER}._compute_metrics", "self batch metrics timing_raw global_steps epoch"),
+    Seam(f"{TRAINER}._save_checkpoint", "self"),
     # the replay buffer (dara.verl.rounds, dara.verl.prefilter)
-    Seam("ReplayBuffer.__init__", f"{BUFFER}.__init__",
-         ("self", "trainer_mode", "trainer_config", "max_off_policy_threshold", "max_off_policy_strategy",
-          "sampler_kwargs", "poll_interval", "refill_fn", "filter_groups_metric", "train_batch_size",
-          "gen_batch_size", "max_inflight_gen_batches", "sync_refill_failed_groups")),
-    Seam("ReplayBuffer.sample", f"{BUFFER}.sample", ("self", "global_steps", "partition_id", "batch_size")),
-    Seam("ReplayBuffer._clear_groups", f"{BUFFER}._clear_groups", ("self", "partition_id", "uids")),
+    Seam(f"{BUFFER}.__init__", "self trainer_mode trainer_config max_off_policy_threshold max_off_policy_strategy "
+         "sampler_kwargs poll_interval refill_fn filter_groups_metric train_batch_size gen_batch_size "
+         "max_inflight_gen_batches sync_refill_failed_groups"),
+    Seam(f"{BUFFER}.sample", "self global_steps partition_id batch_size"),
+    Seam(f"{BUFFER}._clear_groups", "self partition_id uids"),
     # checkpoints, the seeded rollout, the CPU runtime
-    Seam("CheckpointCallback.on_save", "verl.trainer.ppo.checkpoint_callback:CheckpointCallback.on_save",
-         ("self", "trainer", "global_step", "checkpoint_dir", "async_save", "kwargs")),
-    Seam("SingleTurnAgentLoop.run", "verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop.run",
-         ("self", "sampling_params", "priority", "kwargs")),
-    Seam("TrainingWorker.__init__", "verl.workers.engine_workers:TrainingWorker.__init__", ("self", "config")),
-    Seam("ActorRolloutRefWorker.__init__", "verl.workers.engine_workers:ActorRolloutRefWorker.__init__",
-         ("self", "config", "role", "distillation_config", "kwargs")),
-    Seam("ActorClass.__ray_actor_class__", "ray.actor:ActorClass"),  # checked in test_seam_signature
-    Seam("vLLMColocateWorkerExtension.update_weights_from_ipc", f"{VLLM_EXTENSION}.update_weights_from_ipc",
-         ("self", "peft_config", "base_sync_done", "use_shm")),
-    Seam("vLLMColocateWorkerExtension._update_weights", f"{VLLM_EXTENSION}._update_weights",
-         ("self", "weights", "peft_config", "base_sync_done")),
-    Seam("vLLMColocateWorkerExtension._get_zmq_handle", f"{VLLM_EXTENSION}._get_zmq_handle", ("self",)),
+    Seam("verl.trainer.ppo.checkpoint_callback:CheckpointCallback.on_save",
+         "self trainer global_step checkpoint_dir async_save kwargs"),
+    Seam("verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop.run",
+         "self sampling_params priority kwargs"),
+    Seam("verl.workers.engine_workers:TrainingWorker.__init__", "self config"),
+    Seam("verl.workers.engine_workers:ActorRolloutRefWorker.__init__", "self config role distillation_config kwargs"),
+    Seam("ray.actor:ActorClass", name="ActorClass.__ray_actor_class__"),  # checked in test_seam_signature
+    Seam(f"{VLLM_EXTENSION}.update_weights_from_ipc", "self peft_config base_sync_done use_shm"),
+    Seam(f"{VLLM_EXTENSION}._update_weights", "self weights peft_config base_sync_done"),
+    Seam(f"{VLLM_EXTENSION}._get_zmq_handle", "self"),
     # the pre-flight's list of rollouts (dara.preflight.rollout)
-    Seam("rollout.base._ROLLOUT_REGISTRY", "verl.workers.rollout.base:_ROLLOUT_REGISTRY",
-         registry_key=("vllm", "async")),
-    Seam("RolloutReplicaRegistry._registry", "verl.workers.rollout.replica:RolloutReplicaRegistry._registry",
-         registry_key="vllm"),
+    Seam("verl.workers.rollout.base:_ROLLOUT_REGISTRY", registry_key=("vllm", "async"),
+         name="rollout.base._ROLLOUT_REGISTRY"),
+    Seam("verl.workers.rollout.replica:RolloutReplicaRegistry._registry", registry_key="vllm"),
 ]
 
 
@@ -93,19 +82,16 @@ def test_seam_signature(seam):
     except (ImportError, AttributeError) as error:
         pytest.fail(f"{where(seam)}: {type(error).__name__}: {error}")
     if seam.registry_key is not None:
-        assert isinstance(value, dict) and seam.registry_key in value, (
-            f"{where(seam)}: expected a dict holding {seam.registry_key!r}, found {type(value).__name__} "
-            f"{list(value)[:5] if isinstance(value, dict) else value!r}")
+        assert isinstance(value, dict) and seam.registry_key in value, f"{where(seam)}: {value!r:.300}"
         return
     # Ray's tracing adds `_ray_trace_ctx` to a class's methods once the class went through ray.remote (in place)
-    found = tuple(name for name in inspect.signature(value).parameters if name != "_ray_trace_ctx")
-    assert found == seam.parameters, f"{where(seam)}: parameters {list(found)}, expected {list(seam.parameters)}"
+    found = " ".join(name for name in inspect.signature(value).parameters if name != "_ray_trace_ctx")
+    assert found == seam.parameters, f"{where(seam)}: parameters {found!r}, expected {seam.parameters!r}"
 
 
 def seam_table() -> list[list[str]]:
     text = DOC.read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    section = text[text.index(SECTION):].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]  # after header, rule
 
@@ -119,8 +105,7 @@ def test_the_seam_table_lists_exactly_the_pinned_names():
         else:
             private_elsewhere |= {name for name in names if "._" in name}
     expected = {seam.name for seam in SEAMS}
-    assert pinned == expected, (f"rows pinned by test_seam_signature in {DOC.name} name {sorted(pinned - expected)} "
-                                f"not pinned here, and leave out {sorted(expected - pinned)}")
+    assert pinned == expected, (sorted(pinned - expected), sorted(expected - pinned))
     assert not private_elsewhere, f"private names in {DOC.name}'s seam table that no test pins: {private_elsewhere}"
 
 

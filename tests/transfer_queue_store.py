@@ -1,12 +1,8 @@
-"""TransferQueue (a service verl talks to over Ray) as a dict, so verl's replay buffer runs in the test process:
-the three calls the buffer makes (`kv_list`, `kv_batch_get`, `kv_clear`) over tags per partition and fields per
-key."""
+"""TransferQueue (a service verl talks to over Ray) as a dict, so verl's replay buffer runs in the test process."""
 
 from __future__ import annotations
 
 import transfer_queue as tq
-
-CALLS = ("kv_list", "kv_batch_get", "kv_clear")
 
 
 class TransferQueueStore:
@@ -30,7 +26,7 @@ class TransferQueueStore:
         self.cleared.extend(keys)
 
     def install(self, monkeypatch):
-        """This store in place of TransferQueue's calls (the module verl's buffer and the project's call)."""
-        for name in CALLS:
+        """This store in place of the three calls verl's buffer and the project make."""
+        for name in ("kv_list", "kv_batch_get", "kv_clear"):
             monkeypatch.setattr(tq, name, getattr(self, name))
         return self

@@ -1,8 +1,6 @@
-"""`python -m tests.vllm_sync_probe DIR tied|untied`: vLLM's CPU engine (in this process) started on dummy weights,
-then the trainer's weights synced into it twice with the project's worker extension, each time perturbed; after
-each sync, vLLM's log-probs of fixed token sequences against the transformers model's (fp32). Prints one JSON line:
-{"max_abs_diff": [after sync 1, after sync 2], "dummy_diff": before any sync}. Used by tests/test_vllm_weight_sync.py.
-"""
+"""`python -m tests.vllm_sync_probe DIR tied|untied`: vLLM's CPU engine on dummy weights, then the trainer's weights,
+perturbed, synced twice with the project's extension; prints {"max_abs_diff": [after each sync], "dummy_diff": before
+any sync} of vLLM's log-probs of fixed sequences against the transformers model's (fp32)."""
 
 from __future__ import annotations
 
@@ -31,17 +29,14 @@ def vllm_logprobs(llm) -> list[torch.Tensor]:
             for out, seq in zip(outputs, SEQUENCES, strict=True)]
 
 
+@torch.no_grad()
 def transformers_logprobs(model) -> list[torch.Tensor]:
-    with torch.no_grad():
-        result = []
-        for seq in SEQUENCES:
-            logprobs = model(torch.tensor([seq])).logits[0].float().log_softmax(-1)
-            result.append(logprobs[:-1].gather(1, torch.tensor(seq[1:])[:, None])[:, 0])
-    return result
+    return [model(torch.tensor([seq])).logits[0, :-1].float().log_softmax(-1).gather(1, torch.tensor(seq[1:])[:, None])[:, 0]
+            for seq in SEQUENCES]
 
 
-def max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+def max_abs_diff(llm, model) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(vllm_logprobs(llm), transformers_logprobs(model), strict=True))
 
 
 def main(out_dir: str, kind: str) -> None:
@@ -53,7 +48,7 @@ def main(out_dir: str, kind: str) -> None:
     model.save_pretrained(out_dir)
     llm = LLM(model=out_dir, skip_tokenizer_init=True, load_format="dummy", dtype="float32", enforce_eager=True,
               max_model_len=128, seed=0, worker_extension_cls="dara.verl.cpu.vllm_weights.CPUWeightSyncExtension")
-    report = {"dummy_diff": max_abs_diff(vllm_logprobs(llm), transformers_logprobs(model)), "max_abs_diff": []}
+    report = {"dummy_diff": max_abs_diff(llm, model), "max_abs_diff": []}
     for sync in range(2):
         torch.manual_seed(sync + 1)
         with torch.no_grad():  # the trainer's update: new values in every tensor
@@ -63,7 +58,7 @@ def main(out_dir: str, kind: str) -> None:
         weights = [(name, t.clone()) for name, t in model.state_dict().items()
                    if not (tied and name == "lm_head.weight")]
         llm.collective_rpc("load_weights_in_place", args=(weights,))
-        report["max_abs_diff"].append(max_abs_diff(vllm_logprobs(llm), transformers_logprobs(model)))
+        report["max_abs_diff"].append(max_abs_diff(llm, model))
     print(json.dumps(report), flush=True)
 
 
