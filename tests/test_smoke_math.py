@@ -2,7 +2,7 @@
 sampling: 3 verl steps on the math path (correctness + length channels, verl's Hendrycks grader) with the authors'
 rounds (dara/verl/rounds.py). Every step logs its rounds and the pre-filter metrics over all generated responses
 and trains only on full groups whose summed reward varies. verl's own filter (mode=replay) is checked on verl's
-objects in tests/test_verl_prefilter.py."""
+objects in tests/test_verl_prefilter.py (its sample)."""
 
 from __future__ import annotations
 
