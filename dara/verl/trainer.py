@@ -1,12 +1,6 @@
-"""The project's verl trainer, `dara_sync`: reward channels into the advantage step, diagnostics into the logs.
-
-verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs for the advantage step, so per-channel
-rewards (reward_extra_info) never reach an estimator. `DaraTrainer._compute_advantage` fetches the channels named
-in `algorithm.reward_channels` from TransferQueue, publishes them for the registered estimator
-(`dara.verl.estimators.channels_for_step`) and runs verl's own `_compute_advantage` unchanged (KL in the reward,
-rollout correction and the write-back stay verl's). `trainer.v1.trainer_mode=dara_sync` selects it; inside, it is
-verl's sync trainer (`trainer_mode` reads "sync", where verl branches on the name).
-"""
+"""The `dara_sync` trainer (`trainer.v1.trainer_mode=dara_sync`): verl 0.9.1's sync trainer whose advantage step
+also gets the per-channel rewards (`algorithm.reward_channels`, fetched from TransferQueue and published through
+`dara.verl.estimators.channels_for_step`); verl's own `_compute_advantage` then runs unchanged."""
 
 from __future__ import annotations
 
@@ -96,9 +90,6 @@ def _run_key(config, key: str, default=None):
 
 @register_trainer("dara_sync")
 class DaraTrainer(PPOTrainerSync):
-    """verl's synchronous v1 trainer with the project's advantage step, run log, stop request, engine watchdog,
-    grad-clip record and placement record."""
-
     def __init__(self, config):
         if not config.algorithm.get("reward_channels", None):
             # started by verl's own main_ppo (python -m dara.train checked before Ray and filled the channels)
@@ -202,7 +193,7 @@ class DaraTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's own advantage step, with the batch's channel scores published for the registered estimator."""
-        if getattr(self, "engine_watchdog", None) is not None:  # samples of a dead engine are lost or padding
+        if getattr(self, "engine_watchdog", None) is not None:  # a dead engine's samples are lost or padding
             self.engine_watchdog.raise_if_dead()
         if not estimators.is_ours(self.config.algorithm.adv_estimator):  # one of verl's own estimators
             return super()._compute_advantage(batch, metrics)
