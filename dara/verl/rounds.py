@@ -80,9 +80,8 @@ def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
     """The authors' `_balance_batch` order of one round's rows (module docstring, step 2)."""
     if len(seq_lens) == 0:
         return []
-    workload = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64))
+    work = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64)).numpy()
     parts = min(int(world_size), len(seq_lens))
-    work = workload.numpy()
     # python ints: the same partitions as the tensor their code passes, about 20x faster
     partitions = get_seqlen_balanced_partitions(work.tolist(), k_partitions=parts,
                                                 equal_size=len(seq_lens) % parts == 0)
@@ -105,11 +104,6 @@ def shortfall_message(step: int, rounds: int, round_prompts: int, informative: i
     return (f"step {step}: {informative} of the {needed} informative groups after {rounds} round(s) of "
             f"{round_prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds={rounds}); to go "
             f"on, rerun with a larger cap, which resumes from the last checkpoint ({estimate}0 = no cap)")
-
-
-def _key_rank(key: str, position: dict[str, int]) -> tuple[int, int, int]:
-    uid, session, index = key.split("_")
-    return position[uid], int(session), int(index)
 
 
 TERMINAL = ("finished", "failure")  # a prompt entry's status once all its sessions ended (verl's replay buffer)
@@ -216,7 +210,7 @@ class RoundsReplayBuffer(ReplayBuffer):
         failed = {uid for uid in pending if status[uid] == "failure"}
         finished = pending - failed
         position = {uid: i for i, uid in enumerate(uids)}
-        keys = sorted((k for k in entries if k.split("_")[0] in finished), key=lambda k: _key_rank(k, position))
+        keys = sorted((k for k in entries if k.split("_")[0] in finished), key=lambda k: (position[k.split("_")[0]], *map(int, k.split("_")[1:])))
         order = round_row_order([int(entries[k]["seq_len"]) for k in keys], self.world_size())
         ordered_keys = [keys[i] for i in order]
         values = group_metric(partition_id, finished, [k for k in entries if k.split("_")[0] in finished],

@@ -39,12 +39,11 @@ def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch
     infos = [reward_info(value) for value in extra_fields]
     available = sorted(infos[0]) if infos else []
     for channel in channels:
-        missing = sum(channel not in info for info in infos)
-        if missing:
+        if missing := sum(channel not in info for info in infos):
             raise ValueError(f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's "
                              f"extra info of {missing}/{len(infos)} samples; the reward function returned keys {available}")
-    rows = [[float(info[c]) for c in channels] for info in infos]
-    scores = torch.tensor(rows, dtype=torch.float64).reshape(len(infos), len(channels))
+    scores = torch.tensor([[float(info[c]) for c in channels] for info in infos],
+                          dtype=torch.float64).reshape(len(infos), len(channels))
     if not torch.isfinite(scores).all():
         bad = (~torch.isfinite(scores)).nonzero()[0].tolist()
         raise ValueError(f"reward channel {channels[bad[1]]!r} is NaN or inf for sample {bad[0]}")
@@ -131,14 +130,11 @@ class DaraTrainer(PPOTrainerSync):
             from dara.verl.cpu.workers import cpu_worker_class
 
             for role, worker in list(self.role_worker_mapping.items()):
-                replacement = cpu_worker_class(worker)
-                if replacement is not None:
+                if (replacement := cpu_worker_class(worker)) is not None:
                     self.role_worker_mapping[role] = ray.remote(replacement)
 
-    def prepare_step(self) -> dict:
-        if isinstance(self.replay_buffer, rounds.RoundsReplayBuffer):  # it submits each round itself
-            return {}
-        return super().prepare_step()
+    def prepare_step(self) -> dict:  # the rounds buffer submits each round itself
+        return {} if isinstance(self.replay_buffer, rounds.RoundsReplayBuffer) else super().prepare_step()
 
     def _submit_round(self, num_prompts: int) -> list[str]:
         """Dispatch the next `num_prompts` dataloader prompts with verl's own refill; their uids in dataloader order."""
@@ -186,8 +182,7 @@ class DaraTrainer(PPOTrainerSync):
         return result
 
     def _reward_channels(self, required: bool = True) -> list[str]:
-        channels = [str(c) for c in self.config.algorithm.get("reward_channels", None) or []]
-        if required and not channels:
+        if not (channels := [str(c) for c in self.config.algorithm.get("reward_channels", None) or []]) and required:
             raise ValueError("algorithm.reward_channels is empty: name the reward_extra_info keys to use as channels")
         return channels
 
