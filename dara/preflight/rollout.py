@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,10 +102,8 @@ def probe_vllm(timeout_s: float = IMPORT_TIMEOUT_S) -> tuple[dict | None, str | 
     reported = [line[len(MARK):] for line in out.stdout.splitlines() if line.startswith(MARK)]
     if out.returncode == 0 and reported:
         facts = json.loads(reported[-1])
-        try:
+        with suppress(OSError):  # a read-only home: read again next time
             atomic_write_json(facts_cache(), {**_cached(), _cache_key(): facts})
-        except OSError:
-            pass  # a read-only home: read again next time
         return facts, None
     lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
     error = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", line)),

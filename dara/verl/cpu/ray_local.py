@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 _RAY_SOCKET_SUFFIX = 72  # len("/session_<date>_<pid>/sockets/plasma_store") rounded up, plus "/ray"
@@ -99,10 +99,8 @@ def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True,
                     stop_local_ray()
             finally:
                 if folders["tmp_for_ray"] != folders["tmp"]:
-                    try:
+                    with suppress(OSError):  # the next start replaces it
                         _clear(folders["tmp_for_ray"])
-                    except OSError:
-                        pass  # the next start replaces it
                 for key, value in saved.items():
                     if value is None:
                         os.environ.pop(key, None)
