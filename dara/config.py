@@ -86,31 +86,25 @@ class RunConfig:
     model: str = MISSING
     method: str = "${algorithm.adv_estimator}"
     seed: int = 0
-    # deterministic: a rerun finds (and resumes) the same folder; a variant (a recipe's "g8") tells runs apart
-    variant: str = ""
+    variant: str = ""  # tells runs of one method apart (a recipe's "g8"); a rerun finds the same folder
     name: str = "${dara.run_name:${run.task},${run.model},${run.method},${run.seed},${run.variant}}"
     output_root: str = "outputs"
     output_dir: str = "${run.output_root}/${run.name}"
-    # the data_source of the task's rows (the reward declares its channels for it)
-    data_source: Optional[str] = None  # noqa: UP045
+    data_source: Optional[str] = None  # noqa: UP045 - of the task's rows (the reward declares channels for it)
     data_dir: Optional[str] = None  # noqa: UP045 - where the task's prepared data lives (python -m data_prep)
     # assets built before starting: a builder tasks.registry has, or FILE.py:FUNCTION; model_assets: the model's
     assets: Optional[str] = None  # noqa: UP045
     model_assets: Optional[str] = None  # noqa: UP045
     assets_dir: str = "${run.output_root}/assets/${run.task}"
-    # a run whose metrics.jsonl holds its last step is skipped
-    skip_if_finished: bool = False
-    # the paper table / figure the run belongs to (its wandb group)
-    recipe: Optional[str] = None  # noqa: UP045
+    skip_if_finished: bool = False  # a run whose metrics.jsonl holds its last step is skipped
+    recipe: Optional[str] = None  # noqa: UP045 - the paper table / figure the run belongs to (its wandb group)
     # auto = online with WANDB_API_KEY in the environment, else offline; offline | online | disabled
     wandb_mode: str = "auto"
-    # false: verl's and Ray's output goes to <run folder>/logs/main.log
-    verbose: bool = False
+    verbose: bool = False  # false: verl's and Ray's output goes to <run folder>/logs/main.log
     # vLLM's context per request (unset, vLLM takes the model's maximum, which may not fit one request's KV cache)
     max_model_len: int = "${dara.sum:${data.max_prompt_length},${data.max_response_length}}"  # type: ignore[assignment]
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # modules the trainer imports in its Ray actor before training (dara.verl.trainer)
-    import_modules: Optional[List[str]] = None  # noqa: UP006, UP045
+    import_modules: Optional[List[str]] = None  # noqa: UP006, UP045 - imported in the trainer's actor first
     # the model's size class (small | medium | large: the cluster's per-scale row) and config.json facts
     model_scale: Optional[str] = None  # noqa: UP045
     model_facts: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045 - dara.preflight.facts.ModelFacts
@@ -119,12 +113,9 @@ class RunConfig:
     # the actor's and reference's attention: flash_attention_2 (padding removed) or sdpa (padded micro-batches)
     attention: str = "flash_attention_2"
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    # every update should be clipped (tool calling, as the authors'): an unclipped one is warned about
-    expect_clipped_updates: bool = False
-    # seconds between polls of each rollout server's /health (a dead engine ends the run); 0: off
-    engine_watchdog_s: float = 5.0
-    # a vLLM seed per response from the run seed, step, row and place in its group (dara.verl.seeded_rollout)
-    seeded_rollout: bool = False
+    expect_clipped_updates: bool = False  # tool calling, as the authors': an unclipped update is warned about
+    engine_watchdog_s: float = 5.0  # seconds between polls of each rollout server's /health; 0: off
+    seeded_rollout: bool = False  # a vLLM seed per response (dara.verl.seeded_rollout)
 
 
 def register_schemas() -> None:
