@@ -7,7 +7,6 @@ accelerator gets device `cpu`, backend `gloo`, Ray resource `GPU` (one logical G
 
 from __future__ import annotations
 
-import os
 import types
 from contextlib import contextmanager
 
@@ -17,14 +16,10 @@ from verl.plugin.platform import PlatformBase, PlatformRegistry
 PLATFORM_NAME = "cpu"
 
 
-def _host_memory() -> tuple[int, int]:
-    try:
-        with open("/proc/meminfo") as f:
-            fields = {key: int(value.split()[0]) * 1024 for key, value in (line.split(":", 1) for line in f)}
-        return fields.get("MemAvailable", fields["MemFree"]), fields["MemTotal"]
-    except (OSError, KeyError, ValueError):
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return total, total
+def _host_memory() -> tuple[int, int]:  # (available, total) bytes; vLLM's CPU build is Linux-only
+    with open("/proc/meminfo") as f:
+        fields = {key: int(value.split()[0]) * 1024 for key, value in (line.split(":", 1) for line in f)}
+    return fields["MemAvailable"], fields["MemTotal"]
 
 
 def _build_device_module() -> types.ModuleType:
