@@ -141,11 +141,8 @@ def _shown(value: Any) -> str:
 
 def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
     """The run's name with what differs (`w_max2`) before its seed suffix."""
-    parts = []
-    for key, value in list(differences.items())[:2]:
-        text = "".join(c for c in str(value) if c.isalnum() or c in "._")[:12]
-        parts.append(f"{key.rsplit('.', 1)[-1]}{text}")
-    label = "-".join(parts) or "variant"
+    label = "-".join(key.rsplit(".", 1)[-1] + "".join(c for c in str(value) if c.isalnum() or c in "._")[:12]
+                     for key, value in list(differences.items())[:2]) or "variant"
     suffix = f"-s{seed}"
     return f"{name[: -len(suffix)]}-{label}{suffix}" if name.endswith(suffix) else f"{name}-{label}"
 

@@ -112,14 +112,8 @@ def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ, probe: Probe =
 
 def wandb_run_files(run_dir: str | os.PathLike) -> list[Path]:
     """The `.wandb` logs of a run folder (one per start), oldest first."""
-    run_dir = Path(run_dir)
-    files = [*run_dir.glob(OFFLINE_GLOB), *run_dir.glob(ONLINE_GLOB)]
-
-    def started(path: Path) -> str:
-        match = _STARTED.search(path.parent.name)
-        return match.group(0) if match else ""
-
-    return sorted(files, key=started)
+    files = [*Path(run_dir).glob(OFFLINE_GLOB), *Path(run_dir).glob(ONLINE_GLOB)]
+    return sorted(files, key=lambda path: m.group(0) if (m := _STARTED.search(path.parent.name)) else "")
 
 
 def inspect_records(wandb_file: str | os.PathLike, timeout: float = 120) -> list[dict]:
