@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ class Environment:
 
 
 def driver_version() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
