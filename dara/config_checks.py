@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import re
@@ -256,16 +257,11 @@ TRL_WITHOUT_VALUE_HEAD = "1.13"
 
 
 def importable_trl() -> tuple[str | None, str] | None:
-    import importlib.metadata
+    from dara.preflight.rollout import installed_version
 
-    spec = importlib.util.find_spec("trl")
-    if spec is None:
+    if (spec := importlib.util.find_spec("trl")) is None:
         return None
-    location = spec.origin or ", ".join(spec.submodule_search_locations or [])
-    try:
-        return importlib.metadata.version("trl"), location
-    except importlib.metadata.PackageNotFoundError:
-        return None, location
+    return installed_version("trl"), spec.origin or ", ".join(spec.submodule_search_locations or [])
 
 
 def trl_conflict(version: str | None, location: str) -> str | None:
