@@ -13,7 +13,6 @@ import functools
 import inspect
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -182,12 +181,10 @@ class DaraParallelRewardManager(RewardManagerBase):
         reward_tensor = torch.zeros_like(responses, dtype=torch.float32)
         reward_tensor[torch.arange(len(data)), (lengths - 1).clamp(min=0)] = torch.tensor(
             [r["reward_score"] for r in results], dtype=torch.float32)
-        extra: dict[str, list] = defaultdict(list)
-        for result in results:
-            for key, value in result["reward_extra_info"].items():
-                extra[key].append(value)
+        keys = results[0]["reward_extra_info"] if results else {}  # every sample has the same keys
+        extra = {key: [r["reward_extra_info"][key] for r in results] for key in keys}
         metrics = verl_entry.step_metrics(extra, channel_sets.pop()) if len(data) else {}
-        return {"reward_tensor": reward_tensor, "reward_extra_info": dict(extra), "metrics": metrics}
+        return {"reward_tensor": reward_tensor, "reward_extra_info": extra, "metrics": metrics}
 
     def __call__(self, data: DataProto, return_dict: bool = False):
         result = self.score_batch(data)
