@@ -1,13 +1,5 @@
-"""DARA: density-aware reward aggregation for multi-reward RL, on verl 0.9.1.
-
-- `dara.estimators`: every advantage estimator of the paper, vectorised (no verl import).
-- `dara.verl`: the verl binding (registered estimators, channel-aware trainers, CPU runtime).
-- `dara.train`: the Hydra entry, `python -m dara.train`.
-- `dara.testbed`: a pure-torch testbed of the paper's mechanism.
-
-A plain `pip install .` brings the estimator library alone (torch, numpy); the verl side needs the `verl`
-extra and `dara.trl` the `trl` extra (`missing_extra` names the one to install).
-"""
+"""DARA: density-aware reward aggregation for multi-reward RL, on verl 0.9.1. `pip install .` brings the estimator
+library alone (torch, numpy); the verl side needs the `verl` extra, `dara.trl` the `trl` extra."""
 
 import importlib.util
 from pathlib import Path
@@ -23,7 +15,6 @@ EXTRA_MODULES = {"verl": ("verl", "ray", "hydra", "omegaconf"), "trl": ("trl", "
 
 
 def missing_extra(extra: str, what: str) -> str | None:
-    """One line naming the extra to install when a module of `extra` is not importable here, else None."""
     missing = [name for name in EXTRA_MODULES[extra] if importlib.util.find_spec(name) is None]
     if not missing:
         return None

@@ -16,7 +16,6 @@ KEYS = ("model_assets", "assets")  # run.<key>, built in this order
 
 
 def asset_builder(name: str, key: str = "assets") -> Callable:
-    """The builder `run.<key>` names; an unknown name or a bad import path is a ConfigError naming it."""
     builders = asset_builders()
     ref = builders.get(name) or (name if ":" in name else None)
     if ref is None:
@@ -37,12 +36,10 @@ def _builders(cfg: DictConfig) -> list[tuple[str, str, Callable]]:
 
 
 def check_assets(cfg: DictConfig) -> None:
-    """The run's asset builders load (a config check: before anything is built or started)."""
     _builders(cfg)
 
 
 def prepare_assets(cfg: DictConfig) -> None:
-    """Build the model's, then the task's offline assets, where the run names any."""
     for key, name, builder in _builders(cfg):
         where = cfg.run.assets_dir if key == "assets" else cfg.actor_rollout_ref.model.path
         print(f"[dara] preparing offline {name} assets in {where}", flush=True)

@@ -1,11 +1,5 @@
-"""The training configuration: where it lives, its schemas, how it is composed and checked by verl.
-
-`compose(overrides)` is the config `python -m dara.train <overrides>` runs (Hydra over conf/train.yaml and verl
-0.9.1's `ppo_trainer`, the same search path and schemas, `${hydra:...}` resolvable), resolved; e.g.
-`compose(["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b"])`. `RunConfig` types and defaults the `run.*`
-node (a mistyped key or a wrong type fails at composition); a task of your own is found through
-`hydra.searchpath=[file://DIR]` (`with_verl_searchpath` keeps verl's folder in it).
-"""
+"""The training configuration: `compose(overrides)` is the resolved config `python -m dara.train <overrides>` runs
+(Hydra over conf/train.yaml and verl 0.9.1's `ppo_trainer`); `RunConfig` types the `run.*` node."""
 
 from __future__ import annotations
 
@@ -38,8 +32,7 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- the run.* schema
 @dataclass
 class CheckpointConfig:
-    """verl keeps the newest `keep_last` checkpoints; the HF weights of `keep_hf_steps` (the evaluated steps) are
-    kept in `kept_dir` (dara.verl.checkpoints.KeepEvaluatedSteps)."""
+    """The HF weights of `keep_hf_steps` (the evaluated steps) are kept in `kept_dir` (dara.verl.retention)."""
 
     keep_last: int = 2
     keep_hf_steps: List[int] = field(default_factory=lambda: [50, 60, 100])  # noqa: UP006
@@ -48,7 +41,7 @@ class CheckpointConfig:
 
 @dataclass
 class ScaleConfig:
-    """One row of a GPU cluster's per-scale table (`run.hardware.<run.model_scale>`, conf/cluster/*.yaml)."""
+    """`run.hardware.<run.model_scale>` of a conf/cluster/*.yaml."""
 
     rollout_tp: int = 1
     gpu_memory_utilization: float = 0.6
@@ -60,7 +53,7 @@ class ScaleConfig:
 
 @dataclass
 class HardwareConfig:
-    """A GPU cluster's facts for the preflight (conf/cluster/*.yaml); a CPU run has none."""
+    """A GPU cluster's facts for the preflight (conf/cluster/*.yaml)."""
 
     gpu: Optional[str] = None  # noqa: UP045
     gpu_memory_gib: Optional[float] = None  # noqa: UP045 - one card, as torch.cuda reports it
@@ -87,38 +80,31 @@ class DynamicSamplingConfig:
 
 @dataclass
 class RunConfig:
-    """The project's own keys (`run.*`; verl ignores them). Task and model files set the first block."""
+    """The project's own keys (`run.*`; verl ignores them)."""
 
-    # task / model set these; method follows the estimator (conf/estimator/*.yaml may name it)
     task: str = MISSING
     model: str = MISSING
     method: str = "${algorithm.adv_estimator}"
     seed: int = 0
-    # deterministic: a rerun finds (and resumes) the same folder; a variant (a recipe's "g8") tells runs apart
-    variant: str = ""
+    variant: str = ""  # tells runs of one method apart (a recipe's "g8"); a rerun finds the same folder
     name: str = "${dara.run_name:${run.task},${run.model},${run.method},${run.seed},${run.variant}}"
     output_root: str = "outputs"
     output_dir: str = "${run.output_root}/${run.name}"
-    # the data_source of the task's rows (the reward declares its channels for it)
-    data_source: Optional[str] = None  # noqa: UP045
+    data_source: Optional[str] = None  # noqa: UP045 - of the task's rows (the reward declares channels for it)
     data_dir: Optional[str] = None  # noqa: UP045 - where the task's prepared data lives (python -m data_prep)
     # assets built before starting: a builder tasks.registry has, or FILE.py:FUNCTION; model_assets: the model's
     assets: Optional[str] = None  # noqa: UP045
     model_assets: Optional[str] = None  # noqa: UP045
     assets_dir: str = "${run.output_root}/assets/${run.task}"
-    # a run whose metrics.jsonl holds its last step is skipped
-    skip_if_finished: bool = False
-    # the paper table / figure the run belongs to (its wandb group)
-    recipe: Optional[str] = None  # noqa: UP045
+    skip_if_finished: bool = False  # a run whose metrics.jsonl holds its last step is skipped
+    recipe: Optional[str] = None  # noqa: UP045 - the paper table / figure the run belongs to (its wandb group)
     # auto = online with WANDB_API_KEY in the environment, else offline; offline | online | disabled
     wandb_mode: str = "auto"
-    # false: verl's and Ray's output goes to <run folder>/logs/main.log
-    verbose: bool = False
+    verbose: bool = False  # false: verl's and Ray's output goes to <run folder>/logs/main.log
     # vLLM's context per request (unset, vLLM takes the model's maximum, which may not fit one request's KV cache)
     max_model_len: int = "${dara.sum:${data.max_prompt_length},${data.max_response_length}}"  # type: ignore[assignment]
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # modules the trainer imports in its Ray actor before training (dara.verl.trainer)
-    import_modules: Optional[List[str]] = None  # noqa: UP006, UP045
+    import_modules: Optional[List[str]] = None  # noqa: UP006, UP045 - imported in the trainer's actor first
     # the model's size class (small | medium | large: the cluster's per-scale row) and config.json facts
     model_scale: Optional[str] = None  # noqa: UP045
     model_facts: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045 - dara.preflight.facts.ModelFacts
@@ -127,17 +113,13 @@ class RunConfig:
     # the actor's and reference's attention: flash_attention_2 (padding removed) or sdpa (padded micro-batches)
     attention: str = "flash_attention_2"
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    # every update should be clipped (tool calling, as the authors'): an unclipped one is warned about
-    expect_clipped_updates: bool = False
-    # seconds between polls of each rollout server's /health (a dead engine ends the run); 0: off
-    engine_watchdog_s: float = 5.0
-    # a vLLM seed per response from the run seed, step, row and place in its group (dara.verl.seeded_rollout)
-    seeded_rollout: bool = False
+    expect_clipped_updates: bool = False  # tool calling, as the authors': an unclipped update is warned about
+    engine_watchdog_s: float = 5.0  # seconds between polls of each rollout server's /health; 0: off
+    seeded_rollout: bool = False  # a vLLM seed per response (dara.verl.seeded_rollout)
 
 
 def register_schemas() -> None:
-    """`algorithm.dara` is a `DaraAlgoConfig` and `run` a `RunConfig` (idempotent). `algorithm.dara.reward_ranges`
-    and `.options` take any name without `+` (the reward and the estimator declare them, checked later)."""
+    """`algorithm.dara` is a `DaraAlgoConfig` (its reward_ranges and options open) and `run` a `RunConfig`."""
     from hydra.core.config_store import ConfigStore
 
     algo = OmegaConf.create({"algorithm": {"dara": OmegaConf.structured(DaraAlgoConfig)}})
@@ -154,15 +136,13 @@ def run_name(task: str, model: str, method: str, seed: int | str, variant: str =
 
 
 def library_estimator(adv_estimator: str) -> str | None:
-    """The library estimator behind an `algorithm.adv_estimator` value (its bare name, or dara_<name> where verl
-    owns the bare one), or None (one of verl's own, or none)."""
+    """The library estimator of `algorithm.adv_estimator` (its name, or dara_<name> where verl owns the bare one)."""
     return next((name for name in (adv_estimator, adv_estimator.removeprefix(LIBRARY_PREFIX))
                  if name in ESTIMATOR_NAMES), None)
 
 
 def searchpath_file(name: str) -> str:
-    """`${dara.searchpath:NAME}`: the absolute path of NAME in the first `hydra.searchpath` folder holding it (a
-    task config in your own folder names the files beside it)."""
+    """`${dara.searchpath:NAME}`: NAME's absolute path in the first `hydra.searchpath` folder holding it."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
@@ -182,8 +162,7 @@ for _name, _resolver in (("dara.run_name", run_name), ("dara.searchpath", search
 
 # ----------------------------------------------------------------------------- composition
 def with_verl_searchpath(overrides: Sequence[str]) -> list[str]:
-    """The overrides with verl's config folder kept in a `hydra.searchpath=[...]` one: Hydra replaces a list
-    on the command line, and `hydra.searchpath=[file://DIR]` (a task of your own) would drop verl's."""
+    """The overrides with verl's config folder kept in a `hydra.searchpath=[...]` one (Hydra replaces the list)."""
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -196,7 +175,7 @@ def with_verl_searchpath(overrides: Sequence[str]) -> list[str]:
 
 
 def search_dirs(overrides: Sequence[str]) -> list[Path]:
-    """The folders (file://) a `hydra.searchpath=[...]` override adds, in order, relative ones from this folder."""
+    """The file:// folders a `hydra.searchpath=[...]` override adds, in order."""
     dirs: list[Path] = []
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -225,7 +204,7 @@ def compose(overrides: Sequence[str] = (), *, resolve: bool = True, conf_dir: st
 
 # ----------------------------------------------------------------------------- verl's own checks
 def verl_validation_error(cfg: DictConfig) -> str | None:
-    """verl's own start-up checks (`validate_config`, the rollout config dataclass): the error text, or None."""
+    """verl's own start-up checks (`validate_config`, the rollout dataclass): the error text, or None."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 

@@ -1,9 +1,8 @@
-"""Checks that reject an invalid experiment before Ray starts, each a one-line ConfigError naming the problem.
-
-`check_config` runs `CONFIG_CHECKS` in order; a new check is one function appended there."""
+"""Checks that reject an invalid experiment before Ray starts, each a one-line ConfigError naming the problem."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import re
@@ -29,8 +28,8 @@ from rewards.spec import (
 
 
 def composition_error_line(error: BaseException) -> str:
-    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints (without
-    OmegaConf's full_key / object_type lines and the search path; a listing of options becomes one clause)."""
+    """A Hydra / OmegaConf composition error as one line: the message, its cause, then Hydra's hints (a listing of
+    options as one clause)."""
 
     def clauses(exc: BaseException) -> list[str]:
         out: list[str] = []
@@ -59,7 +58,7 @@ def _plain(cfg: DictConfig, key: str) -> dict:
 
 
 def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
-    """(the pool's options, the reward module's own) of both reward_kwargs merged, as the reward manager splits them."""
+    """(the pool's options, the reward module's own) of both reward_kwargs merged."""
     try:
         merged = merged_reward_kwargs(_plain(cfg, "reward.reward_kwargs"),
                                       _plain(cfg, "reward.custom_reward_function.reward_kwargs"))
@@ -70,7 +69,7 @@ def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
 
 def reward_spec(cfg: DictConfig) -> RewardSpec | None:
     """The run's reward module (`reward.custom_reward_function.path`) with its declared channels and ranges for
-    `run.data_source` (`rewards.spec`); None without one (verl's built-in scorers declare no channels)."""
+    `run.data_source` (`rewards.spec`); None without one."""
     path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
     if not path:
         return None
@@ -113,8 +112,7 @@ def _check_channels(cfg: DictConfig) -> None:
 
 
 def narrow_range_warnings(declared: Mapping, given: Mapping) -> list[str]:
-    """One line per channel whose given range leaves out part of the range its reward declares: a score there
-    stops the run (dara.verl.estimators.check_reward_ranges). A malformed range is left to the options' check."""
+    """One line per channel whose given range leaves out part of the range its reward declares."""
     lines = []
     for name, pair in given.items():
         if name not in declared:
@@ -134,7 +132,7 @@ RAY_INIT = "ray_kwargs.ray_init"
 
 
 def _ray_init_names() -> tuple[set[str], set[str]]:
-    """(ray.init's keyword names, the hidden `_name` options it pops from **kwargs; empty when unreadable)."""
+    """(ray.init's keyword names, the hidden `_name` options it pops from **kwargs)."""
     import ray
 
     names = set(inspect.signature(ray.init).parameters) - {"kwargs"}
@@ -146,9 +144,7 @@ def _ray_init_names() -> tuple[set[str], set[str]]:
 
 
 def ray_option_problem(ray_init: Mapping) -> str | None:
-    """What Ray would refuse in `ray_kwargs.ray_init`, in one line, or None: an env var that is not a string (Ray
-    fails deep inside ray.init, after its processes started), a runtime_env Ray's validation refuses, a keyword
-    ray.init does not take."""
+    """What Ray would refuse in `ray_kwargs.ray_init` (after its processes started), in one line, or None."""
     runtime_env = ray_init.get("runtime_env") or {}
     env_vars = (runtime_env.get("env_vars") or {}) if isinstance(runtime_env, Mapping) else None
     if not isinstance(env_vars, Mapping):
@@ -184,8 +180,7 @@ ESTIMATOR_MODULE = "algorithm.dara.estimator_module"
 
 
 def estimator_module(cfg: DictConfig):
-    """Load the estimators of your own that algorithm.dara.estimator_module names (a .py file, an import path or
-    pkg://package.module), before any check reads the estimator's name; the loaded module or None. A file's path
+    """Load the estimators of algorithm.dara.estimator_module (first: the checks read their names); a file's path
     is pinned absolute (Ray's actors start in other folders)."""
     spec = OmegaConf.select(cfg, ESTIMATOR_MODULE, default=None)
     if not spec:
@@ -230,8 +225,7 @@ def _check_estimator(cfg: DictConfig) -> None:
 
 
 def divisibility_problems(cfg: DictConfig) -> list[str]:
-    """What verl asserts only after Ray started (or a rollout ran), for trainer.nnodes x n_gpus_per_node and the
-    heads of `run.model_facts`."""
+    """What verl asserts only after Ray started (or a rollout ran), for the allocation and `run.model_facts`."""
     trainer, arr, rollout = cfg.trainer, cfg.actor_rollout_ref, cfg.actor_rollout_ref.rollout
     world, n, gpus = int(trainer.nnodes) * int(trainer.n_gpus_per_node), int(rollout.n), int(trainer.n_gpus_per_node)
     sp = int(OmegaConf.select(arr, "actor.ulysses_sequence_parallel_size", default=1) or 1)
@@ -263,17 +257,11 @@ TRL_WITHOUT_VALUE_HEAD = "1.13"
 
 
 def importable_trl() -> tuple[str | None, str] | None:
-    """(version, location) of the trl verl would import here, or None."""
-    import importlib.metadata
+    from dara.preflight.rollout import installed_version
 
-    spec = importlib.util.find_spec("trl")
-    if spec is None:
+    if (spec := importlib.util.find_spec("trl")) is None:
         return None
-    location = spec.origin or ", ".join(spec.submodule_search_locations or [])
-    try:
-        return importlib.metadata.version("trl"), location
-    except importlib.metadata.PackageNotFoundError:
-        return None, location
+    return installed_version("trl"), spec.origin or ", ".join(spec.submodule_search_locations or [])
 
 
 def trl_conflict(version: str | None, location: str) -> str | None:
@@ -296,8 +284,6 @@ def _check_trl(cfg: DictConfig) -> None:
 
 
 def _check_determinism(cfg: DictConfig) -> None:
-    """verl's full_determinism seeds every request of a step alike: without per-request seeds the G responses of
-    a group are one response and every advantage is 0, with no error from verl."""
     rollout = cfg.actor_rollout_ref.rollout
     seeded = rollout.agent.default_agent_loop == "dara_seeded_single_turn"
     if OmegaConf.select(rollout, "full_determinism", default=False) and not seeded and rollout.n > 1:
@@ -306,7 +292,6 @@ def _check_determinism(cfg: DictConfig) -> None:
                           "advantage 0: add run.seeded_rollout=true (a seed per response)")
 
 
-# Each check takes the composed config and raises ConfigError; they run in this order.
 CONFIG_CHECKS: list[Callable[[DictConfig], object]] = [
     estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
     check_assets, _check_trl, _check_determinism]
@@ -318,7 +303,7 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict | None]]:
-    """(data_source, ground_truth, extra_info) of the first `count` rows of the first training file."""
+    """(data_source, ground_truth, extra_info) of the first training file's first `count` rows."""
     import pandas as pd
 
     files = OmegaConf.select(cfg, "data.train_files")
@@ -331,8 +316,7 @@ def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict |
 
 
 def check_reward(cfg: DictConfig) -> None:
-    """A reward module of your own scores a few training rows before Ray starts (`rewards.spec.probe`): one line
-    here, not a stuck run."""
+    """A reward module of your own scores a few training rows before Ray starts (one line, not a stuck run)."""
     import rewards.verl_entry
     from rewards.verl_entry import RewardOptions
 
@@ -348,7 +332,6 @@ def check_reward(cfg: DictConfig) -> None:
 
 
 def check_inputs(cfg: DictConfig) -> None:
-    """Local data files and model folders exist (hub ids are left to the loaders)."""
     for key in ("data.train_files", "data.val_files"):
         files = OmegaConf.select(cfg, key)
         for path in [files] if isinstance(files, str) else list(files or []):

@@ -19,8 +19,8 @@ WARN_COUNTS = {"reward/timeouts": "reward timeouts", "reward/errors": "reward er
 
 @contextmanager
 def quiet_output(log_path: str | os.PathLike) -> Iterator[TextIO]:
-    """Redirect fds 1 and 2 (the driver's prints, warnings, Ray's forwarded worker output, the processes Ray
-    starts) into `log_path` (appended) for the block; yield a line-buffered stream to the real stdout."""
+    """Redirect fds 1 and 2 (also what Ray forwards and starts) into `log_path` for the block; yield a stream to
+    the real stdout."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
@@ -43,7 +43,7 @@ def quiet_output(log_path: str | os.PathLike) -> Iterator[TextIO]:
 
 
 def step_warnings(record: dict) -> list[str]:
-    """`[dara] warning: step 3: 2 reward timeouts` for each non-zero count of WARN_COUNTS in a step record."""
+    """`[dara] warning: step 3: 2 reward timeouts` per non-zero count of WARN_COUNTS."""
     return [f"[dara] warning: step {record['step']}: {record[key]:.0f} {what}"
             for key, what in WARN_COUNTS.items() if record.get(key, 0) > 0]
 

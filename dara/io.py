@@ -1,5 +1,4 @@
-"""File helpers every package shares: atomic writes (a temporary file beside the target, moved into place: a
-reader or a crash never sees half a file), the torn-line-tolerant JSONL reader, run finished."""
+"""Atomic writes (a temporary file moved into place: never half a file) and the torn-line-tolerant JSONL reader."""
 
 from __future__ import annotations
 
@@ -17,12 +16,11 @@ log = logging.getLogger(__name__)
 
 
 class JsonlError(ValueError):
-    """A JSONL file that cannot be read as documented (names the file and line)."""
+    pass
 
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -44,7 +42,6 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, payload, **dump_options) -> None:
-    """JSON (indent 2 unless told otherwise) and a final newline."""
     dump_options.setdefault("indent", 2)
     atomic_write_text(path, json.dumps(payload, **dump_options) + "\n")
 
@@ -54,8 +51,8 @@ def atomic_write_jsonl(path: str | Path, records) -> None:
 
 
 def read_jsonl(path: str | Path, tolerate_torn_last_line: bool = True) -> tuple[list[dict], bool]:
-    """(records, torn): every JSON object of a JSONL file in order, and whether a truncated last line (a writer
-    killed mid-line) was dropped, with a warning; any other bad line is a JsonlError naming the file and line."""
+    """(records, torn): whether a truncated last line (a writer killed mid-line) was dropped, with a warning; any
+    other bad line is a JsonlError naming the file and line."""
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)
@@ -77,7 +74,6 @@ def read_jsonl(path: str | Path, tolerate_torn_last_line: bool = True) -> tuple[
 
 
 def run_finished(run_dir: str | Path, total_steps: int | None) -> bool:
-    """The run folder's metrics.jsonl holds a record of its last step (``total_steps``)."""
     path = Path(run_dir) / METRICS_FILE
     if not total_steps or not path.exists():
         return False

@@ -1,9 +1,8 @@
 """Every process a run started ends with the run (Linux; elsewhere these do nothing).
 
-Ray's `shutdown` stops the processes Ray knows, not those its workers forked, which are orphaned to init and
-kept (0.6 GB each, alive an hour after a run whose engine died). `adopt_orphans` makes the run's process a child
-subreaper, so an orphaned descendant comes to it instead; `end_descendants` ends the descendants started after a
-given moment (a test process's earlier children are spared), SIGTERM first, SIGKILL after `grace_s`.
+Ray's `shutdown` stops the processes Ray knows, not those its workers forked (orphaned to init, kept alive).
+`adopt_orphans` makes the run's process a child subreaper; `end_descendants` ends the descendants started after a
+given moment, SIGTERM first, SIGKILL after `grace_s`.
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ import os
 import signal
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def adopt_orphans() -> bool:
-    """Make this process the subreaper of its descendants; False where Linux's prctl is not there."""
     if not sys.platform.startswith("linux"):
         return False
     return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -31,12 +30,11 @@ def _stat(pid: int) -> list[str]:
 
 
 def now_ticks() -> int:
-    """The current time in clock ticks since boot (the clock of a process's start time)."""
+    """Clock ticks since boot (the clock of a process's start time)."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
 def descendants(pid: int | None = None, since_ticks: int = 0) -> list[int]:
-    """The descendants of `pid` (this process by default) that started at or after `since_ticks`."""
     if not sys.platform.startswith("linux"):
         return []
     todo, found = [os.getpid() if pid is None else pid], []
@@ -56,8 +54,7 @@ def descendants(pid: int | None = None, since_ticks: int = 0) -> list[int]:
     return found
 
 
-def running(pid: int) -> bool:
-    """Alive and not a zombie."""
+def running(pid: int) -> bool:  # alive and not a zombie
     try:
         return _stat(pid)[0] != "Z"
     except OSError:
@@ -66,24 +63,18 @@ def running(pid: int) -> bool:
 
 def _signal_all(pids: list[int], signum: int) -> None:
     for pid in pids:
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
-def _reap(pids: list[int]) -> None:
-    """Collect the exit status of those of `pids` that are ended children of this process (no zombies)."""
+def _reap(pids: list[int]) -> None:  # no zombies of our ended children
     for pid in pids:
-        try:
+        with suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 def end_descendants(since_ticks: int = 0, grace_s: float = 10.0) -> list[int]:
-    """SIGTERM the descendants started at or after `since_ticks`, SIGKILL those left after `grace_s`; returns the
-    pids that were alive."""
+    """SIGTERM the descendants started at or after `since_ticks`, SIGKILL those left after `grace_s`."""
     alive = descendants(since_ticks=since_ticks)
     if not alive:
         return []

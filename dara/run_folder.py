@@ -1,10 +1,6 @@
-"""A run folder: the names of the files a training run writes there, and the configuration it belongs to.
-
-A run's *experiment configuration* is its resolved config flattened to dotted keys, without the keys that do
-not change what is trained (NON_EXPERIMENT_KEYS: where files go and what is logged, when it saves, validates and
-stops, cluster plumbing). `run_info.json` records it; variants of one method differ in it (`config_differences`,
-seed aside), and `check_same_experiment` refuses a folder holding results of another one, naming the keys that
-differ and a `run.name` that gives the new run its own folder.
+"""A run folder's file names, and its *experiment configuration*: the resolved config flattened to dotted keys,
+without NON_EXPERIMENT_KEYS (what does not change what is trained). `check_same_experiment` refuses a folder
+holding results of another one.
 """
 
 from __future__ import annotations
@@ -57,8 +53,7 @@ SEED_KEYS: tuple[str, ...] = (
 
 
 def absolute_run_paths(cfg) -> None:
-    """Pin run.output_root, output_dir and assets_dir to absolute paths before the config is resolved (Ray actors
-    in other working dirs read them)."""
+    """run.output_root, output_dir and assets_dir made absolute (Ray actors start in other folders)."""
     from omegaconf import open_dict
 
     with open_dict(cfg):
@@ -68,7 +63,7 @@ def absolute_run_paths(cfg) -> None:
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping (a DictConfig or plain dicts) as {"a.b.c": leaf}; lists stay lists (JSON values)."""
+    """A nested mapping (a DictConfig or plain dicts) as {"a.b.c": leaf}; lists stay lists."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     if isinstance(node, DictConfig | ListConfig):
@@ -105,8 +100,7 @@ def _portable(value: Any, roots: list[tuple[str, str]]) -> Any:
 
 
 def experiment_config(cfg: Any) -> dict[str, Any]:
-    """The run's experiment configuration: its flattened resolved config without NON_EXPERIMENT_KEYS, path
-    values under the output root or the project written relative to them (`<output_root>/...`)."""
+    """The flattened config without NON_EXPERIMENT_KEYS, paths under the output root or project as `<output_root>/...`."""
     from dara import PROJECT_ROOT
 
     flat = flatten(cfg)
@@ -117,7 +111,6 @@ def experiment_config(cfg: Any) -> dict[str, Any]:
 
 
 def without_seed(config: Mapping[str, Any]) -> dict[str, Any]:
-    """An experiment configuration without the keys that follow the seed (what variants are compared on)."""
     return {k: v for k, v in config.items() if not _under(k, SEED_KEYS)}
 
 
@@ -125,21 +118,18 @@ _MISSING = object()
 
 
 def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """The sorted keys whose values differ between two flat configurations (a key missing in one counts)."""
     return sorted(k for k in set(a) | set(b) if a.get(k, _MISSING) != b.get(k, _MISSING))
 
 
 class RunFolderError(Exception):
-    """A run folder that this run must not use (held by another job, or another configuration's)."""
+    pass
 
 
 def _json_values(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The configuration as run_info.json stores it (tuples become lists, other objects their text)."""
     return json.loads(json.dumps(dict(config), default=str))
 
 
 def has_results(run_dir: str | Path) -> bool:
-    """The folder holds something a run produced: a logged step or a checkpoint."""
     metrics = Path(run_dir) / METRICS_FILE
     return (metrics.exists() and metrics.stat().st_size > 0) or any((Path(run_dir) / CHECKPOINTS).glob("global_step_*"))
 
@@ -150,19 +140,15 @@ def _shown(value: Any) -> str:
 
 
 def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
-    """The run's name with what differs (`w_max2`) before its seed suffix: a folder of its own."""
-    parts = []
-    for key, value in list(differences.items())[:2]:
-        text = "".join(c for c in str(value) if c.isalnum() or c in "._")[:12]
-        parts.append(f"{key.rsplit('.', 1)[-1]}{text}")
-    label = "-".join(parts) or "variant"
+    """The run's name with what differs (`w_max2`) before its seed suffix."""
+    label = "-".join(key.rsplit(".", 1)[-1] + "".join(c for c in str(value) if c.isalnum() or c in "._")[:12]
+                     for key, value in list(differences.items())[:2]) or "variant"
     suffix = f"-s{seed}"
     return f"{name[: -len(suffix)]}-{label}{suffix}" if name.endswith(suffix) else f"{name}-{label}"
 
 
 def _recorded(run_dir: str | Path, key: str, strict: bool) -> Any:
-    """`key` of the folder's run_info.json where the folder holds results, else None; an unreadable file raises
-    RunFolderError when `strict` (else None: the strict check reports it)."""
+    """`key` of run_info.json where the folder holds results, else None; unreadable: RunFolderError if `strict`."""
     info_path = Path(run_dir) / RUN_INFO
     if not info_path.exists() or not has_results(run_dir):
         return None
@@ -176,10 +162,8 @@ def _recorded(run_dir: str | Path, key: str, strict: bool) -> Any:
 
 
 def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> list[str]:
-    """Raise RunFolderError when `run_dir` holds results of another experiment configuration than `config`.
-
-    A folder without run_info.json, its "config" or results is free to take. Keys only one side has (the code
-    added or dropped them since) are taken as unchanged and returned, for the caller to say so."""
+    """Raise RunFolderError when `run_dir` holds results of another experiment configuration. Keys only one side
+    has (the code added or dropped them since) are taken as unchanged and returned."""
     recorded = _recorded(run_dir, "config", strict=True)
     if not isinstance(recorded, Mapping):
         return []
@@ -198,8 +182,7 @@ def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: 
 
 
 def check_same_estimator_module(run_dir: str | Path, current: Mapping[str, Any] | None, name: str, seed: Any) -> None:
-    """Raise RunFolderError when `run_dir` holds results of a run whose `algorithm.dara.estimator_module` changed
-    since (its recorded sha256): a resume would train on other code. `current`: this run's record, or None."""
+    """Raise RunFolderError when the folder's run had another `algorithm.dara.estimator_module` (by sha256)."""
     recorded = None if current is None else _recorded(run_dir, "estimator_module", strict=False)
     if not isinstance(recorded, Mapping) or not recorded.get("sha256"):
         return

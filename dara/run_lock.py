@@ -1,13 +1,8 @@
-"""One job per run folder, one training run per host: exclusive `flock`s held while a job runs.
+"""One job per run folder, one training run per host: exclusive `flock`s (released by the kernel however the
+process ends), whose text names the holder. A file system without flock: one line, and the run goes on unlocked.
 
-`run_folder_lock` holds `<run folder>/run.lock`. The kernel releases an flock when its process ends however it
-ends, so a killed job never leaves a folder locked; the file's text names the holder (host, pid, Slurm job,
-since) for the one line a second job prints; the descriptor is not inherited by Ray. A file system without flock
-(some Lustre mounts) cannot lock: the run says so in one line and goes on unlocked.
-
-`weight_sync_lock` holds `/tmp/rl-colocate-zmq.dara.lock` while verl runs: verl 0.9.1 names its weight-sync
-sockets `/tmp/rl-colocate-zmq-<Ray job id>-replica-<r>-rank-<k>.sock`, and every local Ray cluster's first job
-id is 01000000, so two runs on one host would bind the same socket and cross their weights.
+`weight_sync_lock`: verl 0.9.1 names its weight-sync sockets `/tmp/rl-colocate-zmq-<Ray job id>-...sock`, and
+every local Ray cluster's first job id is 01000000, so two runs on one host would cross their weights.
 """
 
 from __future__ import annotations
@@ -26,11 +21,10 @@ from dara.run_folder import RUN_LOCK, RunFolderError
 
 
 class RunFolderBusy(RunFolderError):
-    """Another job holds the run folder's lock."""
+    pass
 
 
 def holder_record() -> dict:
-    """Who this process is: host, pid, Slurm job (array job_task when in an array), start time."""
     job = os.environ.get("SLURM_JOB_ID")
     if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
         job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
@@ -62,7 +56,7 @@ def _busy(run_dir: Path) -> RunFolderBusy:
 
 
 def _try_lock(fd: int) -> bool:
-    """True: locked; False: held by another; raises OSError when the file system cannot flock."""
+    """True: locked; False: held by another; OSError: the file system cannot flock."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
@@ -81,7 +75,6 @@ def _unsupported(path: Path, error: OSError, what: str) -> None:
 
 @contextmanager
 def _held(lock_file: Path, busy, what: str, record: dict) -> Iterator[None]:
-    """Hold an exclusive flock on `lock_file` for the block, its text `record`; `busy()` raised when held."""
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -91,7 +84,7 @@ def _held(lock_file: Path, busy, what: str, record: dict) -> Iterator[None]:
             locked = None
         if locked is False:
             raise busy()
-        if locked:  # the holder's record, for the line a second job prints
+        if locked:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(record).encode(), 0)
         yield
@@ -101,7 +94,6 @@ def _held(lock_file: Path, busy, what: str, record: dict) -> Iterator[None]:
 
 @contextmanager
 def run_folder_lock(run_dir: str | os.PathLike) -> Iterator[None]:
-    """Hold `<run_dir>/run.lock` for the block; raises RunFolderBusy at once when another job holds it."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with _held(run_dir / RUN_LOCK, lambda: _busy(run_dir), "the run folder", holder_record()):
@@ -112,12 +104,11 @@ WEIGHT_SYNC_LOCK = Path("/tmp/rl-colocate-zmq.dara.lock")  # beside verl's socke
 
 
 class HostBusy(RunFolderError):
-    """Another training run on this host (and /tmp) holds the names of verl's weight-sync sockets."""
+    pass
 
 
 @contextmanager
 def weight_sync_lock(run_dir: str | os.PathLike, lock_file: Path = WEIGHT_SYNC_LOCK) -> Iterator[None]:
-    """Hold the host's weight-sync lock while this run trains; raises HostBusy naming the run that holds it."""
     def busy() -> HostBusy:
         record = _read_record(lock_file)
         folder = f", run folder {record['run_dir']}" if record and record.get("run_dir") else ""
@@ -138,7 +129,7 @@ def weight_sync_lock(run_dir: str | os.PathLike, lock_file: Path = WEIGHT_SYNC_L
 
 
 def check_run_folder_free(run_dir: str | os.PathLike) -> None:
-    """Raise RunFolderBusy when another job holds the folder now (takes and releases the lock at once)."""
+    """Raise RunFolderBusy when another job holds the folder now."""
     run_dir = Path(run_dir)
     if not (run_dir / RUN_LOCK).exists():
         return

@@ -1,8 +1,5 @@
-"""The run folder's per-step log: `metrics.jsonl` (one flat JSON object per step) and a console line per step.
-
-A resumed run first drops the lines of steps past its checkpoint, so every step appears once however often the
-run was interrupted.
-"""
+"""`metrics.jsonl` (one flat JSON object per step; a resumed run drops the steps past its checkpoint) and a
+console line per step."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ from dara.run_folder import METRICS_FILE
 
 __all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics", "reward_means"]
 
-RunLogError = JsonlError  # a run log that cannot be read as documented
+RunLogError = JsonlError
 
 
 def _flat_float(value) -> float | None:
@@ -30,12 +27,11 @@ def _flat_float(value) -> float | None:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """All records of a JSONL run log, in order (a torn last line dropped with a warning; see dara.io)."""
     return read_jsonl(path)[0]
 
 
 def reward_means(scores, channels) -> dict[str, float]:
-    """The run log's per-step reward metrics: "reward/<channel>/mean" of each column of scores [N, K]."""
+    """"reward/<channel>/mean" of each column of scores [N, K]."""
     return {f"reward/{c}/mean": float(scores[:, k].mean()) for k, c in enumerate(channels)}
 
 
@@ -86,10 +82,8 @@ def clock(seconds: float) -> str:
 
 
 class Progress:
-    """Follows a growing metrics.jsonl (written by the trainer's Ray actor) from the driver process: one console
-    line per newly completed step, with the time since training started and the estimated time left, (total -
-    step) x the mean duration of the last `window` steps (the first step's: verl's `timing_s/step`, as the wall
-    time before it includes start-up)."""
+    """Follows metrics.jsonl from the driver: a console line per new step with the time elapsed and left, (total -
+    step) x the mean of the last `window` step durations (the first: verl's `timing_s/step`, without start-up)."""
 
     def __init__(self, path: str | Path, channels: list[str], total_steps: int | None, window: int = 5):
         self.path, self.channels, self.total_steps, self.window = Path(path), channels, total_steps, window
@@ -120,7 +114,6 @@ class Progress:
         return records
 
     def poll_records(self) -> list[tuple[str, dict]]:
-        """(console line, record) for each step completed since the last call."""
         out = []
         for record in self._new_records():
             now = time.monotonic()

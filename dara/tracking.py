@@ -1,15 +1,9 @@
-"""wandb for every training run: the settings verl's tracker hands to `wandb.init`, and reading them back.
-
-verl's `Tracking` calls `wandb.init(project, name, config)` in the trainer's actor and logs every step's metrics;
-the rest wandb reads from its environment, which the project sets through the Ray runtime env:
-- mode: `offline` unless `run.wandb_mode=online`, or `auto` with a `WANDB_API_KEY` in the environment AND a wandb
-  host (`WANDB_BASE_URL`, else api.wandb.ai) that answers from this node within PROBE_TIMEOUT_S (a node without
-  internet would fail in `wandb.init`); `disabled` turns wandb off;
-- run id: from the run folder's absolute path, so a resumed run continues the same wandb run;
-- steps: every row carries verl's `training/global_step`, the step metric of every chart, while wandb's `_step`
-  only ever increases across starts (`StepMetricWandb`): steps a resumed run redoes after its checkpoint are new
-  rows at the same training step, which wandb takes instead of rejecting steps below its `_step`;
-- group `run.recipe` (default: the task); tags task, model, method, estimator, seed; files in `<run>/wandb/`.
+"""wandb for every training run, set through the Ray runtime env for verl's `Tracking`:
+- mode: `offline` unless `run.wandb_mode=online`, or `auto` with a `WANDB_API_KEY` and a wandb host that answers
+  from this node within PROBE_TIMEOUT_S (a node without internet would fail in `wandb.init`);
+- run id from the run folder's path, so a resumed run continues the same wandb run;
+- rows carry verl's `training/global_step` as every chart's step metric, while wandb's `_step` only increases
+  (`StepMetricWandb`): steps a resumed run redoes are new rows at the same training step.
 `read_offline_history` reads a `.wandb` file back with wandb's own reader (`wandb leet inspect --json`).
 """
 
@@ -39,8 +33,8 @@ STEP_METRIC = "training/global_step"  # verl puts it in every training step's me
 
 
 def probe_wandb_host(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when `base_url` answers a HEAD request (any status) within `timeout` s, else why not (in a thread
-    joined for `timeout`, so a hanging name lookup is bounded too)."""
+    """None when `base_url` answers a HEAD request (any status) within `timeout` s, else why not (in a thread, so
+    a hanging name lookup is bounded too)."""
     outcome: list[str | None] = []
 
     def request() -> None:
@@ -68,8 +62,7 @@ Probe = Callable[[str, float], "str | None"]
 
 def choose_wandb_mode(requested: str | None, environ: Mapping[str, str] = os.environ,
                       probe: Probe = probe_wandb_host, timeout: float = PROBE_TIMEOUT_S) -> tuple[str, str]:
-    """(mode, note): `online` only when asked for, or `auto` with an API key and a wandb host that answers
-    within `timeout`; the note says why `auto` chose offline despite a key ("" otherwise)."""
+    """(mode, note): the note says why `auto` chose offline despite a key ("" otherwise)."""
     requested = "auto" if requested is None else str(requested)
     if requested not in MODES:
         raise ValueError(f"run.wandb_mode={requested!r} is not one of {list(MODES)}")
@@ -86,13 +79,11 @@ def choose_wandb_mode(requested: str | None, environ: Mapping[str, str] = os.env
 
 
 def wandb_run_id(output_dir: str | os.PathLike) -> str:
-    """A stable wandb run id for a run folder: the same folder (a resumed run) gives the same id."""
     digest = hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()
     return f"dara-{digest[:16]}"
 
 
 def wandb_env(cfg, environ: Mapping[str, str] = os.environ, mode: str | None = None) -> dict[str, str]:
-    """The WANDB_* variables for the trainer's Ray actor (resolved config `cfg`)."""
     run = cfg.run
     tags = {"task": run.task, "model": run.model, "method": run.method,
             "estimator": library_estimator(str(cfg.algorithm.adv_estimator)) or cfg.algorithm.adv_estimator,
@@ -105,8 +96,7 @@ def wandb_env(cfg, environ: Mapping[str, str] = os.environ, mode: str | None = N
 
 
 def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ, probe: Probe = probe_wandb_host) -> dict[str, str]:
-    """Put `wandb_env` into `ray_kwargs.ray_init.runtime_env.env_vars` (when wandb is a logger); returns it.
-    Prints one line when `auto` goes offline because the wandb host did not answer."""
+    """Put `wandb_env` into `ray_kwargs.ray_init.runtime_env.env_vars` (when wandb is a logger); returns it."""
     from omegaconf import open_dict
 
     if "wandb" not in list(cfg.trainer.logger or []):
@@ -121,19 +111,12 @@ def apply_wandb_env(cfg, environ: Mapping[str, str] = os.environ, probe: Probe =
 
 
 def wandb_run_files(run_dir: str | os.PathLike) -> list[Path]:
-    """The `.wandb` transaction logs of a run folder (one per start of the run), oldest first."""
-    run_dir = Path(run_dir)
-    files = [*run_dir.glob(OFFLINE_GLOB), *run_dir.glob(ONLINE_GLOB)]
-
-    def started(path: Path) -> str:
-        match = _STARTED.search(path.parent.name)
-        return match.group(0) if match else ""
-
-    return sorted(files, key=started)
+    """The `.wandb` logs of a run folder (one per start), oldest first."""
+    files = [*Path(run_dir).glob(OFFLINE_GLOB), *Path(run_dir).glob(ONLINE_GLOB)]
+    return sorted(files, key=lambda path: m.group(0) if (m := _STARTED.search(path.parent.name)) else "")
 
 
 def inspect_records(wandb_file: str | os.PathLike, timeout: float = 120) -> list[dict]:
-    """Every record of a `.wandb` file as wandb's own reader prints it (`wandb leet inspect --json`)."""
     env = {**os.environ, "WANDB_MODE": "offline"}  # no telemetry upload from the reader
     result = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_file)],
                             capture_output=True, text=True, timeout=timeout, env=env)
@@ -147,8 +130,8 @@ def _wandb_step(history: dict) -> int:
 
 
 def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """(run record, history rows) of one `.wandb` file; each row is the logged metrics plus `step`, the training
-    step (STEP_METRIC, else wandb's `_step`); a step logged twice (redone after a resume) keeps the later row."""
+    """(run record, history rows) of one `.wandb` file; `step` of a row is the training step (STEP_METRIC, else
+    `_step`); a step logged twice (redone after a resume) keeps the later row."""
     run, rows = {}, {}
     for record in inspect_records(wandb_file):
         if record.get("type") == "run":
@@ -163,7 +146,7 @@ def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict
 
 
 def last_wandb_step(wandb_files) -> int:
-    """The highest wandb `_step` of the newest of these `.wandb` files (oldest first) that logged a row; -1 if none."""
+    """The highest `_step` of the newest of these `.wandb` files that logged a row; -1 if none."""
     for path in reversed(list(wandb_files)):
         try:
             records = inspect_records(path)
@@ -176,9 +159,8 @@ def last_wandb_step(wandb_files) -> int:
 
 
 class StepMetricWandb:
-    """verl's wandb backend (`Tracking.logger["wandb"]`) logging rows by training step: wandb's `_step` is the
-    training step while that is above every `_step` logged before, else the next `_step` (steps a resumed run
-    redoes). `floor`: the highest `_step` of earlier offline starts, which wandb does not know."""
+    """verl's wandb backend logging by training step: `_step` is the training step while above every `_step`
+    logged before, else the next one. `floor`: the highest `_step` of earlier offline starts."""
 
     def __init__(self, backend, floor: int = -1):
         self._backend = backend
@@ -196,7 +178,7 @@ class StepMetricWandb:
 
 
 def log_by_step_metric(tracking, run_dir: str | os.PathLike | None) -> None:
-    """Replace verl's wandb backend in a `Tracking` by `StepMetricWandb` (once), floored by `run_dir`'s earlier starts."""
+    """Replace verl's wandb backend in a `Tracking` by `StepMetricWandb` (once)."""
     loggers = getattr(tracking, "logger", None)
     backend = loggers.get("wandb") if isinstance(loggers, dict) else None
     if backend is None or isinstance(backend, StepMetricWandb) or getattr(backend, "run", None) is None:

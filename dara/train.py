@@ -4,12 +4,8 @@
     python -m dara.train task=toolrl model=qwen2.5-1.5b-instruct estimator=dara_asym cluster=a100_40g_x4
     python -m dara.train ... --cfg job --resolve           # print the resolved config, start nothing
 
-Order of work: check the config (before Ray starts); lock the run folder (dara.run_lock), refuse a folder of
-another experiment (dara.run_folder), apply checkpoint retention (dara.verl.retention); take the host's
-weight-sync lock; choose wandb's mode (dara.tracking); build offline assets, write run_info.json, then verl's own
-`run_ppo` and TaskRunner in a Ray the run starts and stops. The console gets a header, one line per step and a
-summary; verl's config goes to `<run>/verl_config.yaml`, everything printed to `<run>/logs/main.log`
-(`--verbose` = `run.verbose=true` prints it instead).
+Checks the config before Ray, locks the run folder, then runs verl's own `run_ppo` in a Ray it starts and stops;
+the console gets a header, a line per step and a summary, the rest goes to `<run>/logs/main.log` (`--verbose`).
 """
 
 from __future__ import annotations
@@ -73,7 +69,6 @@ def _env_vars(cfg: DictConfig) -> dict:
 
 
 def _module_record(cfg: DictConfig) -> dict | None:
-    """run_info.json's record of algorithm.dara.estimator_module (loaded by the config checks), or None."""
     loaded = estimator_module(cfg)
     return None if loaded is None else loaded.record()
 
@@ -91,8 +86,7 @@ def _write_run_info(cfg: DictConfig) -> None:
 
 @contextmanager
 def _ray_session(cfg: DictConfig):
-    """A local Ray started and stopped by this run, inside the run folder; with `ray_kwargs.ray_init.address`
-    (a Slurm job's cluster) that cluster as it is."""
+    """A local Ray started and stopped by this run; with `ray_kwargs.ray_init.address` (a Slurm job's) that one."""
     if OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None):
         yield
         return
@@ -150,7 +144,6 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
 
 @contextmanager
 def _one_line():
-    """A run folder or host the run must not use: one line naming it."""
     try:
         yield
     except RunFolderError as error:
@@ -158,7 +151,6 @@ def _one_line():
 
 
 def _claim_run_folder(cfg: DictConfig, stack: ExitStack) -> None:
-    """Lock the run folder for this job (held until `stack` closes) and check it holds this experiment."""
     with _one_line():
         stack.enter_context(run_folder_lock(cfg.run.output_dir))
         unrecorded = check_same_experiment(cfg.run.output_dir, experiment_config(cfg), cfg.run.name, cfg.run.seed)
@@ -170,7 +162,6 @@ def _claim_run_folder(cfg: DictConfig, stack: ExitStack) -> None:
 
 
 def train(cfg: DictConfig) -> None:
-    """Check, prepare and run one training job (the body of the Hydra app)."""
     absolute_run_paths(cfg)
     OmegaConf.resolve(cfg)  # Ray actors then see plain values, no project resolvers needed there
     check_config(cfg)
@@ -213,8 +204,6 @@ def _train_claimed(cfg: DictConfig) -> None:
 
 
 def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
-    """verl's own run_ppo and TaskRunner in a local (or the job's) Ray; with `follow`, a progress line per step
-    is passed to `write` while it runs."""
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
@@ -250,7 +239,7 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
 
 def failure_line(error: BaseException) -> str:
-    """`Type: message` of what made the run fail, on one line: a Ray task error's cause, else the first line."""
+    """`Type: first line` of the error, of a Ray task error's cause."""
     import ray
 
     if isinstance(error, ray.exceptions.RayTaskError):
@@ -274,16 +263,14 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def _restore_hydra_full_error() -> None:
-    """HYDRA_FULL_ERROR as the user had it (main() sets it for the composition only)."""
     os.environ.pop("HYDRA_FULL_ERROR", None)
     if _users_hydra_full_error is not None:
         os.environ["HYDRA_FULL_ERROR"] = _users_hydra_full_error
 
 
 def main() -> None:
-    """The Hydra app; `--verbose` becomes `run.verbose=true`. A bad override fails in one line: HYDRA_FULL_ERROR=1
-    makes Hydra raise its composition error for this function to shorten (a user's own setting keeps Hydra's
-    report); the run's own errors are not touched (the task restores the variable first)."""
+    """The Hydra app. HYDRA_FULL_ERROR=1 (unless the user set it) makes Hydra raise a bad override's error, shortened
+    here to one line; the task restores the variable first, so the run's own errors keep Hydra's report."""
     global _users_hydra_full_error
     if VERBOSE_FLAG in sys.argv[1:]:
         sys.argv = [sys.argv[0], "run.verbose=true", *(arg for arg in sys.argv[1:] if arg != VERBOSE_FLAG)]

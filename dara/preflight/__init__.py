@@ -1,11 +1,7 @@
 """`python -m dara.preflight <overrides> [--nodes N] [--gpus-per-node G] [--time T] [--calibration F] [--skip-env]`.
 
-Answers, without a GPU, "would this run start and finish here?": it composes the run as `python -m dara.train`
-does and checks, a section each, with the arithmetic shown: the rollout (`rollout`), the allocation (verl's own
-start-up validation, then what verl asserts only later, token budgets: `allocation`), the per-GPU memory plan
-(`memory`), checkpoint disk, progress within the job's time limit (`budget`), the Ray port range (`ray_ports`),
-and unless `--skip-env` this machine's environment and free disk (`environment`). `python -m recipes NAME
---preflight` runs it for every run of a recipe; the Slurm launcher refuses a failing run.
+Answers, without a GPU, "would this run start and finish here?", a section per check with the arithmetic shown:
+rollout, allocation, per-GPU memory, checkpoint disk, time limit, Ray ports, and unless `--skip-env` this machine.
 """
 
 from __future__ import annotations
@@ -63,8 +59,7 @@ def preflight(cfg: DictConfig, *, nodes: int | None = None, gpus_per_node: int |
 
 def node_checks(cfg: DictConfig, *, time_limit_minutes: float | None = None,
                 calibration: Calibration | None = None, cpus: int | None = None) -> Report:
-    """The first step of a Slurm job on its compute node: the environment, free disk, progress within the job's
-    actual time limit, and the Ray port range for the node's `cpus`."""
+    """The first step of a Slurm job on its compute node, at its actual time limit and `cpus`."""
     report, facts = Report(str(cfg.run.name), "this node"), model_facts(cfg)
     check_environment(cfg, report.section("environment"))
     check_disk(cfg, facts, report.section("disk"))

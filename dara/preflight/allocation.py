@@ -1,7 +1,5 @@
-"""Will the run start on this allocation? verl's own start-up validation, then what verl checks only later: with
-`use_dynamic_bsz` (every GPU cluster here) `mini_batch_size % data_parallel_size` is asserted at the first actor
-update, after a full generation, and the rollout's `world_size % (tp * dp * pp)` at worker start; those, the
-model-shape conditions (`dara.config_checks.divisibility_problems`) and the token budgets are checked here."""
+"""Will the run start on this allocation? verl's own start-up validation, what verl asserts only after Ray started
+(`dara.config_checks.divisibility_problems`) and the token budgets."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ from dara.preflight.report import Section
 
 
 def with_allocation(cfg: DictConfig, nodes: int, gpus_per_node: int) -> DictConfig:
-    """A copy of the run's config with trainer.nnodes / n_gpus_per_node set to the allocation."""
     copy = cfg.copy()
     with open_dict(copy):
         copy.trainer.nnodes, copy.trainer.n_gpus_per_node = int(nodes), int(gpus_per_node)

@@ -1,15 +1,11 @@
 """Checkpoint disk per save and per run, free space at the checkpoint folder, and progress within the time limit.
 
-Bytes per parameter of one verl 0.9.1 FSDP checkpoint: sharded model 4 (fp32 `model_dtype`) + Adam 8, plus 4 for
-the HF export with `hf_model` in `save_contents` (verl exports the fp32 module's full state dict). Retention keeps
-the newest `trainer.max_actor_ckpt_to_keep` saves plus the HF weights of `run.checkpoint.keep_hf_steps`; a save is
-written before the oldest is deleted, so the disk holds the retained plan plus one save in flight.
+Bytes per parameter of a verl 0.9.1 FSDP checkpoint: model 4 (fp32) + Adam 8, + 4 for the fp32 HF export
+(`hf_model`). A save is written before the oldest is deleted: the disk holds the retained saves plus one.
 
-Minutes per step: the cluster file's `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE), or a gpu_smoke
-calibration file's figure (`--calibration`). A job makes progress when it writes a checkpoint before its limit:
-at the first step boundary after the pre-timeout signal (`signal_lead_minutes` before the limit; in time only when a
-step plus a save fit in the lead: dara.verl.stop_request), or else at its newest `save_freq` step, from which
-train.sbatch requeues it after Slurm ends it at the limit. The verdict says which, and how many jobs the run takes.
+Minutes per step: `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE) or a gpu_smoke `--calibration`. A
+job makes progress when it checkpoints before its limit: at the step boundary after the pre-timeout signal (when a
+step plus a save fit in `signal_lead_minutes`), else at its newest `save_freq` step, requeued from there.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ class DiskPlan:
 
     @property
     def retained(self) -> float:
-        """The newest `keep` saves and the kept steps' HF weights."""
         return (min(self.saves, self.keep) if self.keep else self.saves) * self.per_save + len(self.kept_steps) * self.hf
 
     @property
@@ -85,7 +80,6 @@ def check_checkpoints(cfg: DictConfig, facts: ModelFacts | None, section: Sectio
 
 
 def check_disk(cfg: DictConfig, facts: ModelFacts | None, section: Section, *, usage=shutil.disk_usage) -> None:
-    """Free space at the checkpoint folder against the retained plan + one save in flight, less what is there."""
     plan, folder = disk_plan(cfg, facts), Path(str(cfg.trainer.default_local_dir))
     if plan is None:
         section.line(f"{folder}: no checkpoints planned (trainer.save_freq={cfg.trainer.save_freq}) or no model facts")
@@ -108,7 +102,7 @@ def check_disk(cfg: DictConfig, facts: ModelFacts | None, section: Section, *, u
 
 
 def step_minutes(cfg: DictConfig, calibration=None) -> tuple[float, str] | None:
-    """(minutes per step, where the figure comes from) for the run's model on its cluster, or None."""
+    """(minutes per step, where the figure comes from), or None."""
     model, cluster = str(cfg.run.model), str(OmegaConf.select(cfg, "run.cluster", default=""))
     measured = calibration.step_minutes(cluster, model) if calibration is not None else None
     if measured is not None:

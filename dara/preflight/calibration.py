@@ -1,13 +1,10 @@
 """Minutes per step measured on a GPU type, in place of the cluster files' estimates (`--calibration FILE`).
 
-`python -m recipes gpu_smoke` measures a small model's rollout, update and log-prob throughput on one GPU and
-writes this JSON file: per cluster with that GPU, per model, the minutes of one step of its paper run, scaled by
-`scaled_step_minutes` (the arithmetic is written into the file's `derivation`): throughput per GPU goes with
-1 / parameters; a step generates `responses x max_response x response_fill` tokens (x DYNAMIC_SAMPLING_DRAWS, an
-estimate, under dynamic sampling) and trains on `responses x (max_prompt x prompt_fill + max_response x
-response_fill)` tokens `ppo_epochs` times plus a log-prob pass of the actor and one of the reference, over the run's
-GPUs; fills are the smoke's on the tool-calling task, 1.0 elsewhere (an upper bound); the rest of a step is seconds
-per response.
+`python -m recipes gpu_smoke` measures a small model's throughput on one GPU and writes per cluster and model the
+minutes of one paper-run step (`scaled_step_minutes`): throughput per GPU goes with 1 / parameters; a step generates
+`responses x max_response x response_fill` tokens (x DYNAMIC_SAMPLING_DRAWS under dynamic sampling) and trains on
+`responses x (max_prompt x prompt_fill + max_response x response_fill)` tokens `ppo_epochs` times, plus a log-prob
+pass of the actor and of the reference; fills are the smoke's on the tool-calling task, 1.0 elsewhere.
 """
 
 from __future__ import annotations
@@ -24,13 +21,12 @@ DYNAMIC_SAMPLING_DRAWS = 2.0
 
 
 class CalibrationError(ValueError):
-    """A calibration file that cannot be used: the message names it."""
+    pass
 
 
 @dataclass(frozen=True)
 class Throughput:
     """What gpu_smoke measured, per GPU."""
-
     num_parameters: int
     rollout_tokens_per_s: float  # generated (response) tokens / generation seconds
     update_tokens_per_s: float  # trained (prompt + response) tokens / actor-update seconds
@@ -43,7 +39,6 @@ class Throughput:
 @dataclass(frozen=True)
 class RunShape:
     """The numbers of a paper run that its step time follows."""
-
     num_parameters: int
     gpus: int
     responses: int  # prompts per step x rollout.n

@@ -1,14 +1,6 @@
-"""Can the Python environment run the run on this node? Each problem names the command that fixes it.
-
-It reads torch's build (`torch.version.cuda`: None for a CPU build), the installed vLLM (its local version label
-names its build: `+cu129` CUDA 12.9, `+cpu` vLLM's CPU build; vLLM 0.24.0's PyPI wheel, without a label, is
-CUDA 13.0), whether flash_attn imports, and the NVIDIA driver (nvidia-smi). A GPU run fails on: torch's CPU build,
-a torch CUDA build newer than the driver runs (CUDA 13 needs driver >= 580, CUDA 12 >= 525), vLLM's CPU build or
-another CUDA major than torch's, vLLM missing, flash_attn not importing for `run.attention=flash_attention_2`.
-A CPU run's vLLM rollout checks vLLM's CPU build (`dara.preflight.rollout`).
-It runs in the preflight and in the first step of every Slurm job on its compute node (`python -m recipes.slurm
-job-env`): a job on a broken node fails in seconds and is not requeued. `python -m dara.preflight.environment`
-prints it for this node.
+"""Can this node's Python environment run the run? Each problem names the command that fixes it: torch's build
+against the driver, vLLM's build (its version label: `+cu129`, `+cpu`; no label: CUDA 13.0) against torch's,
+flash_attn for `run.attention=flash_attention_2`. It runs in the preflight and first in every Slurm job.
 """
 
 from __future__ import annotations
@@ -16,7 +8,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -44,8 +35,6 @@ class Environment:
 
 
 def driver_version() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
@@ -66,7 +55,6 @@ def _flash_attn_problem() -> str | None:
 
 @functools.cache
 def probe_environment() -> Environment:
-    """This process's environment (cached: the launcher checks many runs)."""
     try:
         import torch
 
@@ -127,7 +115,6 @@ def problems(env: Environment, *, rollout: str = "vllm", attention: str = "flash
 
 
 def check_environment(cfg: DictConfig, section: Section, *, probe=probe_environment, vllm_install=None) -> None:
-    """`problems` for a GPU run; vLLM's CPU build for a CPU run's vLLM rollout (`vllm_install` replaces its check)."""
     env = probe()
     section.line(describe(env))
     if cfg.trainer.device != "cuda":

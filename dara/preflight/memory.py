@@ -1,20 +1,16 @@
 """Per-GPU memory plan of a hybrid-engine run (FSDP actor/reference and vLLM sharing each GPU), in verl 0.9.1's terms.
 
-Three phases must each fit one card; each term names the verl key it comes from: rollout (vLLM awake: the FSDP
-state kept by offload choice, in `fsdp_config.model_dtype`, fp32 in verl's config, + vLLM's
-`gpu_memory_utilization` share), weight sync (vLLM's weights resumed before its KV cache, the actor's params, the
-`update_weights_bucket_megabytes` buffer, the largest gathered tensor) and training (vLLM asleep at sleep level 2:
-fp32 params + grads + Adam, the resident reference, the FSDP all-gather of 2 units, checkpointed activations, one
-recomputed layer, the logits of a micro-batch of `actor.ppo_max_token_len_per_gpu` tokens; under SDPA verl pads
-micro-batches to their longest sequence: planned at SDPA_PADDING_FACTOR x the budget).
+Three phases must each fit one card, each term naming its verl key: rollout (vLLM awake: the FSDP state kept by
+offload choice + vLLM's `gpu_memory_utilization` share), weight sync (vLLM's weights, the actor's params, the
+bucket, the largest gathered tensor) and training (vLLM asleep: params + grads + Adam, the reference, the FSDP
+all-gather of 2 units, activations, the logits of a micro-batch of `actor.ppo_max_token_len_per_gpu` tokens; SDPA
+pads micro-batches: planned at SDPA_PADDING_FACTOR x the budget).
 
-`logits_bytes` follows verl 0.9.1's FSDP engine (`prepare_model_outputs`, `forward_step`, utils/torch_functional):
-bf16 logits, + a copy when temperature != 1. With padding removed the flash-attn cross-entropy writes its gradient
-into the logits unless the entropy has gradients (`entropy_coeff != 0`: + the cross-entropy's and the entropy's
-bf16 gradients). The compiled entropy (`use_torch_compile`) keeps only its bf16 input for the backward; its forward
-holds one fp32 softmax, the log-prob pass's peak (eager: + an fp32 input copy). Padded (sdpa): the entropy runs
-uncompiled, the real tokens are copied out and `logprobs_from_logits_v2` keeps an fp32 log-softmax. The constants
-are estimates; `python -m recipes gpu_smoke` measures the phases next to this plan.
+`logits_bytes` follows verl 0.9.1's FSDP engine (`prepare_model_outputs`, `forward_step`): bf16 logits (+ a copy
+when temperature != 1); padding removed, the flash-attn cross-entropy writes its gradient into the logits unless
+the entropy has gradients; the compiled entropy keeps its bf16 input and holds one fp32 softmax (eager: + an fp32
+copy); padded (sdpa), the real tokens are copied out and an fp32 log-softmax kept. The constants are estimates;
+`python -m recipes gpu_smoke` measures the phases next to this plan.
 """
 
 from __future__ import annotations
@@ -84,14 +80,13 @@ def layer_width(facts: ModelFacts) -> int:
 
 
 def attention_of(cfg: DictConfig) -> tuple[str, bool]:
-    """(attn_implementation, use_remove_padding) of the actor, as verl reads them."""
     model = cfg.actor_rollout_ref.model
     attention = str((model.get("override_config", None) or {}).get("attn_implementation", "flash_attention_2"))
     return attention, bool(model.get("use_remove_padding", False))
 
 
 def micro_batch_tokens(cfg: DictConfig) -> tuple[int, int]:
-    """(real, planned) tokens of one training micro-batch: padded under SDPA."""
+    """(real, planned) tokens of one training micro-batch (padded under SDPA)."""
     arr, data = cfg.actor_rollout_ref, cfg.data
     tokens = int(arr.actor.ppo_max_token_len_per_gpu) if arr.actor.use_dynamic_bsz else (
         int(arr.actor.ppo_micro_batch_size_per_gpu) * (int(data.max_prompt_length) + int(data.max_response_length)))
@@ -115,7 +110,6 @@ class LogitsBytes:
 
 
 def logits_bytes(cfg: DictConfig) -> LogitsBytes:
-    """The logits' bytes per token x vocabulary entry of each pass (module docstring)."""
     actor = cfg.actor_rollout_ref.actor
     entropy_grads = float(actor.entropy_coeff) != 0 or bool(actor.get("calculate_entropy", False))
     compiled = bool(actor.fsdp_config.get("use_torch_compile", True))
@@ -141,7 +135,6 @@ def logits_bytes(cfg: DictConfig) -> LogitsBytes:
 
 
 def _state_terms(cfg: DictConfig, facts: ModelFacts, world: int, *, with_grads: bool, params_always: bool):
-    """The FSDP state on one GPU: actor params (+ grads), Adam, the reference, by offload choice."""
     arr = cfg.actor_rollout_ref
     actor, ref = arr.actor.fsdp_config, arr.ref.fsdp_config
     p, ps = facts.num_parameters, f"{facts.num_parameters / 1e9:.3f}e9"
@@ -206,8 +199,8 @@ def plan(cfg: DictConfig, facts: ModelFacts) -> MemoryPlan:
 
 
 def token_budget_hint(result: MemoryPlan, cfg: DictConfig) -> str:
-    """The token budget per GPU whose training phase fits (the token terms scale linearly with it): the cluster key
-    setting the PPO and both log-prob budgets, at a multiple of TOKEN_STEP keeping HEADROOM free, or that none fits."""
+    """The token budget per GPU whose training phase fits (the token terms scale linearly with it), at a multiple of
+    TOKEN_STEP keeping HEADROOM free, or that none fits."""
     real, planned = micro_batch_tokens(cfg)
     per_token = sum(t.bytes for t in result.training if " tok " in t.formula) / planned
     fixed = result.total(result.training) - per_token * planned

@@ -1,11 +1,8 @@
 """Ray's ports per job: how many a node needs, and the range scripts/slurm/train.sbatch gives it.
 
-Every Ray worker process holds one port of the raylet's worker-port range; when it is used up the raylet logs "No
-available ports" and verl's actor never starts. Ray 2.60's raylet pre-starts one Python worker per logical CPU
-(`--num_prestart_python_workers=<num_cpus>`), so a 256-thread node uses 256 worker ports before verl starts its own.
-A job's range: Ray's fixed ports (GCS, dashboard, ...: the range's first FIXED_PORTS) + one per Ray CPU + verl's
-workers + SPARE_PORTS, in whole units of PORT_UNIT ports in PORT_BASE..PORT_END (below Linux's ephemeral range);
-the sbatch locks the job's units on the head node, so two jobs on one node never share a port.
+Every Ray worker holds one port of the raylet's range (used up: "No available ports", verl's actor never starts),
+and Ray 2.60 pre-starts one worker per logical CPU. A job's range: FIXED_PORTS + one per Ray CPU + verl's workers
++ SPARE_PORTS, in whole PORT_UNITs in PORT_BASE..PORT_END (below Linux's ephemeral range), locked per node.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ class RayPorts:
 
     @property
     def places(self) -> int:
-        """Where the range can start: runs of `units` consecutive units in PORT_BASE..PORT_END."""
         return ALL_UNITS - self.units + 1
 
     def arithmetic(self) -> str:
@@ -67,8 +63,7 @@ def verl_workers(cfg: DictConfig) -> dict[str, int]:
 
 
 def plan(cfg: DictConfig, allocation_cpus: int | None) -> RayPorts | None:
-    """The range for Ray's CPUs per node: `ray_kwargs.ray_init.num_cpus` (the CPU path), else the allocation's
-    (None when unknown, as on a login node)."""
+    """The range for `ray_kwargs.ray_init.num_cpus` (the CPU path), else the allocation's CPUs (None: unknown)."""
     configured = OmegaConf.select(cfg, "ray_kwargs.ray_init.num_cpus", default=None)
     cpus = int(configured) if configured is not None else allocation_cpus
     return None if cpus is None else RayPorts(cpus, sum(verl_workers(cfg).values()))

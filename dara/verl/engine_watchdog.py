@@ -1,11 +1,8 @@
 """A run whose rollout engine died ends in one line instead of hanging (verl 0.9.1 waits forever).
 
-When a vLLM engine dies, verl's agent loop logs `EngineDeadError`, the trainer pads the batch with synthetic
-samples and then waits forever at the next weight sync. Both guards read each rollout server's `/health` (200
-while its engine runs, 503 once dead, refused once gone): the trainer calls `raise_if_dead` after every generation
-and before any update, so a step of lost samples never trains or saves; and a thread polls every `interval_s`,
-and after `failures` failed polls in a row writes the line to the run folder (ENGINE_FAILURE, which dara.train
-prints instead of Ray's "actor died") and ends the trainer's process, the only way out of a call that waits.
+Both guards read each rollout server's `/health`: the trainer calls `raise_if_dead` before every advantage step
+(a step of lost samples never trains), and a thread polls every `interval_s`; after `failures` failed polls it
+writes the line to ENGINE_FAILURE (dara.train prints it) and ends the trainer's process, stuck in a weight sync.
 """
 
 from __future__ import annotations
@@ -27,13 +24,12 @@ ENGINE_FAILURE = "engine_failure.txt"  # in the run folder: the watchdog's line,
 # rollout backends whose server answers /health (the project's transformers fallback "hf" has none)
 HEALTH_ENDPOINT_ENGINES = ("vllm", "sglang")
 EXIT_CODE = 75  # the trainer process's exit status when the watchdog ends it
-# the servers are on the run's own nodes: never through a proxy (no_proxy's CIDR entries are ignored by Python,
-# so a proxied cluster's healthy engine looked dead); an empty ProxyHandler ignores every proxy variable
+# the servers are on the run's own nodes: never through a proxy (Python ignores no_proxy's CIDR entries)
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class RolloutEngineDied(RuntimeError):
-    """A rollout server reported (or proved by not answering) that its engine is dead."""
+    pass
 
 
 def health(address: str, timeout_s: float) -> str | None:
@@ -53,27 +49,22 @@ def failure_message(engine: str, address: str, problem: str) -> str:
 
 
 def read_engine_failure(run_dir: str | os.PathLike | None) -> str | None:
-    """The watchdog's line from a run folder, if it wrote one."""
     path = Path(run_dir, ENGINE_FAILURE) if run_dir else None
     return (path.read_text().strip() or None) if path is not None and path.is_file() else None
 
 
 def clear_engine_failure(run_dir: str | os.PathLike | None) -> None:
-    """Forget an earlier start's line (a resumed run starts with a live engine)."""
     if run_dir:
         Path(run_dir, ENGINE_FAILURE).unlink(missing_ok=True)
 
 
 def end_trainer_process(code: int) -> None:
-    """End the trainer's process and first its forks (they keep its sockets open: Ray would see the actor alive
-    until its keepalive timeout, minutes)."""
+    """End the trainer's process, its forks first (they hold its sockets: Ray would see the actor alive)."""
     end_descendants(grace_s=2.0)
     os._exit(code)
 
 
 class EngineWatchdog:
-    """Watches the rollout servers at ``addresses`` (``host:port``)."""
-
     def __init__(self, engine: str, addresses: Sequence[str], run_dir: str | None, *, interval_s: float = 5.0,
                  failures: int = 3, end_process: Callable[[int], None] = end_trainer_process):
         if interval_s <= 0 or failures < 1:
@@ -88,16 +79,10 @@ class EngineWatchdog:
 
     def problem(self) -> tuple[str, str] | None:
         """(address, problem) of the first server that is not healthy now, else None."""
-        for address in self.addresses:
-            found = health(address, timeout_s=self.interval_s)
-            if found is not None:
-                return address, found
-        return None
+        return next(((a, found) for a in self.addresses if (found := health(a, timeout_s=self.interval_s))), None)
 
     def raise_if_dead(self, cause: BaseException | None = None) -> None:
-        """Raise RolloutEngineDied (from `cause`, an error it explains) if a server is unhealthy now."""
-        found = self.problem()
-        if found is not None:
+        if (found := self.problem()) is not None:  # `cause`: the error it explains
             raise RolloutEngineDied(failure_message(self.engine, *found)) from cause
 
     def start(self) -> EngineWatchdog:

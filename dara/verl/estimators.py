@@ -1,11 +1,8 @@
-"""The project's estimators inside verl's advantage registry.
+"""The project's estimators in verl's advantage registry.
 
-verl 0.9.1 calls a registered estimator as `fn(token_level_rewards, response_mask, config, index)` (`config` =
-the `algorithm` node): no per-channel rewards reach it. The project's trainer publishes the batch's channel
-scores as a `ChannelBatch` in `CURRENT_CHANNELS` around verl's own advantage step (`channels_for_step`); the
-registered functions read them there, their options from `config.dara`, and leave diagnostics in the batch.
-Library estimators are registered bare (`dara_asym`, `dvao`, ...) except where verl owns the name (`dara_grpo`,
-`dara_gdpo`; `dara.config.library_estimator` maps back); a user's estimator named as one of verl's is refused.
+verl 0.9.1 calls an estimator as `fn(token_level_rewards, response_mask, config, index)`: no per-channel rewards.
+The trainer publishes them as a `ChannelBatch` in `CURRENT_CHANNELS` around verl's advantage step. Estimators are
+registered bare (`dara_asym`, `dvao`, ...), as dara_<name> where verl owns the name (`dara_grpo`, `dara_gdpo`).
 """
 
 from __future__ import annotations
@@ -23,8 +20,6 @@ from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig, compute
 
 
 class ChannelBatch:
-    """One step's reward channels as the trainer publishes them to the registered estimators."""
-
     def __init__(self, scores: torch.Tensor, names: list[str], real: torch.Tensor | None = None):
         self.scores = scores  # [N, K] raw channel rewards, pre-KL, in batch order
         self.names = list(names)
@@ -38,7 +33,6 @@ CURRENT_CHANNELS: ContextVar[ChannelBatch | None] = ContextVar("dara_channels", 
 
 @contextmanager
 def channels_for_step(channels: ChannelBatch):
-    """`channels` is what the registered estimators read while the block (verl's advantage step) runs."""
     token = CURRENT_CHANNELS.set(channels)
     try:
         yield channels
@@ -47,19 +41,17 @@ def channels_for_step(channels: ChannelBatch):
 
 
 def algo_options(algorithm: Mapping) -> DaraAlgoConfig:
-    """The project's estimator options of an `algorithm` node (`algorithm.dara`)."""
     return DaraAlgoConfig.from_mapping(algorithm.get("dara", None))
 
 
 class RewardRangeError(ValueError):
-    """A channel score outside the channel's range in algorithm.dara.reward_ranges: the run stops."""
+    pass
 
 
 def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: Mapping | None,
                         step: int | None = None) -> None:
-    """Every [N, K] channel score inside its channel's range (`algorithm.dara.reward_ranges`, by name), else
-    RewardRangeError naming the channel, the score furthest out, the range and how many samples lie outside.
-    Before any estimator (verl's grpo too) sees them: a range narrower than the reward's stops the run."""
+    """Every [N, K] channel score inside its `algorithm.dara.reward_ranges` range, else RewardRangeError naming the
+    score furthest out and how many lie outside (before any estimator, verl's grpo too, sees them)."""
     for k, name in enumerate(channel_names):
         if not ranges or name not in ranges:
             continue
@@ -78,17 +70,16 @@ def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: 
 
 
 class EstimatorNameTaken(ValueError):
-    """A user's estimator whose name verl's own registry already holds."""
+    pass
 
 
 def verl_owned_names() -> set[str]:
-    """The advantage estimators verl itself has: its registry's keys not the project's, its AdvantageEstimator values."""
+    """verl's own advantage estimators (its registry's keys not ours, its AdvantageEstimator values)."""
     own = {key for key, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items() if not _ours(fn)}
     return own | {member.value for member in core_algos.AdvantageEstimator}
 
 
 def verl_estimator_name(name: str) -> str:
-    """Registry key of library estimator `name`: the bare name, or dara_<name> where verl owns it."""
     if name not in _KEYS:
         register_all()
     return _KEYS.get(name, PREFIX + name)
@@ -126,12 +117,10 @@ def _make_verl_estimator(name: str):
         return full, full
 
     estimator.__name__ = f"{PREFIX}{name}"
-    estimator.__doc__ = f"verl adapter of dara.estimators '{name}' (channel scores from CURRENT_CHANNELS)."
     return estimator
 
 
 def is_ours(registry_key: str) -> bool:
-    """Whether verl's advantage registry holds one of the project's estimators under `registry_key`."""
     return _ours(core_algos.ADV_ESTIMATOR_REGISTRY.get(str(registry_key)))
 
 
@@ -140,8 +129,8 @@ def _ours(fn) -> bool:
 
 
 def register_all(builtin_only: bool = False) -> dict[str, str]:
-    """Register every estimator of the library's registry with verl (idempotent; a user's too unless
-    `builtin_only`); returns {registry key: library name}. A user's named as one of verl's: EstimatorNameTaken."""
+    """Register the library's estimators with verl (idempotent; a user's too unless `builtin_only`); returns
+    {registry key: library name}."""
     registered = {}
     for name in list(ESTIMATOR_NAMES):
         estimator = ESTIMATORS[name]

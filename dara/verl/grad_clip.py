@@ -1,10 +1,8 @@
 """Whether each optimizer update of a step was clipped, from verl's own per-update gradient norms.
 
-verl 0.9.1's FSDP engine clips every update at `actor.optim.clip_grad` and reports each pre-clip `grad_norm`, but
-the trainer logs only their mean. `UpdateRecorder` stands in for the actor worker group during `_update_actor`
-and keeps the per-update norms: `actor/grad_clip_active` is the share of the step's updates that were clipped,
-and where the task expects every update clipped (`run.expect_clipped_updates`, tool calling)
-`actor/grad_unclipped_updates` counts those that were not.
+verl 0.9.1 logs only the mean pre-clip `grad_norm`; `UpdateRecorder` stands in for the actor worker group during
+`_update_actor` and keeps each update's. `actor/grad_clip_active`: the share of the step's updates clipped;
+`actor/grad_unclipped_updates` (with `run.expect_clipped_updates`): how many were not.
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ def _flat(values) -> list[float]:
 
 
 class UpdateRecorder:
-    """The actor worker group, keeping `update_actor`'s per-update gradient norms before verl averages them."""
-
     def __init__(self, worker_group):
         self.wrapped = worker_group
         self.grad_norms: list[float] = []
@@ -43,8 +39,7 @@ class UpdateRecorder:
 
 
 def grad_clip_metrics(grad_norms: list[float], max_norm: float, updates: int, expect_clipped: bool) -> dict:
-    """`actor/grad_clip_active` (and the unclipped count where every update should be clipped). `grad_norms` may
-    repeat each update's norm per reporting rank: the share is the same, the count that share of `updates`."""
+    """`grad_norms` may repeat each update's norm per rank: the share is the same, the count that share of `updates`."""
     norms = np.asarray(grad_norms, dtype=np.float64)
     if norms.size == 0:
         return {}
@@ -57,5 +52,5 @@ def grad_clip_metrics(grad_norms: list[float], max_norm: float, updates: int, ex
 
 
 def updates_per_step(rows: int, mini_batch_prompts: int, group_size: int, epochs: int) -> int:
-    """Optimizer updates verl makes on a batch of `rows` responses (mini-batches of prompts x G, per epoch)."""
+    """Optimizer updates verl makes on `rows` responses (mini-batches of prompts x G, per epoch)."""
     return int(epochs) * math.ceil(rows / (int(mini_batch_prompts) * int(group_size)))

@@ -6,9 +6,8 @@
                        "work": {"actor": {"forward_passes", "optimizer_steps"}, "ref": {...}}}, ...], ...},
      "distinct_worker_nodes": n, "recorded": {"start": unix time, "end": unix time}}
 
-The trainer records it after its `init` ("start") and its `fit` ("end"). `work` counts what each rank ran since
-"start", by hooks that rank installs in its own process (a forward pre-hook on each engine's module, a step
-post-hook on its optimizer). Recording never fails a run: an error is written into the file and logged.
+Recorded after the trainer's `init` ("start") and `fit` ("end"); `work` counts what each rank ran since "start"
+(hooks on each engine's module and optimizer). Recording never fails a run: an error is written into the file.
 """
 
 from __future__ import annotations
@@ -32,9 +31,7 @@ _WORK_ATTRIBUTE = "_dara_work_counts"  # set on the worker instance by the first
 
 
 def _engines(worker) -> dict[str, object]:
-    """The training engines in a verl worker actor by role: colocated workers sit in `worker_dict` /
-    `fused_worker_dict`, an ActorRolloutRefWorker holds `.actor` / `.ref` TrainingWorkers with an `.engine`, a
-    standalone TrainingWorker its own `.engine`."""
+    """The training engines of a verl worker actor by role (colocated ones in `worker_dict` / `fused_worker_dict`)."""
     members = {**(getattr(worker, "worker_dict", None) or {}), **(getattr(worker, "fused_worker_dict", None) or {})}
     engines = {}
     for member in list(members.values()) or [worker]:
@@ -51,8 +48,7 @@ def _bump(counts: dict, key: str, *_hook_args) -> None:
 
 
 def count_work(worker) -> dict[str, dict[str, int]]:
-    """{role: {"forward_passes", "optimizer_steps"}} this worker's engines ran since the first call (which installs
-    the hooks)."""
+    """{role: {"forward_passes", "optimizer_steps"}} since the first call (which installs the hooks)."""
     counters = getattr(worker, _WORK_ATTRIBUTE, None)
     if counters is None:
         counters = {}
@@ -68,7 +64,7 @@ def count_work(worker) -> dict[str, dict[str, int]]:
 
 
 def _worker_location(worker) -> dict:
-    """Runs inside a verl worker actor (`__ray_call__` passes the actor instance): where it is, its process group."""
+    """In a verl worker actor (`__ray_call__`): where it runs, its process group and work."""
     import torch.distributed as dist
 
     process_group = None
@@ -103,7 +99,6 @@ def ray_nodes() -> list[dict]:
 
 
 def _merge(previous: dict, nodes: list[dict], workers: dict[str, list[dict]], stage: str) -> dict:
-    """The file's content after this stage."""
     recorded = dict(previous.get("recorded", {})) if stage == "end" else {}
     recorded[stage] = time.time()
     distinct = len({row["node_id"] for rows in workers.values() for row in rows})
@@ -112,7 +107,7 @@ def _merge(previous: dict, nodes: list[dict], workers: dict[str, list[dict]], st
 
 
 def record_placement(trainer, output_dir: str | os.PathLike, stage: str = "start") -> Path:
-    """Write (stage "start") or complete (stage "end") `<output_dir>/ray_nodes.json`; returns its path."""
+    """Write ("start") or complete ("end") `<output_dir>/ray_nodes.json`."""
     path = Path(output_dir) / RAY_NODES
     try:
         previous = json.loads(path.read_text()) if stage == "end" and path.exists() else {}

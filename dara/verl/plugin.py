@@ -1,10 +1,7 @@
 """The project's verl plugin, declared in the entry-point group `verl.plugins` (pyproject.toml).
 
-verl 0.9.1 imports every entry point of that group at `import verl`, in every process (driver, TaskRunner,
-workers), while verl is still importing: so this module imports nothing of verl's, and each registration waits
-for the module it extends (a wrapt post-import hook, run at once where that module is loaded already):
-the platform "cpu", every library estimator, the trainer "dara_sync", the reward manager "dara_parallel", and
-the `run.*` / `algorithm.dara` schemas and `${dara.*:}` resolvers (so verl's own `main_ppo` composes conf/train.yaml).
+verl 0.9.1 imports it at `import verl`, in every process, while verl is still importing: so each registration waits
+for the module it extends (a wrapt post-import hook).
 """
 
 from __future__ import annotations

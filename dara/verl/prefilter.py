@@ -1,12 +1,8 @@
 """Pre-filter metrics: each reward channel's mean over EVERY response generated for a step.
 
-The paper's math speed metric (T_0.95 / T_0.99) reads the length reward of all responses a step generated,
-before dynamic sampling evicts the groups whose summed reward is constant; verl 0.9.1 logs channels only for the
-kept batch, and its replay buffer deletes evicted groups from TransferQueue (`_clear_groups`) first.
-`with_prefilter_metrics(buffer, channels)` turns the buffer verl built (verl's, or the authors' rounds of
-`dara.verl.rounds`) into a recording subclass (same object and state, methods added), which reads the channels of
-every finished group it clears and of the batch it returns, and adds `rollout_prefilter/<channel>/mean`,
-`rollout_prefilter/responses` and `rollout_prefilter/groups` to the step's metrics.
+The paper's math speed metric (T_0.95 / T_0.99) reads the length reward of all responses, before dynamic sampling
+evicts constant groups (verl logs the kept batch only and deletes evicted groups first). `with_prefilter_metrics`
+turns the replay buffer into a recording subclass that reads every group it clears and the batch it returns.
 """
 
 from __future__ import annotations
@@ -33,8 +29,6 @@ def channel_rows(extra_fields: Iterable, channels: Sequence[str]) -> tuple[np.nd
 
 
 class PrefilterRecorder:
-    """Mixin over verl's ReplayBuffer: records the channels of every response generated for a step."""
-
     prefilter_channels: tuple[str, ...] = ()
 
     def _prefilter_reset(self) -> None:
@@ -66,7 +60,6 @@ class PrefilterRecorder:
         return batch, {**metrics, **self.prefilter_metrics()}
 
     def prefilter_metrics(self) -> dict[str, float]:
-        """The step's pre-filter metrics."""
         rows = self._prefilter_rows
         values = np.concatenate(rows) if rows else np.zeros((0, len(self.prefilter_channels)))
         metrics = {f"{PREFIX}responses": float(values.shape[0]), f"{PREFIX}groups": float(len(self._prefilter_groups))}
@@ -81,12 +74,10 @@ class PrefilterRecorder:
 
 
 class PrefilterReplayBuffer(PrefilterRecorder, ReplayBuffer):
-    """verl's synchronous replay buffer, recording pre-filter metrics."""
+    pass
 
 
 class PrefilterRoundsReplayBuffer(PrefilterRecorder, RoundsReplayBuffer):
-    """The authors' generation rounds, recording over all rounds of a step (dropped, surplus and kept groups)."""
-
     def discard(self, partition_id: str, uids: set[str], rows: list[str], generated: bool = True) -> None:
         if generated and uids:
             self._prefilter_record(partition_id, rows)

@@ -1,19 +1,12 @@
-"""Checkpoint retention across jobs: what verl 0.9.1 leaves on disk, and what a run keeps of it.
-
-verl keeps its rotation list in memory, so a requeued job never rotates the previous job's checkpoints. The run
-applies the policy to the disk at start (under the run folder's lock; only with `trainer.resume_mode=auto`) and
-after each save (dara.verl.checkpoints):
-- keep the newest `trainer.max_actor_ckpt_to_keep` complete `global_step_N` folders; delete older ones, those
-  verl's rotation left with only `data.pt`, and incomplete ones;
-- a step of `run.checkpoint.keep_hf_steps` keeps its HF weights in `run.checkpoint.kept_dir` (hard links) before
-  it is deleted; unfinished `*.tmp` copies there are deleted;
-- at start, the resume marker must name a complete checkpoint (else it moves to the newest complete one before
-  it, or is removed), and checkpoints past it (saved, their step never logged) are deleted: the run redoes them.
-
-Complete, by verl's save order (v1 `_save_checkpoint`, the FSDP checkpoint manager): every role folder holds
-`fsdp_config.json` and, per rank, the shards `checkpoint.save_contents` names (plus a whole `huggingface/` with
-`hf_model`), then `data.pt`. `.pt` files are zips whose directory is written last and safetensors state their
-length in their header, so a file cut short is detected without reading it.
+"""Checkpoint retention across jobs (verl keeps its rotation list in memory: a requeued job never rotates the
+previous job's). Applied at start (with `trainer.resume_mode=auto`) and after each save (dara.verl.checkpoints):
+- keep the newest `trainer.max_actor_ckpt_to_keep` complete `global_step_N` folders, delete older and incomplete
+  ones; a step of `run.checkpoint.keep_hf_steps` first hard-links its HF weights into `run.checkpoint.kept_dir`;
+- at start, the resume marker must name a complete checkpoint (else it moves back to one, or is removed), and
+  checkpoints past it (their step never logged) are deleted: the run redoes them.
+Complete, by verl's save order: every role folder's `fsdp_config.json` and per-rank shards (and `huggingface/`),
+then `data.pt`. `.pt` zips write their directory last and safetensors state their length, so a file cut short
+is detected without reading it.
 """
 
 from __future__ import annotations
@@ -38,8 +31,6 @@ _SHARDS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}  # sa
 
 @dataclass(frozen=True)
 class CheckpointLayout:
-    """What a complete checkpoint of this run holds."""
-
     contents: dict[str, tuple[str, ...]]  # role folder -> checkpoint.save_contents
     fsdp: bool = True  # FSDP's per-rank shard files; otherwise only the role folders are checked
 
@@ -111,7 +102,6 @@ def _role_reason(folder: Path, role: str, contents: tuple[str, ...]) -> str | No
 
 
 def incomplete_reason(folder: str | os.PathLike, layout: CheckpointLayout) -> str | None:
-    """None for a complete checkpoint folder, else what it lacks."""
     folder = Path(folder)
     if not _zip_complete(folder / "data.pt"):
         return "no complete data.pt (the save did not finish)"
@@ -126,14 +116,12 @@ def incomplete_reason(folder: str | os.PathLike, layout: CheckpointLayout) -> st
 
 
 def checkpoint_folders(checkpoint_dir: str | os.PathLike) -> dict[int, Path]:
-    """{step: folder} of every `global_step_N` folder in verl's checkpoint folder."""
     root = Path(checkpoint_dir)
     matches = [(STEP_FOLDER.fullmatch(path.name), path) for path in (root.iterdir() if root.is_dir() else ())]
     return {int(m.group(1)): path for m, path in matches if m and (path.is_dir() or path.is_symlink())}
 
 
 def read_marker(checkpoint_dir: str | os.PathLike) -> int | None:
-    """The step verl's resume marker names; None when there is none or it is unreadable."""
     try:
         return int((Path(checkpoint_dir) / CHECKPOINT_TRACKER).read_text().strip())
     except (OSError, ValueError):
@@ -155,7 +143,7 @@ class RetentionPlan:
 
 
 def _resume_point(marker: int | None, complete: list[int]) -> tuple[int | None, str]:
-    """The step to resume from given the marker and the complete checkpoints (oldest first), and why if moved."""
+    """(step to resume from, why it moved) given the marker and the complete steps (oldest first)."""
     if marker is None or marker in complete:
         return marker, ""
     older = [s for s in complete if s < marker]
@@ -200,7 +188,7 @@ def plan_retention(checkpoint_dir, layout: CheckpointLayout, keep_last: int | No
 
 
 def keep_tree(source: Path, target: Path) -> int:
-    """Hard-link (copy across file systems) every file of `source` into `target`, atomically; returns files."""
+    """Hard-link (across file systems: copy) every file of `source` into `target`, atomically; returns files."""
     staging = target.with_name(target.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     count = 0

@@ -1,15 +1,9 @@
 """The "dara_parallel" reward manager for verl 0.9.1's reward loop (registered on import).
 
-It scores in a process pool with a hard per-item time limit (rewards.pool) and never raises on model output: an
-item over the limit or whose scoring fails gets a fallback score, is flagged in reward_extra_info
-("reward_timeout", "reward_error"), and a failed item's error is a line of `<run folder>/logs/reward_errors.log`.
-It scores with (`reward.custom_reward_function.path` / `.name`) the project's `rewards/verl_entry.py` (or no
-path): the registered task of each data_source; or a reward module of your own (`rewards.spec`), loaded in the
-pool by path, with `custom_reward_function.reward_kwargs` as keyword arguments and `extra_info` holding the row's
-extra_info plus "response_tokens". `run_single` gets one sample's DataProto slice and returns {"reward_score",
-"reward_extra_info"} with the same keys for every sample; samples arrive concurrently, so the pool scores them in
-parallel. A process that has not imported this module can load the class with `source: importlib`,
-`module.path: pkg://dara.verl.reward_manager`, `name: DaraParallelRewardManager`.
+Scores in a process pool with a hard per-item time limit (rewards.pool), never raising on model output: an item
+over the limit or failing gets a fallback score and a flag in reward_extra_info, and a failed item's error a line
+of `<run folder>/logs/reward_errors.log`. It scores the registered task of each data_source (rewards/verl_entry.py)
+or a reward module of your own (`reward.custom_reward_function.path`, `rewards.spec`), loaded in the pool by path.
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ import functools
 import inspect
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,8 +41,7 @@ def _as_dict(node: Any) -> dict[str, Any]:
 
 
 def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, Any]:
-    """reward.reward_kwargs and reward.custom_reward_function.reward_kwargs (the latter as verl bound it
-    into `compute_score`), merged; a key set to different values in both is an error."""
+    """reward.reward_kwargs and reward.custom_reward_function.reward_kwargs (as verl bound it), merged."""
     reward = config.get("reward") or {}
     manager_kwargs = _as_dict(reward.get("reward_kwargs"))
     function_kwargs = _as_dict((reward.get("custom_reward_function") or {}).get("reward_kwargs"))
@@ -59,8 +51,7 @@ def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, An
 
 
 def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str, str] | None:
-    """(file, function) of a reward of your own, or None for the project's rewards.verl_entry (or none at all):
-    `reward.custom_reward_function.path` (a pkg://module path too), else the source file of the function verl bound."""
+    """(file, function) of a reward of your own, or None for the project's rewards.verl_entry."""
     function = (config.get("reward") or {}).get("custom_reward_function") or {}
     path, name = function.get("path"), function.get("name") or "compute_score"
     if path:
@@ -78,7 +69,6 @@ def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str
 
 
 def valid_response_lengths(data: DataProto) -> torch.Tensor:
-    """Valid (unpadded) response token count of each row: the response part of the attention mask."""
     response_length = data.batch["responses"].shape[-1]
     return data.batch["attention_mask"][..., -response_length:].sum(dim=-1)
 
@@ -91,8 +81,6 @@ def _ground_truth(non_tensor_row: Mapping[str, Any]) -> Any:
 
 
 class ProjectScorer:
-    """The project's rewards (rewards.verl_entry): the registered task of each row's data_source."""
-
     def __init__(self, kwargs: Mapping[str, Any]):
         self.options = RewardOptions.from_kwargs(kwargs)
 
@@ -108,8 +96,6 @@ class ProjectScorer:
 
 
 class ModuleScorer:
-    """A reward module of your own: its declaration read here, its items scored and checked in the pool."""
-
     def __init__(self, path: str, function: str, kwargs: Mapping[str, Any], data_source: str | None = None):
         pool_kwargs, self.user_kwargs = reward_spec.split_pool_options(kwargs)
         self.options = RewardOptions(**pool_kwargs)
@@ -130,8 +116,6 @@ class ModuleScorer:
 
 @register(MANAGER_NAME)
 class DaraParallelRewardManager(RewardManagerBase):
-    """Rule rewards (the registered tasks', or a module of your own) scored in a hard-time-limited pool."""
-
     def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None,
                  reward_model_tokenizer=None):
         super().__init__(config, tokenizer, compute_score)
@@ -155,7 +139,6 @@ class DaraParallelRewardManager(RewardManagerBase):
         return {"reward_score": channels[SCORE_KEY], "reward_extra_info": extra}
 
     def _log_error(self, data_source: str, error: str) -> None:
-        """The error's last line into the run folder's reward error log (the trainer quotes the first)."""
         if self.error_log is None:
             return
         with self._log_lock:
@@ -181,8 +164,7 @@ class DaraParallelRewardManager(RewardManagerBase):
         return self._result(outcome, data_source, response_tokens)
 
     def score_batch(self, data: DataProto) -> dict[str, Any]:
-        """Score every row: {"reward_tensor" [N, T] (score on the last valid token), "reward_extra_info"
-        {key: list}, "metrics" (rewards.verl_entry.step_metrics)}."""
+        """{"reward_tensor" [N, T] (score on the last valid token), "reward_extra_info", "metrics"}."""
         lengths = valid_response_lengths(data)
         responses = data.batch["responses"]
         texts = self.tokenizer.batch_decode([responses[row, : int(lengths[row])] for row in range(len(data))],
@@ -199,14 +181,11 @@ class DaraParallelRewardManager(RewardManagerBase):
         reward_tensor = torch.zeros_like(responses, dtype=torch.float32)
         reward_tensor[torch.arange(len(data)), (lengths - 1).clamp(min=0)] = torch.tensor(
             [r["reward_score"] for r in results], dtype=torch.float32)
-        extra: dict[str, list] = defaultdict(list)
-        for result in results:
-            for key, value in result["reward_extra_info"].items():
-                extra[key].append(value)
+        keys = results[0]["reward_extra_info"] if results else {}  # every sample has the same keys
+        extra = {key: [r["reward_extra_info"][key] for r in results] for key in keys}
         metrics = verl_entry.step_metrics(extra, channel_sets.pop()) if len(data) else {}
-        return {"reward_tensor": reward_tensor, "reward_extra_info": dict(extra), "metrics": metrics}
+        return {"reward_tensor": reward_tensor, "reward_extra_info": extra, "metrics": metrics}
 
     def __call__(self, data: DataProto, return_dict: bool = False):
-        """verl's classic reward-function call: the reward tensor, or a dict with reward_extra_info."""
         result = self.score_batch(data)
         return result if return_dict else result["reward_tensor"]

@@ -11,10 +11,8 @@ The authors' math trainer (their ray_trainer.py `fit()` with filter_groups.py), 
    (2 for R1-1.5B, 4 for 4B/7B; 0 = no cap), else the step raises;
 5. the batch is the first `train_batch_size` distinct uids in that order, with all their rows.
 
-`RoundsReplayBuffer` does the same as a verl 0.9.1 replay buffer (no verl edits): it asks the trainer for each
-round's prompts (verl's own refill), waits until they are scored, clears the dropped groups from TransferQueue
-and returns the kept batch in the authors' order. verl's `_balance_batch` then reorders it across data-parallel
-ranks (which rows share a mini-batch, not which are trained on).
+`RoundsReplayBuffer` does this as a verl 0.9.1 replay buffer: it dispatches each round (verl's own refill), waits
+until it is scored, clears the dropped groups from TransferQueue and returns the kept batch in the authors' order.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ METRIC_PREFIX = "filter/"
 
 
 class DynamicSamplingShortError(RuntimeError):
-    """The round cap was reached with fewer informative groups than the batch needs (the authors' stop)."""
+    pass
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,6 @@ def reward_info(value) -> dict:
 
 
 def dynamic_sampling_mode(config) -> str | None:
-    """`run.dynamic_sampling.mode`: None (no dynamic sampling), "rounds" (the authors') or "replay" (verl's)."""
     block = (config.get("run", None) or {}).get("dynamic_sampling", None) or {}
     mode = block.get("mode", None)
     if mode is not None and mode not in MODES:
@@ -66,7 +63,6 @@ def dynamic_sampling_mode(config) -> str | None:
 
 
 def rounds_settings(config) -> RoundsSettings | None:
-    """The rounds mode's settings from the config; None in any other mode. Raises ValueError naming a bad key."""
     if dynamic_sampling_mode(config) != "rounds":
         return None
     block = config.run.dynamic_sampling
@@ -81,12 +77,11 @@ def rounds_settings(config) -> RoundsSettings | None:
 
 
 def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
-    """The authors' `_balance_batch` order of one round's rows (indices into `seq_lens`), module docstring step 2."""
+    """The authors' `_balance_batch` order of one round's rows (module docstring, step 2)."""
     if len(seq_lens) == 0:
         return []
-    workload = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64))
+    work = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64)).numpy()
     parts = min(int(world_size), len(seq_lens))
-    work = workload.numpy()
     # python ints: the same partitions as the tensor their code passes, about 20x faster
     partitions = get_seqlen_balanced_partitions(work.tolist(), k_partitions=parts,
                                                 equal_size=len(seq_lens) % parts == 0)
@@ -99,13 +94,11 @@ def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
 
 
 def first_uids(ordered_row_uids: Sequence[str], informative: set[str], limit: int) -> list[str]:
-    """The first `limit` distinct informative uids in row order."""
     return list(dict.fromkeys(u for u in ordered_row_uids if u in informative))[:limit]
 
 
 def shortfall_message(step: int, rounds: int, round_prompts: int, informative: int, needed: int,
                       drawn: int) -> str:
-    """One line: what was found, the acceptance rate, the rounds run, and how to go on."""
     rate = informative / drawn if drawn else 0.0
     estimate = f"about {math.ceil(needed / (rate * round_prompts))} at this acceptance; " if rate else ""
     return (f"step {step}: {informative} of the {needed} informative groups after {rounds} round(s) of "
@@ -113,17 +106,12 @@ def shortfall_message(step: int, rounds: int, round_prompts: int, informative: i
             f"on, rerun with a larger cap, which resumes from the last checkpoint ({estimate}0 = no cap)")
 
 
-def _key_rank(key: str, position: dict[str, int]) -> tuple[int, int, int]:
-    uid, session, index = key.split("_")
-    return position[uid], int(session), int(index)
-
-
 TERMINAL = ("finished", "failure")  # a prompt entry's status once all its sessions ended (verl's replay buffer)
 
 
 def group_metric(partition_id: str, uids: set[str], keys: list[str], metric: str) -> dict[str, list[float]]:
-    """{uid: verl's filter metric over the trajectories `keys` of the finished groups `uids`}: "reward" = the summed
-    pre-KL reward (`rm_scores`), another name = that reward_extra_info key. Raises naming groups that lack it."""
+    """{uid: verl's filter metric of each trajectory}: "reward" = the summed pre-KL reward (`rm_scores`), another
+    name = that reward_extra_info key."""
     reward = metric == "reward"
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
                            select_fields=["rm_scores"] if reward else ["extra_fields"]) if keys else {}
@@ -147,7 +135,7 @@ def group_metric(partition_id: str, uids: set[str], keys: list[str], metric: str
 
 
 class SubmittedPrompts:
-    """verl's agent-loop manager, keeping the uids of the prompts dispatched through it (in dispatch order)."""
+    """verl's agent-loop manager, keeping the uids dispatched through it."""
 
     def __init__(self, manager):
         self.wrapped, self.uids = manager, []
@@ -161,9 +149,8 @@ class SubmittedPrompts:
 
 
 class RoundsReplayBuffer(ReplayBuffer):
-    """verl's replay buffer whose training partition is sampled in the authors' rounds; validation is verl's.
-    `submit_round(n)` dispatches n prompts and returns their uids in dataloader order; `world_size()` is the
-    actor's worker count (their `_balance_batch` partitions)."""
+    """verl's replay buffer sampling its training partition in the authors' rounds. `submit_round(n)` dispatches n
+    prompts and returns their uids in dataloader order; `world_size()`: their `_balance_batch` partitions."""
 
     def __init__(self, settings: RoundsSettings, submit_round: Callable[[int], list[str]],
                  world_size: Callable[[], int], **kwargs):
@@ -205,14 +192,13 @@ class RoundsReplayBuffer(ReplayBuffer):
         return batch, metrics
 
     def discard(self, partition_id: str, uids: set[str], rows: list[str], generated: bool = True) -> None:
-        """Remove prompt groups `uids` and their trajectories `rows` from TransferQueue (`generated`: rows that hold
-        responses, which the pre-filter recorder reads first)."""
+        """Clear groups `uids` and their trajectories `rows` (`generated`: for the pre-filter recorder)."""
         if uids:
             tq.kv_clear(partition_id=partition_id, keys=[*uids, *rows])
 
     def _run_round(self, partition_id: str, uids: list[str]) -> tuple[list[str], set[str], int, dict[str, dict]]:
-        """Wait for one round, order its rows, drop its uninformative and failed groups. Returns (the round's kept
-        trajectory keys in the authors' order, informative uids, failed groups, the remaining trajectories' tags)."""
+        """Wait for one round, order its rows, drop its uninformative and failed groups: (kept keys in the authors'
+        order, informative uids, failed groups, the remaining trajectories' tags)."""
         pending = set(uids)
         while True:
             listed = (tq.kv_list() or {}).get(partition_id, {})
@@ -224,7 +210,7 @@ class RoundsReplayBuffer(ReplayBuffer):
         failed = {uid for uid in pending if status[uid] == "failure"}
         finished = pending - failed
         position = {uid: i for i, uid in enumerate(uids)}
-        keys = sorted((k for k in entries if k.split("_")[0] in finished), key=lambda k: _key_rank(k, position))
+        keys = sorted((k for k in entries if k.split("_")[0] in finished), key=lambda k: (position[k.split("_")[0]], *map(int, k.split("_")[1:])))
         order = round_row_order([int(entries[k]["seq_len"]) for k in keys], self.world_size())
         ordered_keys = [keys[i] for i in order]
         values = group_metric(partition_id, finished, [k for k in entries if k.split("_")[0] in finished],
@@ -238,7 +224,6 @@ class RoundsReplayBuffer(ReplayBuffer):
 
 
 def build_rounds_buffer(trainer, settings: RoundsSettings) -> RoundsReplayBuffer:
-    """The rounds buffer, with the arguments verl gave its own sync buffer (whose `refill_fn` it takes over)."""
     sampler = trainer.config.trainer.v1.sampler
     custom = sampler.get("custom_sampler", None) or {}
     if custom.get("path") and custom.get("name"):

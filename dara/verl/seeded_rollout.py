@@ -1,11 +1,9 @@
 """Per-request sampling seeds for verl's single-turn agent loop: a seed fixes a run's rollouts too.
 
-verl seeds vLLM per request only under `rollout.full_determinism`, with one seed for every request: a group's G
-responses would be the same. This loop gives each response `request_seed(rollout.seed, step, row, session)`, so a
-rerun samples the same responses and groups and steps sample independently. Validation is keyed apart: verl's
-worker drops its own validation mark before the loop, so the trainer tags validation rows (`ValidationTagged`).
-Registered as `dara_seeded_single_turn` through `rollout.agent.agent_loop_config_path` (conf/agent_loops.yaml
-beside this module, loaded in every agent-loop worker); `rollout.agent.default_agent_loop` chooses it.
+verl seeds vLLM per request only under `rollout.full_determinism`, with one seed for all (a group's G responses
+would be one). This loop gives each response `request_seed(rollout.seed, step, row, session)`; validation rows are
+tagged by the trainer (`ValidationTagged`: verl drops its own mark). Registered as `dara_seeded_single_turn`
+through conf/agent_loops.yaml beside this module.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ def request_seed(base_seed: int, step: int, index: int, session: int, validate: 
 
 
 def seeded_params(sampling_params: dict[str, Any], base_seed: int, request: dict[str, Any]) -> dict[str, Any]:
-    """`sampling_params` with this response's seed (`request`: the loop's keyword arguments); a request with a
-    seed, or a greedy one, is left as it is."""
+    """`sampling_params` with this response's seed; a request with a seed, or a greedy one, is left as it is."""
     params = dict(sampling_params)
     if "seed" not in params and float(params.get("temperature", 1.0) or 0.0) > 0.0:
         params["seed"] = request_seed(
@@ -59,8 +56,6 @@ class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
 
 
 class ValidationTagged:
-    """A validation dataloader whose batches carry VALIDATION_KEY = True per row."""
-
     def __init__(self, loader):
         self.loader = loader
 

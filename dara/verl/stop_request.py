@@ -1,10 +1,5 @@
-"""Stop at the next step boundary on request, with a checkpoint there: how a job leaves before its time limit.
-
-A request is the file `<run folder>/stop_request` holding why (scripts/slurm/train.sbatch writes it on Slurm's
-pre-timeout signal, `python -m recipes gpu_smoke` to force a stop). `DaraTrainer.on_step_end` looks for it after
-every step: unless verl saves this step anyway, it saves with verl's own `_save_checkpoint`, ends `fit` after the
-step is logged, and deletes the request; rerunning the command resumes from that checkpoint.
-"""
+"""Stop at the next step boundary with a checkpoint there: `<run folder>/stop_request` holds why (train.sbatch
+writes it on Slurm's pre-timeout signal); `DaraTrainer.on_step_end` checkpoints, ends `fit` and deletes it."""
 
 from __future__ import annotations
 
@@ -21,7 +16,6 @@ def request_stop(run_dir: str | Path, reason: str) -> Path:
 
 
 def stop_requested(run_dir: str | Path) -> str | None:
-    """The reason of a pending stop request, or None."""
     try:
         return (Path(run_dir) / STOP_REQUEST).read_text().strip() or "no reason given"
     except FileNotFoundError:

@@ -1,12 +1,6 @@
-"""The project's verl trainer, `dara_sync`: reward channels into the advantage step, diagnostics into the logs.
-
-verl 0.9.1's v1 trainer fetches only uid, masks, rm_scores and log-probs for the advantage step, so per-channel
-rewards (reward_extra_info) never reach an estimator. `DaraTrainer._compute_advantage` fetches the channels named
-in `algorithm.reward_channels` from TransferQueue, publishes them for the registered estimator
-(`dara.verl.estimators.channels_for_step`) and runs verl's own `_compute_advantage` unchanged (KL in the reward,
-rollout correction and the write-back stay verl's). `trainer.v1.trainer_mode=dara_sync` selects it; inside, it is
-verl's sync trainer (`trainer_mode` reads "sync", where verl branches on the name).
-"""
+"""The `dara_sync` trainer (`trainer.v1.trainer_mode=dara_sync`): verl 0.9.1's sync trainer whose advantage step
+also gets the per-channel rewards (`algorithm.reward_channels`, fetched from TransferQueue and published through
+`dara.verl.estimators.channels_for_step`); verl's own `_compute_advantage` then runs unchanged."""
 
 from __future__ import annotations
 
@@ -45,12 +39,11 @@ def channel_scores_from_extra_fields(extra_fields, channels: list[str]) -> torch
     infos = [reward_info(value) for value in extra_fields]
     available = sorted(infos[0]) if infos else []
     for channel in channels:
-        missing = sum(channel not in info for info in infos)
-        if missing:
+        if missing := sum(channel not in info for info in infos):
             raise ValueError(f"reward channel {channel!r} (algorithm.reward_channels) is missing from the reward's "
                              f"extra info of {missing}/{len(infos)} samples; the reward function returned keys {available}")
-    rows = [[float(info[c]) for c in channels] for info in infos]
-    scores = torch.tensor(rows, dtype=torch.float64).reshape(len(infos), len(channels))
+    scores = torch.tensor([[float(info[c]) for c in channels] for info in infos],
+                          dtype=torch.float64).reshape(len(infos), len(channels))
     if not torch.isfinite(scores).all():
         bad = (~torch.isfinite(scores)).nonzero()[0].tolist()
         raise ValueError(f"reward channel {channels[bad[1]]!r} is NaN or inf for sample {bad[0]}")
@@ -96,9 +89,6 @@ def _run_key(config, key: str, default=None):
 
 @register_trainer("dara_sync")
 class DaraTrainer(PPOTrainerSync):
-    """verl's synchronous v1 trainer with the project's advantage step, run log, stop request, engine watchdog,
-    grad-clip record and placement record."""
-
     def __init__(self, config):
         if not config.algorithm.get("reward_channels", None):
             # started by verl's own main_ppo (python -m dara.train checked before Ray and filled the channels)
@@ -140,14 +130,11 @@ class DaraTrainer(PPOTrainerSync):
             from dara.verl.cpu.workers import cpu_worker_class
 
             for role, worker in list(self.role_worker_mapping.items()):
-                replacement = cpu_worker_class(worker)
-                if replacement is not None:
+                if (replacement := cpu_worker_class(worker)) is not None:
                     self.role_worker_mapping[role] = ray.remote(replacement)
 
-    def prepare_step(self) -> dict:
-        if isinstance(self.replay_buffer, rounds.RoundsReplayBuffer):  # it submits each round itself
-            return {}
-        return super().prepare_step()
+    def prepare_step(self) -> dict:  # the rounds buffer submits each round itself
+        return {} if isinstance(self.replay_buffer, rounds.RoundsReplayBuffer) else super().prepare_step()
 
     def _submit_round(self, num_prompts: int) -> list[str]:
         """Dispatch the next `num_prompts` dataloader prompts with verl's own refill; their uids in dataloader order."""
@@ -195,14 +182,13 @@ class DaraTrainer(PPOTrainerSync):
         return result
 
     def _reward_channels(self, required: bool = True) -> list[str]:
-        channels = [str(c) for c in self.config.algorithm.get("reward_channels", None) or []]
-        if required and not channels:
+        if not (channels := [str(c) for c in self.config.algorithm.get("reward_channels", None) or []]) and required:
             raise ValueError("algorithm.reward_channels is empty: name the reward_extra_info keys to use as channels")
         return channels
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's own advantage step, with the batch's channel scores published for the registered estimator."""
-        if getattr(self, "engine_watchdog", None) is not None:  # samples of a dead engine are lost or padding
+        if getattr(self, "engine_watchdog", None) is not None:  # a dead engine's samples are lost or padding
             self.engine_watchdog.raise_if_dead()
         if not estimators.is_ours(self.config.algorithm.adv_estimator):  # one of verl's own estimators
             return super()._compute_advantage(batch, metrics)

@@ -1,15 +1,12 @@
 """verl's external platform "cpu": verl's trainer on a machine without an accelerator.
 
-verl resolves its platform once per process: `VERL_PLATFORM` names it, else the first registered platform whose
-probe succeeds. The plugin registers this one after verl's own, so `VERL_PLATFORM=cpu` (conf/cluster/cpu.yaml) or
-a machine without an accelerator gives every process: device `cpu`, backend `gloo`, Ray resource `GPU` (one
-logical GPU per trainer rank), no IPC. `device_module` answers the CUDA-style calls verl makes on
-`get_torch_device()` (most of which `torch.cpu` lacks) for host memory.
+Registered after verl's own platforms, so `VERL_PLATFORM=cpu` (conf/cluster/cpu.yaml) or a machine without an
+accelerator gets device `cpu`, backend `gloo`, Ray resource `GPU` (one logical GPU per rank), no IPC.
+`device_module` answers the CUDA-style calls verl makes on `get_torch_device()` that `torch.cpu` lacks.
 """
 
 from __future__ import annotations
 
-import os
 import types
 from contextlib import contextmanager
 
@@ -19,15 +16,10 @@ from verl.plugin.platform import PlatformBase, PlatformRegistry
 PLATFORM_NAME = "cpu"
 
 
-def _host_memory() -> tuple[int, int]:
-    """(available, total) bytes of host memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            fields = {key: int(value.split()[0]) * 1024 for key, value in (line.split(":", 1) for line in f)}
-        return fields.get("MemAvailable", fields["MemFree"]), fields["MemTotal"]
-    except (OSError, KeyError, ValueError):
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return total, total
+def _host_memory() -> tuple[int, int]:  # (available, total) bytes; vLLM's CPU build is Linux-only
+    with open("/proc/meminfo") as f:
+        fields = {key: int(value.split()[0]) * 1024 for key, value in (line.split(":", 1) for line in f)}
+    return fields["MemAvailable"], fields["MemTotal"]
 
 
 def _build_device_module() -> types.ModuleType:
@@ -60,8 +52,6 @@ def _returns(value):
 
 @PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
-    """Host CPU as verl's device: torch device `cpu` (what verl passes to Tensor.to), collectives over gloo."""
-
     device_name = vendor_name = property(_returns(PLATFORM_NAME))
     device_module = property(_returns(CPU_DEVICE_MODULE))
     # registered after verl's own (cuda, npu, rocm): answers only where none did, instead of verl's "nvidia"

@@ -1,14 +1,6 @@
-"""A local Ray whose files stay inside the run's output folder.
-
-Ray puts its session under `$RAY_TMPDIR` and an auth token under `$HOME`: `local_ray_session` points both into
-`<output_dir>/ray` for the driver and every process Ray starts, turns token auth off (a local single-user
-cluster) and on exit stops Ray and restores the environment. HOME moves only with `move_home` (the CPU path): a
-GPU run keeps the real HOME with its HF, wandb and pip caches.
-
-Unix socket paths are limited to 107 bytes: for a long output path Ray gets a short symlink in the system temp
-folder instead (whatever stands there, a killed job's link or a folder Ray recreated, is replaced; a path that
-cannot be cleared gives way to another name). The alias goes on every way out, after Ray's processes stopped.
-"""
+"""A local Ray whose files stay inside the run's output folder: `$RAY_TMPDIR` (and with `move_home`, `$HOME`,
+where Ray keeps its auth token) point into `<output_dir>/ray`. Unix socket paths are limited to 107 bytes: a long
+output path reaches Ray through a short symlink in the system temp folder, removed after Ray stopped."""
 
 from __future__ import annotations
 
@@ -20,7 +12,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 _RAY_SOCKET_SUFFIX = 72  # len("/session_<date>_<pid>/sockets/plasma_store") rounded up, plus "/ray"
@@ -34,7 +26,6 @@ def alias_path(target: str | os.PathLike) -> Path:
 
 
 def _clear(path: Path) -> None:
-    """Remove whatever is at `path`: a link, a file, or a folder and its contents."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     elif os.path.lexists(path):
@@ -72,9 +63,7 @@ def ray_folders(output_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 def stop_local_ray() -> None:
-    """Stop the Ray this process started, waiting for its processes, also after a `ray.init` that failed halfway
-    (Ray then says it is not initialised while its head processes run, and would write into the session folder
-    after the alias went)."""
+    """Stop the Ray this process started and wait for its processes, also after a `ray.init` that failed halfway."""
     if (ray := sys.modules.get("ray")) is not None:
         ray.shutdown(wait_for_processes=True)
 
@@ -92,8 +81,8 @@ def _no_interrupt() -> Iterator[None]:
 @contextmanager
 def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True,
                       move_home: bool = True) -> Iterator[dict[str, str]]:
-    """Environment for a local Ray run inside `output_dir`; yields extra `ray.init` keyword arguments (merge them
-    into `ray_kwargs.ray_init`). However the block ends, Ray is stopped (with `shutdown`) before the alias goes."""
+    """Environment for a local Ray inside `output_dir`; yields extra `ray.init` keyword arguments. However the
+    block ends, Ray is stopped (with `shutdown`) before the alias goes."""
     folders = ray_folders(output_dir)
     overrides = {"RAY_TMPDIR": str(folders["tmp_for_ray"]), "RAY_AUTH_MODE": "disabled"}
     if move_home:
@@ -110,10 +99,8 @@ def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True,
                     stop_local_ray()
             finally:
                 if folders["tmp_for_ray"] != folders["tmp"]:
-                    try:
+                    with suppress(OSError):  # the next start replaces it
                         _clear(folders["tmp_for_ray"])
-                    except OSError:
-                        pass  # the next start replaces it
                 for key, value in saved.items():
                     if value is None:
                         os.environ.pop(key, None)

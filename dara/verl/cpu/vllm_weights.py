@@ -1,13 +1,9 @@
 """Weight sync into vLLM's CPU build: verl's worker extension, inside vLLM's layer-wise reload.
 
-verl streams the trainer's weights into the rollout engine after every update (`update_weights_from_ipc`:
-buckets over ZMQ, shared memory without CUDA IPC), then `load_weights` per bucket. On vLLM's CPU build, the
-first load repacks every linear layer for its GEMM kernels and drops `layer.weight`, so a reload needs vLLM's
-`initialize_layerwise_reload` / `finalize_layerwise_reload` bracket (as its GPU runner's `reload_weights`); but a
-tied output head loads nothing there and would keep its old weights. `CPUWeightSyncExtension` loads inside the
-bracket, copies each tensor out of the reused bucket, then re-ties and repacks the head. conf/cluster/cpu.yaml
-selects it (`engine_kwargs.vllm.worker_extension_cls`). vLLM's "Failed to load weights" is silenced for the two
-layers with nothing to load by design (the rotary cache, a tied head).
+vLLM's CPU build repacks every linear layer at the first load and drops `layer.weight`, so a reload needs vLLM's
+`initialize_layerwise_reload` / `finalize_layerwise_reload` bracket, where a tied output head loads nothing and
+would keep its old weights: `CPUWeightSyncExtension` loads inside the bracket, copies each tensor out of the reused
+bucket, then re-ties and repacks the head (selected by conf/cluster/cpu.yaml).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 class WeightSyncError(RuntimeError):
-    """The trainer's weights could not be loaded into the rollout engine."""
+    pass
 
 
 @contextmanager
@@ -61,8 +57,6 @@ def retie_output_heads(model: torch.nn.Module) -> int:
 
 
 class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
-    """verl's vLLM worker extension for vLLM's CPU build: full-precision base weights, no LoRA, no quantisation."""
-
     @contextmanager
     def _layerwise_reload(self):
         from vllm.model_executor.model_loader.reload import (
@@ -87,7 +81,6 @@ class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
                              peft_config=None, base_sync_done=False)
 
     def update_weights_from_ipc(self, peft_config: dict = None, base_sync_done=False, use_shm: bool = False):
-        """Receive the trainer's buckets (verl's protocol) and load them with vLLM's layer-wise reload."""
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
 
         try:
@@ -105,7 +98,7 @@ class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
             os._exit(1)
 
     def load_weights_in_place(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        """The same load from (name, tensor) pairs in this process (tests; an in-process ``vllm.LLM``)."""
+        """The same load from (name, tensor) pairs in this process (an in-process ``vllm.LLM``)."""
         self._check_plain_weights(None)
         with self._layerwise_reload():
             self._load(weights)

@@ -1,10 +1,5 @@
-"""Trainer-rank workers for the CPU path.
-
-verl's `TrainingWorker.__init__` joins the process group with the backend `f"cpu:gloo,{device}:{backend}"`, which
-torch refuses for the device `cpu` ("Duplicate device type cpu"); verl skips that call when a group exists, so
-these subclasses join one over plain gloo first (verl's rank and rendezvous variables), then run verl's
-constructor. The project's trainer swaps them in on `trainer.device == "cpu"` (`cpu_worker_class`).
-"""
+"""Trainer-rank workers for the CPU path: verl joins the process group with `"cpu:gloo,cpu:gloo"`, which torch
+refuses ("Duplicate device type cpu"), and skips that when a group exists: these join one over plain gloo first."""
 
 from __future__ import annotations
 
@@ -45,6 +40,6 @@ _CPU_WORKERS = {ActorRolloutRefWorker: CPUActorRolloutRefWorker, TrainingWorker:
 
 
 def cpu_worker_class(worker) -> type | None:
-    """The CPU class for verl's worker class `worker` (`ray.remote` or plain), or None: verl's runs unchanged."""
+    """The CPU class for verl's worker class `worker` (`ray.remote` or plain), or None."""
     base = worker.__ray_actor_class__ if isinstance(worker, ray.actor.ActorClass) else worker
     return _CPU_WORKERS.get(base) if isinstance(base, type) else None
