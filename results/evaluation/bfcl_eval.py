@@ -31,7 +31,6 @@ _ALLOWED_KINDS = ("<tool_call>", "<response>", "<tool_call><response>")
 
 # ------------------------------------------------------------------------------------------------ bfcl-eval
 def _bfcl():
-    """The pieces of bfcl-eval we use (see the module docstring about model_config)."""
     try:
         import bfcl_eval  # noqa: F401
     except ImportError as err:
@@ -57,7 +56,7 @@ def _bfcl():
 
 
 def _forget_instances(bfcl_mod, prefix: str) -> None:
-    """Drop bfcl-eval's cached executable instances of one run (they live in a module's globals)."""
+    """Drop bfcl-eval's cached executable instances of one run."""
     for key in [k for k in bfcl_mod.instances if k.startswith(prefix)]:
         del bfcl_mod.instances[key]
 
@@ -67,10 +66,8 @@ def is_multi_turn(category: str) -> bool:
 
 
 def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | None = None) -> list[dict]:
-    """Test entries with their possible answers, from the bfcl-eval package data. ``messages``: the first-turn chat;
-    ``functions``: the prompted docs (BFCL's language hints), from which later steps are rendered. The checkers get
-    the entry as BFCL's runner does: without language hints (the AST checker types Java/JavaScript values by the
-    original parameter types), multi-turn class docs added."""
+    """Test entries and their answers from bfcl-eval's data: ``messages`` the first-turn chat, ``functions`` the
+    prompted docs; ``entry`` as BFCL's runner gives it to the checkers (no language hints, multi-turn docs added)."""
     from data_prep import bfcl as bfcl_prep
 
     data_dir = bfcl_prep.package_data_dir()
@@ -108,7 +105,6 @@ def step_calls(text: str) -> list[str]:
 
 
 def emission_format(text: str) -> float:
-    """1.0 when the emission passes the original ToolRL format test for any allowed structure."""
     from rewards import toolrl
 
     content = protocol.assistant_text(text)
@@ -116,25 +112,21 @@ def emission_format(text: str) -> float:
 
 
 def length_name(max_words: int) -> str:
-    """The per-emission binary think-length score under its authors' name, e.g. ``length_le_16``."""
     return f"length_le_{max_words}"
 
 
 def think_words(text: str) -> int:
-    """Words of the emission's last think span (0 when a think tag is missing)."""
     thought = protocol.last_think_span(protocol.assistant_text(text))
     return 0 if thought is None else len(thought.split())
 
 
 def emission_length(text: str, max_words: int = THINK_WORD_LIMIT) -> float:
-    """The three-reward study's length reward of one emission (rewards.toolrl.think_length_reward)."""
     from rewards import toolrl
 
     return toolrl.think_length_reward(protocol.assistant_text(text), max_words)
 
 
 def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, float]:
-    """Per-case means over the emissions of format, length (also as length_le_N) and think words (0 without)."""
     def mean(fn, *args):
         return float(np.mean([fn(t, *args) for t in emissions])) if emissions else 0.0
 
@@ -144,7 +136,6 @@ def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, floa
 
 
 def model_window(model_dir: str) -> int:
-    """The model's context window: ``max_position_embeddings`` of its config (32,768 for the paper models)."""
     from results.evaluation.backends import model_positions
 
     window = model_positions(model_dir)
@@ -155,7 +146,6 @@ def model_window(model_dir: str) -> int:
 
 # ------------------------------------------------------------------------------------------------ generation
 class _Dialogue:
-    """The state of one case during generation: BFCL's message history, the current turn and step."""
 
     def __init__(self, case: dict, run_tag: str):
         self.case, self.entry, self.multi = case, case["entry"], is_multi_turn(case["category"])
@@ -169,12 +159,10 @@ class _Dialogue:
 
     @property
     def messages(self) -> list[dict]:
-        """What the model receives now: the handler's [system, user] rendering of the whole history."""
         return protocol.bfcl_messages(self.history, self.case["functions"], self.multi)
 
     def advance(self, completion, mod) -> None:
-        """Consume one emission: single-turn cases end; multi-turn cases execute calls or move on. A prompt
-        over the context window ends the case (it is scored failed)."""
+        """One emission: a single-turn case ends; a multi-turn one executes its calls or moves on."""
         if completion.finish_reason == OVER_WINDOW:
             log.warning("BFCL case %s: the prompt leaves no room in the context window; the case fails",
                         self.case["case_id"])
@@ -222,7 +210,7 @@ class _Dialogue:
 
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
-    """Batch of cases -> records, stepping every case of the batch in lockstep (one backend call per round)."""
+    """Batch of cases -> records, every case stepped in lockstep (one backend call per round)."""
     if sampling.n != 1:
         raise ValueError("BFCL is evaluated with one sample per case")
 
@@ -245,9 +233,8 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
 
 # ------------------------------------------------------------------------------------------------ scoring
 def score_record(record: dict, case: dict, *, length_max_words: int = THINK_WORD_LIMIT) -> dict:
-    """Accuracy from bfcl-eval's checker, the per-case format and length diagnostics. A case whose prompt
-    went over the context window fails with format, length and think words 0 (the authors' handler put
-    its error text in place of the case's emissions)."""
+    """Accuracy from bfcl-eval's checker and the format and length diagnostics; a case over the context window
+    fails with all 0 (the authors' handler put its error text in place of the emissions)."""
     category = record["category"]
     emissions = [text for turn in record["turns"] for text in turn]
     if record.get("over_window"):
@@ -288,9 +275,7 @@ def _check_multi_turn(record: dict, case: dict, mod) -> tuple[bool, str | None]:
 
 
 def summarise_bfcl(scored: Sequence[dict]) -> dict:
-    """Per-category accuracy, format and length diagnostics (percent; think_words in words), then the groups
-    and Averages of results.bfcl. Live's micro mean uses the case counts actually scored (the official
-    counts on a full run). ``over_window_cases`` counts the cases failed by the context window."""
+    """Per-category scores (percent; think_words in words), then results.bfcl's groups over the counts scored."""
     by_cat: dict[str, list[dict]] = defaultdict(list)
     for rec in scored:
         by_cat[rec["category"]].append(rec)
@@ -316,7 +301,6 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
 
 
 def render_bfcl_table(summary: dict) -> str:
-    """Markdown: per category the cases and every aggregated score, then the Averages and the window count."""
     kinds = summary.get("kinds", ["accuracy", "format"])
     lines = ["| category | cases | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
     lines += [f"| {c} | {v['cases']} | " + " | ".join(f"{v[k]:.2f}" for k in kinds) + " |"
