@@ -17,8 +17,7 @@ CONFIDENCE = 0.95
 
 
 def sign_test(differences: Sequence[float]) -> float:
-    """Two-sided exact sign test p-value of the differences' signs (zeros dropped): twice the binomial(n, 1/2)
-    tail at the rarer sign, capped at 1. No non-zero difference gives p = 1."""
+    """Two-sided exact sign test (zeros dropped): min(1, twice the binomial(n, 1/2) tail at the rarer sign)."""
     positive = sum(1 for value in differences if value > 0)
     negative = sum(1 for value in differences if value < 0)
     n = positive + negative
@@ -30,7 +29,6 @@ def sign_test(differences: Sequence[float]) -> float:
 
 def bootstrap_interval(differences: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
                        seed: int = BOOTSTRAP_SEED, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Percentile interval of the mean difference over ``resamples`` resamples of the seeds."""
     values = np.asarray(differences, dtype=float)
     if values.size == 0 or not np.isfinite(values).all():
         raise ValueError(f"paired differences must be finite and non-empty, got {list(differences)}")
@@ -38,8 +36,7 @@ def bootstrap_interval(differences: Sequence[float], resamples: int = BOOTSTRAP_
 
 
 def paired_summary(a: dict[int, float], b: dict[int, float]) -> dict:
-    """A - B over the seeds both have: n, mean, faster (A below B: fewer steps), slower, tied, sign-test p and
-    the bootstrap interval. A seed only one side has is an error naming it (the race pairs every seed)."""
+    """A - B by seed: n, mean, lower, higher, tied, sign-test p, bootstrap interval; unpaired seeds are an error."""
     unpaired = sorted(set(a) ^ set(b))
     if unpaired:
         raise ValueError(f"seeds {unpaired} are not in both methods' runs: a paired comparison needs both")
