@@ -79,8 +79,7 @@ def aggregate(args, bench: Bench, cases: list[dict]) -> int:
 
 
 def run_identity(args) -> dict:
-    """The run and checkpoint this evaluation scores (for ``python -m results collect``): the training run's
-    run_info.json (run_name, method, seed, task, model), overridden by --run-method/-seed/-step/-model."""
+    """The run this evaluation scores (``results collect``): --run-dir's run_info.json, then --run-*."""
     info: dict = {}
     if args.run_dir:
         path = Path(args.run_dir) / "run_info.json"
@@ -132,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
-    """``backend``: an engine already started for ``--model`` (the tests share one); None starts one."""
+    """``backend``: an engine already started for ``--model`` (the tests share one)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     bench = benches()[args.bench]

@@ -19,7 +19,6 @@ class CaseStoreError(ValueError):
 
 
 class CaseStore:
-    """Append-only JSONL of finished cases keyed by ``case_id`` (a repeated id keeps the last)."""
 
     def __init__(self, path: str | Path, settings: dict | None = None):
         self.path = Path(path)
@@ -54,7 +53,6 @@ class CaseStore:
         return len(self.records)
 
     def append(self, record: dict) -> None:
-        """Write one finished case now: append, flush, fsync."""
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             handle.flush()
