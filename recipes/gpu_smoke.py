@@ -53,7 +53,6 @@ def checklist(checks: dict[str, tuple[bool, str]]) -> tuple[bool, str]:
         f"[gpu_smoke] {name + ' ':.<22s} {'ok  ' if ok else 'FAIL'}  {detail}" for name, ok, detail in found)
 
 
-# ----------------------------------------------------------------------------- training with a forced stop
 def _records(run_dir: Path) -> list[dict]:
     from dara.run_log import read_metrics
     path = run_dir / METRICS_FILE
@@ -97,7 +96,6 @@ def checkpoint_resume_check(run_dir: Path, steps: int, stopped_at: int, codes: t
                                                  f"steps logged once: {logged}")
 
 
-# ----------------------------------------------------------------------------- what the steps logged
 def rollout_check(records: list[dict]) -> tuple[bool, str]:
     generated = [r.get("response_length/mean", 0.0) for r in records]
     ok = bool(records) and all(g > 0 for g in generated) and all(r.get("timing_s/gen", 0) > 0 for r in records)
@@ -142,7 +140,6 @@ def measure(records: list[dict], responses: int) -> Measured:
                     other / responses, prompt, response)
 
 
-# ----------------------------------------------------------------------------- calibration
 @functools.cache
 def _file_value(group: str, choice: str, key: str, default=None):
     return group_value(group, choice, key, default)  # cached: a calibration reads ~10 keys of ~150 runs
@@ -204,7 +201,6 @@ def calibrate(measured: Measured, smoke: Run, clusters: list[str]) -> dict[str, 
     return table
 
 
-# ----------------------------------------------------------------------------- the GPU (nvidia-smi)
 def _smi(*query: str) -> list[str]:
     device = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
     out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits",
@@ -233,7 +229,6 @@ def sampled_memory(path: Path):
         path.write_text("unix_time,memory_used_mib\n" + "".join(f"{t:.1f},{m:.0f}\n" for t, m in samples))
 
 
-# ----------------------------------------------------------------------------- evaluation
 def eval_commands(hf_dir: Path, out: Path, python: str = sys.executable) -> dict[str, list[str]]:
     common = ["--model", str(hf_dir), "--device", "cuda", "--limit", str(EVAL_CASES), "--boot", "200"]
     return {
@@ -255,7 +250,6 @@ def evaluation_check(out: Path, codes: dict[str, int]) -> tuple[bool, str]:
     return ok, "; ".join(parts) + f" in {out}"
 
 
-# ----------------------------------------------------------------------------- the run
 def attention_for(env) -> str:
     return "flash_attention_2" if env.flash_attn is None else "sdpa"
 

@@ -36,7 +36,6 @@ def load_protocol(path) -> dict:
         raise RecipeError(str(error)) from None
 
 
-# ----------------------------------------------------------------------------------- the logs a race keeps
 def keep_logs(run: Run, logs_dir):
     target = logs_dir / run.name
     for name in LOG_FILES:
@@ -70,7 +69,6 @@ def commit_logs(run: Run, logs_dir, label: str, attempts: int = 5) -> bool:
     return False
 
 
-# ----------------------------------------------------------------------------------- the races
 @dataclass(frozen=True)
 class Race:
     NAME: str

@@ -85,7 +85,6 @@ class Run:
         return self.group_overrides() + [f"run.seed={self.seed}"]
 
 
-# ----------------------------------------------------------------------------- config facts without composing
 def _load_with_defaults(path: Path, dirs: Sequence[Path] = ()):
     """A group file merged over the files its own defaults list names (same group), as Hydra would."""
     node = OmegaConf.load(path)
@@ -156,7 +155,6 @@ def summary_line(runs: Sequence[Run]) -> str:
     return f"{len(runs)} runs ({text}{'; variants: ' + ', '.join(variants) if variants else ''})"
 
 
-# ----------------------------------------------------------------------------- local launcher
 def train_command(run: Run, python: str = sys.executable) -> list[str]:
     return [python, "-m", "dara.train", *run.overrides(), "run.skip_if_finished=true"]
 
@@ -183,7 +181,6 @@ def run_in_turn(runs: Sequence[Run], label: str = "recipes", python: str = sys.e
     return len(failed)
 
 
-# ----------------------------------------------------------------------------- preflight
 def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: str | None = None,
                    calibration: str | None = None) -> list[tuple[list[Run], object]]:
     """`dara.preflight` of every seed group (the seed changes nothing it reads) against `job_time`: (group, report)."""
@@ -204,7 +201,6 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
     return results
 
 
-# ----------------------------------------------------------------------------- Slurm launcher
 @dataclass(frozen=True)
 class SlurmOptions:
     partition: str | None = None

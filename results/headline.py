@@ -66,7 +66,6 @@ def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
     return protocol
 
 
-# ----------------------------------------------------------------------------------- the runs
 def is_pilot(run_dir: Path) -> bool:
     info_path = Path(run_dir) / RUN_INFO
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
@@ -127,7 +126,6 @@ def _in_race(frame: pd.DataFrame, methods: Sequence[str], steps: int, where) -> 
         columns="_order").reset_index(drop=True)
 
 
-# ----------------------------------------------------------------------------------- the tables
 def runs_table(frame: pd.DataFrame, channels: Sequence[str] = CHANNELS) -> pd.DataFrame:
     """runs.csv: method, seed, step, the reward means, then density and weight per channel."""
     rewards = [f"reward/{channel}/mean" for channel in channels]

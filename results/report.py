@@ -92,7 +92,6 @@ def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-# ----------------------------------------------------------------------------- html pieces
 def _cell(mean, sd, n=None) -> str:
     if mean is None or pd.isna(mean):
         return f'<span class="na">{NOT_IN_PAPER}</span>'
@@ -144,7 +143,6 @@ def figure_html(written: list[Path], out_dir: Path, caption: str) -> str:
     return f'<figure><img src="{rel}" alt="{html.escape(caption)}"><figcaption>{html.escape(caption)}</figcaption></figure>'
 
 
-# ----------------------------------------------------------------------------- sections
 def _final_table(frame, metrics, group_by, authors, is_authors) -> str:
     keys = [*group_by, "method", "step"]
     summary = tables.summarise(tables.select_step(frame, "last", metrics), keys, metrics)
@@ -238,7 +236,6 @@ def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> tuple[s
     return title, [summary_html(summary, group_by, metrics, True, caption)]
 
 
-# ----------------------------------------------------------------------------- provenance
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
@@ -307,7 +304,6 @@ def _reference_provenance(reference: Path, inputs: list[Path]) -> list[str]:
     return lines
 
 
-# ----------------------------------------------------------------------------- page
 def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: str | Path = DEFAULT_REFERENCE,
                  threshold: float = 0.8, threshold_metric: str | None = None, source: str = "auto") -> Path:
     inputs, out_dir, reference = [Path(p) for p in inputs], Path(out_dir), Path(reference)

@@ -29,7 +29,6 @@ MAX_STEPS = 20  # bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMIT
 _ALLOWED_KINDS = ("<tool_call>", "<response>", "<tool_call><response>")
 
 
-# ------------------------------------------------------------------------------------------------ bfcl-eval
 def _bfcl():
     try:
         import bfcl_eval  # noqa: F401
@@ -87,7 +86,6 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
     return cases
 
 
-# ------------------------------------------------------------------------------------------------ decoding
 def is_call_list(decoded) -> bool:
     """BFCL's check of a decoded single-turn output: a list of one-key dicts whose value is a dict."""
     return isinstance(decoded, list) and all(
@@ -144,7 +142,6 @@ def model_window(model_dir: str) -> int:
     return window
 
 
-# ------------------------------------------------------------------------------------------------ generation
 class _Dialogue:
 
     def __init__(self, case: dict, run_tag: str):
@@ -231,7 +228,6 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
     return produce
 
 
-# ------------------------------------------------------------------------------------------------ scoring
 def score_record(record: dict, case: dict, *, length_max_words: int = THINK_WORD_LIMIT) -> dict:
     """Accuracy from bfcl-eval's checker and the format and length diagnostics; a case over the context window
     fails with all 0 (the authors' handler put its error text in place of the emissions)."""
