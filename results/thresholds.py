@@ -16,12 +16,6 @@ from results.variants import check_one_configuration
 RULES = ("median", "sustained")
 
 
-def first_step_reaching(steps: Sequence[int], values: Sequence[float], threshold: float) -> int | None:
-    values = np.asarray(values, dtype=float)
-    hits = np.flatnonzero(values >= threshold)
-    return int(np.asarray(steps)[hits[0]]) if hits.size else None
-
-
 def trailing_mean(values: Sequence[float], window: int) -> np.ndarray:
     """Mean of the last ``window`` values at each position; NaN until a full window."""
     if window <= 0:
@@ -43,22 +37,6 @@ def first_sustained_step(steps: Sequence[int], values: Sequence[float], threshol
     return None if hit is None else int(np.asarray(steps)[hit])
 
 
-def seed_median_curve(frame: pd.DataFrame, metric: str, group_cols: Sequence[str]) -> pd.DataFrame:
-    present = frame.dropna(subset=[metric])
-    keys = [*group_cols, "step"]
-    curve = present.groupby(keys, sort=False, dropna=False)[metric].agg(["median", "count"]).reset_index()
-    return curve.rename(columns={"median": metric, "count": "n_seeds"}).sort_values(keys, kind="stable")
-
-
-def step_by_rule(steps, values, threshold: float, rule: str = "median", window: int = 10,
-                 hold: int = 20) -> int | None:
-    if rule == "median":
-        return first_step_reaching(steps, values, threshold)
-    if rule == "sustained":
-        return first_sustained_step(steps, values, threshold, window=window, hold=hold)
-    raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
-
-
 def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule: str = "median",
                     group_by: Sequence[str] = (), per_seed: bool = False, window: int = 10,
                     hold: int = 20) -> pd.DataFrame:
@@ -75,12 +53,19 @@ def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule:
     else:
         if "seed" not in frame.columns and frame.duplicated([*group_cols, "step"]).any():
             raise ValueError("several rows per step and no 'seed' column to tell runs apart")
-        curves = seed_median_curve(frame, metric, group_cols)
+        keys = [*group_cols, "step"]
+        curves = (frame.dropna(subset=[metric]).groupby(keys, sort=False, dropna=False)[metric].median()
+                  .reset_index().sort_values(keys, kind="stable"))
     order = frame[group_cols].drop_duplicates()
     rows = []
     for key, part in curves.groupby(group_cols, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        step = step_by_rule(part["step"].to_numpy(), part[metric].to_numpy(), threshold, rule, window, hold)
+        steps, values = part["step"].to_numpy(), part[metric].to_numpy(dtype=float)
+        if rule == "median":  # the first step at or above the threshold
+            hits = np.flatnonzero(values >= threshold)
+            step = int(steps[hits[0]]) if hits.size else None
+        else:
+            step = first_sustained_step(steps, values, threshold, window=window, hold=hold)
         rows.append({**dict(zip(group_cols, key, strict=True)), "step": step})
     found = pd.DataFrame(rows, columns=[*group_cols, "step"])
     out = order.merge(found, on=group_cols, how="left")
