@@ -1,13 +1,5 @@
-"""`python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds ...]`: run one paper table or figure.
-
-    python -m recipes list                                   # the recipes and their run counts
-    python -m recipes toolrl_main --dry-run                  # each run: name, status, folder, overrides
-    python -m recipes toolrl_main --launcher slurm --partition gpu --time 24:00:00
-    python -m recipes group_size --seeds 0 --launcher local --set trainer.total_training_steps=10
-    python -m recipes math_main --preflight [--skip-env]     # would every run start and finish? starts nothing
-    python -m recipes gpu_smoke                              # the first GPU run: checks and calibrates
-    python -m recipes race_format --commit                   # a race that commits each finished run's logs
-"""
+"""`python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds ...]`: run one paper table or figure
+(docs/experiments.md)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ SUMMARY_FILE = "summary.json"
 
 def flatten_summary(summary: dict) -> dict:
     from results.evaluation.benches import benches  # imports sympy: only when collecting
-
     if (bench := benches().get(summary.get("bench"))) is None:
         raise RunLogError(f"unknown evaluation summary (bench={summary.get('bench')!r})")
     return bench.flatten(summary)

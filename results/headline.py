@@ -190,7 +190,6 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
     min-max band per method."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-
     fig, axes = plt.subplots(3, 1, figsize=(7.0, 9.0), sharex=True)
     panels = ((metric, metric, f"(a) {metric}: median over seeds, band = min-max"),
               (f"dara/density/{channel}", f"active-group density $\\pi_{{{channel}}}$", f"(b) dara/density/{channel}"),

@@ -109,7 +109,6 @@ def run_config(run_dir: Path) -> dict | None:
 
 def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") -> pd.DataFrame:
     from results.variants import name_variants
-
     runs: list[tuple[pd.DataFrame, dict | None]] = []
     for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
         if path.is_dir():

@@ -75,7 +75,6 @@ CPU_CLUSTER = PROJECT_ROOT / "conf" / "cluster" / "cpu.yaml"
 def cpu_engine_settings() -> tuple[dict, dict]:
     """(vLLM engine arguments, VLLM_* environment) of training's CPU rollout (less its training-only extension)."""
     from omegaconf import OmegaConf
-
     cluster = OmegaConf.load(CPU_CLUSTER)
     rollout = cluster.actor_rollout_ref.rollout
     engine = {key: rollout[key] for key in ("dtype", "enforce_eager", "enable_chunked_prefill", "enable_sleep_mode")}
@@ -88,7 +87,6 @@ def cpu_engine_settings() -> tuple[dict, dict]:
 
 def model_positions(model_dir: str) -> int | None:
     from transformers import AutoConfig
-
     return getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
 
 
@@ -114,7 +112,6 @@ class VLLMBackend:
         # traceback followed by "Engine core initialization failed. See root cause above."
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM  # imported here: the scoring stages need no vLLM
-
         try:
             self.llm = LLM(model=model_dir, max_model_len=max_model_len, **engine)
         except Exception as error:  # any failure to start (memory, model, platform): one line, what to change
@@ -126,7 +123,6 @@ class VLLMBackend:
 
     def chat(self, conversations, sampling: SamplingConfig, seeds) -> list[list[Completion]]:
         from vllm import SamplingParams
-
         # Token ids, not text: vLLM would add special tokens again to a template that already has them.
         prompt_ids = [self.tokenizer(self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
                                      add_special_tokens=False)["input_ids"] for m in conversations]

@@ -45,7 +45,6 @@ class MathBench(Bench):
 
     def score_pool(self, args):
         from rewards.pool import HardTimeoutPool
-
         return HardTimeoutPool(args.score_workers, args.score_timeout, preload=["rewards.math"])
 
     def score(self, record, case, args, pool):

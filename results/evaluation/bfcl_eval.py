@@ -44,7 +44,6 @@ def _bfcl():
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
-
     return types.SimpleNamespace(
         ast_checker=ast_checker,
         multi_turn_checker=multi_turn_checker,
@@ -68,7 +67,6 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
     """Test entries and their answers from bfcl-eval's data: ``messages`` the first-turn chat, ``functions`` the
     prompted docs; ``entry`` as BFCL's runner gives it to the checkers (no language hints, multi-turn docs added)."""
     from data_prep import bfcl as bfcl_prep
-
     data_dir = bfcl_prep.package_data_dir()
     cases, docs_cache = [], {}
     for category in categories:
@@ -104,7 +102,6 @@ def step_calls(text: str) -> list[str]:
 
 def emission_format(text: str) -> float:
     from rewards import toolrl
-
     content = protocol.assistant_text(text)
     return max(toolrl.format_reward(content, kind) for kind in _ALLOWED_KINDS)
 
@@ -120,7 +117,6 @@ def think_words(text: str) -> int:
 
 def emission_length(text: str, max_words: int = THINK_WORD_LIMIT) -> float:
     from rewards import toolrl
-
     return toolrl.think_length_reward(protocol.assistant_text(text), max_words)
 
 
@@ -135,7 +131,6 @@ def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, floa
 
 def model_window(model_dir: str) -> int:
     from results.evaluation.backends import model_positions
-
     window = model_positions(model_dir)
     if not isinstance(window, int) or window <= 0:
         raise ValueError(f"{model_dir}: its config names no max_position_embeddings; pass --context-window")

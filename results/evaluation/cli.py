@@ -33,7 +33,6 @@ def generate(args, bench: Bench, cases: list[dict], backend: Backend | None = No
         return 0
     if backend is None:
         import torch
-
         try:
             backend = VLLMBackend(args.model, device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
                                   tensor_parallel_size=args.tp, gpu_memory_utilization=args.gpu_memory_utilization,

@@ -117,7 +117,6 @@ def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -
     """Per sample: strict (verl's Hendrycks grader), correct (numeq), exceed (ids with EOS > length_limit), joint.
     With ``pool`` (rewards.pool.HardTimeoutPool) a timeout scores wrong and is counted; a worker error raises."""
     from rewards import math as math_reward
-
     answer = _reference_answer(record["answer"], record["case_id"])
     items = [(s["text"], answer, generated_token_ids(s), length_limit) for s in record["samples"]]
     timeouts = 0

@@ -32,7 +32,6 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
 def score_record(record: dict) -> dict:
     """Per sample: rewards.toolrl format and correctness, and exact = correctness at its maximum (3)."""
     from rewards import toolrl
-
     rewards = [toolrl.score(sample["text"], record["ground_truth"]) for sample in record["samples"]]
     corr = [float(r["correctness"]) for r in rewards]
     return {"case_id": record["case_id"], "data_source": record["data_source"],
