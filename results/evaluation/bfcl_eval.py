@@ -44,13 +44,9 @@ def _bfcl():
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
-    return types.SimpleNamespace(
-        ast_checker=ast_checker,
-        multi_turn_checker=multi_turn_checker,
-        execute=multi_turn_utils.execute_multi_turn_func_call,
-        instances=vars(multi_turn_utils),  # where bfcl-eval caches the executable class instances
-        Language=Language,
-    )
+    # instances: where bfcl-eval caches the executable class instances
+    return types.SimpleNamespace(ast_checker=ast_checker, multi_turn_checker=multi_turn_checker, Language=Language,
+                                 execute=multi_turn_utils.execute_multi_turn_func_call, instances=vars(multi_turn_utils))
 
 
 def _forget_instances(bfcl_mod, prefix: str) -> None:
@@ -86,10 +82,8 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
 
 def is_call_list(decoded) -> bool:
     """BFCL's check of a decoded single-turn output: a list of one-key dicts whose value is a dict."""
-    return isinstance(decoded, list) and all(
-        isinstance(item, dict) and len(item) == 1 and isinstance(next(iter(item.values())), dict)
-        for item in decoded
-    )
+    return isinstance(decoded, list) and all(isinstance(item, dict) and len(item) == 1
+                                             and isinstance(next(iter(item.values())), dict) for item in decoded)
 
 
 def step_calls(text: str) -> list[str]:
@@ -143,9 +137,7 @@ class _Dialogue:
         self.case, self.entry, self.multi = case, case["entry"], is_multi_turn(case["category"])
         self.history: list[dict] = [dict(m) for m in self.entry["question"][0]]
         self.turn = self.step = 0
-        self.turns: list[list[str]] = [[]]
-        self.tokens: list[list[int]] = [[]]
-        self.finish: list[list[str]] = [[]]
+        self.turns, self.tokens, self.finish = [[]], [[]], [[]]  # per turn: texts, token counts, finish reasons
         self.force_quit = self.over_window = self.done = False
         self.model_name = f"{run_tag}_{uuid.uuid4().hex[:8]}"
 
@@ -171,11 +163,9 @@ class _Dialogue:
         if not calls:
             self.next_turn()
             return
-        results, _ = mod.execute(
-            calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
-            self.model_name, self.entry["id"], long_context="long_context" in self.case["category"],
-            is_evaL_run=False,
-        )
+        results, _ = mod.execute(calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
+                                 self.model_name, self.entry["id"], is_evaL_run=False,
+                                 long_context="long_context" in self.case["category"])
         for call, result in zip(calls, results, strict=True):
             self.history.append({"role": "tool", "name": call, "content": result})
         self.step += 1
