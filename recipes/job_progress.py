@@ -6,8 +6,7 @@ signal, or Slurm ending it at its time limit), before requeueing itself.
 
 Progress is a checkpoint newer than the job's first. Prints one line and exits 0 (progress: requeue), 1 (none: not
 requeued; the line says what `--time` or `trainer.save_freq` would let it progress) or 2 (the run finished). Quick:
-it also runs between Slurm's SIGTERM at the time limit and its SIGKILL.
-"""
+it also runs between Slurm's SIGTERM at the time limit and its SIGKILL."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@
   (`gd2po_hard_after`: the query weight after the response-level norm). instruct_vs_thinking compares its
   Qwen3-4B-Thinking-2507 run at step 100 with math_main's Qwen3-4B-Instruct-2507 DARA-Asym run.
 - fixed_weight: static weights [correctness 1, length 5] in both forms; extra_baselines: estimators outside the
-  paper's comparison; rvpo: RVPO as in the authors' published tool-calling curves (k = 1, token whitening).
-"""
+  paper's comparison; rvpo: RVPO as in the authors' published tool-calling curves (k = 1, token whitening)."""
 
 from __future__ import annotations
 

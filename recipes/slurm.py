@@ -4,8 +4,7 @@
     python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
 
 `job-env` fails in one line when another job holds the run folder, exits 3 when `dara.preflight.node_checks` names
-a problem (not requeued), else prints the batch script's shell variables.
-"""
+a problem (not requeued), else prints the batch script's shell variables."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Paired statistics over seeds (A - B, run for run with the same seed): exact two-sided sign test and percentile
-bootstrap interval of the mean difference.
-"""
+bootstrap interval of the mean difference."""
 
 from __future__ import annotations
 

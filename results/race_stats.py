@@ -1,7 +1,6 @@
 """A race's endpoints (threshold step, censored at steps + 1 when never reached; the metric's mean over a step
 range), their paired comparisons (results.paired), and per run whether DARA up-weighted the sparse channel and
-which channels collapsed.
-"""
+which channels collapsed."""
 
 from __future__ import annotations
 

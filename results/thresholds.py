@@ -1,7 +1,6 @@
 """Threshold steps (docs/results.md, "Threshold steps"): ``median``, the first step at which the seed-median curve
 reaches X; ``sustained``, the first step whose trailing ``window``-step mean reaches X and stays there for the next
-``hold`` steps. Only steps that carry the metric count; ``per_seed`` gives one step per run.
-"""
+``hold`` steps. Only steps that carry the metric count; ``per_seed`` gives one step per run."""
 
 from __future__ import annotations
 

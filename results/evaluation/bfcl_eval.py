@@ -3,8 +3,7 @@
 The prompt, decoding, sampling, accuracy, format, length and context-window rules are docs/results.md's
 ("Checkpoint evaluation", bfcl); prompts and decoding are ``tasks.toolrl``'s. bfcl-eval is installed without its
 dependencies: when its ``constants.model_config`` (which imports every API client) fails to import, a stand-in
-registers the one flag the checker reads (``underscore_to_dot``, off).
-"""
+registers the one flag the checker reads (``underscore_to_dot``, off)."""
 
 from __future__ import annotations
 

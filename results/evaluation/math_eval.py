@@ -1,7 +1,6 @@
 """Math evaluation with a length constraint: per sample strict (verl's Hendrycks grader), numeq (strict, else the
 authors' numeric-equivalence fallback), Exceed and Joint; per benchmark and macro-averaged, with question-level
-bootstrap CIs. The rules in full: docs/results.md ("Checkpoint evaluation", math).
-"""
+bootstrap CIs. The rules in full: docs/results.md ("Checkpoint evaluation", math)."""
 
 from __future__ import annotations
 

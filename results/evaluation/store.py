@@ -1,6 +1,5 @@
 """Resumable case files: one JSON line per finished case, appended and fsync'ed; a partial last line is repaired on
-open; the settings are kept in ``<file>.meta.json`` and reopening with others is refused.
-"""
+open; the settings are kept in ``<file>.meta.json`` and reopening with others is refused."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """ToolRL held-out evaluation: ``rewards.toolrl.score`` format and correctness per sample, exact = correctness 3;
-means over cases with bootstrap CIs.
-"""
+means over cases with bootstrap CIs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Estimator benchmark: every estimator next to verl's GRPO + whitening and the floor `adv[:, None] * mask` (one
 read of the mask, one write: the least a token-level estimator does), timed side by side in one process.
 
-    python scripts/bench/estimators.py [--shapes 256x128] [--device cuda [--compare-cpu]]
-"""
+    python scripts/bench/estimators.py [--shapes 256x128] [--device cuda [--compare-cpu]]"""
 
 from __future__ import annotations
 
