@@ -1,9 +1,4 @@
-"""Helpers that scripts/slurm/train.sbatch calls on the job's first node.
-
-    python -m recipes.slurm job-env [--time-limit T] [--calibration FILE] [--cpus N] [hydra overrides...]
-    python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
-
-`job-env` fails in one line when another job holds the run folder, exits 3 when `dara.preflight.node_checks` names
+"""Helpers that scripts/slurm/train.sbatch calls on the job's first node: `job-env` fails in one line when another job holds the run folder, exits 3 when `dara.preflight.node_checks` names
 a problem (not requeued), else prints the batch script's shell variables."""
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""`python scripts/testbed_headline.py [--race cpu_headline|race_format]`: the pure-torch testbed's answer for a
-CPU race's setting (its batch, groups, starting format rate, methods, seeds and metric; the testbed's own policy,
-task and learning rate). Writes ``testbed_curves.csv`` into the race's results folder and prints, per threshold,
-the per-method steps and the paired statistics (docs/headline_cpu.md)."""
+"""`python scripts/testbed_headline.py [--race cpu_headline|race_format]`: the pure-torch testbed at a CPU race's
+setting (batch, groups, starting format rate, methods, seeds): ``testbed_curves.csv`` in the race's results folder,
+and per threshold the per-method steps and paired statistics (docs/headline_cpu.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""BFCL v4 through ToolRL's own BFCL handler (the one the authors ran), scored by ``bfcl-eval``'s checkers.
-
-The prompt, decoding, sampling, accuracy, format, length and context-window rules are docs/results.md's
-("Checkpoint evaluation", bfcl); prompts and decoding are ``tasks.toolrl``'s. bfcl-eval is installed without its
-dependencies: when its ``constants.model_config`` (which imports every API client) fails to import, a stand-in
-registers the one flag the checker reads (``underscore_to_dot``, off)."""
+"""BFCL v4 through ToolRL's own BFCL handler (the one the authors ran; prompts and decoding: ``tasks.toolrl``), scored
+by ``bfcl-eval``'s checkers (rules: docs/results.md, "Checkpoint evaluation"). bfcl-eval is installed without its
+dependencies: when its ``constants.model_config`` fails to import, a stand-in registers the one flag the checker
+reads (``underscore_to_dot``, off)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} --out DIR ...``
-
-Writes generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} --out DIR ...``: writes
+generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
 resumable. Exit status 1 when cases are still missing after retries (docs/results.md, "Checkpoint evaluation").
 """
 
