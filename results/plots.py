@@ -141,19 +141,14 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
     logged = [c for kind in columns.values() for c in kind.values()]
     frame = frame.dropna(subset=logged, how="all")
     check_one_configuration(frame, [*group_by, "method"], "plot channels")
-    items = [
-        (f"{label} {method_label(method)}".strip(), runs)
-        for label, part in _group_items(frame, group_by)
-        for method, runs in part.groupby("method", sort=False)
-    ]
+    items = [(f"{label} {method_label(method)}".strip(), runs) for label, part in _group_items(frame, group_by)
+             for method, runs in part.groupby("method", sort=False)]
     fig, axes = _panels(items, 2)
     for row, (label, runs) in enumerate(items):
         for col, kind in enumerate(("density", "weight")):
             ax = axes[row][col]
             for i, (channel, column) in enumerate(sorted(columns[kind].items())):
-                stats = runs.dropna(subset=[column]).groupby("step")[column].agg(["median", "min", "max"])
-                ax.plot(stats.index, stats["median"], color=f"C{i}", lw=1.5, label=channel)
-                ax.fill_between(stats.index, stats["min"], stats["max"], color=f"C{i}", alpha=0.15, lw=0)
+                draw_seed_band(ax, runs.dropna(subset=[column]), column, f"C{i}", channel)
             ax.set_xlabel("step")
             ax.set_ylabel("active-group density $\\pi_k$" if kind == "density" else "weight $w_k$")
             ax.set_title(f"{label}: {kind}", fontsize=9)
