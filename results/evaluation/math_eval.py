@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.bootstrap import percentile_interval
 from results.evaluation.runner import single_turn_producer
+from results.paired import percentile_interval
 from tasks import math as task
 from tasks.math_answers import RULE as ANSWER_RULE
 from tasks.math_answers import reference_answer

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.bootstrap import bootstrap_ci
 from results.evaluation.runner import single_turn_producer
+from results.paired import bootstrap_ci
 
 METRICS = ("format", "correctness", "exact")
 
