@@ -1,7 +1,7 @@
-"""Did this Slurm job make progress? scripts/slurm/train.sbatch asks at the job's end (a stop at the pre-timeout
-signal, or Slurm ending it at its time limit), before requeueing itself. Progress is a checkpoint newer than the job's first. Prints one line and exits 0 (progress: requeue), 1 (none: not
-requeued; the line says what `--time` or `trainer.save_freq` would let it progress) or 2 (the run finished). Quick:
-it also runs between Slurm's SIGTERM at the time limit and its SIGKILL."""
+"""Did this Slurm job make progress (a checkpoint newer than its first)? scripts/slurm/train.sbatch asks at the job's
+end, before requeueing itself. Prints one line and exits 0 (progress: requeue), 1 (none: not requeued; the line says
+what `--time` or `trainer.save_freq` would let it progress) or 2 (the run finished). Quick: it also runs between
+Slurm's SIGTERM at the time limit and its SIGKILL."""
 
 from __future__ import annotations
 

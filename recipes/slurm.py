@@ -1,5 +1,6 @@
-"""Helpers that scripts/slurm/train.sbatch calls on the job's first node: `job-env` fails in one line when another job holds the run folder, exits 3 when `dara.preflight.node_checks` names
-a problem (not requeued), else prints the batch script's shell variables."""
+"""Helpers that scripts/slurm/train.sbatch calls on the job's first node: `job-env` fails in one line when another
+job holds the run folder, exits 3 when `dara.preflight.node_checks` names a problem (not requeued), else prints the
+batch script's shell variables; `wait-nodes` waits until every node joined Ray."""
 
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ log = logging.getLogger(__name__)
 _WANDB_TAG_FIELDS = {"method": str, "seed": int, "task": str, "model": str, "estimator": str}
 
 
-def _run_info(run_dir: Path) -> dict:
+def _run_info(run_dir: Path, scalars: bool = True) -> dict:
     path = Path(run_dir) / RUN_INFO_FILE
     info = json.loads(path.read_text()) if path.exists() else {}
-    return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
+    return {k: v for k, v in info.items() if not scalars or isinstance(v, str | int | float | bool) or v is None}
 
 
 def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> pd.DataFrame:
@@ -102,8 +102,7 @@ def load_csv(path: Path) -> pd.DataFrame:
 
 
 def run_config(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / RUN_INFO_FILE
-    config = json.loads(path.read_text()).get("config") if path.exists() else None
+    config = _run_info(run_dir, scalars=False).get("config")
     return config if isinstance(config, dict) else None
 
 

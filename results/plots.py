@@ -19,7 +19,6 @@ from results.loaders import require_columns  # noqa: E402
 from results.tables import method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
-# Stable colours so a method keeps its colour across figures.
 METHOD_COLOURS = {"grpo": "#7f7f7f", "gdpo": "#1f77b4", "dara": "#d62728", "dara_sym": "#d62728",
                   "dara_asym": "#ff7f0e", "dvao": "#2ca02c", "gd2po_hard": "#9467bd", "gd2po_snr": "#8c564b",
                   "gdpo_saw": "#17becf", "saw": "#17becf", "sa_mrpo": "#e377c2", "static": "#bcbd22",

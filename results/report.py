@@ -95,8 +95,7 @@ def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
 def _cell(mean, sd, n=None) -> str:
     if mean is None or pd.isna(mean):
         return f'<span class="na">{NOT_IN_PAPER}</span>'
-    text = f"{float(mean):.2f}" + (f" ± {float(sd):.2f}" if sd is not None and not pd.isna(sd) else "")
-    return text + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
+    return tables.mean_sd(float(mean), sd, 2, " ± ") + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
 
 
 def _text(column: str, value) -> str:

@@ -112,7 +112,7 @@ def markdown_table(frame: pd.DataFrame, empty: str = "", float_format: str = "{:
     return "\n".join(lines) + "\n"
 
 
-def _mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
+def mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
     if mean is None or pd.isna(mean):
         return "–"
     return f"{mean:.{digits}f}" + (f"{pm}{sd:.{digits}f}" if sd is not None and not pd.isna(sd) else "")
@@ -151,9 +151,9 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
     for _, row in summary.iterrows():
         cells = [method_label(row[c]) if c == "method" else str(row[c]) for c in group_by] + [str(row["n"])]
         for m in metrics:
-            cells.append(_mean_sd(row[f"{m}_mean"], row[f"{m}_sd"], digits, pm))
+            cells.append(mean_sd(row[f"{m}_mean"], row[f"{m}_sd"], digits, pm))
             if f"paper_{m}_mean" in summary.columns:
-                cells.append(_mean_sd(row[f"paper_{m}_mean"], row.get(f"paper_{m}_sd", math.nan), digits, pm))
+                cells.append(mean_sd(row[f"paper_{m}_mean"], row.get(f"paper_{m}_sd", math.nan), digits, pm))
         body.append(cells)
     if fmt == "md":
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

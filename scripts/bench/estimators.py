@@ -110,8 +110,7 @@ def compare_with_cpu(shapes, device) -> int:
 def print_table(label, n, t, rows):
     verl = next((r for r in rows if r[0].startswith("verl")), None)
     print(f"\n### {label}: {n} responses x {t} tokens, K = 2\n")
-    print("| estimator | median ms | x floor | x verl GRPO |")
-    print("|---|---:|---:|---:|")
+    print("| estimator | median ms | x floor | x verl GRPO |\n|---|---:|---:|---:|")
     # x floor: median of per-round paired ratios; x verl: ratio of the two medians (verl's long Python loop slows
     # the floor runs paired with it, so its paired ratio understates its cost)
     for name, seconds, ratio in rows:
