@@ -40,6 +40,4 @@ def load(name: str):
 
 def label(name: str, module) -> str:
     """run.recipe (the wandb group): the project's name, else the module's NAME or stem."""
-    if name in RECIPES:
-        return name
-    return str(getattr(module, "NAME", None) or module.__name__.rsplit(".", 1)[-1])
+    return name if name in RECIPES else str(getattr(module, "NAME", None) or module.__name__.rsplit(".", 1)[-1])

@@ -83,9 +83,8 @@ def load_run_folder(run_dir: Path, source: str = "auto") -> pd.DataFrame:
     if source not in ("auto", "jsonl", "wandb"):
         raise ValueError(f"unknown source {source!r}; choose one of auto, jsonl, wandb")
     jsonl = Path(run_dir) / METRICS_FILE
-    if source == "jsonl" or (source == "auto" and jsonl.exists()):
-        return load_jsonl_run(jsonl)
-    return load_wandb_run(run_dir)
+    use_jsonl = source == "jsonl" or (source == "auto" and jsonl.exists())
+    return load_jsonl_run(jsonl) if use_jsonl else load_wandb_run(run_dir)
 
 
 def find_run_folders(folder: Path) -> list[Path]:

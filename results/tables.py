@@ -103,9 +103,8 @@ def read_paper_table(path: str | Path) -> pd.DataFrame:
 
 def markdown_table(frame: pd.DataFrame, empty: str = "", float_format: str = "{:.4g}") -> str:
     def cell(value) -> str:
-        if pd.isna(value):
-            return empty
-        return float_format.format(value) if isinstance(value, float | np.floating) else str(value)
+        return empty if pd.isna(value) else float_format.format(value) if isinstance(
+            value, float | np.floating) else str(value)
 
     lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
     lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in frame.itertuples(index=False)]
@@ -113,9 +112,8 @@ def markdown_table(frame: pd.DataFrame, empty: str = "", float_format: str = "{:
 
 
 def mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
-    if mean is None or pd.isna(mean):
-        return "–"
-    return f"{mean:.{digits}f}" + (f"{pm}{sd:.{digits}f}" if sd is not None and not pd.isna(sd) else "")
+    plus = f"{pm}{sd:.{digits}f}" if sd is not None and not pd.isna(sd) else ""
+    return "–" if mean is None or pd.isna(mean) else f"{mean:.{digits}f}{plus}"
 
 
 def method_label(method) -> str:

@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[testbed] {method} seed {seed}: {args.steps} steps, final {METRIC} {records[-1][METRIC]:.3f}",
                   flush=True)
     frame = pd.DataFrame(rows)
-    columns = ["method", "seed", "step", *[c for c in frame.columns if c.startswith(("reward/", "density/",
-                                                                                      "weight/"))]]
+    columns = ["method", "seed", "step", *[c for c in frame.columns if c.startswith(("reward/", "density/", "weight/"))]]
     out = out_dir / "testbed_curves.csv"
     atomic_write_text(out, frame[columns].to_csv(index=False, lineterminator="\n"))
     print(f"wrote {out}")

@@ -39,9 +39,8 @@ class SamplingConfig:
             raise ValueError(f"context_window must exceed {WINDOW_RESERVE} tokens: {self}")
 
     def token_budget(self, prompt_tokens: int) -> int:
-        if self.context_window is None:
-            return self.max_new_tokens
-        return min(self.max_new_tokens, self.context_window - prompt_tokens - WINDOW_RESERVE)
+        return self.max_new_tokens if self.context_window is None else min(
+            self.max_new_tokens, self.context_window - prompt_tokens - WINDOW_RESERVE)
 
     def as_dict(self) -> dict:
         """As stored beside the generations (no window key without a clamp)."""
