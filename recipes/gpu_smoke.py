@@ -140,9 +140,7 @@ def measure(records: list[dict], responses: int) -> Measured:
                     other / responses, prompt, response)
 
 
-@functools.cache
-def _file_value(group: str, choice: str, key: str, default=None):
-    return group_value(group, choice, key, default)  # cached: a calibration reads ~10 keys of ~150 runs
+_file_value = functools.cache(group_value)  # a calibration reads ~10 keys of ~150 runs
 
 
 def run_shape(run: Run, cluster: str):

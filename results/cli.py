@@ -21,7 +21,6 @@ def _csv_list(text: str) -> list[str]:
 
 
 def write_text(text: str, out: str | None) -> None:
-    """Print, or write atomically (dara.io)."""
     if out is None:
         sys.stdout.write(text)
     else:
@@ -35,7 +34,6 @@ AUTHORS_PER_RUN = "paper_bfcl_v4_20260920/final_per_run.csv"
 
 
 def authors_default(runs: list[str], relative: str) -> list[str]:
-    """`runs`, or the authors' file `relative` (below reference/dara_authors) when none is given, said on stderr."""
     if runs:
         return runs
     path = dara.AUTHORS_REFERENCE / relative

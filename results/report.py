@@ -79,16 +79,12 @@ def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
     return found
 
 
-def _with_model_size(frame: pd.DataFrame) -> pd.DataFrame:
+def _with_model_size(frame: pd.DataFrame, author_names: bool = False) -> pd.DataFrame:
     frame = frame.copy()
     if "model_size" not in frame.columns and "model" in frame.columns:
         frame["model_size"] = frame["model"].map(tables.AUTHORS_MODEL_SIZES)
-    return frame
-
-
-def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
-    frame = _with_model_size(frame)
-    frame["method"] = frame["method"].map(lambda m: tables.OURS_TO_AUTHORS.get(m, m))
+    if author_names:  # the authors' method names, to look their values up
+        frame["method"] = frame["method"].map(lambda m: tables.OURS_TO_AUTHORS.get(m, m))
     return frame
 
 
@@ -149,7 +145,7 @@ def _final_table(frame, metrics, group_by, authors, is_authors) -> str:
     caption = "each run's last logged step: mean ± sd over seeds"
     if is_authors:
         return summary_html(summary, keys, metrics, False, caption + " (this input is the authors' published data)")
-    named = _with_author_names(summary)
+    named = _with_model_size(summary, author_names=True)
     summary["_size"], summary["_method"] = named.get("model_size"), named["method"]
     theirs = {AUTHOR_CURVES[m]: m for m in metrics if m in AUTHOR_CURVES}
     if authors is not None and theirs and "model_size" in named.columns:
@@ -169,7 +165,7 @@ def _threshold_table(frame, metric, threshold, group_by, authors, is_authors) ->
     theirs = AUTHOR_CURVES.get(metric)
     column = f"paper step ({theirs})" if theirs else "paper step"
     steps[column] = NOT_IN_PAPER
-    named = _with_author_names(steps)
+    named = _with_model_size(steps, author_names=True)
     if authors is not None and theirs in authors.columns and "model_size" in named.columns:
         paper = thresholds.threshold_steps(authors, theirs, threshold, group_by=["model_size"])
         lookup = {(r.model_size, r.method): r.step for r in paper.itertuples()}
