@@ -166,8 +166,7 @@ def _step_text(step) -> str:
 
 
 def summary_table(frame: pd.DataFrame, metric: str, threshold: float, rule: dict | None = None) -> pd.DataFrame:
-    """Per method: the median-curve step, the per-seed steps ("-": never), seeds that reached it of runs, and the
-    min, max and median step over those."""
+    """Per method: the median-curve step, the per-seed steps, the seeds that reached it, and their min/max/median."""
     rule = rule or {"rule": "median"}
     per_seed = threshold_steps(frame, metric, float(threshold), per_seed=True, **rule)
     curve = threshold_steps(frame, metric, float(threshold), **rule).set_index("method")["step"]
@@ -186,8 +185,7 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | Path,
          channel: str = SPARSE_CHANNEL) -> list[Path]:
-    """Panels (a) the metric and the threshold, (b) the sparse channel's density, (c) its weight; seed median and
-    min-max band per method."""
+    """Panels: (a) the metric and the threshold, (b) the sparse channel's density, (c) its weight."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(3, 1, figsize=(7.0, 9.0), sharex=True)

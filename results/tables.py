@@ -67,8 +67,7 @@ def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> 
 
 def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str], *,
               partial: bool = False) -> pd.DataFrame:
-    """Mean and sample sd of each metric over the runs of each group; a missing value is an error unless
-    ``partial``."""
+    """Mean and sample sd of each metric over each group's runs; a missing value is an error unless ``partial``."""
     require_columns(frame, [*group_by, *metrics], "table")
     check_one_configuration(frame, group_by, "table")
     rows = []

@@ -73,8 +73,7 @@ def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule:
 
 
 def seed_summary(per_run: pd.DataFrame, group_cols: Sequence[str] = ("method",)) -> pd.DataFrame:
-    """Per group, over per-run threshold steps (the paper's math T_0.95 / T_0.99): runs, runs that reached it, and
-    the mean, median, min and max step over those."""
+    """Per group (the paper's math T_0.95 / T_0.99): runs, runs that reached it, and their mean/median/min/max step."""
     group_cols = list(group_cols)
     require_columns(per_run, [*group_cols, "step"], "thresholds summary")
     rows = []
