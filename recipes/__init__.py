@@ -1,9 +1,5 @@
-"""Paper recipes: each enumerates the runs of one table or figure (recipes/paper.py, recipes/race.py).
-
-    python -m recipes list
-    python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds 0 1 2]
-    python -m recipes path/to/my_recipe.py --dry-run        # a recipe of your own (a file or package.module)
-"""
+"""Paper recipes: each enumerates the runs of one table or figure (recipes/paper.py, recipes/race.py); a recipe of
+your own is a file or package.module (`python -m recipes path/to/my_recipe.py --dry-run`)."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ RECIPE_ATTRIBUTES = ("DESCRIPTION", "DEFAULT_SEEDS", "runs")
 
 
 def load(name: str):
-    """The recipe `name`: one of the project's, or one of your own given by file (`.py`) or import path
-    (package.module). An unknown name, or a module lacking a recipe's attributes, is an error naming it."""
+    """The recipe `name`: the project's, or your own by file (`.py`) or import path (package.module)."""
     if name in RECIPES:
         module, _, attribute = RECIPES[name].partition(":")
         found = importlib.import_module(module)
@@ -44,7 +39,5 @@ def load(name: str):
 
 
 def label(name: str, module) -> str:
-    """The recipe's name in run.recipe (the wandb group): the project's name, else the module's NAME or stem."""
-    if name in RECIPES:
-        return name
-    return str(getattr(module, "NAME", None) or module.__name__.rsplit(".", 1)[-1])
+    """run.recipe (the wandb group): the project's name, else the module's NAME or stem."""
+    return name if name in RECIPES else str(getattr(module, "NAME", None) or module.__name__.rsplit(".", 1)[-1])

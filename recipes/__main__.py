@@ -1,13 +1,5 @@
-"""`python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds ...]`: run one paper table or figure.
-
-    python -m recipes list                                   # the recipes and their run counts
-    python -m recipes toolrl_main --dry-run                  # each run: name, status, folder, overrides
-    python -m recipes toolrl_main --launcher slurm --partition gpu --time 24:00:00
-    python -m recipes group_size --seeds 0 --launcher local --set trainer.total_training_steps=10
-    python -m recipes math_main --preflight [--skip-env]     # would every run start and finish? starts nothing
-    python -m recipes gpu_smoke                              # the first GPU run: checks and calibrates
-    python -m recipes race_format --commit                   # a race that commits each finished run's logs
-"""
+"""`python -m recipes <name> [--dry-run] [--launcher local|slurm] [--seeds ...]`: run one paper table or figure
+(docs/experiments.md)."""
 
 from __future__ import annotations
 
@@ -43,17 +35,13 @@ def parser() -> argparse.ArgumentParser:
     add("--commit", action="store_true", help="a race: git-commit each finished run's kept logs as it goes")
     add("--preflight", action="store_true", help="python -m dara.preflight for every run (with --time); start nothing")
     add("--skip-env", action="store_true", help="preflight without the checks of this machine (environment, disk)")
-    add("--calibration", default=None, metavar="FILE",
-        help="minutes per step measured by `python -m recipes gpu_smoke` (preflight and Slurm jobs)")
-    add("--calibrate-for", default=None, metavar="CLUSTER",
-        help="gpu_smoke: the cluster file whose GPU this node has (default: matched by name and memory)")
+    add("--calibration", default=None, metavar="FILE", help="minutes per step measured by the gpu_smoke recipe")
+    add("--calibrate-for", default=None, metavar="CLUSTER", help="gpu_smoke: the cluster file of this node's GPU")
     slurm = top.add_argument_group("slurm launcher")
     slurm.add_argument("--partition", default=None)
     slurm.add_argument("--account", default=None)
-    slurm.add_argument("--time", default=None, help="sbatch --time of every job (default: the cluster file's "
-                       "job_time_limit_minutes); the preflight checks each run against it")
-    slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[],
-                       help="a further sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)")
+    slurm.add_argument("--time", default=None, help="sbatch --time (default: the cluster file's job time limit)")
+    slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[], help="e.g. --sbatch-arg=--qos=high")
     slurm.add_argument("--python", default=None, help="interpreter on the nodes (default: the checkout's .venv)")
     return top
 

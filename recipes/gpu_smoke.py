@@ -1,9 +1,6 @@
-"""`python -m recipes gpu_smoke`: the first GPU run of a cluster (docs/experiments.md, "First GPU run"). On one GPU
-of >= 24 GiB: the environment check; steps 1-3 of Qwen2.5-0.5B on ToolRL with a forced stop after step 2; the
-resume to step 4; BFCL and math evaluation of step 4's export; then a checklist, the GPU memory measured against
-the preflight's plan, the throughput and a calibration file of minutes per step for every paper run on the
-cluster files of this GPU. Everything goes to `<run folder>/gpu_smoke/`. It runs on the GPU node itself (as a
-job: `srun --gpus-per-node=1 python -m recipes gpu_smoke`).
+"""`python -m recipes gpu_smoke`: the first GPU run of a cluster, on the GPU node itself (docs/experiments.md,
+"First GPU run"; the steps: `describe_plan`). Writes a checklist, memory against the preflight's plan, the throughput
+and a calibration file (minutes per step of every paper run on this GPU's cluster files) to `<run folder>/gpu_smoke/`.
 """
 
 from __future__ import annotations
@@ -51,13 +48,11 @@ def runs(seeds=DEFAULT_SEEDS) -> list[Run]:
 
 
 def checklist(checks: dict[str, tuple[bool, str]]) -> tuple[bool, str]:
-    """(every check of CHECKS ok, one line per check: ok / FAIL and its detail; "not reached" when missing)."""
     found = [(name, *checks.get(name, (False, "not reached"))) for name in CHECKS]
     return all(ok for _, ok, _ in found), "\n".join(
         f"[gpu_smoke] {name + ' ':.<22s} {'ok  ' if ok else 'FAIL'}  {detail}" for name, ok, detail in found)
 
 
-# ----------------------------------------------------------------------------- training with a forced stop
 def _records(run_dir: Path) -> list[dict]:
     from dara.run_log import read_metrics
     path = run_dir / METRICS_FILE
@@ -70,8 +65,8 @@ def _steps(run_dir: Path) -> list[int]:
 
 def train_with_forced_stop(overrides: list[str], run_dir: Path, stop_after: int = STOP_AFTER_STEP,
                            python: str = sys.executable, timeout_s: float = 3600) -> tuple[int, int, int]:
-    """`dara.train` until `stop_after` is logged, a stop request, then the same command again (the resume).
-    Returns (first exit code, the step the first run stopped at, second exit code)."""
+    """`dara.train` until `stop_after` is logged, a stop request, then the resume: (exit code, step stopped at,
+    resume's exit code)."""
     from dara.verl.stop_request import clear_stop_request, request_stop
     command = [python, "-m", "dara.train", *overrides]
     clear_stop_request(run_dir)
@@ -88,7 +83,6 @@ def train_with_forced_stop(overrides: list[str], run_dir: Path, stop_after: int 
 
 
 def checkpoint_resume_check(run_dir: Path, steps: int, stopped_at: int, codes: tuple[int, int]) -> tuple[bool, str]:
-    """The forced stop left a checkpoint at its step, the resume ran the rest, every step is logged once."""
     logged, marker = _steps(run_dir), run_dir / CHECKPOINTS / CHECKPOINT_TRACKER
     problems = [text for failed, text in (
         (codes != (0, 0), f"exit codes {codes}"),
@@ -102,7 +96,6 @@ def checkpoint_resume_check(run_dir: Path, steps: int, stopped_at: int, codes: t
                                                  f"steps logged once: {logged}")
 
 
-# ----------------------------------------------------------------------------- what the steps logged
 def rollout_check(records: list[dict]) -> tuple[bool, str]:
     generated = [r.get("response_length/mean", 0.0) for r in records]
     ok = bool(records) and all(g > 0 for g in generated) and all(r.get("timing_s/gen", 0) > 0 for r in records)
@@ -110,9 +103,8 @@ def rollout_check(records: list[dict]) -> tuple[bool, str]:
 
 
 def weight_sync_check(records: list[dict]) -> tuple[bool, str]:
-    """Every step synced (timing_s/update_weights) and the rollout's token probabilities stay as close to the
-    trainer's as at step 1 (both from the same weights then): a missed sync would widen the gap after updates.
-    The tolerance (2 x step 1 + 0.01) is a heuristic, not measured here."""
+    """Every step synced and the rollout / trainer probability gap stays within 2 x step 1's + 0.01 (a heuristic):
+    a missed sync would widen it after updates."""
     gaps = [r.get("training/rollout_probs_diff_mean") for r in records]
     synced = all(r.get("timing_s/update_weights", 0) > 0 for r in records)
     if not records or None in gaps:
@@ -134,7 +126,7 @@ class Measured:
 
 
 def measure(records: list[dict], responses: int) -> Measured:
-    """Per-GPU throughput of the steps (the first skipped when there are more: it warms up)."""
+    """Per-GPU throughput of the steps (the first, a warm-up, skipped when there are more)."""
     steps = records[1:] if len(records) > 1 else records
 
     def mean(key):
@@ -148,14 +140,11 @@ def measure(records: list[dict], responses: int) -> Measured:
                     other / responses, prompt, response)
 
 
-# ----------------------------------------------------------------------------- calibration
-@functools.cache
-def _file_value(group: str, choice: str, key: str, default=None):
-    return group_value(group, choice, key, default)  # cached: a calibration reads ~10 keys of ~150 runs
+_file_value = functools.cache(group_value)  # a calibration reads ~10 keys of ~150 runs
 
 
 def run_shape(run: Run, cluster: str):
-    """A paper run's numbers (task, model, cluster files and the run's overrides; nothing composed) on `cluster`."""
+    """A paper run's numbers on `cluster`, from its group files and overrides (nothing composed)."""
     from dara.preflight.calibration import RunShape
     on = replace(run, cluster=cluster)
 
@@ -178,15 +167,13 @@ def run_shape(run: Run, cluster: str):
 
 
 def paper_runs() -> list[Run]:
-    """Every GPU run of the project's recipes (not the smokes; the CPU races are cluster=cpu)."""
     from recipes import RECIPES, load
     return [run for name in RECIPES if name not in ("smoke", "gpu_smoke")
             for run in load(name).runs(load(name).DEFAULT_SEEDS) if run.cluster != "cpu"]
 
 
 def matching_clusters(gpu_name: str, memory_gib: float) -> list[str]:
-    """Cluster files whose `run.hardware.gpu` (e.g. "H100-80GB") is this GPU: its model in the name, its memory
-    within 10% of the card's."""
+    """Cluster files whose `run.hardware.gpu` (e.g. "H100-80GB") names this GPU's model, memory within 10%."""
     found = []
     for path in sorted((CONF_DIR / "cluster").glob("*.yaml")):
         model, _, size = str(group_value("cluster", path.stem, "run.hardware.gpu", "") or "").partition("-")
@@ -197,7 +184,7 @@ def matching_clusters(gpu_name: str, memory_gib: float) -> list[str]:
 
 
 def calibrate(measured: Measured, smoke: Run, clusters: list[str]) -> dict[str, dict[str, float]]:
-    """Minutes per step of every paper model on each cluster, the largest over its runs (tasks, variants)."""
+    """Minutes per step of every paper model on each cluster, the largest over its runs."""
     from dara.preflight.calibration import Throughput, scaled_step_minutes
     shape = run_shape(smoke, smoke.cluster)
     throughput = Throughput(shape.num_parameters, measured.rollout_tokens_per_s, measured.update_tokens_per_s,
@@ -212,7 +199,6 @@ def calibrate(measured: Measured, smoke: Run, clusters: list[str]) -> dict[str, 
     return table
 
 
-# ----------------------------------------------------------------------------- the GPU (nvidia-smi)
 def _smi(*query: str) -> list[str]:
     device = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
     out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits",
@@ -224,8 +210,7 @@ def _smi(*query: str) -> list[str]:
 
 @contextlib.contextmanager
 def sampled_memory(path: Path):
-    """GPU memory used by every process (nvidia-smi every 0.5 s) while the block runs, into memory.csv; yields the
-    (unix time, MiB) samples."""
+    """GPU memory used (nvidia-smi every 0.5 s) while the block runs, into memory.csv; yields (unix time, MiB)."""
     samples, stop = [], threading.Event()
 
     def sample():
@@ -242,9 +227,7 @@ def sampled_memory(path: Path):
         path.write_text("unix_time,memory_used_mib\n" + "".join(f"{t:.1f},{m:.0f}\n" for t, m in samples))
 
 
-# ----------------------------------------------------------------------------- evaluation
 def eval_commands(hf_dir: Path, out: Path, python: str = sys.executable) -> dict[str, list[str]]:
-    """The real evaluation path (results.evaluation, vLLM backend) on 20 BFCL cases and 20 math questions."""
     common = ["--model", str(hf_dir), "--device", "cuda", "--limit", str(EVAL_CASES), "--boot", "200"]
     return {
         "bfcl": [python, "-m", "results.evaluation", "bfcl", "all", "--out", str(out / "bfcl"),
@@ -265,12 +248,10 @@ def evaluation_check(out: Path, codes: dict[str, int]) -> tuple[bool, str]:
     return ok, "; ".join(parts) + f" in {out}"
 
 
-# ----------------------------------------------------------------------------- the run
 def attention_for(env) -> str:
     return "flash_attention_2" if env.flash_attn is None else "sdpa"
 
 
-# what an SDPA fallback means for the paper runs (their cluster files plan flash_attention_2; dara.preflight.memory)
 NO_PAPER_RUN = ("no paper run can start on sdpa: their memory plans do not fit their clusters' token budgets per GPU "
                 "(python -m recipes toolrl_main --preflight --skip-env --set run.attention=sdpa names the budgets "
                 f"that do); build flash-attn first: {FLASH_ATTN_BUILD} (40-90 min at MAX_JOBS=32, about 9 GB of RAM "
@@ -278,8 +259,6 @@ NO_PAPER_RUN = ("no paper run can start on sdpa: their memory plans do not fit t
 
 
 def attention_check(attention: str, records: list[dict]) -> tuple[bool, str]:
-    """ok when the steps trained with flash_attention_2; the SDPA fallback fails the check (the rest of the GPU
-    path is still checked with it)."""
     if attention == "sdpa":
         return False, f"sdpa (no flash_attn), {len(records)} steps trained with it; {NO_PAPER_RUN}"
     return bool(records), f"{attention} (flash_attn imports), {len(records)} steps trained with it"
@@ -296,7 +275,6 @@ def install_check(env, gpu_name: str | None, memory_gib: float | None) -> tuple[
 
 
 def memory_lines(overrides: list[str], memory_gib: float, samples: list, records: list[dict]) -> list[str]:
-    """Measured GPU memory next to the preflight's plan of the same config on this card."""
     from omegaconf import open_dict
 
     from dara.preflight import compose, model_facts
@@ -316,7 +294,6 @@ def memory_lines(overrides: list[str], memory_gib: float, samples: list, records
 
 
 def run_locally(runs: list[Run], args) -> int:
-    """The smoke on this node's first GPU (see the module docstring); exit 0 when every check is ok."""
     from dara.preflight.environment import probe_environment
     run = runs[0]
     if run.output_dir.exists():  # a smoke starts from nothing: an earlier smoke's folder would be resumed
@@ -345,7 +322,6 @@ def run_locally(runs: list[Run], args) -> int:
 
 
 def train_and_check(run: Run, overrides: list[str], checks: dict, args) -> list[dict]:
-    """Steps 1-3 with the forced stop, the resume to step 4, the evaluation; the checks of each. The steps' records."""
     first, stopped_at, second = train_with_forced_stop(overrides, run.output_dir, python=args.python_exe)
     records = _records(run.output_dir)
     checks["attention"] = attention_check(overrides[-1].split("=", 1)[1], records)
@@ -395,7 +371,6 @@ def report_and_calibrate(run, overrides, records, gpu_name, memory_gib, samples,
 
 
 def describe_plan(runs: list[Run]) -> str:
-    """The dry run: what the smoke would run after the training command listed above, in order."""
     run = runs[0]
     evals = eval_commands(run.output_dir / HF_KEPT / f"global_step_{STEPS}", run.output_dir / "gpu_smoke" / "eval")
     return "\n".join(f"[gpu_smoke] {line}" for line in (

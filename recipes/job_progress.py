@@ -1,15 +1,7 @@
-"""Did this Slurm job make progress? scripts/slurm/train.sbatch asks at the job's end (a stop at the pre-timeout
-signal, or Slurm ending it at its time limit), before requeueing itself.
-
-    python -m recipes.job_progress --run-dir DIR --checkpoint-dir DIR --since-checkpoint N --job-start EPOCH
-        [--total-steps S] [--time-limit T] [--save-freq F] [--signal-lead MIN]
-
-Progress is a checkpoint newer than the one the job started from (verl's marker
-`latest_checkpointed_iteration.txt`). Prints one line and exits 0 (progress: requeue), 1 (none: the job is not
-requeued, and the line says how many steps it ran, how long a step took, and what `--time` or
-`trainer.save_freq` would let it progress) or 2 (the run logged its last step: nothing to requeue). Standard
-library only: it also runs in the seconds between Slurm's SIGTERM at the time limit and its SIGKILL.
-"""
+"""Did this Slurm job make progress (a checkpoint newer than its first)? scripts/slurm/train.sbatch asks at the job's
+end, before requeueing itself. Prints one line and exits 0 (progress: requeue), 1 (none: not requeued; the line says
+what `--time` or `trainer.save_freq` would let it progress) or 2 (the run finished). Quick: it also runs between
+Slurm's SIGTERM at the time limit and its SIGKILL."""
 
 from __future__ import annotations
 
@@ -33,8 +25,7 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> int:
 
 
 def steps_since(run_dir: str | Path, step: int) -> list[dict]:
-    """This job's metrics records: the run log drops lines past the checkpoint on resume, so the records after
-    the starting checkpoint's step are the ones this job wrote (a torn last line is skipped)."""
+    """This job's metrics records: those after the starting checkpoint (a resume drops the later ones)."""
     path = Path(run_dir) / METRICS_FILE
     records = []
     for line in path.read_text().splitlines() if path.exists() else []:
@@ -50,7 +41,6 @@ PROGRESS, NO_PROGRESS, FINISHED = 0, 1, 2  # the exit status
 
 def verdict(*, since: int, latest: int, records: list[dict], elapsed_min: float, time_limit: str | None,
             save_freq: int, lead_min: float, total_steps: int | None = None) -> tuple[int, str]:
-    """(PROGRESS | NO_PROGRESS | FINISHED, the one line to print)."""
     ran = len(records)
     if total_steps and records and int(records[-1]["step"]) >= total_steps:
         return FINISHED, f"the run logged its last step ({total_steps}): finished, not requeued"

@@ -1,15 +1,7 @@
-"""The paper's runs, one recipe per table or figure (EXPERIMENTS.md; docs/experiments.md, "Runs per recipe").
-
-- toolrl_main (Table 1, BFCL v4 at step 100): GD2PO-Hard as the DARA authors ran it (query weight after whitening);
-  the 1.5B runs keep the HF weights of steps 10, 20, ..., 100 for the authors' BFCL dynamics figure.
-- group_size: G in {4, 8, 16, 32} at 2,048 responses a step; the PPO mini-batch stays 512 responses (4 updates a
-  step), i.e. 512 / G prompts (verl counts prompts). G = 4 is the main table's run (same name and folder).
-- math_main: DeepScaleR with a length constraint, 200 steps; GD2PO-Hard as the authors ran it in math
-  (`gd2po_hard_after`: the query weight after the response-level norm). instruct_vs_thinking compares its
-  Qwen3-4B-Thinking-2507 run at step 100 with math_main's Qwen3-4B-Instruct-2507 DARA-Asym run.
-- fixed_weight: static weights [correctness 1, length 5] in both forms; extra_baselines: estimators outside the
-  paper's comparison; rvpo: RVPO as in the authors' published tool-calling curves (k = 1, token whitening).
-"""
+"""The paper's runs, one recipe per table or figure (docs/experiments.md, "Runs per recipe"). GD2PO-Hard runs as the
+DARA authors ran it (`gd2po_hard_after`: the query weight after the normalisation); the 1.5B tool-calling runs keep
+the HF weights of steps 10, 20, ..., 100 for the BFCL dynamics figure; the group-size study keeps 2,048 responses a
+step and PPO mini-batches of 512 responses (512 / G prompts: verl counts prompts), its G = 4 being Table 1's run."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The CPU races (docs/headline_cpu.md): each runs its methods x seeds with the settings of its committed protocol
-(results/<race>/protocol.json, fixed by a pilot before any DARA run) on a CPU, in turn, resuming by run name.
-
-    python -m recipes race_format [--commit]   # the race, seed by seed; keeps (--commit: commits) each run's logs
-    python -m results headline results/race_format/logs --out results/race_format
-
-race_format and race_length keep each finished run's metrics.jsonl and run_info.json in results/<race>/logs
-(committed as the race goes with --commit) and restore them in a fresh clone, so a finished run is skipped there.
-"""
+"""The CPU races (docs/headline_cpu.md): methods x seeds with the settings of the committed
+results/<race>/protocol.json, in turn on a CPU. race_format and race_length keep each finished run's logs in
+results/<race>/logs (``--commit``: committed as the race goes) and restore them in a fresh clone."""
 
 from __future__ import annotations
 
@@ -27,7 +21,6 @@ STATIC_WEIGHTS = "algorithm.dara.weights=[1.0,5.0]"  # the authors' fixed weight
 
 
 def settings_overrides(settings: dict) -> tuple[str, ...]:
-    """Hydra overrides of a protocol's settings."""
     return (f"trainer.total_training_steps={int(settings['steps'])}",
             f"actor_rollout_ref.rollout.temperature={float(settings['temperature'])}",
             f"actor_rollout_ref.rollout.n={int(settings['group_size'])}",
@@ -37,16 +30,13 @@ def settings_overrides(settings: dict) -> tuple[str, ...]:
 
 
 def load_protocol(path) -> dict:
-    """The committed protocol (results.headline.load_protocol); a missing or broken file is a RecipeError naming it."""
     try:
         return headline.load_protocol(path)
     except headline.ProtocolError as error:
         raise RecipeError(str(error)) from None
 
 
-# ----------------------------------------------------------------------------------- the logs a race keeps
 def keep_logs(run: Run, logs_dir):
-    """Copy a finished run's metrics.jsonl and run_info.json into the committed logs folder (atomically)."""
     target = logs_dir / run.name
     for name in LOG_FILES:
         atomic_write_text(target / name, (run.output_dir / name).read_text())
@@ -54,8 +44,7 @@ def keep_logs(run: Run, logs_dir):
 
 
 def restore_logs(batch: Sequence[Run], logs_dir) -> int:
-    """A run whose logs are committed but whose folder is gone (a fresh clone) gets them back, so it counts as
-    finished and is skipped. Returns how many were restored."""
+    """Committed logs back into runs' missing folders (a fresh clone), so they count as finished: how many."""
     restored = 0
     for run in batch:
         kept = logs_dir / run.name
@@ -68,8 +57,7 @@ def restore_logs(batch: Sequence[Run], logs_dir) -> int:
 
 
 def commit_logs(run: Run, logs_dir, label: str, attempts: int = 5) -> bool:
-    """Keep the run's logs and commit that folder alone (a session may end at any time). Another git command
-    holding the index is waited out; a commit that still fails is one line and the race goes on."""
+    """Keep the run's logs and commit that folder alone, waiting out another git command; a failure is one line."""
     relative = str(keep_logs(run, logs_dir).relative_to(PROJECT_ROOT))
     message = f"results/{label}: {run.method} seed {run.seed} ({run.name})"
     for attempt in range(attempts):
@@ -81,10 +69,8 @@ def commit_logs(run: Run, logs_dir, label: str, attempts: int = 5) -> bool:
     return False
 
 
-# ----------------------------------------------------------------------------------- the races
 @dataclass(frozen=True)
 class Race:
-    """A race as a recipe (DESCRIPTION, DEFAULT_SEEDS, runs, run_locally, describe_plan)."""
     NAME: str
     DESCRIPTION: str
     task: str
@@ -109,7 +95,6 @@ class Race:
                     extra=extra)[0]
 
     def runs(self, seeds: Sequence[int] | None = None, protocol: dict | None = None) -> list[Run]:
-        """The race with the protocol's settings, in the order it runs."""
         seeds, protocol = self.DEFAULT_SEEDS if seeds is None else seeds, protocol or load_protocol(self.protocol_file)
         if not self.seed_by_seed:
             return [self.run(method, seed, protocol) for method in self.methods for seed in seeds]
@@ -117,8 +102,6 @@ class Race:
                 for seed in seeds for method in methods]
 
     def run_locally(self, race: Sequence[Run], args) -> int:
-        """The race in turn: committed logs restored first, each finished run's logs kept (``args.commit``: and
-        committed)."""
         after = None
         if self.keeps_logs:
             if restored := restore_logs(race, self.logs_dir):

@@ -1,11 +1,6 @@
-"""The shared runner of the recipes: runs as data, the dry-run listing, the local and Slurm launchers.
-
-A `Run` is the Hydra override list of one `python -m dara.train` job; its name and folder follow
-`dara.config.run_name` and are known without composing. A run whose metrics.jsonl holds its last step is finished
-and skipped. The Slurm launcher submits one job array per seed group (index = seed) through
-scripts/slurm/train.sbatch with --requeue, an explicit --time and the pre-timeout signal, after `dara.preflight`
-passes for every group.
-"""
+"""The recipes' runner: a `Run` is the Hydra override list of one `python -m dara.train` job (its name and folder
+known without composing); the dry-run listing; the local launcher (finished runs skipped) and the Slurm launcher (one
+job array per seed group through scripts/slurm/train.sbatch, after `dara.preflight` passes for every group)."""
 
 from __future__ import annotations
 
@@ -34,12 +29,8 @@ class RecipeError(ValueError):
 
 @dataclass(frozen=True)
 class Run:
-    """One training job: the choices per axis, the seed, and any further Hydra overrides.
-
-    `variant` (e.g. "g8" in the group-size study) becomes part of the run name, so every setting has its own
-    folder. `estimator_module` names a module of estimators of your own (a .py file, pinned absolute for the
-    Slurm job, or an import path): `estimator` is then a name it registers, given as `algorithm.adv_estimator`.
-    """
+    """One training job. `variant` (e.g. "g8") is part of the run name; `estimator_module`: a module of estimators
+    of your own (a .py file, made absolute for Slurm, or an import path) registering `estimator`."""
     task: str
     model: str
     estimator: str
@@ -59,7 +50,6 @@ class Run:
 
     @property
     def method(self) -> str:
-        """`run.method`: static_<form> for the static estimator, else the estimator's name."""
         return f"static_{self.static_form}" if self.estimator == "static" else self.estimator
 
     def name_for(self, seed: int | str) -> str:
@@ -70,8 +60,7 @@ class Run:
         return self.name_for(self.seed)
 
     @property
-    def root(self) -> Path:
-        """run.output_root as dara.train sees it (the launchers start it in the project root)."""
+    def root(self) -> Path:  # run.output_root as dara.train sees it from the project root
         return PROJECT_ROOT / self.output_root
 
     @property
@@ -96,7 +85,6 @@ class Run:
         return self.group_overrides() + [f"run.seed={self.seed}"]
 
 
-# ----------------------------------------------------------------------------- config facts without composing
 def _load_with_defaults(path: Path, dirs: Sequence[Path] = ()):
     """A group file merged over the files its own defaults list names (same group), as Hydra would."""
     node = OmegaConf.load(path)
@@ -121,33 +109,28 @@ def group_file(group: str, choice: str, dirs: Sequence[Path] = ()) -> Path:
 
 
 def group_value(group: str, choice: str, key: str, default=None, dirs: Sequence[Path] = ()):
-    """A plain value a group file sets (e.g. trainer.nnodes of a cluster), read without composing."""
+    """A value a group file sets (e.g. trainer.nnodes of a cluster), read without composing."""
     value = OmegaConf.select(_load_with_defaults(group_file(group, choice, dirs), dirs), key, default=default)
     return default if value is None else value
 
 
 def override_value(overrides: Iterable[str], key: str) -> str | None:
-    """The last value an override list gives `key` (None when none does)."""
     found = [rest for name, _, rest in (item.lstrip("+").partition("=") for item in overrides) if name == key]
     return found[-1] if found else None
 
 
 def expected_steps(run: Run) -> int:
-    """The run's last step: an explicit override, else the task file's trainer.total_training_steps."""
     explicit = override_value(run.overrides(), "trainer.total_training_steps")
-    if explicit is not None:
-        return int(explicit)
-    return int(group_value("task", run.task, "trainer.total_training_steps", dirs=search_dirs(run.overrides())))
+    return int(explicit if explicit is not None else group_value(
+        "task", run.task, "trainer.total_training_steps", dirs=search_dirs(run.overrides())))
 
 
-def is_finished(run: Run) -> bool:
-    """metrics.jsonl of the run's folder holds its last step (what `run.skip_if_finished` checks)."""
+def is_finished(run: Run) -> bool:  # what run.skip_if_finished checks
     return run_finished(run.output_dir, expected_steps(run))
 
 
 def with_options(runs: Sequence[Run], *, output_root: str | None = None, cluster: str | None = None,
                  extra: Sequence[str] = (), total_steps: int | None = None) -> list[Run]:
-    """The recipe's runs with the command line's global settings applied."""
     changes = {}
     if output_root is not None:
         changes["output_root"] = str(Path(output_root).absolute())
@@ -160,7 +143,6 @@ def with_options(runs: Sequence[Run], *, output_root: str | None = None, cluster
 
 
 def describe(runs: Sequence[Run]) -> str:
-    """The dry-run table: each run's name, status, output folder and full override list."""
     return "\n".join(f"[{index}/{len(runs)}] {run.name}  ({'finished' if is_finished(run) else 'to run'})\n"
                      f"    output: {run.output_dir}\n    python -m dara.train {shlex.join(run.overrides())}"
                      for index, run in enumerate(runs, 1))
@@ -173,16 +155,14 @@ def summary_line(runs: Sequence[Run]) -> str:
     return f"{len(runs)} runs ({text}{'; variants: ' + ', '.join(variants) if variants else ''})"
 
 
-# ----------------------------------------------------------------------------- local launcher
 def train_command(run: Run, python: str = sys.executable) -> list[str]:
     return [python, "-m", "dara.train", *run.overrides(), "run.skip_if_finished=true"]
 
 
 def run_in_turn(runs: Sequence[Run], label: str = "recipes", python: str = sys.executable,
                 after_run: Callable[[Run], object] | None = None) -> int:
-    """Each unfinished run in turn (an interrupted one resumes from its last checkpoint: the same folder); one
-    line per run with the time left; ``after_run`` is called on each run that finished. Returns the number of
-    failed runs."""
+    """Each unfinished run in turn (an interrupted one resumes), one line each with the time left; ``after_run`` on
+    each that finished. Returns the number of failed runs."""
     todo = [run for run in runs if not is_finished(run)]
     print(f"[{label}] {len(runs)} runs: {len(runs) - len(todo)} finished (skipped), {len(todo)} to run", flush=True)
     failed, spent = [], []
@@ -201,11 +181,9 @@ def run_in_turn(runs: Sequence[Run], label: str = "recipes", python: str = sys.e
     return len(failed)
 
 
-# ----------------------------------------------------------------------------- preflight
 def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: str | None = None,
                    calibration: str | None = None) -> list[tuple[list[Run], object]]:
-    """`dara.preflight` of every seed group (composed once: the seed changes no value the preflight reads),
-    against the time its jobs get (`job_time`). Returns (group, report) pairs."""
+    """`dara.preflight` of every seed group (the seed changes nothing it reads) against `job_time`: (group, report)."""
     from dara.config import compose
     from dara.preflight import CalibrationError, load_calibration, parse_time_limit, preflight
     try:
@@ -223,7 +201,6 @@ def preflight_runs(runs: Sequence[Run], *, skip_env: bool = False, time_limit: s
     return results
 
 
-# ----------------------------------------------------------------------------- Slurm launcher
 @dataclass(frozen=True)
 class SlurmOptions:
     partition: str | None = None
@@ -235,7 +212,6 @@ class SlurmOptions:
 
 
 def job_time(run: Run, time: str | None = None) -> str:
-    """The --time a job of `run` gets: the launcher's, else its cluster file's job_time_limit_minutes."""
     from dara.slurm_time import format_time_limit, parse_time_limit
     if time:
         if parse_time_limit(time) is None:
@@ -248,7 +224,6 @@ def job_time(run: Run, time: str | None = None) -> str:
 
 
 def seed_groups(runs: Sequence[Run]) -> list[list[Run]]:
-    """Runs grouped by everything but the seed, in first-seen order (one job array each)."""
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
         groups.setdefault(tuple(run.group_overrides()), []).append(run)
@@ -260,8 +235,7 @@ def group_label(group: Sequence[Run]) -> str:
 
 
 def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions()) -> list[str]:
-    """`sbatch` for one job array: nodes and GPUs per node from the cluster file, one task per node, the
-    pre-timeout signal the cluster file's run.hardware.signal_lead_minutes before the limit."""
+    """`sbatch` for one job array: nodes, GPUs and the pre-timeout signal's lead from the cluster file."""
     from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
     first, seeds = group[0], sorted({run.seed for run in group})
     if any(s < 0 for s in seeds):
@@ -290,8 +264,7 @@ def sbatch_command(group: Sequence[Run], options: SlurmOptions = SlurmOptions())
 
 def launch_slurm(runs: Sequence[Run], options: SlurmOptions = SlurmOptions(), *, dry_run: bool = False,
                  skip_env: bool = False) -> list[str]:
-    """Submit one job array per seed group of the unfinished runs; returns the job ids. Unless dry_run, every
-    group passes `dara.preflight` first (on the cluster's allocation and --time), or nothing is submitted."""
+    """One job array per seed group of the unfinished runs (nothing unless every group passes the preflight)."""
     pending = [run for run in runs if not is_finished(run)]
     groups = seed_groups(pending)
     if not dry_run and pending:

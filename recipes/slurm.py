@@ -1,12 +1,6 @@
-"""Helpers that scripts/slurm/train.sbatch calls on the job's first node.
-
-    python -m recipes.slurm job-env [--time-limit T] [--calibration FILE] [--cpus N] [hydra overrides...]
-    python -m recipes.slurm wait-nodes --address HOST:PORT --expect NODE=IP ... [--node-ip IP] [--timeout S]
-
-`job-env` composes the run's config as `python -m dara.train` will, fails in one line when another job holds the
-run folder, runs `dara.preflight.node_checks` (exit 3 naming each problem: the job is not requeued), else prints
-the shell variables the batch script needs (run folder, checkpoints, Ray resources and port range).
-"""
+"""Helpers that scripts/slurm/train.sbatch calls on the job's first node: `job-env` fails in one line when another
+job holds the run folder, exits 3 when `dara.preflight.node_checks` names a problem (not requeued), else prints the
+batch script's shell variables; `wait-nodes` waits until every node joined Ray."""
 
 from __future__ import annotations
 
@@ -22,8 +16,7 @@ from dara.config import compose as compose_run  # the config `python -m dara.tra
 
 
 def job_env(cfg, cpus: int | None = None) -> dict[str, str]:
-    """Shell variables for the batch script (empty string = not set by the config); `cpus`: the node's allocated
-    CPUs (default: this process's)."""
+    """Shell variables for the batch script ("": not set by the config)."""
     from dara.preflight import ray_ports
     ray_init = OmegaConf.select(cfg, "ray_kwargs.ray_init", default={}) or {}
     ports = ray_ports.plan(cfg, cpus if cpus is not None else len(os.sched_getaffinity(0)))
@@ -44,8 +37,7 @@ def job_env(cfg, cpus: int | None = None) -> dict[str, str]:
 
 
 def check_node(cfg, time_limit: str | None, calibration: str | None, cpus: int | None = None) -> bool:
-    """The run folder is free (else exit in one line) and the node checks of the job's first step pass, printed
-    to stderr (the job's log); False on a problem."""
+    """The run folder is free (else exit) and the node checks pass (printed to the job's log)."""
     from dara.preflight import CalibrationError, load_calibration, node_checks, parse_time_limit
     from dara.run_folder import RunFolderError
     from dara.run_lock import check_run_folder_free
@@ -66,7 +58,6 @@ def check_node(cfg, time_limit: str | None, calibration: str | None, cpus: int |
 
 
 def parse_expected(pairs: list[str]) -> dict[str, str]:
-    """`NODE=IP` pairs (the allocation's nodes and their addresses) as {ip: node}."""
     expected = {}
     for pair in pairs:
         node, sep, ip = pair.partition("=")
@@ -77,8 +68,7 @@ def parse_expected(pairs: list[str]) -> dict[str, str]:
 
 
 def wait_for_nodes(address: str, expected: dict[str, str], timeout: float, node_ip: str | None = None) -> int:
-    """Connect to the Ray cluster at `address` and wait until a node of every expected address ({ip: Slurm node})
-    is alive; SystemExit naming the nodes that did not join within `timeout` seconds."""
+    """Wait until a Ray node of every expected address ({ip: node}) is alive; SystemExit naming those missing."""
     import ray
     ray.init(address=address, logging_level="ERROR", log_to_driver=False,
              **({"_node_ip_address": node_ip} if node_ip else {}))

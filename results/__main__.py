@@ -1,7 +1,4 @@
 """Entry point: ``python -m results <command>``."""
-
-import sys
-
 from results.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -1,7 +1,6 @@
 """BFCL v4 groups from per-category scores (docs/results.md, "BFCL groups"): Live = case-weighted micro mean of
 the four live categories; Non-Live = mean(Simple, Multiple, Parallel, Parallel Multiple), Simple the mean of the
-three languages; Multi-Turn = mean of its four categories; Average = mean of the three.
-"""
+three languages; Multi-Turn = mean of its four categories; Average = mean of the three."""
 
 from __future__ import annotations
 

@@ -21,7 +21,6 @@ def _csv_list(text: str) -> list[str]:
 
 
 def write_text(text: str, out: str | None) -> None:
-    """Print, or write atomically (dara.io)."""
     if out is None:
         sys.stdout.write(text)
     else:
@@ -35,7 +34,6 @@ AUTHORS_PER_RUN = "paper_bfcl_v4_20260920/final_per_run.csv"
 
 
 def authors_default(runs: list[str], relative: str) -> list[str]:
-    """`runs`, or the authors' file `relative` (below reference/dara_authors) when none is given, said on stderr."""
     if runs:
         return runs
     path = dara.AUTHORS_REFERENCE / relative
@@ -79,13 +77,11 @@ def cmd_plot(args) -> None:
 
 def cmd_collect(args) -> None:
     from results.collect import collect
-
     write_text(collect(args.folders).to_csv(index=False, lineterminator="\n"), args.out)
 
 
 def cmd_report(args) -> None:
     from results.report import DEFAULT_REFERENCE, build_report
-
     page = build_report(args.runs, args.out, reference=args.reference or DEFAULT_REFERENCE, threshold=args.threshold,
                         threshold_metric=args.threshold_metric, source=args.source)
     print(f"wrote {page}", file=sys.stderr)
@@ -93,14 +89,12 @@ def cmd_report(args) -> None:
 
 def cmd_headline(args) -> None:
     from results.headline import write_headline
-
     write_headline(args.run_root, args.protocol, args.out, methods=args.methods)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m results", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-
     p = sub.add_parser("thresholds", help="first step a metric reaches a threshold (median or sustained rule)")
     p.add_argument("runs", nargs="*", help="runs or curve CSVs (default: reference/dara_authors/" + AUTHORS_CURVES + ")")
     p.add_argument("--metric", required=True)
@@ -114,7 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("csv", "md"), default="csv")
     p.add_argument("--out")
     p.set_defaults(func=cmd_thresholds)
-
     p = sub.add_parser("table", help="mean and sample sd over seeds per method and metric")
     p.add_argument("runs", nargs="*", help="per-run CSVs or runs (default: reference/dara_authors/" + AUTHORS_PER_RUN + ")")
     p.add_argument("--metrics", type=_csv_list, required=True)
@@ -128,7 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--digits", type=int, default=2)
     p.add_argument("--out")
     p.set_defaults(func=cmd_table)
-
     p = sub.add_parser("plot", help="training curves, DARA channel curves, checkpoint curves (PNG + PDF)")
     p.add_argument("kind", choices=("curves", "channels", "checkpoints"))
     p.add_argument("runs", nargs="+", help="runs (curves, channels) or summary CSVs (checkpoints)")
@@ -138,12 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="horizontal reference line on every panel, or on METRIC's panels only (repeatable)")
     p.add_argument("--out", required=True, help="output prefix; writes PREFIX.png and PREFIX.pdf")
     p.set_defaults(func=cmd_plot)
-
     p = sub.add_parser("collect", help="evaluation summaries (summary.json) -> one per-run CSV for 'table'")
     p.add_argument("folders", nargs="+", help="evaluation folders (searched for summary.json)")
     p.add_argument("--out", help="CSV path (default: stdout)")
     p.set_defaults(func=cmd_collect)
-
     p = sub.add_parser("report", help="one static page for a sweep: tables beside the paper's, figures, provenance")
     p.add_argument("runs", nargs="+", help="sweep folders (run folders below them), per-run or curve CSVs")
     p.add_argument("--out", required=True, help="output folder (index.html and PNGs)")
@@ -153,7 +143,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", choices=("auto", "jsonl", "wandb"), default="auto",
                    help="a run folder's metrics.jsonl (auto: when present) or its wandb files")
     p.set_defaults(func=cmd_report)
-
     p = sub.add_parser("headline", help="a CPU race's runs.csv, thresholds.csv, statistics.csv, summary.md, figure")
     p.add_argument("run_root", metavar="RUN_ROOT", help="the race's output root (pilot runs left out) or its runs.csv")
     p.add_argument("--protocol", help="the committed protocol (default: OUT/protocol.json)")

@@ -1,9 +1,6 @@
-"""The committed results of a CPU race (recipes/race.py: cpu_headline, race_format, race_length):
-``python -m results headline RUNS --out results/<race> [--protocol FILE]``, RUNS the race's output root (pilot runs
-left out) or its committed ``runs.csv``. Writes runs.csv, thresholds.csv, statistics.csv, summary.md and
-headline.png/.pdf atomically (what each holds: results/cpu_headline/README.md), with the metric, threshold, rule,
-steps, channels and endpoints of the committed ``protocol.json``.
-"""
+"""``python -m results headline RUNS --out results/<race> [--protocol FILE]``: a CPU race's committed files (runs.csv,
+thresholds.csv, statistics.csv, summary.md, headline.png/.pdf; results/cpu_headline/README.md) from RUNS, its output
+root (pilot runs left out) or its runs.csv, under the settings of its committed ``protocol.json``."""
 
 from __future__ import annotations
 
@@ -35,13 +32,12 @@ NEVER = "-"
 
 
 class ProtocolError(ValueError):
-    """A missing or broken protocol file."""
+    pass
 
 
 def step_rule(protocol: dict) -> dict:
-    """A protocol's rule as keyword arguments of results.thresholds.threshold_steps: ``{"rule": "sustained",
-    "window": W, "hold": H}`` when its ``threshold_rule`` is "sustained" (a missing window or hold is a
-    ProtocolError), else ``{"rule": "median"}`` (the format race's ``threshold_rule`` is prose)."""
+    """A protocol's rule as keyword arguments of results.thresholds.threshold_steps (the format race's
+    ``threshold_rule`` is prose: median)."""
     if protocol.get("threshold_rule") != "sustained":
         return {"rule": "median"}
     missing = [key for key in ("window", "hold") if key not in protocol]
@@ -58,7 +54,6 @@ def rule_text(rule: dict) -> str:
 
 
 def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
-    """The committed protocol; a missing file or key, or a threshold that is no rate, is an error naming it."""
     path = Path(path)
     if not path.is_file():
         raise ProtocolError(f"{path} is missing: each race runs with its committed protocol (restore it from git)")
@@ -71,9 +66,7 @@ def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
     return protocol
 
 
-# ----------------------------------------------------------------------------------- the runs
 def is_pilot(run_dir: Path) -> bool:
-    """A pilot run: its run name (run_info.json, else the folder's) or its recorded variant says so."""
     info_path = Path(run_dir) / RUN_INFO
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     return f"-{PILOT_VARIANT}-" in str(info.get("run_name") or Path(run_dir).name) or info.get("variant") == PILOT_VARIANT
@@ -84,8 +77,7 @@ def _runs_of(part: pd.DataFrame) -> str:
 
 
 def race_frame(run_root: str | Path, methods: Sequence[str], steps: int) -> pd.DataFrame:
-    """Every race run below ``run_root`` (pilot runs left out), methods in the order given, steps 1..steps. A method
-    without a run, a short run, two runs of one method and seed, or variants of a method is an error naming runs."""
+    """Every race run below ``run_root`` but the pilot's; variants of a method or two runs of one seed are errors."""
     root, methods = Path(run_root), list(methods)
     if not root.is_dir():
         raise RunLogError(f"{root}: no such folder (the race's output root, e.g. outputs/cpu_headline)")
@@ -111,7 +103,6 @@ def race_frame(run_root: str | Path, methods: Sequence[str], steps: int) -> pd.D
 
 
 def frame_from_runs_csv(path: str | Path, methods: Sequence[str], steps: int) -> pd.DataFrame:
-    """A race's committed runs.csv as ``race_frame`` gives it (the tables rebuilt without the run folders)."""
     frame = pd.read_csv(path)
     require_columns(frame, ["method", "seed", "step"], f"headline {path}")
     frame = frame[frame["method"].isin(methods)].astype({"seed": int, "step": int})
@@ -119,7 +110,7 @@ def frame_from_runs_csv(path: str | Path, methods: Sequence[str], steps: int) ->
 
 
 def _in_race(frame: pd.DataFrame, methods: Sequence[str], steps: int, where) -> pd.DataFrame:
-    """Steps 1..steps in method, seed and step order; a method without a run or a short run is an error."""
+    """Steps 1..steps in method, seed and step order; a missing method or a short run is an error."""
     missing = [method for method in methods if method not in set(frame["method"])]
     if missing:
         raise RunLogError(f"{where}: no run of method(s) {', '.join(missing)}")
@@ -135,10 +126,8 @@ def _in_race(frame: pd.DataFrame, methods: Sequence[str], steps: int, where) -> 
         columns="_order").reset_index(drop=True)
 
 
-# ----------------------------------------------------------------------------------- the tables
 def runs_table(frame: pd.DataFrame, channels: Sequence[str] = CHANNELS) -> pd.DataFrame:
-    """runs.csv: method, seed, step, the reward means, then density and weight per channel (a weight a method does
-    not log: empty)."""
+    """runs.csv: method, seed, step, the reward means, then density and weight per channel."""
     rewards = [f"reward/{channel}/mean" for channel in channels]
     require_columns(frame, ["method", "seed", "step", *rewards, *(f"dara/density/{c}" for c in channels)],
                     "headline runs.csv")
@@ -149,9 +138,8 @@ def runs_table(frame: pd.DataFrame, channels: Sequence[str] = CHANNELS) -> pd.Da
 def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float, steps: int | None = None,
                      channels: Sequence[str] = CHANNELS, sparse_channel: str = SPARSE_CHANNEL,
                      rule: dict | None = None) -> pd.DataFrame:
-    """thresholds.csv: method, seed, the run's threshold step under ``rule`` (``step_rule``'s form, default the first
-    step at or above; <NA>: never), the steps before it with DARA's ``sparse_channel`` weight above 1.05 (empty: no
-    weight logged; a run that never reached it counts all its steps) and the collapsed channels (";"-joined)."""
+    """thresholds.csv: method, seed, the run's threshold step under ``rule`` (<NA>: never), the steps before it with
+    the ``sparse_channel`` weight above 1.05 (empty: no weight logged) and the collapsed channels (";"-joined)."""
     rule = rule or {"rule": "median"}
     table = threshold_steps(frame, metric, float(threshold), per_seed=True, **rule)[["method", "seed", "step"]].copy()
     steps = int(steps if steps is not None else frame["step"].max())
@@ -166,8 +154,7 @@ def thresholds_table(frame: pd.DataFrame, metric: str, threshold: float, steps: 
 
 def statistics_table(frame: pd.DataFrame, metric: str, threshold: float, steps: int,
                      secondary_steps: Sequence[int] = SECONDARY_STEPS, rule: dict | None = None) -> pd.DataFrame:
-    """statistics.csv: paired comparisons of the threshold step under ``rule`` and of the metric's mean over
-    ``secondary_steps`` (clipped to the race's steps)."""
+    """statistics.csv: paired comparisons of the threshold step and of the metric's mean over ``secondary_steps``."""
     first, last = int(secondary_steps[0]), min(int(secondary_steps[1]), int(steps))
     return race_stats.comparisons_table({
         "threshold step": race_stats.threshold_endpoint(frame, metric, float(threshold), int(steps), **(rule or {})),
@@ -179,8 +166,7 @@ def _step_text(step) -> str:
 
 
 def summary_table(frame: pd.DataFrame, metric: str, threshold: float, rule: dict | None = None) -> pd.DataFrame:
-    """Per method: the median-curve step, the per-seed steps as text (seed order, "-" for never), seeds that reached
-    the threshold of runs, and the min, max and median step over those; each under ``rule`` (default first reaching)."""
+    """Per method: the median-curve step, the per-seed steps, the seeds that reached it, and their min/max/median."""
     rule = rule or {"rule": "median"}
     per_seed = threshold_steps(frame, metric, float(threshold), per_seed=True, **rule)
     curve = threshold_steps(frame, metric, float(threshold), **rule).set_index("method")["step"]
@@ -199,11 +185,9 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | Path,
          channel: str = SPARSE_CHANNEL) -> list[Path]:
-    """Three stacked panels: (a) the metric with the threshold (dashed), (b) the sparse channel's density, (c) its
-    weight (the methods that log it); median over seeds and min-max band per method. PREFIX.png and .pdf."""
+    """Panels: (a) the metric and the threshold, (b) the sparse channel's density, (c) its weight."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-
     fig, axes = plt.subplots(3, 1, figsize=(7.0, 9.0), sharex=True)
     panels = ((metric, metric, f"(a) {metric}: median over seeds, band = min-max"),
               (f"dara/density/{channel}", f"active-group density $\\pi_{{{channel}}}$", f"(b) dara/density/{channel}"),
@@ -236,7 +220,6 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
 
 def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps: int, protocol_path,
                      statistics: pd.DataFrame | None = None, rule: dict | None = None) -> str:
-    """summary.md: the protocol's metric, threshold and steps, the rules, the per-method table, the statistics."""
     if rule is None or rule["rule"] == "median":
         curve = "the first step at which the median over seeds reaches the threshold"
         per_seed = "each seed's first step at or above the threshold"
@@ -256,8 +239,7 @@ def summary_markdown(summary: pd.DataFrame, metric: str, threshold: float, steps
 
 def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_dir: str | Path,
                    methods: Sequence[str] | None = None) -> list[Path]:
-    """Write the race's files into ``out_dir`` (protocol: ``protocol_path``, else ``out_dir``/protocol.json), print
-    one line per file and a per-method summary; returns the paths written."""
+    """Write the race's files into ``out_dir`` (protocol default: ``out_dir``/protocol.json) and print a summary."""
     out = Path(out_dir)
     protocol_path = Path(protocol_path) if protocol_path is not None else out / "protocol.json"
     shown = protocol_path.absolute()  # the committed summary names no machine's path

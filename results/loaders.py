@@ -1,10 +1,6 @@
-"""Run logs and the authors' CSVs as one long DataFrame: one row per (run, step), one column per metric, plus the
-run's identity (``run``, ``method``, ``seed`` and every scalar field of ``run_info.json``).
-
-Inputs (docs/results.md, "Inputs RUNS accepts"): run folders (their metrics.jsonl, or their wandb offline files
-when there is none or ``source="wandb"``), folders of run folders, ``.jsonl`` and ``.wandb`` files, and CSVs. Runs
-of one method that differ in more than the seed are told apart (results.variants).
-"""
+"""Run logs and the authors' CSVs as one long DataFrame: a row per (run, step), a column per metric and the run's
+identity (``run``, ``method``, ``seed``, the scalars of ``run_info.json``). Inputs: docs/results.md, "Inputs RUNS
+accepts"."""
 
 from __future__ import annotations
 
@@ -25,16 +21,14 @@ log = logging.getLogger(__name__)
 _WANDB_TAG_FIELDS = {"method": str, "seed": int, "task": str, "model": str, "estimator": str}
 
 
-def _run_info(run_dir: Path) -> dict:
-    """The scalar fields of a run folder's run_info.json ({} without one)."""
+def _run_info(run_dir: Path, scalars: bool = True) -> dict:
     path = Path(run_dir) / RUN_INFO_FILE
     info = json.loads(path.read_text()) if path.exists() else {}
-    return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
+    return {k: v for k, v in info.items() if not scalars or isinstance(v, str | int | float | bool) or v is None}
 
 
 def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> pd.DataFrame:
-    """The run_info fields the records lack as columns and ``run`` (its name, else the folder's); method and seed
-    are needed."""
+    """The run_info fields the records lack, and ``run``; method and seed are needed."""
     frame = frame.assign(**{key: value for key, value in info.items() if key not in frame.columns})
     if "run" not in frame.columns:
         frame["run"] = info.get("run_name") or folder
@@ -45,8 +39,7 @@ def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> 
 
 
 def load_jsonl_run(path: Path) -> pd.DataFrame:
-    """One run's metrics.jsonl (only a truncated last line is tolerated); a re-logged step keeps its last record,
-    the number dropped logged."""
+    """One run's metrics.jsonl; a re-logged step keeps its last record."""
     path = Path(path)
     rows = read_metrics(path)
     if not rows:
@@ -62,8 +55,8 @@ def load_jsonl_run(path: Path) -> pd.DataFrame:
 
 
 def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.DataFrame:
-    """One run from its wandb transaction logs (every start, oldest first; a step logged again keeps its last
-    value). Identity from run_info.json when present, else the run name and the `key:value` tags dara.tracking sets."""
+    """One run from its wandb files (every start, oldest first; a re-logged step keeps its last value); identity
+    from run_info.json, else the run name and dara.tracking's `key:value` tags."""
     run_dir = Path(run_dir)
     files = list(files) if files is not None else wandb_run_files(run_dir)
     if not files:
@@ -86,25 +79,21 @@ def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.Dat
 
 
 def load_run_folder(run_dir: Path, source: str = "auto") -> pd.DataFrame:
-    """One run folder: its metrics.jsonl (``auto``, ``jsonl``) or its wandb files (``wandb``, or ``auto`` without
-    a metrics.jsonl)."""
+    """One run folder: its metrics.jsonl, or its wandb files (``wandb``, or ``auto`` without a metrics.jsonl)."""
     if source not in ("auto", "jsonl", "wandb"):
         raise ValueError(f"unknown source {source!r}; choose one of auto, jsonl, wandb")
     jsonl = Path(run_dir) / METRICS_FILE
-    if source == "jsonl" or (source == "auto" and jsonl.exists()):
-        return load_jsonl_run(jsonl)
-    return load_wandb_run(run_dir)
+    use_jsonl = source == "jsonl" or (source == "auto" and jsonl.exists())
+    return load_jsonl_run(jsonl) if use_jsonl else load_wandb_run(run_dir)
 
 
 def find_run_folders(folder: Path) -> list[Path]:
-    """Every run folder at or below ``folder``: one holding metrics.jsonl or a wandb/ run file."""
     folder = Path(folder)
     found = {p.parent for p in folder.rglob(METRICS_FILE)}
     return sorted(found | {p.parents[2] for p in folder.rglob("run-*.wandb") if p.parents[1].name == "wandb"})
 
 
 def load_csv(path: Path) -> pd.DataFrame:
-    """A CSV (CRLF or LF line endings) with a ``method`` column."""
     frame = pd.read_csv(path)
     if "method" not in frame.columns:
         raise RunLogError(f"{path}: a results CSV needs a 'method' column; it has {list(frame.columns)}")
@@ -112,17 +101,12 @@ def load_csv(path: Path) -> pd.DataFrame:
 
 
 def run_config(run_dir: Path) -> dict | None:
-    """The experiment configuration a run folder's run_info.json records (None for older run folders)."""
-    path = Path(run_dir) / RUN_INFO_FILE
-    config = json.loads(path.read_text()).get("config") if path.exists() else None
+    config = _run_info(run_dir, scalars=False).get("config")
     return config if isinstance(config, dict) else None
 
 
 def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") -> pd.DataFrame:
-    """Run folders, JSONL files, .wandb files and CSVs as one long frame; ``source`` as `load_run_folder`; variants
-    of a method apart (results.variants)."""
     from results.variants import name_variants
-
     runs: list[tuple[pd.DataFrame, dict | None]] = []
     for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
         if path.is_dir():
@@ -144,13 +128,12 @@ def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") ->
 
 
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    """Raise a clear error listing the columns ``what`` needs but the data lacks."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise RunLogError(f"{what} needs column(s) {missing}; the data has: {', '.join(map(str, frame.columns))}")
 
 
 def format_seeds(seeds: Iterable) -> str:
-    """Seeds as the authors' tables write them: sorted integers joined by commas ('' when none)."""
+    """Seeds as the authors' tables write them: "0,1,2"."""
     return ",".join(map(str, sorted({int(s) for s in seeds
                                      if s is not None and not (isinstance(s, float) and math.isnan(s))})))

@@ -1,6 +1,5 @@
 """Paired statistics over seeds (A - B, run for run with the same seed): exact two-sided sign test and percentile
-bootstrap interval of the mean difference.
-"""
+bootstrap interval of the mean difference; the percentile bootstrap of the evaluation summaries too."""
 
 from __future__ import annotations
 
@@ -9,16 +8,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from results.evaluation.bootstrap import bootstrap_ci
-
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0   # fixed: the committed interval is reproducible
 CONFIDENCE = 0.95
 
 
+def percentile_interval(boot: np.ndarray, ci: float) -> tuple[float, float]:
+    lo, hi = np.percentile(boot, [100 * (1 - ci) / 2, 100 * (1 + ci) / 2])
+    return float(lo), float(hi)
+
+
+def bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int, ci: float) -> tuple[float, float]:
+    """Percentile CI of the mean from ``n_boot`` resamples (with replacement) of the values."""
+    return percentile_interval(values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1), ci)
+
+
 def sign_test(differences: Sequence[float]) -> float:
-    """Two-sided exact sign test p-value of the differences' signs (zeros dropped): twice the binomial(n, 1/2)
-    tail at the rarer sign, capped at 1. No non-zero difference gives p = 1."""
+    """Two-sided exact sign test (zeros dropped): min(1, twice the binomial(n, 1/2) tail at the rarer sign)."""
     positive = sum(1 for value in differences if value > 0)
     negative = sum(1 for value in differences if value < 0)
     n = positive + negative
@@ -30,7 +36,6 @@ def sign_test(differences: Sequence[float]) -> float:
 
 def bootstrap_interval(differences: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
                        seed: int = BOOTSTRAP_SEED, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Percentile interval of the mean difference over ``resamples`` resamples of the seeds."""
     values = np.asarray(differences, dtype=float)
     if values.size == 0 or not np.isfinite(values).all():
         raise ValueError(f"paired differences must be finite and non-empty, got {list(differences)}")
@@ -38,8 +43,7 @@ def bootstrap_interval(differences: Sequence[float], resamples: int = BOOTSTRAP_
 
 
 def paired_summary(a: dict[int, float], b: dict[int, float]) -> dict:
-    """A - B over the seeds both have: n, mean, faster (A below B: fewer steps), slower, tied, sign-test p and
-    the bootstrap interval. A seed only one side has is an error naming it (the race pairs every seed)."""
+    """A - B by seed: n, mean, lower, higher, tied, sign-test p, bootstrap interval; unpaired seeds are an error."""
     unpaired = sorted(set(a) ^ set(b))
     if unpaired:
         raise ValueError(f"seeds {unpaired} are not in both methods' runs: a paired comparison needs both")

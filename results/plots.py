@@ -19,7 +19,6 @@ from results.loaders import require_columns  # noqa: E402
 from results.tables import method_label  # noqa: E402
 from results.variants import check_one_configuration  # noqa: E402
 
-# Stable colours so a method keeps its colour across figures.
 METHOD_COLOURS = {"grpo": "#7f7f7f", "gdpo": "#1f77b4", "dara": "#d62728", "dara_sym": "#d62728",
                   "dara_asym": "#ff7f0e", "dvao": "#2ca02c", "gd2po_hard": "#9467bd", "gd2po_snr": "#8c564b",
                   "gdpo_saw": "#17becf", "saw": "#17becf", "sa_mrpo": "#e377c2", "static": "#bcbd22",
@@ -28,12 +27,10 @@ _CHANNEL_PATTERN = re.compile(r"^dara/(?:(?P<kind>density|weight)/|(?P<short>pi|
 
 
 def _colour(method: str, index: int) -> str:
-    """A method's colour; a variant (``dara_asym w_max=2``) gets the next free cycle colour, not its method's."""
     return METHOD_COLOURS.get(str(method), f"C{index % 10}")
 
 
 def save_figure(fig, out_prefix: str | Path) -> list[Path]:
-    """Write ``<prefix>.png`` (150 dpi) and ``<prefix>.pdf``, each atomically (dara.io)."""
     prefix = Path(out_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     written = []
@@ -58,7 +55,6 @@ def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
 
 
 def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) -> None:
-    """One method's curve on ``ax``: the median over seeds per step (line) and the min-max band."""
     stats = runs.groupby("step")[metric].agg(["median", "min", "max"])
     n = int(runs["seed"].nunique()) if "seed" in runs.columns else 1
     ax.plot(stats.index, stats["median"], color=colour, lw=1.5, label=f"{name} (n={n})")
@@ -76,11 +72,8 @@ def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
 def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = (),
                 thresholds: Sequence[str | float] = (),
                 crossings: tuple[str, float, pd.DataFrame] | None = None) -> list[Path]:
-    """Rows = groups, columns = metrics; per method the median over seeds and a min-max seed band.
-
-    ``thresholds``: reference lines, each ``X`` (drawn on every panel) or ``METRIC=X`` (that metric only).
-    ``crossings``: (metric, threshold, its threshold_steps table): on that metric's panels the threshold and each
-    method's crossing step (dashed, with a marker), listed in a box."""
+    """Rows = groups, columns = metrics; per method the seed median and min-max band. ``thresholds``: lines ``X`` or
+    ``METRIC=X``; ``crossings`` (metric, threshold, its threshold_steps table): each method's crossing marked."""
     lines = parse_threshold_lines(thresholds, metrics)
     require_columns(frame, ["method", "step", *metrics, *group_by], "plot curves")
     check_one_configuration(frame, [*group_by, "method"], "plot curves")
@@ -112,7 +105,6 @@ def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | P
 
 
 def _crossing_step(steps: pd.DataFrame, part: pd.DataFrame, group_by: Sequence[str], method) -> int | None:
-    """``method``'s step in a threshold_steps table, in the group of ``part`` (None when never reached)."""
     mask = steps["method"] == method
     for column in group_by:
         mask &= steps[column].astype(str) == str(part[column].iloc[0])
@@ -121,7 +113,6 @@ def _crossing_step(steps: pd.DataFrame, part: pd.DataFrame, group_by: Sequence[s
 
 
 def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) -> dict[str, list[float]]:
-    """``["0.8", "train_format=0.9"]`` -> {metric: [levels]}; a bare level applies to every metric."""
     lines: dict[str, list[float]] = {m: [] for m in metrics}
     for spec in specs:
         metric, sep, level = str(spec).rpartition("=")
@@ -133,7 +124,6 @@ def parse_threshold_lines(specs: Sequence[str | float], metrics: Sequence[str]) 
 
 
 def channel_columns(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """{"density": {channel: column}, "weight": {channel: column}} found among the frame's columns."""
     found: dict[str, dict[str, str]] = {"density": {}, "weight": {}}
     for column in frame.columns:
         if match := _CHANNEL_PATTERN.match(str(column)):
@@ -143,27 +133,21 @@ def channel_columns(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
 
 
 def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequence[str] = ()) -> list[Path]:
-    """Rows = groups x methods that log DARA channels; columns = density, weight. One line per channel
-    (median over seeds, min-max band)."""
+    """Rows = groups x methods that log DARA channels; columns = density, weight; one line per channel."""
     columns = channel_columns(frame)
     if not columns["density"] and not columns["weight"]:
         raise ValueError("plot channels: no dara/density/<c>, dara/weight/<c> (or dara/pi_<c>, dara/w_<c>) columns")
     logged = [c for kind in columns.values() for c in kind.values()]
     frame = frame.dropna(subset=logged, how="all")
     check_one_configuration(frame, [*group_by, "method"], "plot channels")
-    items = [
-        (f"{label} {method_label(method)}".strip(), runs)
-        for label, part in _group_items(frame, group_by)
-        for method, runs in part.groupby("method", sort=False)
-    ]
+    items = [(f"{label} {method_label(method)}".strip(), runs) for label, part in _group_items(frame, group_by)
+             for method, runs in part.groupby("method", sort=False)]
     fig, axes = _panels(items, 2)
     for row, (label, runs) in enumerate(items):
         for col, kind in enumerate(("density", "weight")):
             ax = axes[row][col]
             for i, (channel, column) in enumerate(sorted(columns[kind].items())):
-                stats = runs.dropna(subset=[column]).groupby("step")[column].agg(["median", "min", "max"])
-                ax.plot(stats.index, stats["median"], color=f"C{i}", lw=1.5, label=channel)
-                ax.fill_between(stats.index, stats["min"], stats["max"], color=f"C{i}", alpha=0.15, lw=0)
+                draw_seed_band(ax, runs.dropna(subset=[column]), column, f"C{i}", channel)
             ax.set_xlabel("step")
             ax.set_ylabel("active-group density $\\pi_k$" if kind == "density" else "weight $w_k$")
             ax.set_title(f"{label}: {kind}", fontsize=9)
@@ -175,8 +159,7 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
 
 def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *,
                      group_by: Sequence[str] = ()) -> list[Path]:
-    """Checkpoint curves from a per-(method, step) table with ``<metric>_mean``/``_sd`` columns: line = mean over
-    seeds (markers), band = +-1 sd (none where sd is empty, i.e. one run)."""
+    """Checkpoint curves from a per-(method, step) table: mean over seeds, band +-1 sd."""
     require_columns(table, ["method", "step", *group_by] + [f"{m}_mean" for m in metrics], "plot checkpoints")
     items = _group_items(table, group_by)
     fig, axes = _panels(items, len(metrics))

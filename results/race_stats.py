@@ -1,7 +1,6 @@
 """A race's endpoints (threshold step, censored at steps + 1 when never reached; the metric's mean over a step
 range), their paired comparisons (results.paired), and per run whether DARA up-weighted the sparse channel and
-which channels collapsed.
-"""
+which channels collapsed."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ Endpoint = dict[str, dict[int, float]]  # method -> seed -> value
 
 def threshold_endpoint(frame: pd.DataFrame, metric: str, threshold: float, steps: int, rule: str = "median",
                        window: int = 10, hold: int = 20) -> Endpoint:
-    """method -> seed -> the run's step under ``rule`` (results.thresholds) within steps 1..steps (never: steps + 1)."""
+    """method -> seed -> the run's step under ``rule`` within 1..steps (never: steps + 1)."""
     per_run = threshold_steps(frame[frame["step"] <= steps], metric, threshold, rule=rule, per_seed=True,
                               window=window, hold=hold)
     out: Endpoint = {}
@@ -47,7 +46,6 @@ def mean_endpoint(frame: pd.DataFrame, metric: str, first: int, last: int) -> En
 
 def comparisons_table(endpoints: dict[str, Endpoint],
                       comparisons: Sequence[tuple[str, str]] = COMPARISONS) -> pd.DataFrame:
-    """One row per endpoint and comparison whose two methods both ran (paired by seed)."""
     rows = []
     for name, endpoint in endpoints.items():
         for a, b in comparisons:
@@ -61,8 +59,7 @@ def comparisons_table(endpoints: dict[str, Endpoint],
 
 def dara_active_steps(frame: pd.DataFrame, threshold_steps: Endpoint, channel: str,
                       bar: float = ACTIVE_WEIGHT) -> dict[tuple[str, int], int | None]:
-    """(method, seed) -> steps before the run's threshold step with weight/<channel> > bar (None: the method
-    logs no weight)."""
+    """(method, seed) -> steps before its threshold step with weight/<channel> > bar (None: no weight logged)."""
     column = f"dara/weight/{channel}"
     out = {}
     for (method, seed), run in frame.groupby(["method", "seed"], sort=False):

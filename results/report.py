@@ -1,8 +1,5 @@
-"""`python -m results report INPUTS --out DIR`: one static page (DIR/index.html + PNGs): per recipe the final and
-threshold-step tables beside the authors' values, curves and DARA channels with seed bands, and a provenance footer
-(docs/results.md, "The report page"). Inputs: run folders, per-run CSVs and curve CSVs; summary CSVs
-(`<metric>_mean` columns) are reference tables, not inputs.
-"""
+"""`python -m results report INPUTS --out DIR`: one static page (DIR/index.html + PNGs) of run folders, per-run and
+curve CSVs: tables beside the authors' values, figures, provenance (docs/results.md, "The report page")."""
 
 from __future__ import annotations
 
@@ -59,7 +56,6 @@ def _csv_kind(frame: pd.DataFrame) -> str:
 
 
 def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
-    """{'runs': [frames], 'per_run': [(path, frame)], 'curves': [(path, frame)], 'skipped': [reasons]}."""
     found: dict[str, list] = {"runs": [], "per_run": [], "curves": [], "skipped": [], "summary": []}
     runs = []
     for path in inputs:
@@ -83,26 +79,19 @@ def discover(inputs: list[Path], source: str = "auto") -> dict[str, list]:
     return found
 
 
-def _with_model_size(frame: pd.DataFrame) -> pd.DataFrame:
+def _with_model_size(frame: pd.DataFrame, author_names: bool = False) -> pd.DataFrame:
     frame = frame.copy()
     if "model_size" not in frame.columns and "model" in frame.columns:
         frame["model_size"] = frame["model"].map(tables.AUTHORS_MODEL_SIZES)
+    if author_names:  # the authors' method names, to look their values up
+        frame["method"] = frame["method"].map(lambda m: tables.OURS_TO_AUTHORS.get(m, m))
     return frame
 
 
-def _with_author_names(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy with model_size and the authors' method names, to look their values up."""
-    frame = _with_model_size(frame)
-    frame["method"] = frame["method"].map(lambda m: tables.OURS_TO_AUTHORS.get(m, m))
-    return frame
-
-
-# ----------------------------------------------------------------------------- html pieces
 def _cell(mean, sd, n=None) -> str:
     if mean is None or pd.isna(mean):
         return f'<span class="na">{NOT_IN_PAPER}</span>'
-    text = f"{float(mean):.2f}" + (f" ± {float(sd):.2f}" if sd is not None and not pd.isna(sd) else "")
-    return text + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
+    return tables.mean_sd(float(mean), sd, 2, " ± ") + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
 
 
 def _text(column: str, value) -> str:
@@ -110,7 +99,6 @@ def _text(column: str, value) -> str:
 
 
 def _table(caption: str, header: list[str], rows: list[list[str]], css: str = "steps") -> str:
-    """Cells are HTML already; a header ending in " (paper)" is a shaded 'paper' column."""
     head = "".join(f'<th class="paper" title="{html.escape(h)}">paper</th>' if h.endswith(" (paper)")
                    else f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f'<td class="paper">{c}</td>' if h.endswith(" (paper)") else f"<td>{c}</td>"
@@ -120,7 +108,6 @@ def _table(caption: str, header: list[str], rows: list[list[str]], css: str = "s
 
 
 def summary_html(summary: pd.DataFrame, group_by, metrics, paper: bool, caption: str) -> str:
-    """mean ± sd per metric, and when `paper` the authors' value (with their n) in the next column."""
     header = [*group_by, "n", "seeds"] + [h for m in metrics for h in ([m, f"{m} (paper)"] if paper else [m])]
     rows = []
     for _, row in summary.iterrows():
@@ -143,7 +130,7 @@ def plain_html(frame: pd.DataFrame, caption: str) -> str:
 
 
 def figure_html(written: list[Path], out_dir: Path, caption: str) -> str:
-    """The PNG of a figure (the page shows PNGs only: the PDF is deleted)."""
+    """The figure's PNG (its PDF deleted)."""
     for path in written:
         if path.suffix != ".png":
             path.unlink()
@@ -151,7 +138,6 @@ def figure_html(written: list[Path], out_dir: Path, caption: str) -> str:
     return f'<figure><img src="{rel}" alt="{html.escape(caption)}"><figcaption>{html.escape(caption)}</figcaption></figure>'
 
 
-# ----------------------------------------------------------------------------- sections
 def _final_table(frame, metrics, group_by, authors, is_authors) -> str:
     keys = [*group_by, "method", "step"]
     summary = tables.summarise(tables.select_step(frame, "last", metrics), keys, metrics)
@@ -159,7 +145,7 @@ def _final_table(frame, metrics, group_by, authors, is_authors) -> str:
     caption = "each run's last logged step: mean ± sd over seeds"
     if is_authors:
         return summary_html(summary, keys, metrics, False, caption + " (this input is the authors' published data)")
-    named = _with_author_names(summary)
+    named = _with_model_size(summary, author_names=True)
     summary["_size"], summary["_method"] = named.get("model_size"), named["method"]
     theirs = {AUTHOR_CURVES[m]: m for m in metrics if m in AUTHOR_CURVES}
     if authors is not None and theirs and "model_size" in named.columns:
@@ -179,7 +165,7 @@ def _threshold_table(frame, metric, threshold, group_by, authors, is_authors) ->
     theirs = AUTHOR_CURVES.get(metric)
     column = f"paper step ({theirs})" if theirs else "paper step"
     steps[column] = NOT_IN_PAPER
-    named = _with_author_names(steps)
+    named = _with_model_size(steps, author_names=True)
     if authors is not None and theirs in authors.columns and "model_size" in named.columns:
         paper = thresholds.threshold_steps(authors, theirs, threshold, group_by=["model_size"])
         lookup = {(r.model_size, r.method): r.step for r in paper.itertuples()}
@@ -221,8 +207,7 @@ def curves_section(title, frame, out_dir: Path, slug: str, reference: Path, *, t
 
 
 def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> tuple[str, list[str]]:
-    """A per-run table summarised like the paper's table it matches (PAPER_TABLES), the paper beside; its methods
-    keep their names (tables.with_paper finds the authors' rows under our names)."""
+    """A per-run table summarised like the paper's table it matches (PAPER_TABLES), the paper beside."""
     frame = _with_model_size(frame)
     spec = next((t for t in PAPER_TABLES if set(t[1]) <= set(frame.columns)), None)
     if spec is None:
@@ -246,7 +231,6 @@ def per_run_section(path: Path, frame: pd.DataFrame, reference: Path) -> tuple[s
     return title, [summary_html(summary, group_by, metrics, True, caption)]
 
 
-# ----------------------------------------------------------------------------- provenance
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
@@ -260,8 +244,7 @@ def _commit() -> str:
 
 
 def run_provenance(run_dirs: list[Path]) -> list[str]:
-    """Per run: its config file; the data cards and grader its config names (deduplicated); which dead-channel
-    weight convention its DARA weights used; the module of estimators of its own, if any."""
+    """Per run: its config file, data cards, grader, dead-channel weight convention and estimator module."""
     configs, cards, graders, dead, modules = [], {}, set(), {}, []
     for run_dir in run_dirs:
         config = next((p for p in (run_dir / "verl_config.yaml", run_dir / ".hydra" / "config.yaml") if p.exists()), None)
@@ -294,7 +277,6 @@ def run_provenance(run_dirs: list[Path]) -> list[str]:
 
 
 def source_items(source: Path) -> list[str]:
-    """The bullet items of a SOURCE.md, each whole (its continuation lines joined)."""
     items: list[str] = []
     for line in source.read_text(encoding="utf-8").splitlines():
         if line.startswith("- "):
@@ -305,7 +287,6 @@ def source_items(source: Path) -> list[str]:
 
 
 def _reference_provenance(reference: Path, inputs: list[Path]) -> list[str]:
-    """A link to the reference's SOURCE.md, its source, commit and method-name notes quoted whole (HTML)."""
     source = reference / "SOURCE.md"
     if not source.exists():
         return [html.escape(f"the authors' published files: {reference} (no SOURCE.md there)")]
@@ -318,10 +299,8 @@ def _reference_provenance(reference: Path, inputs: list[Path]) -> list[str]:
     return lines
 
 
-# ----------------------------------------------------------------------------- page
 def build_report(inputs: list[str | Path], out_dir: str | Path, *, reference: str | Path = DEFAULT_REFERENCE,
                  threshold: float = 0.8, threshold_metric: str | None = None, source: str = "auto") -> Path:
-    """Write out_dir/index.html and its PNGs for the runs and CSVs in `inputs`; returns the page's path."""
     inputs, out_dir, reference = [Path(p) for p in inputs], Path(out_dir), Path(reference)
     if not reference.is_dir():
         raise RunLogError(f"--reference {reference}: no such folder (the authors' published files, "

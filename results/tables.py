@@ -1,8 +1,5 @@
-"""Seed tables: mean and sample sd (ddof=1) over runs per group and metric, in the columns of the authors'
-method-results files (group columns, ``n``, ``seeds``, ``<metric>_mean``, ``<metric>_sd``); variants apart, a
-grouping that would pool configurations refused. The authors' method names (their ``dara`` is DARA-Sym):
-docs/results.md, "Method labels".
-"""
+"""Seed tables: mean and sample sd (ddof=1) per group and metric in the authors' columns (``n``, ``seeds``,
+``<metric>_mean``, ``<metric>_sd``); their method names: docs/results.md, "Method labels"."""
 
 from __future__ import annotations
 
@@ -32,7 +29,6 @@ _AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")  # "val_format@100": a 
 
 
 def parse_condition(text: str) -> tuple[str, str, object]:
-    """'col OP value' -> (col, op, value); value is a bool, a float or a string."""
     match = _CONDITION.match(text)
     if not match:
         raise ValueError(f"cannot read condition {text!r}; write it as COLUMN OP VALUE, OP one of {list(_OPS)}")
@@ -46,8 +42,7 @@ def parse_condition(text: str) -> tuple[str, str, object]:
 
 
 def drop_rows(frame: pd.DataFrame, condition: str) -> pd.DataFrame:
-    """Drop the rows for which ``condition`` holds. A row with no value in the column is kept: exclusion
-    needs evidence (e.g. the base model has no training curve and stays in the table)."""
+    """Drop the rows for which ``condition`` holds; a row without a value is kept (exclusion needs evidence)."""
     col, op, value = parse_condition(condition)
     require_columns(frame, [col], f"--drop-if {condition!r}")
     holds = frame[col].map(lambda x: bool(pd.notna(x) and _OPS[op](x, value))).astype(bool)
@@ -55,8 +50,7 @@ def drop_rows(frame: pd.DataFrame, condition: str) -> pd.DataFrame:
 
 
 def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> pd.DataFrame:
-    """Add column ``spec`` = METRIC@STEP: each run's curve value at that step, matched on the identifying
-    columns the two frames share (e.g. model_size, method, seed). Runs with no curve get an empty value."""
+    """Add column METRIC@STEP: each run's curve value at that step, matched on the identity columns both have."""
     match = _AT_STEP.match(spec)
     if not match:
         raise ValueError(f"--attach expects METRIC@STEP (e.g. val_format@100), got {spec!r}")
@@ -73,8 +67,7 @@ def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> 
 
 def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str], *,
               partial: bool = False) -> pd.DataFrame:
-    """Mean and sample sd (ddof=1) of each metric over the rows (runs) of each group. A run without a value is an
-    error, unless ``partial`` (runs that log different metrics): then over the runs that have one."""
+    """Mean and sample sd of each metric over each group's runs; a missing value is an error unless ``partial``."""
     require_columns(frame, [*group_by, *metrics], "table")
     check_one_configuration(frame, group_by, "table")
     rows = []
@@ -92,8 +85,7 @@ def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
 
 
 def select_step(frame: pd.DataFrame, step: str | int | None, metrics: Sequence[str]) -> pd.DataFrame:
-    """Per-step curves -> one row per run: the rows at ``step``, or each run's last row with all metrics
-    (``step='last'``). Frames without a ``step`` column (per-run tables) pass unchanged."""
+    """Curves -> one row per run: the rows at ``step``, or each run's last with all metrics (``'last'``)."""
     if step is None or "step" not in frame.columns:
         return frame
     run_key = [c for c in ("run", "model_size", "method", "seed") if c in frame.columns]
@@ -104,38 +96,32 @@ def select_step(frame: pd.DataFrame, step: str | int | None, metrics: Sequence[s
 
 
 def read_paper_table(path: str | Path) -> pd.DataFrame:
-    """The paper's per-method table (``<metric>_mean`` and ``<metric>_sd`` or ``_std`` columns)."""
     table = pd.read_csv(path)
     return table.rename(columns={c: c[: -len("_std")] + "_sd" for c in table.columns if c.endswith("_std")})
 
 
 def markdown_table(frame: pd.DataFrame, empty: str = "", float_format: str = "{:.4g}") -> str:
-    """A plain frame as a markdown table: ``empty`` for a missing cell, floats through ``float_format``."""
     def cell(value) -> str:
-        if pd.isna(value):
-            return empty
-        return float_format.format(value) if isinstance(value, float | np.floating) else str(value)
+        return empty if pd.isna(value) else float_format.format(value) if isinstance(
+            value, float | np.floating) else str(value)
 
     lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
     lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
-def _mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
-    if mean is None or pd.isna(mean):
-        return "–"
-    return f"{mean:.{digits}f}" + (f"{pm}{sd:.{digits}f}" if sd is not None and not pd.isna(sd) else "")
+def mean_sd(mean: float, sd: float, digits: int, pm: str) -> str:
+    plus = f"{pm}{sd:.{digits}f}" if sd is not None and not pd.isna(sd) else ""
+    return "–" if mean is None or pd.isna(mean) else f"{mean:.{digits}f}{plus}"
 
 
 def method_label(method) -> str:
-    """A method cell: the authors' names that are not ours say what they are (``dara (DARA-Sym)``)."""
     return f"{method} ({AUTHORS_METHODS[method][0]})" if method in AUTHORS_METHODS else str(method)
 
 
 def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str]):
-    """Add ``paper_<metric>_mean``/``_sd`` (and the paper's ``n`` as ``paper_n``) beside ours, matched on the
-    group columns present in the paper. Unless our table is itself in the authors' naming, their methods
-    are matched under our names (AUTHORS_TO_OURS: their ``dara``, DARA-Sym, beside our ``dara_sym``)."""
+    """Add ``paper_<metric>_mean``/``_sd`` and ``paper_n`` beside ours; unless ours is in the authors' naming, their
+    methods are matched under our names (AUTHORS_TO_OURS)."""
     if "method" in paper.columns and "method" in summary.columns and not set(map(str, summary["method"])) & AUTHORS_ONLY:
         paper = paper.assign(method=paper["method"].replace(AUTHORS_TO_OURS))
     keys = [c for c in group_by if c in paper.columns]
@@ -150,8 +136,6 @@ def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[st
 
 
 def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str], fmt: str, digits: int = 2) -> str:
-    """The summary as ``md`` (mean ± sd cells, paper beside when present), ``csv`` (all numbers) or
-    ``latex`` (a tabular with mean $\\pm$ sd)."""
     if fmt == "csv":
         return summary.to_csv(index=False, lineterminator="\n")
     pm = " ± " if fmt == "md" else " $\\pm$ "
@@ -164,9 +148,9 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
     for _, row in summary.iterrows():
         cells = [method_label(row[c]) if c == "method" else str(row[c]) for c in group_by] + [str(row["n"])]
         for m in metrics:
-            cells.append(_mean_sd(row[f"{m}_mean"], row[f"{m}_sd"], digits, pm))
+            cells.append(mean_sd(row[f"{m}_mean"], row[f"{m}_sd"], digits, pm))
             if f"paper_{m}_mean" in summary.columns:
-                cells.append(_mean_sd(row[f"paper_{m}_mean"], row.get(f"paper_{m}_sd", math.nan), digits, pm))
+                cells.append(mean_sd(row[f"paper_{m}_mean"], row.get(f"paper_{m}_sd", math.nan), digits, pm))
         body.append(cells)
     if fmt == "md":
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -189,7 +173,6 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
 def build_table(runs: Sequence[str | Path], metrics: Sequence[str], *, group_by: Sequence[str] = ("method",),
                 step: str | int | None = None, drop_if: Sequence[str] = (),
                 attach: Sequence[tuple[str | Path, str]] = (), paper: str | Path | None = None) -> pd.DataFrame:
-    """Load runs, pick one row per run, attach curve values, drop excluded runs, summarise, add the paper."""
     frame = load_runs(runs)
     for curve_path, spec in attach:
         frame = attach_curve_value(frame, load_runs([curve_path]), spec)

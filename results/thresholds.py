@@ -1,7 +1,6 @@
 """Threshold steps (docs/results.md, "Threshold steps"): ``median``, the first step at which the seed-median curve
 reaches X; ``sustained``, the first step whose trailing ``window``-step mean reaches X and stays there for the next
-``hold`` steps. Only steps that carry the metric count; ``per_seed`` gives one step per run.
-"""
+``hold`` steps. Only steps that carry the metric count; ``per_seed`` gives one step per run."""
 
 from __future__ import annotations
 
@@ -16,15 +15,8 @@ from results.variants import check_one_configuration
 RULES = ("median", "sustained")
 
 
-def first_step_reaching(steps: Sequence[int], values: Sequence[float], threshold: float) -> int | None:
-    """First step whose value is >= threshold (steps ascending); None when never reached."""
-    values = np.asarray(values, dtype=float)
-    hits = np.flatnonzero(values >= threshold)
-    return int(np.asarray(steps)[hits[0]]) if hits.size else None
-
-
 def trailing_mean(values: Sequence[float], window: int) -> np.ndarray:
-    """Mean of the last ``window`` values ending at each position; NaN until a full window exists."""
+    """Mean of the last ``window`` values at each position; NaN until a full window."""
     if window <= 0:
         raise ValueError(f"window must be positive, got {window}")
     values = np.asarray(values, dtype=float)
@@ -37,37 +29,17 @@ def trailing_mean(values: Sequence[float], window: int) -> np.ndarray:
 
 def first_sustained_step(steps: Sequence[int], values: Sequence[float], threshold: float, *, window: int = 10,
                          hold: int = 20) -> int | None:
-    """First step whose trailing ``window``-mean is >= threshold and stays so at each of the next ``hold`` logged
-    steps; a step too close to the end to show ``hold`` more cannot be confirmed and does not count."""
+    """First step whose trailing ``window``-mean is >= threshold at it and the next ``hold`` logged steps (a step
+    too close to the end cannot be confirmed)."""
     ok = trailing_mean(values, window) >= threshold  # NaN (partial window) compares False
     hit = next((i for i in range(ok.size - hold) if ok[i: i + hold + 1].all()), None)
     return None if hit is None else int(np.asarray(steps)[hit])
 
 
-def seed_median_curve(frame: pd.DataFrame, metric: str, group_cols: Sequence[str]) -> pd.DataFrame:
-    """Per group and step: the median over seeds of ``metric`` and how many seeds logged it."""
-    present = frame.dropna(subset=[metric])
-    keys = [*group_cols, "step"]
-    curve = present.groupby(keys, sort=False, dropna=False)[metric].agg(["median", "count"]).reset_index()
-    return curve.rename(columns={"median": metric, "count": "n_seeds"}).sort_values(keys, kind="stable")
-
-
-def step_by_rule(steps, values, threshold: float, rule: str = "median", window: int = 10,
-                 hold: int = 20) -> int | None:
-    """One curve's step under ``rule``: "median" = the first step at or above the threshold, "sustained" =
-    ``first_sustained_step`` with ``window`` and ``hold`` (steps ascending); None when never."""
-    if rule == "median":
-        return first_step_reaching(steps, values, threshold)
-    if rule == "sustained":
-        return first_sustained_step(steps, values, threshold, window=window, hold=hold)
-    raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
-
-
 def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule: str = "median",
                     group_by: Sequence[str] = (), per_seed: bool = False, window: int = 10,
                     hold: int = 20) -> pd.DataFrame:
-    """One row per (group..., method[, seed]) with the first step the rule is met (<NA> when never), groups in the
-    order they first appear in the data."""
+    """One row per (group..., method[, seed]): the step the rule is first met (<NA>: never), in data order."""
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
     group_cols = [*group_by, "method"]
@@ -80,12 +52,19 @@ def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule:
     else:
         if "seed" not in frame.columns and frame.duplicated([*group_cols, "step"]).any():
             raise ValueError("several rows per step and no 'seed' column to tell runs apart")
-        curves = seed_median_curve(frame, metric, group_cols)
+        keys = [*group_cols, "step"]
+        curves = (frame.dropna(subset=[metric]).groupby(keys, sort=False, dropna=False)[metric].median()
+                  .reset_index().sort_values(keys, kind="stable"))
     order = frame[group_cols].drop_duplicates()
     rows = []
     for key, part in curves.groupby(group_cols, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        step = step_by_rule(part["step"].to_numpy(), part[metric].to_numpy(), threshold, rule, window, hold)
+        steps, values = part["step"].to_numpy(), part[metric].to_numpy(dtype=float)
+        if rule == "median":  # the first step at or above the threshold
+            hits = np.flatnonzero(values >= threshold)
+            step = int(steps[hits[0]]) if hits.size else None
+        else:
+            step = first_sustained_step(steps, values, threshold, window=window, hold=hold)
         rows.append({**dict(zip(group_cols, key, strict=True)), "step": step})
     found = pd.DataFrame(rows, columns=[*group_cols, "step"])
     out = order.merge(found, on=group_cols, how="left")
@@ -94,8 +73,7 @@ def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule:
 
 
 def seed_summary(per_run: pd.DataFrame, group_cols: Sequence[str] = ("method",)) -> pd.DataFrame:
-    """Per group, over per-run threshold steps (the paper's math T_0.95 / T_0.99): runs, runs that reached it, and
-    the mean, median, min and max step over those (a run that never did is counted in `runs` only)."""
+    """Per group (the paper's math T_0.95 / T_0.99): runs, runs that reached it, and their mean/median/min/max step."""
     group_cols = list(group_cols)
     require_columns(per_run, [*group_cols, "step"], "thresholds summary")
     rows = []

@@ -1,7 +1,5 @@
 """Variants (docs/results.md, "Variants"): runs of one task, model and method whose recorded configurations differ
-in more than the seed get their own ``method`` label (``dara_asym w_max=2``), ``base_method`` and ``config_id``.
-Runs without a recorded configuration keep their method; a key only some runs recorded is left out.
-"""
+in more than the seed get their own ``method`` label (``dara_asym w_max=2``), ``base_method`` and ``config_id``."""
 
 from __future__ import annotations
 
@@ -29,7 +27,6 @@ def _canonical(value: Any) -> str:
 
 
 def short_names(keys: Sequence[str]) -> dict[str, str]:
-    """Each dotted key by its shortest trailing part that no other key of ``keys`` shares."""
     names = {}
     for key in keys:
         parts = key.split(".")
@@ -42,8 +39,8 @@ def short_names(keys: Sequence[str]) -> dict[str, str]:
 
 
 def variant_labels(method: str, configs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One label per configuration (all of one method): the method, then ``key=value`` for the keys where
-    the configurations differ (the first MAX_LABEL_KEYS of them, path-valued keys last, then how many more)."""
+    """One label per configuration of one method: the method and ``key=value`` of the first MAX_LABEL_KEYS keys
+    that differ (path-valued keys last)."""
     keys = {k for i, config in enumerate(configs) for other in configs[i + 1:] for k in config_differences(config, other)}
     # keys holding paths (assets of another output root or checkout) last: the settings a user changed first
     ordered = sorted(keys, key=lambda k: (any(isinstance(c.get(k), str) and "/" in c.get(k) for c in configs), k))
@@ -60,9 +57,8 @@ def variant_labels(method: str, configs: Sequence[Mapping[str, Any]]) -> list[st
 
 
 def _keys_taken_as_unchanged(runs) -> dict[tuple, set[str]]:
-    """Per identity, the keys some runs lack (the code added them after those ran) while every run that has one
-    records the same value: the runs without it are taken as having that value (as dara.train takes such a
-    folder as unchanged), so the key tells nothing apart. A key recorded with two values still does."""
+    """Per identity, the keys some runs lack (added to the code later) that every run recording them has at one value:
+    taken as unchanged, as dara.train does, so they tell nothing apart."""
     runs_of: dict[tuple, int] = {}
     seen: dict[tuple, dict[str, tuple[set[str], int]]] = {}  # identity -> key -> (values, runs recording it)
     for frame, config in runs:
@@ -79,8 +75,6 @@ def _keys_taken_as_unchanged(runs) -> dict[tuple, set[str]]:
 
 
 def name_variants(runs: Sequence[tuple[pd.DataFrame, Mapping[str, Any] | None]]) -> list[pd.DataFrame]:
-    """The runs' frames with ``method`` naming their variant, ``base_method`` and ``config_id`` added (for runs
-    with a recorded configuration; the others unchanged)."""
     unrecorded = _keys_taken_as_unchanged(runs)
     groups: dict[tuple, dict[str, Mapping[str, Any]]] = {}
     keyed = []
@@ -109,8 +103,7 @@ def name_variants(runs: Sequence[tuple[pd.DataFrame, Mapping[str, Any] | None]])
 
 
 def check_one_configuration(frame: pd.DataFrame, group_cols: Sequence[str], what: str) -> None:
-    """Refuse a grouping that would pool runs of different configurations as if they were seeds (runs of
-    several tasks or models under one method): one line naming the group and the columns to add."""
+    """Refuse a grouping that would pool runs of different configurations as if they were seeds."""
     if CONFIG_ID not in frame.columns or not len(frame):
         return
     recorded = frame.dropna(subset=[CONFIG_ID])

@@ -1,8 +1,6 @@
-"""`python scripts/testbed_headline.py [--race cpu_headline|race_format]`: the pure-torch testbed's answer for a
-CPU race's setting (its batch, groups, starting format rate, methods, seeds and metric; the testbed's own policy,
-task and learning rate). Writes ``testbed_curves.csv`` into the race's results folder and prints, per threshold,
-the per-method steps and the paired statistics (docs/headline_cpu.md).
-"""
+"""`python scripts/testbed_headline.py [--race cpu_headline|race_format]`: the pure-torch testbed at a CPU race's
+setting (batch, groups, starting format rate, methods, seeds): ``testbed_curves.csv`` in the race's results folder,
+and per threshold the per-method steps and paired statistics (docs/headline_cpu.md)."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[testbed] {method} seed {seed}: {args.steps} steps, final {METRIC} {records[-1][METRIC]:.3f}",
                   flush=True)
     frame = pd.DataFrame(rows)
-    columns = ["method", "seed", "step", *[c for c in frame.columns if c.startswith(("reward/", "density/",
-                                                                                      "weight/"))]]
+    columns = ["method", "seed", "step", *[c for c in frame.columns if c.startswith(("reward/", "density/", "weight/"))]]
     out = out_dir / "testbed_curves.csv"
     atomic_write_text(out, frame[columns].to_csv(index=False, lineterminator="\n"))
     print(f"wrote {out}")

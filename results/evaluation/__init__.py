@@ -1,4 +1,1 @@
-"""Checkpoint evaluation: math (Acc/Exceed/Joint with bootstrap CIs), ToolRL held-out, BFCL v4.
-
-Run as ``python -m results.evaluation BENCH STAGE ...`` (see results/evaluation/cli.py, docs/results.md).
-"""
+"""Checkpoint evaluation (``python -m results.evaluation BENCH STAGE``, docs/results.md): math, ToolRL, BFCL v4."""

@@ -1,7 +1,4 @@
 """Entry point: ``python -m results.evaluation``."""
-
-import sys
-
 from results.evaluation.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

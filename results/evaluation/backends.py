@@ -1,7 +1,5 @@
-"""Generation through vLLM's offline engine, on a CPU (training's CPU rollout settings) or a GPU: per chat, ``n``
-completions with the text, the generated tokens (eos not counted) and why it stopped (``stop``, ``length``, or
-``over_window`` when the prompt leaves no room in the context window and nothing is generated).
-"""
+"""Generation through vLLM's offline engine on a CPU (training's CPU rollout settings) or a GPU: per chat, ``n``
+completions (text, generated tokens without eos, ``stop`` | ``length`` | ``over_window``)."""
 
 from __future__ import annotations
 
@@ -24,9 +22,7 @@ OVER_WINDOW = "over_window"
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Sampling settings of one evaluation. ``context_window`` (BFCL): each request may generate at most
-    min(max_new_tokens, window - prompt - 2) tokens; a prompt that leaves none gets ``over_window``. None: no clamp."""
-
+    """``context_window`` (BFCL): a request generates at most min(max_new_tokens, window - prompt - 2) tokens."""
     n: int = 1
     temperature: float = 0.6
     top_p: float = 0.95
@@ -43,13 +39,11 @@ class SamplingConfig:
             raise ValueError(f"context_window must exceed {WINDOW_RESERVE} tokens: {self}")
 
     def token_budget(self, prompt_tokens: int) -> int:
-        """New tokens a prompt of ``prompt_tokens`` may get; < 1 means it is over the window."""
-        if self.context_window is None:
-            return self.max_new_tokens
-        return min(self.max_new_tokens, self.context_window - prompt_tokens - WINDOW_RESERVE)
+        return self.max_new_tokens if self.context_window is None else min(
+            self.max_new_tokens, self.context_window - prompt_tokens - WINDOW_RESERVE)
 
     def as_dict(self) -> dict:
-        """The settings as stored beside the generations (no window key without a clamp, as before)."""
+        """As stored beside the generations (no window key without a clamp)."""
         return {k: v for k, v in asdict(self).items() if k != "context_window" or v is not None}
 
 
@@ -66,7 +60,7 @@ class Completion:
 class Backend(Protocol):
     def chat(self, conversations: Sequence[list[dict]], sampling: SamplingConfig,
              seeds: Sequence[int]) -> list[list[Completion]]:
-        """``sampling.n`` completions for each conversation; ``seeds[i]`` seeds conversation i."""
+        """``sampling.n`` completions per conversation; ``seeds[i]`` seeds conversation i."""
 
 
 class EngineStartError(RuntimeError):
@@ -78,10 +72,8 @@ CPU_CLUSTER = PROJECT_ROOT / "conf" / "cluster" / "cpu.yaml"
 
 
 def cpu_engine_settings() -> tuple[dict, dict]:
-    """(vLLM engine arguments, VLLM_* environment) of training's CPU rollout, from CPU_CLUSTER; the trainer's
-    weight-stream extension (``worker_extension_cls``) serves training only."""
+    """(vLLM engine arguments, VLLM_* environment) of training's CPU rollout (less its training-only extension)."""
     from omegaconf import OmegaConf
-
     cluster = OmegaConf.load(CPU_CLUSTER)
     rollout = cluster.actor_rollout_ref.rollout
     engine = {key: rollout[key] for key in ("dtype", "enforce_eager", "enable_chunked_prefill", "enable_sleep_mode")}
@@ -94,15 +86,12 @@ def cpu_engine_settings() -> tuple[dict, dict]:
 
 def model_positions(model_dir: str) -> int | None:
     from transformers import AutoConfig
-
     return getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
 
 
 class VLLMBackend:
-    """vLLM's offline engine: on a CPU with training's CPU rollout settings (CPU_CLUSTER), on a GPU in bf16. Prompts
-    through the tokenizer's chat template. ``max_model_len``: the engine's window (None: the model's); a longer one
-    than the model's positions (BFCL's ``--context-window``) extends them. New tokens are clamped to the window; a
-    prompt that fills it is not sent (``over_window``)."""
+    """vLLM's offline engine (GPU: bf16). ``max_model_len``: the window (None: the model's; a longer one extends the
+    positions). New tokens are clamped to the window; a prompt that fills it is not sent (``over_window``)."""
 
     def __init__(self, model_dir: str, *, device: str, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.85, max_model_len: int | None = None):
@@ -122,7 +111,6 @@ class VLLMBackend:
         # traceback followed by "Engine core initialization failed. See root cause above."
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM  # imported here: the scoring stages need no vLLM
-
         try:
             self.llm = LLM(model=model_dir, max_model_len=max_model_len, **engine)
         except Exception as error:  # any failure to start (memory, model, platform): one line, what to change
@@ -134,7 +122,6 @@ class VLLMBackend:
 
     def chat(self, conversations, sampling: SamplingConfig, seeds) -> list[list[Completion]]:
         from vllm import SamplingParams
-
         # Token ids, not text: vLLM would add special tokens again to a template that already has them.
         prompt_ids = [self.tokenizer(self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
                                      add_special_tokens=False)["input_ids"] for m in conversations]

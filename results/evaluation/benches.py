@@ -1,7 +1,5 @@
-"""The evaluation benches, one object each, named by the tasks (`tasks.registry.TaskSpec.evaluations`): load the
-cases, make the producer, score a record, aggregate the scores, flatten a summary for `results collect`. A task of
-one's own names its own Bench subclass the same way.
-"""
+"""The evaluation benches, named by the tasks (`tasks.registry.TaskSpec.evaluations`; a task of one's own names its
+own Bench subclass)."""
 
 from __future__ import annotations
 
@@ -13,10 +11,9 @@ from tasks.registry import evaluations, load_ref
 
 
 class Bench:
-    """One evaluation family. `defaults`: the paper's sampling (and other unset options); `needs_data`: cases come
-    from --data; `module`: has make_producer(backend, sampling). A bench defines load_cases(args) -> cases,
-    score(record, case, args, pool) -> scored record, aggregate(scored, args) -> (summary, markdown) and
-    flatten(summary) -> the flat columns of `results collect` (named like the authors' per-run files)."""
+    """`defaults`: the paper's sampling; `module`: has make_producer(backend, sampling). A bench defines
+    load_cases(args), score(record, case, args, pool), aggregate(scored, args) -> (summary, markdown) and
+    flatten(summary) -> `results collect`'s columns."""
 
     name: str
     defaults: dict
@@ -24,7 +21,7 @@ class Bench:
     module = None
 
     def complete_generation_args(self, args) -> None:
-        """Fill what generation needs from the model into the command line (BFCL: its context window)."""
+        """Fill what generation needs from the model into args (BFCL: its context window)."""
 
     def producer(self, backend, sampling):
         return self.module.make_producer(backend, sampling)
@@ -34,7 +31,7 @@ class Bench:
         return None
 
     def score_settings(self, args) -> dict:
-        """Scoring settings of the bench's own, stored with its scores (a rerun with others refuses to resume)."""
+        """Scoring settings stored with the scores (a rerun with others refuses to resume)."""
         return {}
 
 
@@ -48,7 +45,6 @@ class MathBench(Bench):
 
     def score_pool(self, args):
         from rewards.pool import HardTimeoutPool
-
         return HardTimeoutPool(args.score_workers, args.score_timeout, preload=["rewards.math"])
 
     def score(self, record, case, args, pool):
@@ -68,9 +64,7 @@ class MathBench(Bench):
 
 
 class ToolRLBench(Bench):
-    """ToolRL held-out rows: greedy, verl's validation default."""
-
-    name = "toolrl"
+    name = "toolrl"  # greedy: verl's validation default
     defaults = {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 1024}
     module = toolrl_eval
 
@@ -126,5 +120,4 @@ MATH, TOOLRL, BFCL = MathBench(), ToolRLBench(), BFCLBench()
 
 
 def benches() -> dict[str, Bench]:
-    """Every registered task's benches by name."""
     return {name: load_ref(ref) for name, ref in evaluations().items()}

@@ -1,10 +1,7 @@
-"""BFCL v4 through ToolRL's own BFCL handler (the one the authors ran), scored by ``bfcl-eval``'s checkers.
-
-The prompt, decoding, sampling, accuracy, format, length and context-window rules are docs/results.md's
-("Checkpoint evaluation", bfcl); prompts and decoding are ``tasks.toolrl``'s. bfcl-eval is installed without its
-dependencies: when its ``constants.model_config`` (which imports every API client) fails to import, a stand-in
-registers the one flag the checker reads (``underscore_to_dot``, off).
-"""
+"""BFCL v4 through ToolRL's own BFCL handler (the one the authors ran; prompts and decoding: ``tasks.toolrl``), scored
+by ``bfcl-eval``'s checkers (rules: docs/results.md, "Checkpoint evaluation"). bfcl-eval is installed without its
+dependencies: when its ``constants.model_config`` fails to import, a stand-in registers the one flag the checker
+reads (``underscore_to_dot``, off)."""
 
 from __future__ import annotations
 
@@ -29,9 +26,7 @@ MAX_STEPS = 20  # bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMIT
 _ALLOWED_KINDS = ("<tool_call>", "<response>", "<tool_call><response>")
 
 
-# ------------------------------------------------------------------------------------------------ bfcl-eval
 def _bfcl():
-    """The pieces of bfcl-eval we use (see the module docstring about model_config)."""
     try:
         import bfcl_eval  # noqa: F401
     except ImportError as err:
@@ -46,18 +41,13 @@ def _bfcl():
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
-
-    return types.SimpleNamespace(
-        ast_checker=ast_checker,
-        multi_turn_checker=multi_turn_checker,
-        execute=multi_turn_utils.execute_multi_turn_func_call,
-        instances=vars(multi_turn_utils),  # where bfcl-eval caches the executable class instances
-        Language=Language,
-    )
+    # instances: where bfcl-eval caches the executable class instances
+    return types.SimpleNamespace(ast_checker=ast_checker, multi_turn_checker=multi_turn_checker, Language=Language,
+                                 execute=multi_turn_utils.execute_multi_turn_func_call, instances=vars(multi_turn_utils))
 
 
 def _forget_instances(bfcl_mod, prefix: str) -> None:
-    """Drop bfcl-eval's cached executable instances of one run (they live in a module's globals)."""
+    """Drop bfcl-eval's cached executable instances of one run."""
     for key in [k for k in bfcl_mod.instances if k.startswith(prefix)]:
         del bfcl_mod.instances[key]
 
@@ -67,12 +57,9 @@ def is_multi_turn(category: str) -> bool:
 
 
 def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | None = None) -> list[dict]:
-    """Test entries with their possible answers, from the bfcl-eval package data. ``messages``: the first-turn chat;
-    ``functions``: the prompted docs (BFCL's language hints), from which later steps are rendered. The checkers get
-    the entry as BFCL's runner does: without language hints (the AST checker types Java/JavaScript values by the
-    original parameter types), multi-turn class docs added."""
+    """Test entries and their answers from bfcl-eval's data: ``messages`` the first-turn chat, ``functions`` the
+    prompted docs; ``entry`` as BFCL's runner gives it to the checkers (no language hints, multi-turn docs added)."""
     from data_prep import bfcl as bfcl_prep
-
     data_dir = bfcl_prep.package_data_dir()
     cases, docs_cache = [], {}
     for category in categories:
@@ -90,13 +77,10 @@ def load_bfcl_cases(categories: Sequence[str] = bfcl.CATEGORIES, limit: int | No
     return cases
 
 
-# ------------------------------------------------------------------------------------------------ decoding
 def is_call_list(decoded) -> bool:
     """BFCL's check of a decoded single-turn output: a list of one-key dicts whose value is a dict."""
-    return isinstance(decoded, list) and all(
-        isinstance(item, dict) and len(item) == 1 and isinstance(next(iter(item.values())), dict)
-        for item in decoded
-    )
+    return isinstance(decoded, list) and all(isinstance(item, dict) and len(item) == 1
+                                             and isinstance(next(iter(item.values())), dict) for item in decoded)
 
 
 def step_calls(text: str) -> list[str]:
@@ -108,33 +92,26 @@ def step_calls(text: str) -> list[str]:
 
 
 def emission_format(text: str) -> float:
-    """1.0 when the emission passes the original ToolRL format test for any allowed structure."""
     from rewards import toolrl
-
     content = protocol.assistant_text(text)
     return max(toolrl.format_reward(content, kind) for kind in _ALLOWED_KINDS)
 
 
 def length_name(max_words: int) -> str:
-    """The per-emission binary think-length score under its authors' name, e.g. ``length_le_16``."""
     return f"length_le_{max_words}"
 
 
 def think_words(text: str) -> int:
-    """Words of the emission's last think span (0 when a think tag is missing)."""
     thought = protocol.last_think_span(protocol.assistant_text(text))
     return 0 if thought is None else len(thought.split())
 
 
 def emission_length(text: str, max_words: int = THINK_WORD_LIMIT) -> float:
-    """The three-reward study's length reward of one emission (rewards.toolrl.think_length_reward)."""
     from rewards import toolrl
-
     return toolrl.think_length_reward(protocol.assistant_text(text), max_words)
 
 
 def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, float]:
-    """Per-case means over the emissions of format, length (also as length_le_N) and think words (0 without)."""
     def mean(fn, *args):
         return float(np.mean([fn(t, *args) for t in emissions])) if emissions else 0.0
 
@@ -144,37 +121,29 @@ def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, floa
 
 
 def model_window(model_dir: str) -> int:
-    """The model's context window: ``max_position_embeddings`` of its config (32,768 for the paper models)."""
     from results.evaluation.backends import model_positions
-
     window = model_positions(model_dir)
     if not isinstance(window, int) or window <= 0:
         raise ValueError(f"{model_dir}: its config names no max_position_embeddings; pass --context-window")
     return window
 
 
-# ------------------------------------------------------------------------------------------------ generation
 class _Dialogue:
-    """The state of one case during generation: BFCL's message history, the current turn and step."""
 
     def __init__(self, case: dict, run_tag: str):
         self.case, self.entry, self.multi = case, case["entry"], is_multi_turn(case["category"])
         self.history: list[dict] = [dict(m) for m in self.entry["question"][0]]
         self.turn = self.step = 0
-        self.turns: list[list[str]] = [[]]
-        self.tokens: list[list[int]] = [[]]
-        self.finish: list[list[str]] = [[]]
+        self.turns, self.tokens, self.finish = [[]], [[]], [[]]  # per turn: texts, token counts, finish reasons
         self.force_quit = self.over_window = self.done = False
         self.model_name = f"{run_tag}_{uuid.uuid4().hex[:8]}"
 
     @property
     def messages(self) -> list[dict]:
-        """What the model receives now: the handler's [system, user] rendering of the whole history."""
         return protocol.bfcl_messages(self.history, self.case["functions"], self.multi)
 
     def advance(self, completion, mod) -> None:
-        """Consume one emission: single-turn cases end; multi-turn cases execute calls or move on. A prompt
-        over the context window ends the case (it is scored failed)."""
+        """One emission: a single-turn case ends; a multi-turn one executes its calls or moves on."""
         if completion.finish_reason == OVER_WINDOW:
             log.warning("BFCL case %s: the prompt leaves no room in the context window; the case fails",
                         self.case["case_id"])
@@ -191,11 +160,9 @@ class _Dialogue:
         if not calls:
             self.next_turn()
             return
-        results, _ = mod.execute(
-            calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
-            self.model_name, self.entry["id"], long_context="long_context" in self.case["category"],
-            is_evaL_run=False,
-        )
+        results, _ = mod.execute(calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
+                                 self.model_name, self.entry["id"], is_evaL_run=False,
+                                 long_context="long_context" in self.case["category"])
         for call, result in zip(calls, results, strict=True):
             self.history.append({"role": "tool", "name": call, "content": result})
         self.step += 1
@@ -222,7 +189,7 @@ class _Dialogue:
 
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
-    """Batch of cases -> records, stepping every case of the batch in lockstep (one backend call per round)."""
+    """Batch of cases -> records, every case stepped in lockstep (one backend call per round)."""
     if sampling.n != 1:
         raise ValueError("BFCL is evaluated with one sample per case")
 
@@ -243,11 +210,9 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
     return produce
 
 
-# ------------------------------------------------------------------------------------------------ scoring
 def score_record(record: dict, case: dict, *, length_max_words: int = THINK_WORD_LIMIT) -> dict:
-    """Accuracy from bfcl-eval's checker, the per-case format and length diagnostics. A case whose prompt
-    went over the context window fails with format, length and think words 0 (the authors' handler put
-    its error text in place of the case's emissions)."""
+    """Accuracy from bfcl-eval's checker and the format and length diagnostics; a case over the context window
+    fails with all 0 (the authors' handler put its error text in place of the emissions)."""
     category = record["category"]
     emissions = [text for turn in record["turns"] for text in turn]
     if record.get("over_window"):
@@ -288,9 +253,7 @@ def _check_multi_turn(record: dict, case: dict, mod) -> tuple[bool, str | None]:
 
 
 def summarise_bfcl(scored: Sequence[dict]) -> dict:
-    """Per-category accuracy, format and length diagnostics (percent; think_words in words), then the groups
-    and Averages of results.bfcl. Live's micro mean uses the case counts actually scored (the official
-    counts on a full run). ``over_window_cases`` counts the cases failed by the context window."""
+    """Per-category scores (percent; think_words in words), then results.bfcl's groups over the counts scored."""
     by_cat: dict[str, list[dict]] = defaultdict(list)
     for rec in scored:
         by_cat[rec["category"]].append(rec)
@@ -316,7 +279,6 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
 
 
 def render_bfcl_table(summary: dict) -> str:
-    """Markdown: per category the cases and every aggregated score, then the Averages and the window count."""
     kinds = summary.get("kinds", ["accuracy", "format"])
     lines = ["| category | cases | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
     lines += [f"| {c} | {v['cases']} | " + " | ".join(f"{v[k]:.2f}" for k in kinds) + " |"

@@ -1,6 +1,5 @@
-"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} --out DIR ...``
-
-Writes generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
+"""``python -m results.evaluation {math,toolrl,bfcl} {generate,score,aggregate,all} --out DIR ...``: writes
+generations.jsonl (+ .meta.json), scores.jsonl, summary.json and summary.md into DIR; every stage is
 resumable. Exit status 1 when cases are still missing after retries (docs/results.md, "Checkpoint evaluation").
 """
 
@@ -33,7 +32,6 @@ def generate(args, bench: Bench, cases: list[dict], backend: Backend | None = No
         return 0
     if backend is None:
         import torch
-
         try:
             backend = VLLMBackend(args.model, device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
                                   tensor_parallel_size=args.tp, gpu_memory_utilization=args.gpu_memory_utilization,
@@ -79,8 +77,7 @@ def aggregate(args, bench: Bench, cases: list[dict]) -> int:
 
 
 def run_identity(args) -> dict:
-    """The run and checkpoint this evaluation scores (for ``python -m results collect``): the training run's
-    run_info.json (run_name, method, seed, task, model), overridden by --run-method/-seed/-step/-model."""
+    """The run this evaluation scores (``results collect``): --run-dir's run_info.json, then --run-*."""
     info: dict = {}
     if args.run_dir:
         path = Path(args.run_dir) / "run_info.json"
@@ -97,12 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("stage", choices=("generate", "score", "aggregate", "all"))
     parser.add_argument("--out", required=True, help="output folder of this evaluation")
     parser.add_argument("--model", help="HF model folder (checkpoint); needed to generate")
-    parser.add_argument("--device", choices=("cpu", "cuda"),
-                        help="where vLLM generates (default: cuda when torch sees one); cpu takes the CPU rollout "
-                             "settings of conf/cluster/cpu.yaml")
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees one; cpu: the "
+                        "rollout settings of conf/cluster/cpu.yaml")
     parser.add_argument("--tp", type=int, default=1, help="cuda: tensor-parallel size")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85,
-                        help="cuda: share of GPU memory vLLM takes (weights + KV cache)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="cuda: vLLM's share of memory")
     parser.add_argument("--data", nargs="*", help="math: benchmark .json/.parquet files; toolrl: .parquet files")
     parser.add_argument("--categories", nargs="*", default=None, help="bfcl categories (default: the 14 of the paper)")
     parser.add_argument("--limit", type=int, help="first N cases per file/category (smoke runs)")
@@ -111,15 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=512,
-                        help="cases per engine call (large batches keep the engine busy)")
+    parser.add_argument("--batch-size", type=int, default=512, help="cases per engine call")
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--backoff", type=float, default=5.0, help="seconds before the first retry (doubling)")
     parser.add_argument("--length-limit", type=int, default=math_eval.LENGTH_LIMIT, help="math: Exceed/Joint limit")
-    parser.add_argument("--length-max-words", type=int, default=bfcl_eval.THINK_WORD_LIMIT,
-                        help="bfcl: think-length score = last think span has at most this many words (16)")
-    parser.add_argument("--context-window", type=int,
-                        help="bfcl: the model's context window (default: max_position_embeddings of its config)")
+    parser.add_argument("--length-max-words", type=int, default=bfcl_eval.THINK_WORD_LIMIT, help="bfcl: think words")
+    parser.add_argument("--context-window", type=int, help="bfcl (default: the model's max_position_embeddings)")
     parser.add_argument("--score-workers", type=int, default=2, help="math: verification worker processes")
     parser.add_argument("--score-timeout", type=float, default=10.0, help="math: seconds per verification")
     parser.add_argument("--run-dir", help="training run folder whose run_info.json names the run (method, seed)")
@@ -132,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
-    """``backend``: an engine already started for ``--model`` (the tests share one); None starts one."""
+    """``backend``: an engine already started for ``--model`` (the tests share one)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     bench = benches()[args.bench]

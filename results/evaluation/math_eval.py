@@ -1,7 +1,6 @@
 """Math evaluation with a length constraint: per sample strict (verl's Hendrycks grader), numeq (strict, else the
 authors' numeric-equivalence fallback), Exceed and Joint; per benchmark and macro-averaged, with question-level
-bootstrap CIs. The rules in full: docs/results.md ("Checkpoint evaluation", math).
-"""
+bootstrap CIs. The rules in full: docs/results.md ("Checkpoint evaluation", math)."""
 
 from __future__ import annotations
 
@@ -15,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.bootstrap import percentile_interval
 from results.evaluation.runner import single_turn_producer
+from results.paired import percentile_interval
 from tasks import math as task
 from tasks.math_answers import RULE as ANSWER_RULE
 from tasks.math_answers import reference_answer
@@ -30,8 +29,7 @@ FILE_TO_SOURCE = {"aime": "aime24", "amc": "amc23", "math": "math500", "minerva"
 
 
 def _reference_answer(raw, where: str) -> str:
-    """The one answer string of a question (the authors grade against a single string: Minerva's first
-    listed form, AMC's float as an integer, OlympiadBench's final_answer[0] under their unwrap rule)."""
+    """The one answer string the authors grade against (tasks.math_answers.reference_answer)."""
     try:
         return reference_answer(raw)
     except ValueError as err:
@@ -39,8 +37,8 @@ def _reference_answer(raw, where: str) -> str:
 
 
 def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> list[dict]:
-    """Questions from raw benchmark JSONs (``problem``/``answer``, the training prompt of tasks.math) or verl
-    parquet files (``prompt`` messages, ``reward_model.ground_truth``); ``limit``: the first N of each file."""
+    """Questions from raw benchmark JSONs (the training prompt of tasks.math) or verl parquet rows; the first
+    ``limit`` of each file."""
     cases: list[dict] = []
     for path in map(Path, paths):
         if path.suffix == ".json":
@@ -60,7 +58,6 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
 
 
 def make_producer(backend: Backend, sampling: SamplingConfig):
-    """Batch of cases -> finished records with every sample's text, token count and finish reason."""
     return single_turn_producer(backend, sampling, carried=("answer",))
 
 
@@ -82,10 +79,8 @@ GRADING = {"acc": "numeq: strict, or the numeric-equivalence fallback", "acc_str
 
 
 def plain_number(text: str | None) -> float | None:
-    """The value of an answer written as a plain number (units, thousands separators, LaTeX spacing,
-    a x 10^n tail allowed); None for fractions, radicals and expressions. Commas and "$" are removed
-    before reading, so numbers joined by commas read as one ("$69$,$84$" and "69, 84" both read 6984),
-    as in the authors' evaluation."""
+    """An answer's value as a plain number (units, separators, LaTeX spacing, x 10^n allowed), else None. Commas
+    are removed first, so "69, 84" reads 6984, as in the authors' evaluation."""
     if text is None:
         return None
     value = _UNIT.sub("", str(text).strip())
@@ -103,29 +98,24 @@ def plain_number(text: str | None) -> float | None:
 
 
 def numeq_boxed(response: str) -> str | None:
-    """The boxed text the fallback reads: the last box matching the one-level nesting pattern, or None."""
     boxes = _SHALLOW_BOX.findall(response or "")
     return boxes[-1] if boxes else None
 
 
 def numeric_equal(response: str, answer: str) -> bool:
-    """The fallback: the box `numeq_boxed` reads and the reference are the same plain number (exactly)."""
     predicted, reference = plain_number(numeq_boxed(response)), plain_number(answer)
     return predicted is not None and reference is not None and predicted == reference
 
 
 def generated_token_ids(sample: dict) -> int:
-    """Generated token ids with the EOS the model emitted (the backends count text tokens, EOS left out)."""
+    """Generated token ids with the EOS the model emitted (the backends leave it out)."""
     return int(sample["n_tokens"]) + (1 if sample["finish_reason"] == "stop" else 0)
 
 
 def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -> dict:
-    """Per sample: strict (verl's Hendrycks grader), correct (numeq: strict, else the numeric fallback), exceed
-    (generated ids with EOS > length_limit), joint. With ``pool`` (a rewards.pool.HardTimeoutPool) each strict
-    grading has a hard time limit: a timeout scores wrong and is counted; a worker error raises (the case stays
-    unscored, a rerun retries it), never a silent zero."""
+    """Per sample: strict (verl's Hendrycks grader), correct (numeq), exceed (ids with EOS > length_limit), joint.
+    With ``pool`` (rewards.pool.HardTimeoutPool) a timeout scores wrong and is counted; a worker error raises."""
     from rewards import math as math_reward
-
     answer = _reference_answer(record["answer"], record["case_id"])
     items = [(s["text"], answer, generated_token_ids(s), length_limit) for s in record["samples"]]
     timeouts = 0
@@ -152,9 +142,8 @@ def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -
 
 
 def summarise_math(scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
-    """Rows = benchmarks (BENCHMARK_ORDER, then others sorted) + "macro"; columns: questions and per metric the mean
-    over questions of the per-question sample mean with its CI (``<m>``, ``<m>_lo``, ``<m>_hi``). The same
-    bootstrap indices serve every metric of a benchmark; macro's resamples are the benchmarks' averaged."""
+    """Rows = benchmarks + "macro"; per metric the mean over questions of the per-question sample mean and its CI
+    (``<m>_lo``, ``<m>_hi``). One set of resample indices per benchmark; macro's resamples average the benchmarks'."""
     by_source: dict[str, dict[str, list[float]]] = {}
     for rec in scored:
         if not rec["correct"]:
@@ -185,7 +174,6 @@ def summarise_math(scored: Sequence[dict], *, n_boot: int = 2000, seed: int = 0,
 
 
 def olympiad_copy(summary: pd.DataFrame) -> str | None:
-    """Which OlympiadBench copy a table used, from its question count (None when it has none)."""
     rows = summary[summary["benchmark"] == "olympiad_bench"]
     if rows.empty:
         return None
@@ -198,7 +186,6 @@ def olympiad_copy(summary: pd.DataFrame) -> str | None:
 
 
 def render_math_table(summary: pd.DataFrame) -> str:
-    """Markdown: percent values with their 95% CI; Acc is the numeq accuracy, Acc strict the Hendrycks one."""
     lines = ["| benchmark | questions | Acc | Acc strict | Exceed | Joint |", "|---|---|---|---|---|---|"]
     for row in summary.to_dict("records"):
         cells = [f"{100 * row[m]:.1f} [{100 * row[f'{m}_lo']:.1f}, {100 * row[f'{m}_hi']:.1f}]" for m in METRICS]
@@ -208,7 +195,7 @@ def render_math_table(summary: pd.DataFrame) -> str:
 
 
 def check_complete(scored: Sequence[dict], samples_per_question: int) -> None:
-    """Every case must carry the same number of samples; a short one would bias pass@1."""
+    """Every case carries the same number of samples (a short one would bias pass@1)."""
     bad = [r["case_id"] for r in scored if len(r["correct"]) != samples_per_question]
     if bad:
         raise ValueError(f"{len(bad)} case(s) without {samples_per_question} samples, e.g. {bad[:3]}")

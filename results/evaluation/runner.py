@@ -1,7 +1,5 @@
-"""The resumable generation loop of every bench: batches of the cases the store lacks, each finished record appended
-at once; an infrastructure error is retried with doubling backoff, and after the retries the batch stays missing (a
-rerun fills it), never scored wrong.
-"""
+"""The resumable generation loop: batches of the cases the store lacks, each record appended at once; an
+infrastructure error is retried with doubling backoff, then the batch stays missing (a rerun fills it)."""
 
 from __future__ import annotations
 
@@ -30,13 +28,12 @@ class RunSummary:
 
 
 def case_seed(base_seed: int, case_id: str) -> int:
-    """A per-case seed independent of order and of resumption: base seed + CRC32 of the case id."""
+    """A per-case seed independent of order and resumption: base seed + CRC32 of the case id."""
     return (base_seed + zlib.crc32(case_id.encode())) % (2**31 - 1)
 
 
 def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[[list[dict]], list[dict]]:
-    """Batch of single-turn cases -> records: the `carried` case fields and every sample, each case seeded by
-    `case_seed` (so results do not depend on batching or resumption)."""
+    """Batch of single-turn cases -> records with the `carried` case fields and every sample."""
 
     def produce(batch: list[dict]) -> list[dict]:
         outputs = backend.chat([c["messages"] for c in batch], sampling,
@@ -49,7 +46,6 @@ def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[
 
 def run_cases(cases: Sequence[dict], store: CaseStore, produce: Callable[[list[dict]], list[dict]], *,
               batch_size: int = 8, retries: int = 3, backoff_s: float = 5.0, label: str = "generate") -> RunSummary:
-    """Generate every case whose ``case_id`` is not in ``store``; see the module docstring."""
     start = time.monotonic()
     ids = [c["case_id"] for c in cases]
     if len(set(ids)) != len(ids):

@@ -1,6 +1,5 @@
 """Resumable case files: one JSON line per finished case, appended and fsync'ed; a partial last line is repaired on
-open; the settings are kept in ``<file>.meta.json`` and reopening with others is refused.
-"""
+open; the settings are kept in ``<file>.meta.json`` and reopening with others is refused."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ class CaseStoreError(ValueError):
 
 
 class CaseStore:
-    """Append-only JSONL of finished cases keyed by ``case_id`` (a repeated id keeps the last)."""
 
     def __init__(self, path: str | Path, settings: dict | None = None):
         self.path = Path(path)
@@ -54,7 +52,6 @@ class CaseStore:
         return len(self.records)
 
     def append(self, record: dict) -> None:
-        """Write one finished case now: append, flush, fsync."""
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             handle.flush()

@@ -1,6 +1,5 @@
 """ToolRL held-out evaluation: ``rewards.toolrl.score`` format and correctness per sample, exact = correctness 3;
-means over cases with bootstrap CIs.
-"""
+means over cases with bootstrap CIs."""
 
 from __future__ import annotations
 
@@ -11,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.bootstrap import bootstrap_ci
 from results.evaluation.runner import single_turn_producer
+from results.paired import bootstrap_ci
 
 METRICS = ("format", "correctness", "exact")
 
@@ -32,7 +31,6 @@ def make_producer(backend: Backend, sampling: SamplingConfig):
 def score_record(record: dict) -> dict:
     """Per sample: rewards.toolrl format and correctness, and exact = correctness at its maximum (3)."""
     from rewards import toolrl
-
     rewards = [toolrl.score(sample["text"], record["ground_truth"]) for sample in record["samples"]]
     corr = [float(r["correctness"]) for r in rewards]
     return {"case_id": record["case_id"], "data_source": record["data_source"],

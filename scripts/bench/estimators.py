@@ -1,14 +1,7 @@
-"""Estimator benchmark: every estimator next to verl's GRPO + whitening and the memory floor.
+"""Estimator benchmark: every estimator next to verl's GRPO + whitening and the floor `adv[:, None] * mask` (one
+read of the mask, one write: the least a token-level estimator does), timed side by side in one process.
 
-All timings are taken side by side in one process, so the ratios are meaningful on a noisy shared
-machine. The floor is `adv[:, None] * mask`: one read of the mask and one write of the output, the
-least any token-level estimator must do.
-
-    python scripts/bench/estimators.py                      # tool-calling and math shapes
-    python scripts/bench/estimators.py --shapes 256x128     # a quick look
-    python scripts/bench/estimators.py --device cuda
-    python scripts/bench/estimators.py --device cuda --compare-cpu   # same inputs on the CPU: the largest differences
-"""
+    python scripts/bench/estimators.py [--shapes 256x128] [--device cuda [--compare-cpu]]"""
 
 from __future__ import annotations
 
@@ -28,7 +21,7 @@ OPTIONS = {"static": {"weights": [1.0, 5.0]}, "saw": {"reward_ranges": RANGES}, 
 
 
 def make_batch(n: int, t: int, group_size: int, device: str, seed: int = 0):
-    """Realistic batch: uid strings as verl makes them, ragged response lengths, a dense and a sparse channel."""
+    """uid strings as verl makes them, ragged response lengths, a dense and a sparse channel."""
     gen = torch.Generator().manual_seed(seed)
     uids = np.array([str(uuid.UUID(int=int(g) + 1)) for g in range(n // group_size)], dtype=object)
     index = np.repeat(uids, group_size)
@@ -41,8 +34,7 @@ def make_batch(n: int, t: int, group_size: int, device: str, seed: int = 0):
 
 
 def paired(fn, floor_fn, repeats: int, device: str) -> tuple[float, float]:
-    """Median time of `fn` and median of its per-round ratio to the floor, timed in alternation (which cancels most
-    of the drift of a shared, noisy machine)."""
+    """Median time of `fn` and of its per-round ratio to the floor, timed in alternation (against drift)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     fn(), floor_fn()  # warm-up (allocator, lazy imports, kernels)
     times, ratios = [], []
@@ -77,7 +69,6 @@ def verl_grpo_fn(scores, index, mask):
 
 
 def bench_shape(label, n, t, group_size, device, repeats):
-    """Rows of (name, median seconds, median ratio to the floor)."""
     scores, index, mask = make_batch(n, t, group_size, device)
     adv = scores.sum(1).float()
 
@@ -119,8 +110,7 @@ def compare_with_cpu(shapes, device) -> int:
 def print_table(label, n, t, rows):
     verl = next((r for r in rows if r[0].startswith("verl")), None)
     print(f"\n### {label}: {n} responses x {t} tokens, K = 2\n")
-    print("| estimator | median ms | x floor | x verl GRPO |")
-    print("|---|---:|---:|---:|")
+    print("| estimator | median ms | x floor | x verl GRPO |\n|---|---:|---:|---:|")
     # x floor: median of per-round paired ratios; x verl: ratio of the two medians (verl's long Python loop slows
     # the floor runs paired with it, so its paired ratio understates its cost)
     for name, seconds, ratio in rows:
