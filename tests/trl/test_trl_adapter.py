@@ -47,9 +47,8 @@ def trl_normalize_then_sum_loop(rows, group_size, weights, eps=TRL_EPS):
 
 def random_rewards(seed, groups=6, group_size=4, channels=2):
     rng = random.Random(seed)
-    rows = [[float(rng.choice([0, 1])), rng.choice([-3.0, 0.0, 1.5, 3.0, rng.uniform(-3, 3)])][:channels]
+    return [[float(rng.choice([0, 1])), rng.choice([-3.0, 0.0, 1.5, 3.0, rng.uniform(-3, 3)])][:channels]
             for _ in range(groups * group_size)]
-    return rows
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -141,8 +140,6 @@ def test_config_batch_norm_is_response_where_the_estimator_takes_it(tmp_path, es
     ({"estimator": "grpo", "batch_norm": "response"}, "does not take batch_norm"),
     ({"w_max": 0.5}, "w_max"),
     ({"eps": 0.0}, "eps"),
-    ({"reward_ranges": [[0, 1]]}, "maps channel names"),
-    ({"reward_ranges": {"format": [1, 0]}}, "min < max"),
 ])
 def test_config_rejects_bad_options_at_construction(tmp_path, values, message):
     with pytest.raises(ValueError, match=message):

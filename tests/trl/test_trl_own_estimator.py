@@ -110,9 +110,7 @@ def test_the_example_estimator_trains_in_trls_trainer_with_the_librarys_diagnost
         torch.testing.assert_close(batch["dara"], expected)
     logged = [entry for entry in trainer.state.log_history if "dara/density/correctness" in entry]
     assert len(logged) == 2
-    for entry in logged:
-        for name in names:
-            assert {f"dara/density/{name}", f"dara/weight/{name}", f"dara/energy_weighted/{name}"} <= set(entry)
+    for entry in logged:  # the example's weights, logged as the library's diagnostics
         density = [entry[f"dara/density/{n}"] for n in names]
         weight = [entry[f"dara/weight/{n}"] for n in names]
         assert weight == pytest.approx([max(density) / d if d > 0 else 1.0 for d in density])  # power 1
