@@ -119,12 +119,9 @@ def test_string_and_int_ids_agree():
     scores = torch.rand(30, 2, generator=gen)
     ints = torch.randint(0, 6, (30,), generator=gen)
     strings = [f"{v:08x}-uid" for v in (ints * 7919).tolist()]
-    mask = torch.ones(30, 4)
     for name in ESTIMATOR_NAMES:
-        opts = options_for(name, 2)
-        a, _ = compute_advantages(name, scores, ints, mask, **opts)
-        b, _ = compute_advantages(name, scores, strings, mask, **opts)
-        c, _ = compute_advantages(name, scores, ints.tolist(), mask, **opts)
+        a, b, c = (compute_advantages(name, scores, ids, torch.ones(30, 4), **options_for(name, 2))[0]
+                   for ids in (ints, strings, ints.tolist()))
         assert torch.equal(a, b) and torch.equal(a, c)
 
 
@@ -203,11 +200,8 @@ def test_any_mask_dtype_gives_float32_zero_outside_the_mask(dtype):
 def test_gd2po_orders_differ_and_drop_conflicts():
     # group 0: both responses conflict (up on one channel, down on the other) -> dropped, c_0 = 0;
     # group 1: response 4 conflicts, responses 3 and 5 are kept -> c_1 = 2/3; group 2: nothing dropped.
-    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0],
-                           [1.0, 1.0], [1.0, 0.0], [0.0, 0.0],
-                           [1.0, 1.0], [0.0, 0.0]])
-    index = [0, 0, 1, 1, 1, 2, 2]
-    mask = torch.ones(7, 3)
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    index, mask = [0, 0, 1, 1, 1, 2, 2], torch.ones(7, 3)
     before, m = compute_advantages("gd2po_hard", scores, index, mask)
     after, _ = compute_advantages("gd2po_hard", scores, index, mask, query_weight="after_whiten")
     assert before[:2].abs().sum() == 0 and after[:2].abs().sum() == 0 and before[3].abs().sum() == 0
