@@ -5,7 +5,7 @@ one: test_training.py's `variant` stage; TRL: tests/trl/test_trl_own_estimator.p
 from __future__ import annotations
 
 import json
-from argparse import Namespace
+from contextlib import ExitStack
 from pathlib import Path
 
 import pandas as pd
@@ -45,9 +45,6 @@ def test_a_module_given_relative_loads_is_pinned_absolute_and_its_options_are_ch
     with pytest.raises(ConfigError, match=r"algorithm.dara: estimator 'softmax_density' has no option\(s\) "
                                           r"\['temprature'\] \(options.<name>\); it declares: temperature"):
         check_config(bad)
-    bad = composed(tmp_path, *own("mine.py", "softmax_density", "algorithm.dara.options.temperature=-1"))
-    with pytest.raises(ConfigError, match=r"option temperature=-1.0 \(options.temperature\) fails its check"):
-        check_config(bad)
 
 
 def test_a_misspelt_estimator_is_one_line_naming_the_librarys_and_verls(tmp_path):
@@ -63,8 +60,7 @@ def test_a_misspelt_estimator_is_one_line_naming_the_librarys_and_verls(tmp_path
 @pytest.mark.usefixtures("registry")
 @pytest.mark.parametrize(("text", "message"), [
     (MODULE.replace("NAME", "rloo"), r"registers 'rloo', a name verl already has"),
-    ("raise ImportError('no torch here')\n", r"failed to import: ImportError: no torch here"),
-    ("x = 1\n", r"registers no estimator"),
+    ("raise ImportError('no torch here')\n", r"failed to import: ImportError: no torch here"),  # the rest: registry
 ])
 def test_a_module_that_cannot_be_used_is_one_config_error_naming_it(tmp_path, text, message):
     path = write_module(tmp_path, text=text)
@@ -103,12 +99,10 @@ def test_the_run_info_records_the_module_and_a_changed_module_is_refused_on_resu
     run_dir.mkdir(parents=True)
     _write_run_info(cfg)
     info = json.loads((run_dir / RUN_INFO).read_text())
-    assert info["estimator_module"]["path"] == str(path.resolve()) and info["estimator_module"]["estimators"] == [
-        "softmax_density"]
-    assert info["estimator_module"]["sha256"] == estimator_module(cfg).sha256
+    assert info["estimator_module"] == estimator_module(cfg).record()
+    assert info["estimator_module"]["path"] == str(path.resolve())
     assert info["config"]["algorithm.dara.estimator_module"] == str(path.resolve())
     (run_dir / METRICS_FILE).write_text('{"step": 1}\n')  # the folder holds a step: a resume
-    from contextlib import ExitStack
     with ExitStack() as stack:  # the same module: resumes
         _claim_run_folder(cfg, stack)
     recorded = dict(info, estimator_module={**info["estimator_module"], "sha256": "0" * 64})
@@ -200,41 +194,33 @@ def test_a_recipe_run_of_ones_own_estimator_composes_to_its_name(tmp_path, monke
     run = Run(task="smoke", model="tiny", estimator="density_power", cluster="cpu", seed=1,
               estimator_module="density_power.py")
     assert run.estimator_module == str(EXAMPLE)  # pinned absolute: a Slurm job starts in the project root
-    assert f"algorithm.dara.estimator_module={EXAMPLE}" in run.overrides()
-    assert "algorithm.adv_estimator=density_power" in run.overrides()
-    assert not any(item.startswith("estimator=") for item in run.overrides())
-    cfg = compose(run.overrides())
-    assert cfg.run.name == run.name == "smoke-tiny-density_power-s1"
+    assert {f"algorithm.dara.estimator_module={EXAMPLE}", "algorithm.adv_estimator=density_power"} <= set(
+        run.overrides()) and not any(item.startswith("estimator=") for item in run.overrides())
+    assert compose(run.overrides()).run.name == run.name == "smoke-tiny-density_power-s1"
     from recipes import load
     [rvpo_run, *_] = load("rvpo").runs(load("rvpo").DEFAULT_SEEDS)
     rvpo = compose(rvpo_run.overrides())
-    assert rvpo.algorithm.adv_estimator == "rvpo" and rvpo.algorithm.dara.rvpo_k == 1.0
-    assert rvpo.algorithm.dara.batch_norm == "token" and rvpo.run.name == rvpo_run.name
-    assert [r.seed for r in load("rvpo").runs(load("rvpo").DEFAULT_SEEDS)] == [0, 1, 2]
+    assert (rvpo.algorithm.adv_estimator, rvpo.algorithm.dara.rvpo_k, rvpo.run.name) == ("rvpo", 1.0, rvpo_run.name)
 
 
 @pytest.mark.usefixtures("registry")
-def test_the_testbed_runs_a_modules_estimators_in_every_study():
-    from dara.testbed.cli import select_studies
+def test_the_testbed_selects_studies_and_runs_a_modules_estimators_in_every_study():
+    from dara.testbed.cli import parse_args, select_studies
     from dara.testbed.task import TaskConfig
     from dara.testbed.train import RunConfig, train_run
-
-    def args(**values):
-        base = {"quick": True, "out": None, "studies": None, "estimators": None, "seeds": None, "steps": None,
-                "threads": 1, "estimator_module": [str(EXAMPLE)]}
-        return Namespace(**{**base, **values})
-    studies = select_studies(args())
+    studies = select_studies(parse_args(["--quick", "--estimator-module", str(EXAMPLE)]))
     assert all(study.estimators[-1] == "density_power" for study in studies)
-    only = select_studies(args(estimators="gdpo,density_power"))
+    only = select_studies(parse_args(["--studies", "main,dense", "--estimators", "gdpo,density_power", "--seeds", "3",
+                                      "--estimator-module", str(EXAMPLE)]))
+    assert [s.name for s in only] == ["main", "dense"] and only[0].seeds == 3
     assert all(study.estimators == ("gdpo", "density_power") for study in only)
-    with pytest.raises(SystemExit, match=r"testbed: unknown estimator\(s\) \['dara_asymm'\]; registered: grpo"):
-        select_studies(args(estimators="dara_asymm"))
-    with pytest.raises(SystemExit, match=r"testbed: estimator module .*absent.py: no such file"):
-        select_studies(args(estimator_module=["absent.py"]))
+    for argv, message in ((["--studies", "nope"], "^unknown studies"),
+                          (["--estimators", "dara_asymm"], r"^testbed: unknown estimator\(s\) \['dara_asymm'\]; registered"),
+                          (["--estimator-module", "absent.py"], r"^testbed: estimator module .*absent.py: no such file")):
+        with pytest.raises(SystemExit, match=message):
+            select_studies(parse_args(argv))
     records, final = train_run(TaskConfig(), RunConfig("density_power", num_prompts=4, group_size=4, steps=2))
     assert len(records) == 2 and "energy_vs_ideal/format" in records[0] and isinstance(final, dict) and final
-    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
-        train_run(TaskConfig(), RunConfig("nope", num_prompts=2, group_size=2, steps=1))
 
 
 def test_the_report_says_which_dead_channel_weight_and_which_module_each_run_used(tmp_path):

@@ -100,36 +100,18 @@ def test_matches_loop_reference(name, batch, batch_norm, query_weight):
         assert weights is None or metrics[f"weight/c{c}"] == pytest.approx(weights[c])
 
 
-def grouped_binary(num_groups, group_size, active_share, seed, dense=True):
-    """Channel 0 dense (varies in every group), channel 1 varies in `active_share` of groups."""
-    gen = torch.Generator().manual_seed(seed)
-    index = torch.arange(num_groups).repeat_interleave(group_size)
-    dense_col = torch.randn(num_groups * group_size, generator=gen)
-    sparse = torch.zeros(num_groups, group_size)
-    active = int(round(active_share * num_groups))
-    sparse[:active, 0] = 1.0  # one success in each active group
-    return torch.stack([dense_col, sparse.reshape(-1)], dim=1), index, active
-
-
-def test_energy_equals_ideal_under_gdpo():
+def test_energy_identities_gdpo_at_the_ideal_dara_sym_equalised():
+    """64 groups of 8: channel 0 varies in every group, channel 1 (one success) in a quarter of them."""
     b, g = 64, 8
-    scores, index, active = grouped_binary(b, g, 0.25, seed=1)
-    _, m = compute_advantages("gdpo", scores, index, torch.ones(b * g, 3))
-    assert m["energy/c0"] == pytest.approx(b * 1.0 * (g - 1), rel=1e-5)
-    assert m["energy/c1"] == pytest.approx(b * (active / b) * (g - 1), rel=1e-5)
-    assert m["energy_vs_ideal/c0"] == pytest.approx(1.0, rel=1e-5)
-    assert m["energy_vs_ideal/c1"] == pytest.approx(1.0, rel=1e-5)
-    assert m["energy_ratio/c1"] == pytest.approx(0.25, rel=1e-5)
-    assert m["active_groups/c1"] == active
-
-
-def test_dara_sym_equalises_weighted_energy_when_uncapped():
-    b, g = 80, 4
-    scores, index, _ = grouped_binary(b, g, 0.1, seed=2)  # w = sqrt(10) < 5: cap does not bind
-    _, m = compute_advantages("dara_sym", scores, index, torch.ones(b * g, 2))
-    assert m["weight/c1"] == pytest.approx(math.sqrt(10))
+    scores = torch.stack([torch.randn(b * g, generator=torch.Generator().manual_seed(1)), torch.zeros(b * g)], 1)
+    scores[:b * g // 4:g, 1] = 1.0
+    _, m = compute_advantages("gdpo", scores, torch.arange(b).repeat_interleave(g), torch.ones(b * g, 3))
+    assert [m["energy/c0"], m["energy/c1"]] == pytest.approx([b * (g - 1), b / 4 * (g - 1)], rel=1e-5)
+    assert [m["energy_vs_ideal/c0"], m["energy_vs_ideal/c1"], m["energy_ratio/c1"]] == pytest.approx([1, 1, 0.25], rel=1e-5)
+    assert m["active_groups/c1"] == b / 4
+    _, m = compute_advantages("dara_sym", scores, torch.arange(b).repeat_interleave(g), torch.ones(b * g, 3))
+    assert m["weight/c1"] == pytest.approx(2.0)  # sqrt(1 / 0.25) < w_max: the cap does not bind
     assert m["energy_weighted/c1"] == pytest.approx(m["energy_weighted/c0"], rel=1e-5)
-    assert m["energy_weighted/c0"] == pytest.approx(b * (g - 1), rel=1e-5)
 
 
 def test_string_and_int_ids_agree():
@@ -137,12 +119,9 @@ def test_string_and_int_ids_agree():
     scores = torch.rand(30, 2, generator=gen)
     ints = torch.randint(0, 6, (30,), generator=gen)
     strings = [f"{v:08x}-uid" for v in (ints * 7919).tolist()]
-    mask = torch.ones(30, 4)
     for name in ESTIMATOR_NAMES:
-        opts = options_for(name, 2)
-        a, _ = compute_advantages(name, scores, ints, mask, **opts)
-        b, _ = compute_advantages(name, scores, strings, mask, **opts)
-        c, _ = compute_advantages(name, scores, ints.tolist(), mask, **opts)
+        a, b, c = (compute_advantages(name, scores, ids, torch.ones(30, 4), **options_for(name, 2))[0]
+                   for ids in (ints, strings, ints.tolist()))
         assert torch.equal(a, b) and torch.equal(a, c)
 
 
@@ -210,24 +189,19 @@ def test_bad_input_raises_named_error(call, message):
         compute_advantages(call.pop("name"), call.pop("scores"), call.pop("index"), call.pop("mask"), **call)
 
 
-def test_output_dtype_device_and_mask():
-    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
-    for mask in (torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]]),
-                 torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]], dtype=torch.bool),
-                 torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]], dtype=torch.float64)):
-        adv, _ = compute_advantages("dara_asym", scores, [0, 0, 1, 1], mask)
-        assert adv.dtype == torch.float32 and adv.device == mask.device
-        assert torch.all(adv[mask == 0] == 0)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float64])
+def test_any_mask_dtype_gives_float32_zero_outside_the_mask(dtype):
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]], dtype=dtype)
+    adv, _ = compute_advantages("dara_asym", torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]),
+                                [0, 0, 1, 1], mask)
+    assert adv.dtype == torch.float32 and torch.all(adv[mask == 0] == 0) and adv.abs().sum() > 0
 
 
 def test_gd2po_orders_differ_and_drop_conflicts():
     # group 0: both responses conflict (up on one channel, down on the other) -> dropped, c_0 = 0;
     # group 1: response 4 conflicts, responses 3 and 5 are kept -> c_1 = 2/3; group 2: nothing dropped.
-    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0],
-                           [1.0, 1.0], [1.0, 0.0], [0.0, 0.0],
-                           [1.0, 1.0], [0.0, 0.0]])
-    index = [0, 0, 1, 1, 1, 2, 2]
-    mask = torch.ones(7, 3)
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    index, mask = [0, 0, 1, 1, 1, 2, 2], torch.ones(7, 3)
     before, m = compute_advantages("gd2po_hard", scores, index, mask)
     after, _ = compute_advantages("gd2po_hard", scores, index, mask, query_weight="after_whiten")
     assert before[:2].abs().sum() == 0 and after[:2].abs().sum() == 0 and before[3].abs().sum() == 0
@@ -236,22 +210,15 @@ def test_gd2po_orders_differ_and_drop_conflicts():
     assert not torch.allclose(before, after, atol=1e-3)
 
 
-def test_grpo_channel_terms_sum_to_advantage():
+@pytest.mark.parametrize("name", ESTIMATOR_NAMES)
+def test_channel_terms_sum_to_the_aggregate(name):
+    """The per-channel terms (energy_weighted/<k> is their sum of squares) add up to the aggregate advantage."""
     gen = torch.Generator().manual_seed(8)
-    scores = torch.randint(0, 3, (32, 2), generator=gen).float()
-    index = torch.arange(8).repeat_interleave(4)
-    adv, m = compute_advantages("grpo", scores, index, torch.ones(32, 1), channel_names=["a", "b"])
-    assert m["weight/a"] == 1.0
-    # the channel terms w_k (r_k - mean_k) / (std + eps) sum to the advantage, response by response
-    agg = ESTIMATORS["grpo"].fn(channel_batch("grpo", scores, index, channel_names=["a", "b"]))
+    scores, index = torch.randint(0, 2, (32, 3), generator=gen).double(), torch.arange(8).repeat_interleave(4)
+    agg = ESTIMATORS[name].fn(channel_batch(name, scores, index, **options_for(name, 3)))
     torch.testing.assert_close(agg.channel_terms.sum(dim=1), agg.values)
-    torch.testing.assert_close(agg.values.float(), adv[:, 0])
-    energy = (agg.channel_terms ** 2).sum(dim=0)
-    assert m["energy_weighted/a"] == pytest.approx(float(energy[0])) and energy.sum() > 0
-    # GRPO has no batch normalisation: an all-active batch keeps the z-score scale (sum of squares ~ B (G-1))
-    total_energy = float((adv[:, 0] ** 2).sum())
-    groups_varying = sum(1 for g in range(8) if scores[4 * g:4 * g + 4].sum(1).unique().numel() > 1)
-    assert total_energy == pytest.approx(groups_varying * 3, rel=1e-4)
+    _, m = compute_advantages(name, scores, index, torch.ones(32, 1), **options_for(name, 3))
+    assert m["energy_weighted/c0"] == pytest.approx(float((agg.channel_terms[:, 0] ** 2).sum()))
 
 
 def test_dara_algo_config_validates_itself_naming_the_problem():

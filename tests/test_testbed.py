@@ -61,9 +61,8 @@ def test_score_matches_loop_reference(length_channel):
     targets = prompts.targets[rows]
     # put the target in the first content positions of some rows, so correctness takes every value
     tokens[:500, 1 : 1 + config.answer_slots] = targets[:500]
-    fast, slow = score(tokens, targets, config), score_loop(tokens, targets, config)
-    assert fast.shape == (4000, len(config.channel_names))
-    assert torch.equal(fast, slow)
+    fast = score(tokens, targets, config)
+    assert fast.shape == (4000, len(config.channel_names)) and torch.equal(fast, score_loop(tokens, targets, config))
     assert len(set(fast[:, 0].tolist())) == config.answer_slots + 1  # every partial-credit level occurs
     assert 0 < fast[:, 1].mean() < 1
 
@@ -96,11 +95,8 @@ def test_bad_task_knobs_are_rejected_with_the_knob_named(knob, value):
 def all_responses(config: TaskConfig) -> torch.Tensor:
     """Every distinct response: n non-EOS tokens then EOS (padded with EOS), or max_len non-EOS tokens."""
     non_eos = range(1, config.vocab_size)
-    rows = []
-    for n in range(config.max_len + 1):
-        for body in itertools.product(non_eos, repeat=n):
-            rows.append(list(body) + [EOS] * (config.max_len - n))
-    return torch.tensor(rows)
+    return torch.tensor([list(body) + [EOS] * (config.max_len - n) for n in range(config.max_len + 1)
+                         for body in itertools.product(non_eos, repeat=n)])
 
 
 def perturbed_policy(config: TaskConfig, seed: int) -> TinyPolicy:
@@ -187,9 +183,9 @@ def test_runs_are_reproducible_and_record_the_library_diagnostics():
     run = RunConfig(estimator="dara_asym", seed=3, steps=3, num_prompts=8, group_size=4)
     first, final = train_run(config, run)
     second, _ = train_run(config, run)
-    assert [{k: v for k, v in r.items() if k != "step_seconds"} for r in first] == [
-        {k: v for k, v in r.items() if k != "step_seconds"} for r in second
-    ]
+    for record in first + second:
+        record.pop("step_seconds")
+    assert first == second
     assert {"density/format", "weight/format", "energy_vs_ideal/correctness", "reward/format/mean"} <= set(first[0])
     assert set(final) == {"eval/correctness", "eval/format"}
 
@@ -218,8 +214,7 @@ def test_mean_ci_matches_the_t_interval_formula():
     values = [3.0, 5.0, 4.0, 8.0, 6.0]
     mean, low, high = stats.mean_ci(values)
     half = 2.776 * statistics.stdev(values) / math.sqrt(5)
-    assert mean == pytest.approx(statistics.mean(values))
-    assert (low, high) == pytest.approx((mean - half, mean + half))
+    assert (mean, low, high) == pytest.approx((statistics.mean(values), mean - half, mean + half))
     assert stats.mean_ci([2.0, math.nan]) == (2.0, 2.0, 2.0)
     assert stats.t_quantile_975(500) == 1.96
     with pytest.raises(ValueError, match="no finite value"):

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from dara.trl import DaraGRPOTrainer
+from dara.trl import DaraGRPOConfig, DaraGRPOTrainer
+
+
+def grpo_config(tmp_path, **values) -> DaraGRPOConfig:
+    return DaraGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=4,
+                          per_device_train_batch_size=8, **values)
 
 
 def row_keys(batch: dict) -> list[tuple]:
