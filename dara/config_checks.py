@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import inspect
 import os
@@ -257,11 +258,14 @@ TRL_WITHOUT_VALUE_HEAD = "1.13"
 
 
 def importable_trl() -> tuple[str | None, str] | None:
-    from dara.preflight.rollout import installed_version
-
+    """(version, location) of the trl verl would import here, or None."""
     if (spec := importlib.util.find_spec("trl")) is None:
         return None
-    return installed_version("trl"), spec.origin or ", ".join(spec.submodule_search_locations or [])
+    try:
+        version = importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return version, spec.origin or ", ".join(spec.submodule_search_locations or [])
 
 
 def trl_conflict(version: str | None, location: str) -> str | None:

@@ -71,7 +71,8 @@ def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
 
 def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | Path, *, group_by: Sequence[str] = (),
                 thresholds: Sequence[str | float] = (),
-                crossings: tuple[str, float, pd.DataFrame] | None = None) -> list[Path]:
+                crossings: tuple[str, float, pd.DataFrame] | None = None,
+                title: str = "median over seeds, band = min-max") -> list[Path]:
     """Rows = groups, columns = metrics; per method the seed median and min-max band. ``thresholds``: lines ``X`` or
     ``METRIC=X``; ``crossings`` (metric, threshold, its threshold_steps table): each method's crossing marked."""
     lines = parse_threshold_lines(thresholds, metrics)
@@ -99,7 +100,7 @@ def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | P
                         bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
             label_panel(ax, label, metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.suptitle("median over seeds, band = min-max", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
 
