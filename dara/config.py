@@ -22,7 +22,6 @@ from dara.slurm_time import DEFAULT_SIGNAL_LEAD_MINUTES
 CONF_DIR = Path(dara.__file__).resolve().parent / "conf"
 VERL_SEARCHPATH = "pkg://verl.trainer.config"  # conf/train.yaml's hydra.searchpath: verl's own trainer config
 SEARCHPATH_KEY = "hydra.searchpath"
-LIBRARY_PREFIX = VERL_PREFIX  # verl's registry key of a library estimator whose bare name verl owns (grpo, gdpo)
 
 
 class ConfigError(ValueError):
@@ -137,7 +136,7 @@ def run_name(task: str, model: str, method: str, seed: int | str, variant: str =
 
 def library_estimator(adv_estimator: str) -> str | None:
     """The library estimator of `algorithm.adv_estimator` (its name, or dara_<name> where verl owns the bare one)."""
-    return next((name for name in (adv_estimator, adv_estimator.removeprefix(LIBRARY_PREFIX))
+    return next((name for name in (adv_estimator, adv_estimator.removeprefix(VERL_PREFIX))
                  if name in ESTIMATOR_NAMES), None)
 
 
@@ -216,11 +215,6 @@ def verl_validation_error(cfg: DictConfig) -> str | None:
     except (AssertionError, ValueError, TypeError, KeyError) as error:
         return f"{type(error).__name__}: {error}"
     return None
-
-
-def validate_with_verl(cfg: DictConfig) -> None:
-    if (error := verl_validation_error(cfg)) is not None:
-        raise ConfigError(f"verl rejects the config: {error}")
 
 
 register_schemas()

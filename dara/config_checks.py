@@ -8,7 +8,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -132,18 +132,6 @@ def narrow_range_warnings(declared: Mapping, given: Mapping) -> list[str]:
 RAY_INIT = "ray_kwargs.ray_init"
 
 
-def _ray_init_names() -> tuple[set[str], set[str]]:
-    """(ray.init's keyword names, the hidden `_name` options it pops from **kwargs)."""
-    import ray
-
-    names = set(inspect.signature(ray.init).parameters) - {"kwargs"}
-    try:
-        hidden = set(re.findall(r"kwargs\.pop\(\s*[\"'](_\w+)[\"']", inspect.getsource(ray.init)))
-    except (OSError, TypeError):
-        hidden = set()
-    return names, hidden
-
-
 def ray_option_problem(ray_init: Mapping) -> str | None:
     """What Ray would refuse in `ray_kwargs.ray_init` (after its processes started), in one line, or None."""
     runtime_env = ray_init.get("runtime_env") or {}
@@ -164,7 +152,13 @@ def ray_option_problem(ray_init: Mapping) -> str | None:
     except Exception as error:  # Ray's own validation (TypeError, ValueError, ...): its first line
         first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
         return f"{RAY_INIT}.runtime_env: Ray refuses it: {first}"
-    names, hidden = _ray_init_names()
+    import ray
+
+    names = set(inspect.signature(ray.init).parameters) - {"kwargs"}
+    try:  # the hidden `_name` options ray.init pops from **kwargs
+        hidden = set(re.findall(r"kwargs\.pop\(\s*[\"'](_\w+)[\"']", inspect.getsource(ray.init)))
+    except (OSError, TypeError):
+        hidden = set()
     if unknown := sorted(k for k in ray_init if k not in names and not (k.startswith("_") and (not hidden or k in hidden))):
         return (f"{RAY_INIT} has {', '.join(unknown)}, not an option of ray.init (it takes "
                 f"{', '.join(sorted(names))})")
@@ -192,8 +186,7 @@ def estimator_module(cfg: DictConfig):
         raise ConfigError(f"{ESTIMATOR_MODULE}: {error}") from None
     from dara.verl.estimators import verl_owned_names
 
-    taken = sorted(set(loaded.names) & verl_owned_names())
-    if taken:
+    if taken := sorted(set(loaded.names) & verl_owned_names()):
         raise ConfigError(f"{ESTIMATOR_MODULE}: {spec} registers {', '.join(map(repr, taken))}, a name verl "
                           "already has (one of verl's own advantage estimators): register it under another name")
     if loaded.from_file and str(spec) != loaded.path:
@@ -247,11 +240,6 @@ def divisibility_problems(cfg: DictConfig) -> list[str]:
         (heads % sp, f"{heads} attention heads are not divisible by Ulysses SP {sp}")) if bad]
 
 
-def _check_allocation(cfg: DictConfig) -> None:
-    if problems := divisibility_problems(cfg):
-        raise ConfigError("allocation: " + "; ".join(problems))
-
-
 # verl 0.9.1's FSDP workers import trl's AutoModelForCausalLMWithValueHead whenever trl is importable
 # (verl/models/transformers/monkey_patch.py, verl/utils/model.py); TRL 1.13 removed it.
 TRL_WITHOUT_VALUE_HEAD = "1.13"
@@ -282,11 +270,6 @@ def trl_conflict(version: str | None, location: str) -> str | None:
             "and TRL from .venv-trl (docs/trl.md), or `pip uninstall trl` here")
 
 
-def _check_trl(cfg: DictConfig) -> None:
-    if (found := importable_trl()) and (problem := trl_conflict(*found)):
-        raise ConfigError(problem)
-
-
 def _check_determinism(cfg: DictConfig) -> None:
     rollout = cfg.actor_rollout_ref.rollout
     seeded = rollout.agent.default_agent_loop == "dara_seeded_single_turn"
@@ -296,31 +279,23 @@ def _check_determinism(cfg: DictConfig) -> None:
                           "advantage 0: add run.seeded_rollout=true (a seed per response)")
 
 
-CONFIG_CHECKS: list[Callable[[DictConfig], object]] = [
-    estimator_module, check_ray_options, _check_allocation, _check_channels, _check_estimator,
-    check_assets, _check_trl, _check_determinism]
-
-
 def check_config(cfg: DictConfig) -> None:
-    for check in CONFIG_CHECKS:
-        check(cfg)
-
-
-def training_rows(cfg: DictConfig, count: int) -> list[tuple[str, object, dict | None]]:
-    """(data_source, ground_truth, extra_info) of the first training file's first `count` rows."""
-    import pandas as pd
-
-    files = OmegaConf.select(cfg, "data.train_files")
-    first = files if isinstance(files, str) else list(files)[0]
-    frame = pd.read_parquet(first).head(count)
-    if missing := {"data_source", "reward_model"} - set(frame.columns):
-        raise ConfigError(f"data.train_files: {first} lacks the verl column(s) {sorted(missing)}")
-    return [(str(row["data_source"]), row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict)
-             else None, row.get("extra_info")) for row in frame.to_dict("records")]
+    estimator_module(cfg)  # first: the checks read its estimators' names
+    check_ray_options(cfg)
+    if problems := divisibility_problems(cfg):
+        raise ConfigError("allocation: " + "; ".join(problems))
+    _check_channels(cfg)
+    _check_estimator(cfg)
+    check_assets(cfg)
+    if (found := importable_trl()) and (problem := trl_conflict(*found)):
+        raise ConfigError(problem)
+    _check_determinism(cfg)
 
 
 def check_reward(cfg: DictConfig) -> None:
     """A reward module of your own scores a few training rows before Ray starts (one line, not a stuck run)."""
+    import pandas as pd
+
     import rewards.verl_entry
     from rewards.verl_entry import RewardOptions
 
@@ -329,8 +304,16 @@ def check_reward(cfg: DictConfig) -> None:
         return
     pool_kwargs, user_kwargs = _reward_kwargs(cfg)
     timeout = float(RewardOptions(**pool_kwargs).timeout_s)
+    files = OmegaConf.select(cfg, "data.train_files")
+    first = files if isinstance(files, str) else list(files)[0]
+    frame = pd.read_parquet(first).head(PROBE_ROWS)
+    if missing := {"data_source", "reward_model"} - set(frame.columns):
+        raise ConfigError(f"data.train_files: {first} lacks the verl column(s) {sorted(missing)}")
+    rows = [(str(row["data_source"]), row["reward_model"].get("ground_truth")
+             if isinstance(row["reward_model"], dict) else None, row.get("extra_info"))
+            for row in frame.to_dict("records")]  # (data_source, ground_truth, extra_info) of the first rows
     try:
-        probe(spec, user_kwargs, training_rows(cfg, PROBE_ROWS), timeout)
+        probe(spec, user_kwargs, rows, timeout)
     except RewardSpecError as error:
         raise ConfigError(str(error)) from None
 

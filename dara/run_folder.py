@@ -21,7 +21,6 @@ VERL_TRACKING = "verl_tracking.jsonl"  # verl's own `file` logger
 CHECKPOINTS = "checkpoints"  # verl's trainer.default_local_dir
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's resume marker, in trainer.default_local_dir
 HF_KEPT = "hf_checkpoints"  # the evaluated steps' HF weights (dara.verl.checkpoints)
-WANDB_DIR = "wandb"
 RUN_LOCK = "run.lock"  # held (flock) by the job using the folder; its text names the holder (dara.run_lock)
 STOP_REQUEST = "stop_request"  # asks the trainer to checkpoint and stop at its next step (dara.verl.stop_request)
 
@@ -125,15 +124,6 @@ class RunFolderError(Exception):
     pass
 
 
-def _json_values(config: Mapping[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(dict(config), default=str))
-
-
-def has_results(run_dir: str | Path) -> bool:
-    metrics = Path(run_dir) / METRICS_FILE
-    return (metrics.exists() and metrics.stat().st_size > 0) or any((Path(run_dir) / CHECKPOINTS).glob("global_step_*"))
-
-
 def _shown(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -149,8 +139,10 @@ def suggested_name(name: str, seed: Any, differences: Mapping[str, Any]) -> str:
 
 def _recorded(run_dir: str | Path, key: str, strict: bool) -> Any:
     """`key` of run_info.json where the folder holds results, else None; unreadable: RunFolderError if `strict`."""
-    info_path = Path(run_dir) / RUN_INFO
-    if not info_path.exists() or not has_results(run_dir):
+    info_path, metrics = Path(run_dir) / RUN_INFO, Path(run_dir) / METRICS_FILE
+    has_results = (metrics.exists() and metrics.stat().st_size > 0) or any(
+        (Path(run_dir) / CHECKPOINTS).glob("global_step_*"))
+    if not info_path.exists() or not has_results:
         return None
     try:
         return json.loads(info_path.read_text()).get(key)
@@ -169,7 +161,7 @@ def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: 
         return []
     # a record written before a key was known not to change the experiment still holds it
     recorded = {k: v for k, v in recorded.items() if not _under(k, NON_EXPERIMENT_KEYS)}
-    current = _json_values(config)
+    current = json.loads(json.dumps(dict(config), default=str))  # as run_info.json holds it
     keys = config_differences(recorded, current)
     differing = [k for k in keys if k in recorded and k in current]
     if not differing:

@@ -60,10 +60,8 @@ def _try_lock(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
-    except BlockingIOError:
-        return False
     except OSError as error:
-        if error.errno in (errno.EAGAIN, errno.EACCES):
+        if error.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):  # BlockingIOError among them
             return False
         raise
 

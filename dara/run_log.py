@@ -18,14 +18,6 @@ __all__ = ["METRICS_FILE", "RunLog", "RunLogError", "read_metrics", "reward_mean
 RunLogError = JsonlError
 
 
-def _flat_float(value) -> float | None:
-    if isinstance(value, Number):  # bool too
-        return float(value)
-    if hasattr(value, "item") and getattr(value, "size", 1) == 1:  # numpy / torch scalars
-        return float(value.item())
-    return None
-
-
 def read_metrics(path: str | Path) -> list[dict]:
     return read_jsonl(path)[0]
 
@@ -53,9 +45,12 @@ class RunLog:
     def write(self, step: int, metrics: dict, channels: list[str]) -> None:
         record = {"step": int(step)}
         for key, value in metrics.items():
-            number = _flat_float(value)
-            if number is not None and math.isfinite(number):
-                record[key] = number
+            if isinstance(value, Number):  # bool too
+                value = float(value)
+            elif hasattr(value, "item") and getattr(value, "size", 1) == 1:  # numpy / torch scalars
+                value = float(value.item())
+            if isinstance(value, float) and math.isfinite(value):
+                record[key] = value
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
             handle.flush()

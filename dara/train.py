@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dara.assets import prepare_assets
-from dara.config import CONF_DIR, validate_with_verl, with_verl_searchpath
+from dara.config import CONF_DIR, verl_validation_error, with_verl_searchpath
 from dara.config_checks import (
     ConfigError,
     check_config,
@@ -99,20 +99,14 @@ def _ray_session(cfg: DictConfig):
         yield
 
 
-def _cluster_choice() -> str:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return HydraConfig.get().runtime.choices.get("cluster", "?")
-    except ValueError:  # not running under Hydra (a test calling train() directly)
-        return "?"
-
-
 def _header(cfg: DictConfig, wandb: dict[str, str], verbose: bool) -> list[str]:
-    run = cfg.run
+    from hydra.core.hydra_config import HydraConfig
+
+    run = cfg.run  # not under Hydra: a test calling train() directly
+    cluster = HydraConfig.get().runtime.choices.get("cluster", "?") if HydraConfig.initialized() else "?"
     steps = cfg.trainer.total_training_steps or "all"
     lines = [f"[dara] {run.name}: task {run.task}, model {run.model}, estimator {cfg.algorithm.adv_estimator} "
-             f"(channels {', '.join(cfg.algorithm.reward_channels)}), cluster {_cluster_choice()}, "
+             f"(channels {', '.join(cfg.algorithm.reward_channels)}), cluster {cluster}, "
              f"{steps} steps, seed {run.seed}",
              f"[dara] output   {run.output_dir}"]
     if not verbose:
@@ -174,33 +168,27 @@ def train(cfg: DictConfig) -> None:
         apply_retention(cfg, at_start=True)
         with _one_line():  # one run per host and /tmp: verl's weight-sync socket names would cross
             claim.enter_context(weight_sync_lock(cfg.run.output_dir))
-        _train_claimed(cfg)
-
-
-def _train_claimed(cfg: DictConfig) -> None:
-    wandb = apply_wandb_env(cfg)
-    # verl reads a few settings (platform, engine device) only from the environment: the cluster config's
-    os.environ.update({str(key): str(value) for key, value in _env_vars(cfg).items()})
-    prepare_assets(cfg)
-    check_inputs(cfg)
-    check_reward(cfg)
-    _write_run_info(cfg)
-    verbose = bool(cfg.run.get("verbose", False))
-    print("\n".join(_header(cfg, wandb, verbose)), flush=True)
-    run_dir = Path(cfg.run.output_dir)
-    start = time.monotonic()
-    with ExitStack() as stack:
-        write = print
-        if not verbose:  # from here on everything printed goes to logs/main.log; progress to the console
-            console = stack.enter_context(quiet_output(run_dir / MAIN_LOG))
-            write = partial(print, file=console, flush=True)
-        try:
-            _run_verl(cfg, write, follow=not verbose)
-        except SystemExit as error:
-            if verbose:
-                raise
-            raise SystemExit(f"{error.code} (full output: {run_dir / MAIN_LOG})") from None
-    print(_summary(cfg, time.monotonic() - start), flush=True)
+        wandb = apply_wandb_env(cfg)
+        # verl reads a few settings (platform, engine device) only from the environment: the cluster config's
+        os.environ.update({str(key): str(value) for key, value in _env_vars(cfg).items()})
+        prepare_assets(cfg)
+        check_inputs(cfg)
+        check_reward(cfg)
+        _write_run_info(cfg)
+        verbose = bool(cfg.run.get("verbose", False))
+        print("\n".join(_header(cfg, wandb, verbose)), flush=True)
+        main_log, start = Path(cfg.run.output_dir) / MAIN_LOG, time.monotonic()
+        with ExitStack() as stack:
+            write = print
+            if not verbose:  # from here on everything printed goes to logs/main.log; progress to the console
+                write = partial(print, file=stack.enter_context(quiet_output(main_log)), flush=True)
+            try:
+                _run_verl(cfg, write, follow=not verbose)
+            except SystemExit as error:
+                if verbose:
+                    raise
+                raise SystemExit(f"{error.code} (full output: {main_log})") from None
+        print(_summary(cfg, time.monotonic() - start), flush=True)
 
 
 def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
@@ -214,7 +202,8 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
         use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
-    validate_with_verl(cfg)  # verl's own checks (batch sizes, parallelism): one line, not a traceback
+    if (error := verl_validation_error(cfg)) is not None:  # batch sizes, parallelism: one line, not a traceback
+        raise ConfigError(f"verl rejects the config: {error}")
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)
     check_ray_options(cfg)  # again: the wandb settings and the session's own options were added since

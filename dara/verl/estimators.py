@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from dara.config import LIBRARY_PREFIX as PREFIX
 from dara.estimators import ESTIMATOR_NAMES, ESTIMATORS, DaraAlgoConfig, compute_advantages, diagnose
+from dara.estimators.registry import VERL_PREFIX as PREFIX
 
 
 class ChannelBatch:
