@@ -115,12 +115,6 @@ def incomplete_reason(folder: str | os.PathLike, layout: CheckpointLayout) -> st
     return None
 
 
-def checkpoint_folders(checkpoint_dir: str | os.PathLike) -> dict[int, Path]:
-    root = Path(checkpoint_dir)
-    matches = [(STEP_FOLDER.fullmatch(path.name), path) for path in (root.iterdir() if root.is_dir() else ())]
-    return {int(m.group(1)): path for m, path in matches if m and (path.is_dir() or path.is_symlink())}
-
-
 def read_marker(checkpoint_dir: str | os.PathLike) -> int | None:
     try:
         return int((Path(checkpoint_dir) / CHECKPOINT_TRACKER).read_text().strip())
@@ -136,10 +130,6 @@ class RetentionPlan:
     marker: int | None = None  # the marker after the plan (None: no resume point)
     marker_before: int | None = None
     resume_note: str = ""
-
-    @property
-    def marker_changed(self) -> bool:
-        return self.marker != self.marker_before
 
 
 def _resume_point(marker: int | None, complete: list[int]) -> tuple[int | None, str]:
@@ -158,7 +148,9 @@ def _resume_point(marker: int | None, complete: list[int]) -> tuple[int | None, 
 def plan_retention(checkpoint_dir, layout: CheckpointLayout, keep_last: int | None, keep_hf_steps=(),
                    kept_dir: str | os.PathLike | None = None, at_start: bool = True) -> RetentionPlan:
     """What to keep and delete (module docstring); changes nothing."""
-    folders = checkpoint_folders(checkpoint_dir)
+    root = Path(checkpoint_dir)
+    matches = [(STEP_FOLDER.fullmatch(path.name), path) for path in (root.iterdir() if root.is_dir() else ())]
+    folders = {int(m.group(1)): path for m, path in matches if m and (path.is_dir() or path.is_symlink())}
     reasons = {step: incomplete_reason(path, layout) for step, path in folders.items()}
     complete = sorted(s for s, r in reasons.items() if r is None)
     plan = RetentionPlan(marker_before=read_marker(checkpoint_dir))
@@ -222,11 +214,9 @@ def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | 
     """The run's retention policy on its checkpoint folder; one line when it changes anything."""
     if at_start and str(OmegaConf.select(cfg, "trainer.resume_mode", default="auto")) != "auto":
         return None
-    checkpoint_dir = OmegaConf.select(cfg, "trainer.default_local_dir", default=None)
-    if checkpoint_dir is None:
+    if (checkpoint_dir := OmegaConf.select(cfg, "trainer.default_local_dir", default=None)) is None:
         return None
-    checkpoint_dir = Path(checkpoint_dir)
-    policy = OmegaConf.select(cfg, "run.checkpoint", default=None) or {}
+    checkpoint_dir, policy = Path(checkpoint_dir), OmegaConf.select(cfg, "run.checkpoint", default=None) or {}
     kept_dir = policy.get("kept_dir", None)
     if at_start and kept_dir and Path(kept_dir).is_dir():
         for staging in Path(kept_dir).glob("global_step_*.tmp"):  # a copy a killed job did not finish
@@ -238,13 +228,13 @@ def apply_retention(cfg, at_start: bool = True, write=print) -> RetentionPlan | 
                           policy.get("keep_hf_steps", None), kept_dir, at_start=at_start)
     for step in plan.keep_hf:
         keep_tree(checkpoint_dir / f"global_step_{step}" / "actor" / "huggingface", Path(kept_dir) / f"global_step_{step}")
-    tracker = checkpoint_dir / CHECKPOINT_TRACKER
-    if plan.marker_changed and plan.marker is None:
+    tracker, marker_changed = checkpoint_dir / CHECKPOINT_TRACKER, plan.marker != plan.marker_before
+    if marker_changed and plan.marker is None:
         tracker.unlink(missing_ok=True)
-    elif plan.marker_changed:
+    elif marker_changed:
         atomic_write_text(tracker, str(plan.marker))
     failed = [f for step in sorted(plan.delete) if (f := _remove(checkpoint_dir / f"global_step_{step}"))]
-    if plan.delete or plan.marker_changed or failed:
+    if plan.delete or marker_changed or failed:
         deleted = "; ".join(f"{s} ({why})" for s, why in sorted(plan.delete.items()))
         parts = [f"[dara] checkpoints: kept steps {', '.join(map(str, plan.keep)) or 'none'}",
                  deleted and f"deleted {deleted}",

@@ -54,18 +54,12 @@ def reward_info(value) -> dict:
     return fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
 
 
-def dynamic_sampling_mode(config) -> str | None:
-    block = (config.get("run", None) or {}).get("dynamic_sampling", None) or {}
-    mode = block.get("mode", None)
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"run.dynamic_sampling.mode={mode!r}: expected one of {list(MODES)} or null")
-    return mode
-
-
 def rounds_settings(config) -> RoundsSettings | None:
-    if dynamic_sampling_mode(config) != "rounds":
+    block = (config.get("run", None) or {}).get("dynamic_sampling", None) or {}
+    if (mode := block.get("mode", None)) is not None and mode not in MODES:
+        raise ValueError(f"run.dynamic_sampling.mode={mode!r}: expected one of {list(MODES)} or null")
+    if mode != "rounds":
         return None
-    block = config.run.dynamic_sampling
     round_prompts, max_rounds = block.get("round_prompts", None), block.get("max_rounds", None)
     if not isinstance(round_prompts, int) or isinstance(round_prompts, bool) or round_prompts < 1:
         raise ValueError(f"run.dynamic_sampling.round_prompts={round_prompts!r}: a positive number of prompts")
@@ -91,10 +85,6 @@ def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
         ranked = rows[np.lexsort((rows, work[rows]))]
         order.extend(ranked[0::2].tolist() + ranked[1::2][::-1].tolist())
     return order
-
-
-def first_uids(ordered_row_uids: Sequence[str], informative: set[str], limit: int) -> list[str]:
-    return list(dict.fromkeys(u for u in ordered_row_uids if u in informative))[:limit]
 
 
 def shortfall_message(step: int, rounds: int, round_prompts: int, informative: int, needed: int,
@@ -174,7 +164,9 @@ class RoundsReplayBuffer(ReplayBuffer):
             rounds.append(ordered_keys)
             informative |= good
             drawn, failed = drawn + len(uids), failed + bad
-            kept = first_uids([k.split("_")[0] for keys in rounds for k in keys], informative, batch_size)
+            # the first batch_size distinct informative uids, in the authors' order
+            kept = list(dict.fromkeys(k.split("_")[0] for keys in rounds for k in keys
+                                      if k.split("_")[0] in informative))[:batch_size]
             print(f"[dara] step {global_steps}, dynamic sampling round {len(rounds)}: {len(good)}/{len(uids)} groups "
                   f"informative, {len(kept)}/{batch_size} collected", flush=True)  # into logs/main.log
         surplus = informative - set(kept)
