@@ -30,17 +30,14 @@ def asset_builder(name: str, key: str = "assets") -> Callable:
     return builder
 
 
-def _builders(cfg: DictConfig) -> list[tuple[str, str, Callable]]:
+def check_assets(cfg: DictConfig) -> list[tuple[str, str, Callable]]:
+    """(run.<key>, name, builder) of each asset the run names; a ConfigError where one is not known."""
     return [(key, str(cfg.run[key]), asset_builder(str(cfg.run[key]), key)) for key in KEYS
             if cfg.run.get(key, None) is not None]
 
 
-def check_assets(cfg: DictConfig) -> None:
-    _builders(cfg)
-
-
 def prepare_assets(cfg: DictConfig) -> None:
-    for key, name, builder in _builders(cfg):
+    for key, name, builder in check_assets(cfg):
         where = cfg.run.assets_dir if key == "assets" else cfg.actor_rollout_ref.model.path
         print(f"[dara] preparing offline {name} assets in {where}", flush=True)
         builder(str(cfg.run.assets_dir), str(cfg.run.output_root))

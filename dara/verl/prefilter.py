@@ -8,7 +8,7 @@ turns the replay buffer into a recording subclass that reads every group it clea
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import transfer_queue as tq
@@ -19,13 +19,6 @@ from dara.verl.rounds import TRAIN_PARTITION, RoundsReplayBuffer, reward_info
 logger = logging.getLogger(__name__)
 
 PREFIX = "rollout_prefilter/"
-
-
-def channel_rows(extra_fields: Iterable, channels: Sequence[str]) -> tuple[np.ndarray, int]:
-    """([M, K] channel values of the trajectories that carry all channels, count of those that do not)."""
-    infos = [reward_info(value) for value in extra_fields]
-    rows = [[float(info[c]) for c in channels] for info in infos if all(c in info for c in channels)]
-    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(channels)), len(infos) - len(rows)
 
 
 class PrefilterRecorder:
@@ -40,9 +33,11 @@ class PrefilterRecorder:
         if partition_id != TRAIN_PARTITION or not keys or not self.prefilter_channels:
             return
         data = tq.kv_batch_get(keys=list(keys), partition_id=partition_id, select_fields=["extra_fields"])
-        rows, missing = channel_rows(list(data["extra_fields"]), self.prefilter_channels)
-        self._prefilter_rows.append(rows)
-        self._prefilter_missing += missing
+        infos, channels = [reward_info(value) for value in data["extra_fields"]], self.prefilter_channels
+        # [M, K] channel values of the trajectories that carry all channels; the others are counted as missing
+        rows = [[float(info[c]) for c in channels] for info in infos if all(c in info for c in channels)]
+        self._prefilter_rows.append(np.asarray(rows, dtype=np.float64).reshape(len(rows), len(channels)))
+        self._prefilter_missing += len(infos) - len(rows)
         self._prefilter_groups.update(key.split("_")[0] for key in keys)
 
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:

@@ -163,8 +163,9 @@ class DaraParallelRewardManager(RewardManagerBase):
             self.scorer.submit(self.pool, data_source, text, ground_truth, response_tokens, extra_info))
         return self._result(outcome, data_source, response_tokens)
 
-    def score_batch(self, data: DataProto) -> dict[str, Any]:
-        """{"reward_tensor" [N, T] (score on the last valid token), "reward_extra_info", "metrics"}."""
+    def __call__(self, data: DataProto, return_dict: bool = False):
+        """The reward_tensor [N, T] (score on the last valid token), with `return_dict` in {"reward_tensor",
+        "reward_extra_info", "metrics"}."""
         lengths = valid_response_lengths(data)
         responses = data.batch["responses"]
         texts = self.tokenizer.batch_decode([responses[row, : int(lengths[row])] for row in range(len(data))],
@@ -184,8 +185,5 @@ class DaraParallelRewardManager(RewardManagerBase):
         keys = results[0]["reward_extra_info"] if results else {}  # every sample has the same keys
         extra = {key: [r["reward_extra_info"][key] for r in results] for key in keys}
         metrics = verl_entry.step_metrics(extra, channel_sets.pop()) if len(data) else {}
-        return {"reward_tensor": reward_tensor, "reward_extra_info": extra, "metrics": metrics}
-
-    def __call__(self, data: DataProto, return_dict: bool = False):
-        result = self.score_batch(data)
-        return result if return_dict else result["reward_tensor"]
+        result = {"reward_tensor": reward_tensor, "reward_extra_info": extra, "metrics": metrics}
+        return result if return_dict else reward_tensor

@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 AGENT_NAME = "dara_seeded_single_turn"
@@ -39,18 +40,13 @@ def seeded_params(sampling_params: dict[str, Any], base_seed: int, request: dict
     """`sampling_params` with this response's seed; a request with a seed, or a greedy one, is left as it is."""
     params = dict(sampling_params)
     if "seed" not in params and float(params.get("temperature", 1.0) or 0.0) > 0.0:
-        params["seed"] = request_seed(
-            base_seed,
-            _as_int(request.get("global_steps", 0)),
-            _as_int(request["index"]),
-            _as_int(request.get("session_id", 0)),
-            validate=bool(request.get("validate", False) or request.get(VALIDATION_KEY, False)),
-        )
+        validate = bool(request.get("validate", False) or request.get(VALIDATION_KEY, False))
+        params["seed"] = request_seed(base_seed, _as_int(request.get("global_steps", 0)),
+                                      _as_int(request["index"]), _as_int(request.get("session_id", 0)), validate)
     return params
 
 
 class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
-
     async def run(self, sampling_params: dict[str, Any], **kwargs):
         return await super().run(seeded_params(sampling_params, self.rollout_config.seed, kwargs), **kwargs)
 
@@ -60,8 +56,6 @@ class ValidationTagged:
         self.loader = loader
 
     def __iter__(self):
-        import numpy as np
-
         for batch in self.loader:
             rows = len(next(iter(batch.values())))
             yield {**batch, VALIDATION_KEY: np.full(rows, True, dtype=object)}
