@@ -39,15 +39,11 @@ def describe_holder(record: dict | None) -> str:
     return f"host {record.get('host', '?')}, pid {record.get('pid', '?')}{job}, since {record.get('since', '?')}"
 
 
-def _read_record(path: Path) -> dict | None:
+def read_holder(folder: str | os.PathLike, lock_name: str = RUN_LOCK) -> dict | None:
     try:
-        return json.loads(path.read_text() or "null")
+        return json.loads((Path(folder) / lock_name).read_text() or "null")
     except (OSError, ValueError):
         return None
-
-
-def read_holder(run_dir: str | os.PathLike) -> dict | None:
-    return _read_record(Path(run_dir) / RUN_LOCK)
 
 
 def _busy(run_dir: Path) -> RunFolderBusy:
@@ -108,7 +104,7 @@ class HostBusy(RunFolderError):
 @contextmanager
 def weight_sync_lock(run_dir: str | os.PathLike, lock_file: Path = WEIGHT_SYNC_LOCK) -> Iterator[None]:
     def busy() -> HostBusy:
-        record = _read_record(lock_file)
+        record = read_holder(lock_file.parent, lock_file.name)
         folder = f", run folder {record['run_dir']}" if record and record.get("run_dir") else ""
         return HostBusy(f"another training run on this host is using verl's weight-sync sockets in /tmp "
                         f"({describe_holder(record)}{folder}; {lock_file}): verl 0.9.1 names them by Ray job id, "

@@ -1,11 +1,7 @@
-"""wandb for every training run, set through the Ray runtime env for verl's `Tracking`:
-- mode: `offline` unless `run.wandb_mode=online`, or `auto` with a `WANDB_API_KEY` and a wandb host that answers
-  from this node within PROBE_TIMEOUT_S (a node without internet would fail in `wandb.init`);
-- run id from the run folder's path, so a resumed run continues the same wandb run;
-- rows carry verl's `training/global_step` as every chart's step metric, while wandb's `_step` only increases
-  (`StepMetricWandb`): steps a resumed run redoes are new rows at the same training step.
-`read_offline_history` reads a `.wandb` file back with wandb's own reader (`wandb leet inspect --json`).
-"""
+"""wandb for every training run, set through the Ray runtime env for verl's `Tracking` (docs/training.md,
+"wandb"): offline unless online is asked or `auto` finds a key and a host answering within PROBE_TIMEOUT_S; the
+run id from the run folder; rows by verl's `training/global_step` (`StepMetricWandb`). `read_offline_history`
+reads a `.wandb` file back with wandb's own reader."""
 
 from __future__ import annotations
 
@@ -145,19 +141,6 @@ def read_offline_history(wandb_file: str | os.PathLike) -> tuple[dict, list[dict
     return run, list(rows.values())
 
 
-def last_wandb_step(wandb_files) -> int:
-    """The highest `_step` of the newest of these `.wandb` files that logged a row; -1 if none."""
-    for path in reversed(list(wandb_files)):
-        try:
-            records = inspect_records(path)
-        except (ValueError, OSError, subprocess.TimeoutExpired):
-            continue  # a log wandb cannot read: nothing to continue from
-        steps = [_wandb_step(r["history"]) for r in records if r.get("type") == "history"]
-        if steps:
-            return max(steps)
-    return -1
-
-
 class StepMetricWandb:
     """verl's wandb backend logging by training step: `_step` is the training step while above every `_step`
     logged before, else the next one. `floor`: the highest `_step` of earlier offline starts."""
@@ -187,5 +170,12 @@ def log_by_step_metric(tracking, run_dir: str | os.PathLike | None) -> None:
     if run_dir is not None:
         current = Path(backend.run.dir).parent.resolve()
         earlier = [f for f in wandb_run_files(run_dir) if f.parent.resolve() != current]
-        floor = last_wandb_step(earlier)
+        for path in reversed(earlier):  # the highest `_step` of the newest earlier start that logged a row
+            try:
+                records = inspect_records(path)
+            except (ValueError, OSError, subprocess.TimeoutExpired):
+                continue  # a log wandb cannot read: nothing to continue from
+            if steps := [_wandb_step(r["history"]) for r in records if r.get("type") == "history"]:
+                floor = max(steps)
+                break
     loggers["wandb"] = StepMetricWandb(backend, floor)

@@ -1,14 +1,7 @@
-"""Where a run's work happened: `<run folder>/ray_nodes.json`, the Ray nodes and the node of every verl worker.
-
-    {"nodes": [{"node_id", "ip", "hostname", "alive", "is_head", "resources"}, ...],
-     "worker_groups": {"actor_rollout": [{"rank", "world_size", "node_id", "ip", "pid", "master_addr",
-                       "process_group": {"backend", "world_size"} | null,
-                       "work": {"actor": {"forward_passes", "optimizer_steps"}, "ref": {...}}}, ...], ...},
-     "distinct_worker_nodes": n, "recorded": {"start": unix time, "end": unix time}}
-
-Recorded after the trainer's `init` ("start") and `fit` ("end"); `work` counts what each rank ran since "start"
-(hooks on each engine's module and optimizer). Recording never fails a run: an error is written into the file.
-"""
+"""Where a run's work happened: `<run folder>/ray_nodes.json`, the Ray nodes and, per verl worker group, each
+rank's node, process group and `work` (forward passes and optimizer steps of each engine since "start", counted
+by hooks in the rank's own process). Recorded after the trainer's `init` ("start") and `fit` ("end"); recording
+never fails a run: an error is written into the file (docs/experiments.md describes the fields)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Checkpoint retention across jobs (verl keeps its rotation list in memory: a requeued job never rotates the
-previous job's). Applied at start (with `trainer.resume_mode=auto`) and after each save (dara.verl.checkpoints):
-- keep the newest `trainer.max_actor_ckpt_to_keep` complete `global_step_N` folders, delete older and incomplete
-  ones; a step of `run.checkpoint.keep_hf_steps` first hard-links its HF weights into `run.checkpoint.kept_dir`;
-- at start, the resume marker must name a complete checkpoint (else it moves back to one, or is removed), and
-  checkpoints past it (their step never logged) are deleted: the run redoes them.
-Complete, by verl's save order: every role folder's `fsdp_config.json` and per-rank shards (and `huggingface/`),
-then `data.pt`. `.pt` zips write their directory last and safetensors state their length, so a file cut short
-is detected without reading it.
-"""
+previous job's), at start (with `trainer.resume_mode=auto`) and after each save (dara.verl.checkpoints): the
+newest complete checkpoints are kept, the evaluated steps' HF weights first hard-linked aside, and the resume
+marker moved to a complete one (docs/experiments.md, "Retention across requeues"). Complete follows verl's save
+order; `.pt` zips write their directory last and safetensors state their length, so a cut file shows unread."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""Math dynamic sampling as the authors ran it: whole generation rounds, a round cap, an error when short.
-
-The authors' math trainer (their ray_trainer.py `fit()` with filter_groups.py), every training step:
-1. a round = the next full dataloader batch (`data.gen_batch_size` prompts x G); later rounds are full batches
-   too (`fit()` never calls their `deficit_request_size`);
-2. the round's rows are reordered by their `_balance_batch`: `calculate_workload(prompt + response tokens)` split
-   into `world_size` partitions by `get_seqlen_balanced_partitions(..., equal_size=True)`, each sorted by
-   (workload, row) and laid out as its even positions then its odd positions reversed;
-3. a group whose G summed rewards are all equal is dropped (one response: dropped);
-4. below `train_batch_size` informative groups another round runs while rounds < `max_num_gen_batches`
-   (2 for R1-1.5B, 4 for 4B/7B; 0 = no cap), else the step raises;
-5. the batch is the first `train_batch_size` distinct uids in that order, with all their rows.
-
-`RoundsReplayBuffer` does this as a verl 0.9.1 replay buffer: it dispatches each round (verl's own refill), waits
-until it is scored, clears the dropped groups from TransferQueue and returns the kept batch in the authors' order.
-"""
+"""Math dynamic sampling as the authors ran it (their ray_trainer.py `fit()` with filter_groups.py): whole
+generation rounds of full dataloader batches, each round's rows in their `_balance_batch` order, constant groups
+dropped, a round cap and an error when short (the five steps: docs/experiments.md#math-dynamic-sampling).
+`RoundsReplayBuffer` does this as a verl 0.9.1 replay buffer, dispatching each round with verl's own refill."""
 
 from __future__ import annotations
 
@@ -71,7 +59,8 @@ def rounds_settings(config) -> RoundsSettings | None:
 
 
 def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
-    """The authors' `_balance_batch` order of one round's rows (module docstring, step 2)."""
+    """The authors' `_balance_batch` order of one round's rows: `calculate_workload` split into `world_size`
+    `get_seqlen_balanced_partitions`, each sorted by (workload, row), its even positions then its odd reversed."""
     if len(seq_lens) == 0:
         return []
     work = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64)).numpy()
