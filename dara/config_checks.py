@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -249,21 +250,18 @@ def importable_trl() -> tuple[str | None, str] | None:
     """(version, location) of the trl verl would import here, or None."""
     if (spec := importlib.util.find_spec("trl")) is None:
         return None
-    try:
+    version = None
+    with suppress(importlib.metadata.PackageNotFoundError):
         version = importlib.metadata.version("trl")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
     return version, spec.origin or ", ".join(spec.submodule_search_locations or [])
 
 
 def trl_conflict(version: str | None, location: str) -> str | None:
     from packaging.version import InvalidVersion, Version
 
-    try:
+    with suppress(InvalidVersion):
         if version is not None and Version(version) < Version(TRL_WITHOUT_VALUE_HEAD):
             return None
-    except InvalidVersion:
-        pass
     return (f"environment: trl {version or '(unknown version)'} is importable here ({location}), and verl 0.9.1's "
             "FSDP workers then import trl's AutoModelForCausalLMWithValueHead, which TRL removed in "
             f"{TRL_WITHOUT_VALUE_HEAD}: every run would fail in init_model; fix: run verl from the project's .venv "

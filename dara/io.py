@@ -42,8 +42,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, payload, **dump_options) -> None:
-    dump_options.setdefault("indent", 2)
-    atomic_write_text(path, json.dumps(payload, **dump_options) + "\n")
+    atomic_write_text(path, json.dumps(payload, **{"indent": 2, **dump_options}) + "\n")
 
 
 def atomic_write_jsonl(path: str | Path, records) -> None:

@@ -19,9 +19,8 @@ PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def adopt_orphans() -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return sys.platform.startswith("linux") and ctypes.CDLL(None, use_errno=True).prctl(
+        PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def _stat(pid: int) -> list[str]:

@@ -107,13 +107,8 @@ class DaraTrainer(PPOTrainerSync):
         buffer = rounds.build_rounds_buffer(self, settings) if settings else self.replay_buffer
         self.replay_buffer = prefilter.with_prefilter_metrics(buffer, self._reward_channels(required=False))
 
-    @property
-    def trainer_mode(self) -> str:  # verl branches on the name ("sync": replay buffer, refill, checkpoints)
-        return "sync"
-
-    @trainer_mode.setter
-    def trainer_mode(self, _registered_name: str) -> None:
-        pass
+    # verl branches on the name ("sync": replay buffer, refill, checkpoints) and sets it to the registered one
+    trainer_mode = property(lambda self: "sync", lambda self, _registered_name: None)
 
     @property
     def logger(self):

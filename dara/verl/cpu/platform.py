@@ -1,9 +1,5 @@
-"""verl's external platform "cpu": verl's trainer on a machine without an accelerator.
-
-Registered after verl's own platforms, so `VERL_PLATFORM=cpu` (conf/cluster/cpu.yaml) or a machine without an
-accelerator gets device `cpu`, backend `gloo`, Ray resource `GPU` (one logical GPU per rank), no IPC.
-`device_module` answers the CUDA-style calls verl makes on `get_torch_device()` that `torch.cpu` lacks.
-"""
+"""verl's external platform "cpu" (docs/cpu.md): device `cpu`, backend `gloo`, Ray resource `GPU` (one logical
+GPU per rank), no IPC; registered after verl's own platforms, so it answers only where none did."""
 
 from __future__ import annotations
 
@@ -32,14 +28,12 @@ def _build_device_module() -> types.ModuleType:
         setattr(module, name, lambda *args, **kwargs: None)
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         setattr(module, name, lambda *args, **kwargs: 0)
-    module.is_available = lambda: True
-    module.device_count = lambda: 1
-    module.current_device = lambda: PLATFORM_NAME
-    module.get_device_name = lambda *args, **kwargs: "CPU"
-    module.mem_get_info = lambda *args, **kwargs: _host_memory()
-    module.manual_seed = module.manual_seed_all = torch.manual_seed
-    module.get_rng_state = lambda *args, **kwargs: torch.get_rng_state()
-    module.set_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
+    vars(module).update(
+        is_available=lambda: True, device_count=lambda: 1, current_device=lambda: PLATFORM_NAME,
+        get_device_name=lambda *args, **kwargs: "CPU", mem_get_info=lambda *args, **kwargs: _host_memory(),
+        manual_seed=torch.manual_seed, manual_seed_all=torch.manual_seed,
+        get_rng_state=lambda *args, **kwargs: torch.get_rng_state(),
+        set_rng_state=lambda state, *args, **kwargs: torch.set_rng_state(state))
     return module
 
 

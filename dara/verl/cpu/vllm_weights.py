@@ -1,10 +1,5 @@
-"""Weight sync into vLLM's CPU build: verl's worker extension, inside vLLM's layer-wise reload.
-
-vLLM's CPU build repacks every linear layer at the first load and drops `layer.weight`, so a reload needs vLLM's
-`initialize_layerwise_reload` / `finalize_layerwise_reload` bracket, where a tied output head loads nothing and
-would keep its old weights: `CPUWeightSyncExtension` loads inside the bracket, copies each tensor out of the reused
-bucket, then re-ties and repacks the head (selected by conf/cluster/cpu.yaml).
-"""
+"""Weight sync into vLLM's CPU build (docs/cpu.md, "The weight sync"): verl's worker extension loading inside
+vLLM's layer-wise reload bracket, then re-tying a tied output head (selected by conf/cluster/cpu.yaml)."""
 
 from __future__ import annotations
 
