@@ -102,11 +102,9 @@ class EngineWatchdog:
             self.polls += 1
             failed = failed + 1 if found else 0
             if found and failed >= self.failures:
-                self._give_up(failure_message(self.engine, *found))
+                line = failure_message(self.engine, *found)
+                logger.error("[dara] %s", line)
+                if self.run_dir:
+                    atomic_write_text(Path(self.run_dir, ENGINE_FAILURE), line + "\n")  # whole or absent
+                self._end_process(EXIT_CODE)
                 return
-
-    def _give_up(self, line: str) -> None:
-        logger.error("[dara] %s", line)
-        if self.run_dir:
-            atomic_write_text(Path(self.run_dir, ENGINE_FAILURE), line + "\n")  # whole or absent
-        self._end_process(EXIT_CODE)

@@ -76,15 +76,6 @@ def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
     return order
 
 
-def shortfall_message(step: int, rounds: int, round_prompts: int, informative: int, needed: int,
-                      drawn: int) -> str:
-    rate = informative / drawn if drawn else 0.0
-    estimate = f"about {math.ceil(needed / (rate * round_prompts))} at this acceptance; " if rate else ""
-    return (f"step {step}: {informative} of the {needed} informative groups after {rounds} round(s) of "
-            f"{round_prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds={rounds}); to go "
-            f"on, rerun with a larger cap, which resumes from the last checkpoint ({estimate}0 = no cap)")
-
-
 TERMINAL = ("finished", "failure")  # a prompt entry's status once all its sessions ended (verl's replay buffer)
 
 
@@ -146,8 +137,13 @@ class RoundsReplayBuffer(ReplayBuffer):
         drawn = failed = 0
         while len(kept) < batch_size:
             if self.settings.max_rounds and len(rounds) == self.settings.max_rounds:
-                raise DynamicSamplingShortError(shortfall_message(
-                    global_steps, len(rounds), self.settings.round_prompts, len(kept), batch_size, drawn))
+                prompts, rate = self.settings.round_prompts, len(kept) / drawn if drawn else 0.0
+                estimate = f"about {math.ceil(batch_size / (rate * prompts))} at this acceptance; " if rate else ""
+                raise DynamicSamplingShortError(
+                    f"step {global_steps}: {len(kept)} of the {batch_size} informative groups after {len(rounds)} "
+                    f"round(s) of {prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds="
+                    f"{len(rounds)}); to go on, rerun with a larger cap, which resumes from the last checkpoint "
+                    f"({estimate}0 = no cap)")
             uids = self.submit_round(self.settings.round_prompts)
             ordered_keys, good, bad, entries = self._run_round(partition_id, uids)
             rounds.append(ordered_keys)

@@ -37,20 +37,6 @@ def _ties_head(model: torch.nn.Module) -> bool:
     return bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False)) and hasattr(model, "lm_head")
 
 
-def retie_output_heads(model: torch.nn.Module) -> int:
-    """Point a tied output head at the reloaded input embedding and rebuild its GEMM handle; returns heads re-tied."""
-    if not _ties_head(model):
-        return 0
-    embed_tokens = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if embed_tokens is None:
-        raise WeightSyncError(f"{type(model).__name__} ties its output head, but has no model.embed_tokens to tie "
-                              "it to; the CPU weight sync knows only the Qwen2/Llama layout")
-    head = model.lm_head.tie_weights(embed_tokens)
-    head.quant_method.process_weights_after_loading(head)
-    model.lm_head = head
-    return 1
-
-
 class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
     @contextmanager
     def _layerwise_reload(self):
@@ -64,7 +50,14 @@ class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
         yield model
         with _expected_reload_warnings_silenced(model):
             finalize_layerwise_reload(model, self.model_runner.vllm_config.model_config)
-        retie_output_heads(model)
+        if _ties_head(model):  # point the head at the reloaded input embedding and rebuild its GEMM handle
+            embed_tokens = getattr(getattr(model, "model", None), "embed_tokens", None)
+            if embed_tokens is None:
+                raise WeightSyncError(f"{type(model).__name__} ties its output head, but has no model.embed_tokens "
+                                      "to tie it to; the CPU weight sync knows only the Qwen2/Llama layout")
+            head = model.lm_head.tie_weights(embed_tokens)
+            head.quant_method.process_weights_after_loading(head)
+            model.lm_head = head
 
     def _check_plain_weights(self, peft_config) -> None:
         if peft_config or getattr(self.model_runner.vllm_config, "quant_config", None) is not None:
