@@ -15,8 +15,7 @@ EXTRA_MODULES = {"verl": ("verl", "ray", "hydra", "omegaconf"), "trl": ("trl", "
 
 
 def missing_extra(extra: str, what: str) -> str | None:
-    missing = [name for name in EXTRA_MODULES[extra] if importlib.util.find_spec(name) is None]
-    if not missing:
+    if not (missing := [name for name in EXTRA_MODULES[extra] if importlib.util.find_spec(name) is None]):
         return None
     return (f"{what} needs the '{extra}' extra ({', '.join(missing)} not installed): pip install "
             f"'{DISTRIBUTION}[{extra}]' (from a checkout: pip install -e '.[{extra}]'); the estimator library "

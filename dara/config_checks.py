@@ -72,8 +72,7 @@ def _reward_kwargs(cfg: DictConfig) -> tuple[dict, dict]:
 def reward_spec(cfg: DictConfig) -> RewardSpec | None:
     """The run's reward module (`reward.custom_reward_function.path`) with its declared channels and ranges for
     `run.data_source` (`rewards.spec`); None without one."""
-    path = OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)
-    if not path:
+    if not (path := OmegaConf.select(cfg, "reward.custom_reward_function.path", default=None)):
         return None
     name = OmegaConf.select(cfg, "reward.custom_reward_function.name", default=None) or "compute_score"
     source = OmegaConf.select(cfg, "run.data_source", default=None)
@@ -178,8 +177,7 @@ ESTIMATOR_MODULE = "algorithm.dara.estimator_module"
 def estimator_module(cfg: DictConfig):
     """Load the estimators of algorithm.dara.estimator_module (first: the checks read their names); a file's path
     is pinned absolute (Ray's actors start in other folders)."""
-    spec = OmegaConf.select(cfg, ESTIMATOR_MODULE, default=None)
-    if not spec:
+    if not (spec := OmegaConf.select(cfg, ESTIMATOR_MODULE, default=None)):
         return None
     try:
         loaded = load_estimator_module(str(spec))
@@ -208,8 +206,7 @@ def _check_estimator(cfg: DictConfig) -> None:
                               f"{', '.join(ESTIMATOR_NAMES)}; verl has {', '.join(verls)} (an estimator of your own: "
                               f"{ESTIMATOR_MODULE}=PATH, docs/estimators.md)")
         return  # one of verl's own estimators: verl validates it
-    mode = str(cfg.trainer.v1.trainer_mode)
-    if mode != "dara_sync":
+    if (mode := str(cfg.trainer.v1.trainer_mode)) != "dara_sync":
         raise ConfigError(f"adv_estimator={algorithm.adv_estimator} needs the project's trainer "
                           f"(trainer.v1.trainer_mode=dara_sync), got trainer_mode={mode}")
     try:

@@ -74,8 +74,7 @@ def _reap(pids: list[int]) -> None:  # no zombies of our ended children
 
 def end_descendants(since_ticks: int = 0, grace_s: float = 10.0) -> list[int]:
     """SIGTERM the descendants started at or after `since_ticks`, SIGKILL those left after `grace_s`."""
-    alive = descendants(since_ticks=since_ticks)
-    if not alive:
+    if not (alive := descendants(since_ticks=since_ticks)):
         return []
     _signal_all(alive, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

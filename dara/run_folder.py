@@ -156,8 +156,7 @@ def _recorded(run_dir: str | Path, key: str, strict: bool) -> Any:
 def check_same_experiment(run_dir: str | Path, config: Mapping[str, Any], name: str, seed: Any) -> list[str]:
     """Raise RunFolderError when `run_dir` holds results of another experiment configuration. Keys only one side
     has (the code added or dropped them since) are taken as unchanged and returned."""
-    recorded = _recorded(run_dir, "config", strict=True)
-    if not isinstance(recorded, Mapping):
+    if not isinstance(recorded := _recorded(run_dir, "config", strict=True), Mapping):
         return []
     # a record written before a key was known not to change the experiment still holds it
     recorded = {k: v for k, v in recorded.items() if not _under(k, NON_EXPERIMENT_KEYS)}

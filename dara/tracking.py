@@ -67,8 +67,7 @@ def choose_wandb_mode(requested: str | None, environ: Mapping[str, str] = os.env
     if not environ.get("WANDB_API_KEY"):
         return "offline", ""
     url = environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
-    why = probe(url, timeout)
-    if why is None:
+    if (why := probe(url, timeout)) is None:
         return "online", ""
     return "offline", (f"[dara] wandb: {url} did not answer from this node ({why}); logging offline "
                        "(run.wandb_mode=online forces online)")

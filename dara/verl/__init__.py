@@ -3,6 +3,5 @@ process by `dara.verl.plugin`; docs/training.md lists the verl seams each module
 
 from dara import missing_extra as _missing_extra
 
-_problem = _missing_extra("verl", "dara.verl (training through verl)")
-if _problem:
+if _problem := _missing_extra("verl", "dara.verl (training through verl)"):
     raise ImportError(_problem)

@@ -58,8 +58,7 @@ def check_reward_ranges(scores: torch.Tensor, channel_names: list[str], ranges: 
         low, high = (float(v) for v in ranges[name])
         column = scores[:, k].to(torch.float64)
         outside = (column < low) | (column > high)
-        count = int(outside.sum())
-        if not count:
+        if not (count := int(outside.sum())):
             continue
         bad = column[outside]
         worst = float(bad[(torch.maximum(low - bad, bad - high)).argmax()])
@@ -87,8 +86,7 @@ def verl_estimator_name(name: str) -> str:
 
 def _make_verl_estimator(name: str):
     def estimator(token_level_rewards, response_mask, config=None, index=None, **_unused):
-        channels = CURRENT_CHANNELS.get()
-        if channels is None:
+        if (channels := CURRENT_CHANNELS.get()) is None:
             raise ValueError(
                 f"adv_estimator {name!r} needs per-channel rewards, which verl's stock trainer does not pass: "
                 "use the project's trainer (trainer.v1.trainer_mode=dara_sync, as conf/train.yaml sets it)"

@@ -40,8 +40,7 @@ class UpdateRecorder:
 
 def grad_clip_metrics(grad_norms: list[float], max_norm: float, updates: int, expect_clipped: bool) -> dict:
     """`grad_norms` may repeat each update's norm per rank: the share is the same, the count that share of `updates`."""
-    norms = np.asarray(grad_norms, dtype=np.float64)
-    if norms.size == 0:
+    if (norms := np.asarray(grad_norms, dtype=np.float64)).size == 0:
         return {}
     # torch's clip_grad_norm_ multiplies by min(1, max_norm / (norm + 1e-6)): it scales when norm + 1e-6 > max_norm
     share = float((norms + TORCH_CLIP_EPS > max_norm).mean())
