@@ -84,8 +84,7 @@ class Progress:
         self.path, self.channels, self.total_steps, self.window = Path(path), channels, total_steps, window
         self.start = time.monotonic()
         self._offset = self.path.stat().st_size if self.path.exists() else 0  # steps of an earlier session
-        self._last = None
-        self._durations: list[float] = []
+        self._last, self._durations = None, []
 
     def _new_records(self) -> list[dict]:
         size = self.path.stat().st_size if self.path.exists() else 0

@@ -1,9 +1,6 @@
-"""Whether each optimizer update of a step was clipped, from verl's own per-update gradient norms.
-
-verl 0.9.1 logs only the mean pre-clip `grad_norm`; `UpdateRecorder` stands in for the actor worker group during
-`_update_actor` and keeps each update's. `actor/grad_clip_active`: the share of the step's updates clipped;
-`actor/grad_unclipped_updates` (with `run.expect_clipped_updates`): how many were not.
-"""
+"""Whether each optimizer update of a step was clipped, from verl's own per-update gradient norms (verl 0.9.1
+logs only their mean): `UpdateRecorder` stands in for the actor worker group during `_update_actor` and keeps
+each update's (metrics: docs/experiments.md)."""
 
 from __future__ import annotations
 

@@ -44,11 +44,10 @@ def _short_alias(target: Path) -> Path:
                 _clear(alias)
                 alias.symlink_to(target, target_is_directory=True)
                 return alias
-            except FileExistsError as error:
-                problem = error
             except OSError as error:
                 problem = error
-                break
+                if not isinstance(error, FileExistsError):
+                    break
     raise OSError(f"cannot make a short alias of {target} for Ray's socket paths in {base.parent}: {problem}")
 
 
