@@ -21,8 +21,7 @@ WARN_COUNTS = {"reward/timeouts": "reward timeouts", "reward/errors": "reward er
 def quiet_output(log_path: str | os.PathLike) -> Iterator[TextIO]:
     """Redirect fds 1 and 2 (also what Ray forwards and starts) into `log_path` for the block; yield a stream to
     the real stdout."""
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -35,9 +34,8 @@ def quiet_output(log_path: str | os.PathLike) -> Iterator[TextIO]:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
+        for target, fd in enumerate(saved, start=1):
+            os.dup2(fd, target)
             os.close(fd)
         console.close()
 

@@ -102,9 +102,9 @@ def _ray_session(cfg: DictConfig):
 def _header(cfg: DictConfig, wandb: dict[str, str], verbose: bool) -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
-    run = cfg.run  # not under Hydra: a test calling train() directly
+    run, steps = cfg.run, cfg.trainer.total_training_steps or "all"
+    # "?" where not under Hydra (a test calling train() directly)
     cluster = HydraConfig.get().runtime.choices.get("cluster", "?") if HydraConfig.initialized() else "?"
-    steps = cfg.trainer.total_training_steps or "all"
     lines = [f"[dara] {run.name}: task {run.task}, model {run.model}, estimator {cfg.algorithm.adv_estimator} "
              f"(channels {', '.join(cfg.algorithm.reward_channels)}), cluster {cluster}, "
              f"{steps} steps, seed {run.seed}",
@@ -125,10 +125,9 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
     if not records:
         return f"[dara] finished in {seconds:.0f}s, no step logged ({path})"
     last = records[-1]
-    channels = list(cfg.algorithm.reward_channels)
     parts = [f"{c}: reward {last.get(f'reward/{c}/mean', float('nan')):.3f}, "
              f"density {last.get(f'dara/density/{c}', float('nan')):.2f}, "
-             f"weight {last.get(f'dara/weight/{c}', float('nan')):.2f}" for c in channels]
+             f"weight {last.get(f'dara/weight/{c}', float('nan')):.2f}" for c in cfg.algorithm.reward_channels]
     text = (f"[dara] {cfg.run.name}: {len(records)} steps in {seconds:.0f}s; last step " + "; ".join(parts)
             + f"\n[dara] metrics: {path}")
     if _env_vars(cfg).get("WANDB_MODE") == "offline" and "wandb" in list(cfg.trainer.logger or []):

@@ -91,8 +91,7 @@ def local_ray_session(output_dir: str | os.PathLike, *, shutdown: bool = True,
     try:
         yield {"_temp_dir": str(folders["tmp_for_ray"])}
     finally:
-        main_thread = threading.current_thread() is threading.main_thread()
-        with _no_interrupt() if main_thread else nullcontext():
+        with _no_interrupt() if threading.current_thread() is threading.main_thread() else nullcontext():
             try:
                 if shutdown:
                     stop_local_ray()
