@@ -152,25 +152,21 @@ def plan_retention(checkpoint_dir, layout: CheckpointLayout, keep_last: int | No
     if at_start:
         plan.marker, plan.resume_note = _resume_point(plan.marker_before, complete)
         limit = -1 if plan.marker is None else plan.marker
-        for step in folders:
-            if step > limit:
-                plan.delete[step] = "past the resume marker: the run redoes it"
+        plan.delete.update({step: "past the resume marker: the run redoes it" for step in folders
+                            if step > limit})
         complete = [s for s in complete if s <= limit]
     else:
         plan.marker = plan.marker_before
-    for step, reason in reasons.items():
-        if reason is not None and step not in plan.delete:
-            plan.delete[step] = f"incomplete: {reason}"
+    plan.delete.update({step: f"incomplete: {reason}" for step, reason in reasons.items()
+                        if reason is not None and step not in plan.delete})
     plan.keep = complete[-keep_last:] if keep_last and keep_last > 0 else complete
-    for step in complete:
-        if step not in plan.keep:
-            plan.delete[step] = f"older than the newest {keep_last}"
+    plan.delete.update({step: f"older than the newest {keep_last}" for step in complete
+                        if step not in plan.keep})
     hf_steps = {int(s) for s in keep_hf_steps or []}
-    for step in sorted(plan.delete):
-        if (step in hf_steps and kept_dir is not None and reasons[step] is None
-                and not (Path(kept_dir) / f"global_step_{step}").is_dir()
-                and (folders[step] / "actor" / "huggingface").is_dir()):
-            plan.keep_hf.append(step)
+    plan.keep_hf = [step for step in sorted(plan.delete)
+                    if step in hf_steps and kept_dir is not None and reasons[step] is None
+                    and not (Path(kept_dir) / f"global_step_{step}").is_dir()
+                    and (folders[step] / "actor" / "huggingface").is_dir()]
     return plan
 
 
