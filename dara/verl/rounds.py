@@ -89,13 +89,9 @@ def group_metric(partition_id: str, uids: set[str], keys: list[str], metric: str
     missing = set(uids) - {key.split("_")[0] for key in keys}  # a finished group without trajectories
     for key, value in zip(keys, list(data["rm_scores"] if reward else data["extra_fields"]) if keys else [],
                           strict=True):
-        uid = key.split("_")[0]
-        if reward:
-            values.setdefault(uid, []).append(float(value.sum().item()))
-            continue
-        info = reward_info(value)
-        if metric in info:
-            values.setdefault(uid, []).append(float(info[metric]))
+        uid, info = key.split("_")[0], None if reward else reward_info(value)
+        if reward or metric in info:
+            values.setdefault(uid, []).append(float(value.sum().item() if reward else info[metric]))
         else:
             missing.add(uid)
     if missing:
