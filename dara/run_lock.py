@@ -1,9 +1,7 @@
-"""One job per run folder, one training run per host: exclusive `flock`s (released by the kernel however the
-process ends), whose text names the holder. A file system without flock: one line, and the run goes on unlocked.
-
-`weight_sync_lock`: verl 0.9.1 names its weight-sync sockets `/tmp/rl-colocate-zmq-<Ray job id>-...sock`, and
-every local Ray cluster's first job id is 01000000, so two runs on one host would cross their weights.
-"""
+"""One job per run folder, one training run per host (verl 0.9.1's weight-sync sockets in /tmp are named by
+Ray job id, the same in every local Ray cluster: docs/experiments.md): exclusive `flock`s, released by the
+kernel however the process ends, whose text names the holder. A file system without flock: one line, and the
+run goes on unlocked."""
 
 from __future__ import annotations
 

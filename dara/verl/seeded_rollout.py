@@ -1,10 +1,8 @@
-"""Per-request sampling seeds for verl's single-turn agent loop: a seed fixes a run's rollouts too.
-
-verl seeds vLLM per request only under `rollout.full_determinism`, with one seed for all (a group's G responses
-would be one). This loop gives each response `request_seed(rollout.seed, step, row, session)`; validation rows are
-tagged by the trainer (`ValidationTagged`: verl drops its own mark). Registered as `dara_seeded_single_turn`
-through conf/agent_loops.yaml beside this module.
-"""
+"""Per-request sampling seeds for verl's single-turn agent loop (verl seeds vLLM per request only under
+`rollout.full_determinism`, one seed for all: a group's G responses would be one). Each response gets
+`request_seed(rollout.seed, step, row, session)`; validation rows are tagged by the trainer
+(`ValidationTagged`: verl drops its own mark). Registered as `dara_seeded_single_turn` through
+conf/agent_loops.yaml beside this module."""
 
 from __future__ import annotations
 
