@@ -53,9 +53,8 @@ def reward_kwargs(config: DictConfig, compute_score: Any = None) -> dict[str, An
 def reward_module_of(config: DictConfig, compute_score: Any = None) -> tuple[str, str] | None:
     """(file, function) of a reward of your own, or None for the project's rewards.verl_entry."""
     function = (config.get("reward") or {}).get("custom_reward_function") or {}
-    path, name = function.get("path"), function.get("name") or "compute_score"
-    if path:
-        path = reward_spec.module_file(path)
+    path = reward_spec.module_file(function.get("path")) if function.get("path") else None
+    name = function.get("name") or "compute_score"
     if not path and compute_score is not None and compute_score is not default_compute_score:
         raw = compute_score.args[0] if isinstance(compute_score, functools.partial) else compute_score
         try:
