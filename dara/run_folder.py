@@ -56,8 +56,7 @@ def absolute_run_paths(cfg) -> None:
     from omegaconf import open_dict
 
     with open_dict(cfg):
-        cfg.run.output_root = os.path.abspath(cfg.run.output_root)
-        for key in ("output_dir", "assets_dir"):
+        for key in ("output_root", "output_dir", "assets_dir"):
             cfg.run[key] = os.path.abspath(cfg.run[key])
 
 

@@ -84,11 +84,9 @@ RECORDING_CLASSES = {ReplayBuffer: PrefilterReplayBuffer, RoundsReplayBuffer: Pr
 
 def with_prefilter_metrics(buffer, channels: Sequence[str]):
     """The same replay buffer, recording `rollout_prefilter/*` for `channels` (no channels: unchanged)."""
-    channels = tuple(str(c) for c in channels or ())
-    if not channels:
+    if not (channels := tuple(str(c) for c in channels or ())):
         return buffer
-    recording = RECORDING_CLASSES.get(type(buffer))
-    if recording is None:
+    if (recording := RECORDING_CLASSES.get(type(buffer))) is None:
         logger.warning("replay buffer %s is not verl's own: no %s metrics", type(buffer).__name__, PREFIX)
         return buffer
     buffer.__class__ = recording  # a subclass that adds methods only: verl's state is kept as it is
