@@ -196,8 +196,7 @@ def estimator_module(cfg: DictConfig):
 
 def _check_estimator(cfg: DictConfig) -> None:
     algorithm = cfg.algorithm
-    name = library_estimator(str(algorithm.adv_estimator))
-    if name is None:
+    if (name := library_estimator(str(algorithm.adv_estimator))) is None:
         from dara.verl.estimators import verl_owned_names
 
         verls = sorted(verl_owned_names() - set(ESTIMATOR_NAMES))

@@ -73,8 +73,7 @@ def read_jsonl(path: str | Path, tolerate_torn_last_line: bool = True) -> tuple[
 
 
 def run_finished(run_dir: str | Path, total_steps: int | None) -> bool:
-    path = Path(run_dir) / METRICS_FILE
-    if not total_steps or not path.exists():
+    if not total_steps or not (path := Path(run_dir) / METRICS_FILE).exists():
         return False
     records, _ = read_jsonl(path)
     return any(r.get("step") == int(total_steps) for r in records)

@@ -37,8 +37,7 @@ class RunLog:
 
     @classmethod
     def from_config(cls, config, resumed_step: int = 0) -> RunLog | None:
-        run = config.get("run", None)
-        if not run or not run.get("output_dir", None):
+        if not (run := config.get("run", None)) or not run.get("output_dir", None):
             return None
         return cls(Path(run.output_dir) / METRICS_FILE, config.trainer.get("total_training_steps", None), resumed_step)
 

@@ -121,8 +121,7 @@ def _header(cfg: DictConfig, wandb: dict[str, str], verbose: bool) -> list[str]:
 
 def _summary(cfg: DictConfig, seconds: float) -> str:
     path = Path(cfg.run.output_dir) / METRICS_FILE
-    records = read_metrics(path) if path.exists() else []
-    if not records:
+    if not (records := read_metrics(path) if path.exists() else []):
         return f"[dara] finished in {seconds:.0f}s, no step logged ({path})"
     last = records[-1]
     parts = [f"{c}: reward {last.get(f'reward/{c}/mean', float('nan')):.3f}, "
