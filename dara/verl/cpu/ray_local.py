@@ -39,10 +39,9 @@ def _short_alias(target: Path) -> Path:
     for alias in [base, *(base.with_name(f"{base.name}-{os.getpid()}-{n}") for n in range(1, 4))]:
         for _ in range(2):  # once more if something appears between the clearing and the link
             try:
-                if alias.is_symlink() and os.readlink(alias) == str(target):
-                    return alias
-                _clear(alias)
-                alias.symlink_to(target, target_is_directory=True)
+                if not (alias.is_symlink() and os.readlink(alias) == str(target)):
+                    _clear(alias)
+                    alias.symlink_to(target, target_is_directory=True)
                 return alias
             except OSError as error:
                 problem = error
