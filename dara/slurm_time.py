@@ -15,7 +15,7 @@ def parse_time_limit(text: str | None) -> float | None:
         return None
     days, _, rest = str(text).rpartition("-")
     parts = [int(x) for x in rest.split(":")]
-    hours, minutes, seconds = (parts + [0] * (3 - len(parts)) if days  # D-H, D-H:M, D-H:M:S; else M, M:S, H:M:S
+    hours, minutes, seconds = (parts + [0] * (3 - len(parts)) if days  # D-H[:M[:S]]; else M, M:S, H:M:S
                                else {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)])
     return int(days or 0) * 1440 + hours * 60 + minutes + seconds / 60
 
