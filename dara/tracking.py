@@ -1,7 +1,7 @@
 """wandb for every training run, set through the Ray runtime env for verl's `Tracking` (docs/training.md,
-"wandb"): offline unless online is asked or `auto` finds a key and a host answering within PROBE_TIMEOUT_S; the
-run id from the run folder; rows by verl's `training/global_step` (`StepMetricWandb`). `read_offline_history`
-reads a `.wandb` file back with wandb's own reader."""
+"wandb"): offline unless online is asked or `auto` finds a key and a host answering within PROBE_TIMEOUT_S;
+the run id from the run folder; rows by verl's `training/global_step` (`StepMetricWandb`).
+`read_offline_history` reads a `.wandb` file back with wandb's own reader."""
 
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ def _summary(cfg: DictConfig, seconds: float) -> str:
     last = records[-1]
     parts = [f"{c}: reward {last.get(f'reward/{c}/mean', float('nan')):.3f}, "
              f"density {last.get(f'dara/density/{c}', float('nan')):.2f}, "
-             f"weight {last.get(f'dara/weight/{c}', float('nan')):.2f}" for c in cfg.algorithm.reward_channels]
+             f"weight {last.get(f'dara/weight/{c}', float('nan')):.2f}"
+             for c in cfg.algorithm.reward_channels]
     text = (f"[dara] {cfg.run.name}: {len(records)} steps in {seconds:.0f}s; last step " + "; ".join(parts)
             + f"\n[dara] metrics: {path}")
     if _env_vars(cfg).get("WANDB_MODE") == "offline" and "wandb" in list(cfg.trainer.logger or []):
@@ -200,7 +201,8 @@ def _run_verl(cfg: DictConfig, write, follow: bool) -> None:
 
         use_cpu_platform()  # before verl's auto_set_device, which would otherwise pick CUDA
     auto_set_device(cfg)
-    if (error := verl_validation_error(cfg)) is not None:  # batch sizes, parallelism: one line, not a traceback
+    # verl's own checks (batch sizes, parallelism): one line, not a traceback
+    if (error := verl_validation_error(cfg)) is not None:
         raise ConfigError(f"verl rejects the config: {error}")
     progress = Progress(Path(cfg.run.output_dir) / METRICS_FILE, list(cfg.algorithm.reward_channels),
                         cfg.trainer.total_training_steps)

@@ -1,7 +1,7 @@
 """A run whose rollout engine died ends in one line instead of hanging (verl 0.9.1 waits forever; docs/cpu.md,
-"A dead engine"): the trainer checks each rollout server's `/health` before every advantage step, and a thread
-polls it; after `failures` failed polls it writes the line to ENGINE_FAILURE (dara.train prints it) and ends the
-trainer's process, stuck in a weight sync."""
+"A dead engine"): the trainer checks each rollout server's `/health` before every advantage step, and a
+thread polls it; after `failures` failed polls it writes the line to ENGINE_FAILURE (dara.train prints it) and
+ends the trainer's process, stuck in a weight sync."""
 
 from __future__ import annotations
 

@@ -87,9 +87,9 @@ def verl_estimator_name(name: str) -> str:
 def _make_verl_estimator(name: str):
     def estimator(token_level_rewards, response_mask, config=None, index=None, **_unused):
         if (channels := CURRENT_CHANNELS.get()) is None:
-            raise ValueError(f"adv_estimator {name!r} needs per-channel rewards, which verl's stock trainer does "
-                             "not pass: use the project's trainer (trainer.v1.trainer_mode=dara_sync, as "
-                             "conf/train.yaml sets it)")
+            raise ValueError(f"adv_estimator {name!r} needs per-channel rewards, which verl's stock trainer "
+                             "does not pass: use the project's trainer (trainer.v1.trainer_mode=dara_sync, "
+                             "as conf/train.yaml sets it)")
         if index is None:
             raise ValueError(f"adv_estimator {name!r} needs group ids (non_tensor_batch['uid'])")
         if len(channels.scores) != len(response_mask):

@@ -1,7 +1,7 @@
 """Where a run's work happened: `<run folder>/ray_nodes.json`, the Ray nodes and, per verl worker group, each
-rank's node, process group and `work` (forward passes and optimizer steps of each engine since "start", counted
-by hooks in the rank's own process). Recorded after the trainer's `init` ("start") and `fit` ("end"); recording
-never fails a run: an error is written into the file (docs/experiments.md describes the fields)."""
+rank's node, process group and `work` (forward passes and optimizer steps of each engine since "start",
+counted by hooks in the rank's own process). Recorded after the trainer's `init` ("start") and `fit` ("end");
+recording never fails a run: an error is written into the file (docs/experiments.md describes the fields)."""
 
 from __future__ import annotations
 

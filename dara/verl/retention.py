@@ -1,8 +1,9 @@
 """Checkpoint retention across jobs (verl keeps its rotation list in memory: a requeued job never rotates the
 previous job's), at start (with `trainer.resume_mode=auto`) and after each save (dara.verl.checkpoints): the
 newest complete checkpoints are kept, the evaluated steps' HF weights first hard-linked aside, and the resume
-marker moved to a complete one (docs/experiments.md, "Retention across requeues"). Complete follows verl's save
-order; `.pt` zips write their directory last and safetensors state their length, so a cut file shows unread."""
+marker moved to a complete one (docs/experiments.md, "Retention across requeues"). Complete follows verl's
+save order; `.pt` zips write their directory last and safetensors state their length, so a file cut short
+shows without reading it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Math dynamic sampling as the authors ran it (their ray_trainer.py `fit()` with filter_groups.py): whole
-generation rounds of full dataloader batches, each round's rows in their `_balance_batch` order, constant groups
-dropped, a round cap and an error when short (the five steps: docs/experiments.md#math-dynamic-sampling).
-`RoundsReplayBuffer` does this as a verl 0.9.1 replay buffer, dispatching each round with verl's own refill."""
+generation rounds of full dataloader batches, each round's rows in their `_balance_batch` order, constant
+groups dropped, a round cap and an error when short (the five steps: docs/experiments.md, "Math dynamic
+sampling"). `RoundsReplayBuffer` does this as a verl 0.9.1 replay buffer, dispatching each round with verl's
+own refill."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def rounds_settings(config) -> RoundsSettings | None:
 
 def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
     """The authors' `_balance_batch` order of one round's rows: `calculate_workload` split into `world_size`
-    `get_seqlen_balanced_partitions`, each sorted by (workload, row), its even positions then its odd reversed."""
+    `get_seqlen_balanced_partitions`, each sorted by (workload, row), its even positions then its odd
+    positions reversed."""
     if len(seq_lens) == 0:
         return []
     work = calculate_workload(torch.as_tensor(list(seq_lens), dtype=torch.int64)).numpy()
@@ -74,6 +76,15 @@ def round_row_order(seq_lens: Sequence[int], world_size: int) -> list[int]:
         ranked = rows[np.lexsort((rows, work[rows]))]
         order.extend(ranked[0::2].tolist() + ranked[1::2][::-1].tolist())
     return order
+
+
+def shortfall_message(step: int, rounds: int, round_prompts: int, informative: int, needed: int,
+                      drawn: int) -> str:
+    rate = informative / drawn if drawn else 0.0
+    estimate = f"about {math.ceil(needed / (rate * round_prompts))} at this acceptance; " if rate else ""
+    return (f"step {step}: {informative} of the {needed} informative groups after {rounds} round(s) of "
+            f"{round_prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds={rounds}); to go "
+            f"on, rerun with a larger cap, which resumes from the last checkpoint ({estimate}0 = no cap)")
 
 
 TERMINAL = ("finished", "failure")  # a prompt entry's status once all its sessions ended (verl's replay buffer)
@@ -133,13 +144,8 @@ class RoundsReplayBuffer(ReplayBuffer):
         drawn = failed = 0
         while len(kept) < batch_size:
             if self.settings.max_rounds and len(rounds) == self.settings.max_rounds:
-                prompts, rate = self.settings.round_prompts, len(kept) / drawn if drawn else 0.0
-                estimate = f"about {math.ceil(batch_size / (rate * prompts))} at this acceptance; " if rate else ""
-                raise DynamicSamplingShortError(
-                    f"step {global_steps}: {len(kept)} of the {batch_size} informative groups after {len(rounds)} "
-                    f"round(s) of {prompts} prompts (acceptance {rate:.3f}, cap run.dynamic_sampling.max_rounds="
-                    f"{len(rounds)}); to go on, rerun with a larger cap, which resumes from the last checkpoint "
-                    f"({estimate}0 = no cap)")
+                raise DynamicSamplingShortError(shortfall_message(
+                    global_steps, len(rounds), self.settings.round_prompts, len(kept), batch_size, drawn))
             uids = self.submit_round(self.settings.round_prompts)
             ordered_keys, good, bad, entries = self._run_round(partition_id, uids)
             rounds.append(ordered_keys)

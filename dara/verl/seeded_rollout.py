@@ -39,8 +39,8 @@ def seeded_params(sampling_params: dict[str, Any], base_seed: int, request: dict
     params = dict(sampling_params)
     if "seed" not in params and float(params.get("temperature", 1.0) or 0.0) > 0.0:
         validate = bool(request.get("validate", False) or request.get(VALIDATION_KEY, False))
-        params["seed"] = request_seed(base_seed, _as_int(request.get("global_steps", 0)),
-                                      _as_int(request["index"]), _as_int(request.get("session_id", 0)), validate)
+        step, session = _as_int(request.get("global_steps", 0)), _as_int(request.get("session_id", 0))
+        params["seed"] = request_seed(base_seed, step, _as_int(request["index"]), session, validate)
     return params
 
 

@@ -53,8 +53,9 @@ class CPUWeightSyncExtension(vLLMColocateWorkerExtension):
         if _ties_head(model):  # point the head at the reloaded input embedding and rebuild its GEMM handle
             embed_tokens = getattr(getattr(model, "model", None), "embed_tokens", None)
             if embed_tokens is None:
-                raise WeightSyncError(f"{type(model).__name__} ties its output head, but has no model.embed_tokens "
-                                      "to tie it to; the CPU weight sync knows only the Qwen2/Llama layout")
+                raise WeightSyncError(f"{type(model).__name__} ties its output head, but has no "
+                                      "model.embed_tokens to tie it to; the CPU weight sync knows only the "
+                                      "Qwen2/Llama layout")
             head = model.lm_head.tie_weights(embed_tokens)
             head.quant_method.process_weights_after_loading(head)
             model.lm_head = head
