@@ -17,8 +17,7 @@ KEYS = ("model_assets", "assets")  # run.<key>, built in this order
 
 def asset_builder(name: str, key: str = "assets") -> Callable:
     builders = asset_builders()
-    ref = builders.get(name) or (name if ":" in name else None)
-    if ref is None:
+    if (ref := builders.get(name) or (name if ":" in name else None)) is None:
         raise ConfigError(f"run.{key}={name!r} is not known: one of {sorted(builders)}, or a builder of your own "
                           "as FILE.py:FUNCTION or package.module:FUNCTION")
     try:
