@@ -45,11 +45,9 @@ def descendants(pid: int | None = None, since_ticks: int = 0) -> list[int]:
                 continue
             todo += children
             for child in children:
-                try:
+                with suppress(OSError):  # already gone
                     if int(_stat(child)[19]) >= since_ticks:  # field 22: start time
                         found.append(child)
-                except OSError:  # already gone
-                    continue
     return found
 
 
