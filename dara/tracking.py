@@ -74,8 +74,7 @@ def choose_wandb_mode(requested: str | None, environ: Mapping[str, str] = os.env
 
 
 def wandb_run_id(output_dir: str | os.PathLike) -> str:
-    digest = hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()
-    return f"dara-{digest[:16]}"
+    return f"dara-{hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()[:16]}"
 
 
 def wandb_env(cfg, environ: Mapping[str, str] = os.environ, mode: str | None = None) -> dict[str, str]:

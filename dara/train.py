@@ -69,8 +69,7 @@ def _env_vars(cfg: DictConfig) -> dict:
 
 
 def _module_record(cfg: DictConfig) -> dict | None:
-    loaded = estimator_module(cfg)
-    return None if loaded is None else loaded.record()
+    return None if (loaded := estimator_module(cfg)) is None else loaded.record()
 
 
 def _write_run_info(cfg: DictConfig) -> None:
