@@ -124,10 +124,8 @@ def response_mask(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def score(tokens: torch.Tensor, targets: torch.Tensor, config: TaskConfig) -> torch.Tensor:
-    """Reward channels of each response, float32 [N, K] in `config.channel_names` order.
-
-    tokens [N, T] sampled tokens (anything after the first EOS is ignored); targets [N, slots].
-    """
+    """Reward channels of each response, float32 [N, K] in `config.channel_names` order, from tokens [N, T]
+    (anything after the first EOS is ignored) and targets [N, slots]."""
     lengths = response_lengths(tokens)
     positions = torch.arange(tokens.shape[1]).unsqueeze(0)
     valid = positions < lengths.unsqueeze(1)

@@ -73,9 +73,8 @@ class DaraGRPOTrainer(GRPOTrainer):
         self._dara_rewards = None
 
     def _calculate_rewards(self, *args, **kwargs):
-        rewards = super()._calculate_rewards(*args, **kwargs)
-        self._dara_rewards = rewards
-        return rewards
+        self._dara_rewards = super()._calculate_rewards(*args, **kwargs)
+        return self._dara_rewards
 
     def _generate_and_score_completions(self, *args, **kwargs):
         self._dara_rewards = None  # a matrix from an earlier batch must never be used for this one
