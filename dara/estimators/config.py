@@ -2,8 +2,7 @@
 
 In a training config it is the node `algorithm.dara` (its schema, so `--cfg job` shows every default and an
 unknown key or a wrong type fails at composition). The channel names are `algorithm.reward_channels`, not a field.
-`options` holds an estimator's own declared options (checked by `check_for`); `estimator_module` names a module of
-estimators the entry points load first. `FIELD_HELP` is also the help of TRL's `DaraGRPOConfig` fields.
+`FIELD_HELP` is also the help of TRL's `DaraGRPOConfig` fields.
 """
 
 from __future__ import annotations

@@ -210,9 +210,7 @@ def saw(batch: ChannelBatch) -> Aggregate:
 @register("sa_mrpo", "SA-MRPO: GDPO with weights (1 - s_k)^gamma, s_k the batch saturation of reward k",
           uses=("weights", "reward_ranges", "gamma"), needs_ranges=True)
 def sa_mrpo(batch: ChannelBatch) -> Aggregate:
-    ranges = batch.options["reward_ranges"]
-    if ranges is None:
-        raise ValueError("estimator 'sa_mrpo' needs reward_ranges={channel: [min, max], ...} for every channel")
+    ranges = batch.options["reward_ranges"]  # checked: needs_ranges
     weights = saturation_weights(batch.scores, ranges, batch.options["gamma"]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)
 

@@ -1,8 +1,5 @@
-"""The registry of estimators (`ESTIMATORS`): the library's own and any a user registers with `register`.
-
-`load_estimator_module(spec)` imports a user's module (a `.py` file, an import path, or verl's
-`pkg://package.module`) that registers estimators, and reports the file, its sha256 and the names it
-registered; every problem is one `EstimatorModuleError` line.
+"""The registry of estimators (`ESTIMATORS`): the library's own and any a user registers with `register`, also
+in a module that `load_estimator_module` imports (a `.py` file, an import path or verl's `pkg://package.module`).
 """
 
 from __future__ import annotations

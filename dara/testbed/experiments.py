@@ -1,9 +1,6 @@
-"""The testbed's studies, how their runs are executed, and how each run is summarised.
-
-A study is a task, a set of estimators, a set of group sizes at a fixed budget of responses per
-step (B = budget / G prompts), a number of seeds and of steps. Every (estimator, G, seed) is one
-run of `train.train_run`; runs are independent, so a study's results do not depend on run order.
-"""
+"""The testbed's studies, how their runs are executed, and how each run is summarised. Every (estimator, G, seed)
+of a study is one run of `train.train_run` at B = budget / G prompts; runs are independent, so a study's results
+do not depend on run order."""
 
 from __future__ import annotations
 
