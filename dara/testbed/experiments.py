@@ -95,8 +95,7 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
         out[f"steps_to_{threshold:g}"] = float(reached if reached is not None else study.steps)
         out[f"reached_{threshold:g}"] = float(reached is not None)
     out["format_auc"] = sum(compliance) / len(compliance)
-    for key, value in final.items():
-        out[key.replace("eval/", "final_")] = value
+    out.update({key.replace("eval/", "final_"): value for key, value in final.items()})
     for name in study.task.channel_names:
         for key in ("energy_vs_ideal", "weighted_energy_vs_ideal", "weighted_energy_share", "density", "weight",
                     "energy_ratio"):
