@@ -87,12 +87,9 @@ def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> di
         raise ValueError(f"channel_names must be {num_channels} distinct names, got {list(names)}")
     config = DaraAlgoConfig.from_mapping({k: v for k, v in options.items() if k != "channel_names"})
     config.check_for(name, names)
-    opts = vars(config).copy()
-    opts["batch_norm"] = config.resolved_batch_norm(name)
-    opts["channel_names"] = [str(n) for n in names]
+    opts = {key: value for key, value in vars(config).items() if key not in ("options", *NOT_KEYWORDS)}
+    opts.update(batch_norm=config.resolved_batch_norm(name), channel_names=[str(n) for n in names])
     opts.update(config.estimator_options(name))  # the estimator's own options, by name (checked in check_for)
-    del opts["options"]
-    opts.pop("estimator_module", None)
     if config.weights is not None:  # its length and finiteness checked by DaraAlgoConfig
         opts["weights"] = torch.tensor(config.weights, dtype=torch.float64, device=device)
     opts["reward_ranges"] = _check_ranges(opts.get("reward_ranges"), scores, opts["channel_names"])
