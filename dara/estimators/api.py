@@ -102,8 +102,8 @@ def _check_ranges(ranges: dict, scores: torch.Tensor, names: list[str]) -> torch
         low, high = ranges.get(name, (-math.inf, math.inf))
         column = scores[:, k]
         if (column < low).any() or (column > high).any():
-            raise ValueError(f"channel {name!r} has scores in [{column.min().item()}, {column.max().item()}], "
-                             f"outside its reward_range [{low}, {high}]")
+            raise ValueError(f"channel {name!r} has scores in [{column.min().item()}, "
+                             f"{column.max().item()}], outside its reward_range [{low}, {high}]")
     if not ranges or any(name not in ranges for name in names):
         return None
     return torch.tensor([ranges[name] for name in names], dtype=torch.float64, device=scores.device)

@@ -81,8 +81,9 @@ def constant_groups(values: torch.Tensor, groups: Groups) -> torch.Tensor:
 
 
 def group_mean_std(values: torch.Tensor, groups: Groups, ddof: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group mean and std ([B, K] each) with `ddof` (1 = unbiased, 0 = population); two passes so the variance
-    never goes negative by cancellation; std 0 for a group too small for the ddof (callers set their convention)."""
+    """Per-group mean and std ([B, K] each) with `ddof` (1 = unbiased, 0 = population); two passes so the
+    variance never goes negative by cancellation; std 0 for a group too small for the ddof (callers set their
+    convention)."""
     n = groups.sizes.to(values.dtype).unsqueeze(-1)
     mean = groups.sum(values) / n
     deviation = values - groups.gather(mean)

@@ -1,5 +1,5 @@
 """The registry of estimators (`ESTIMATORS`): the library's own and any a user registers with `register`, also
-in a module that `load_estimator_module` imports (a `.py` file, an import path or verl's `pkg://package.module`).
+in a module that `load_estimator_module` imports (a `.py` file, an import path or `pkg://package.module`).
 """
 
 from __future__ import annotations

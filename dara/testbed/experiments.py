@@ -1,6 +1,6 @@
-"""The testbed's studies, how their runs are executed, and how each run is summarised. Every (estimator, G, seed)
-of a study is one run of `train.train_run` at B = budget / G prompts; runs are independent, so a study's results
-do not depend on run order."""
+"""The testbed's studies, how their runs are executed, and how each run is summarised. Every (estimator, G,
+seed) of a study is one run of `train.train_run` at B = budget / G prompts; runs are independent, so a study's
+results do not depend on run order."""
 
 from __future__ import annotations
 

@@ -41,11 +41,9 @@ class TaskConfig:
             raise ValueError(f"max_len {self.max_len} cannot hold OPEN, {self.answer_slots} slots, CLOSE and EOS")
         if not 0 < self.eos_init_prob < 1:
             raise ValueError(f"eos_init_prob must lie in (0, 1), got {self.eos_init_prob}")
-        if not 0 < self.format_init_rate < max_format_rate(self):
-            raise ValueError(
-                f"format_init_rate must lie in (0, {max_format_rate(self):.3f}) for eos_init_prob "
-                f"{self.eos_init_prob} and max_len {self.max_len}, got {self.format_init_rate}"
-            )
+        if not 0 < self.format_init_rate < (limit := max_format_rate(self)):
+            raise ValueError(f"format_init_rate must lie in (0, {limit:.3f}) for eos_init_prob "
+                             f"{self.eos_init_prob} and max_len {self.max_len}, got {self.format_init_rate}")
         if not 0 < self.held_out_fraction < 1:
             raise ValueError(f"held_out_fraction must lie in (0, 1), got {self.held_out_fraction}")
 

@@ -1,6 +1,7 @@
 """DARA and every estimator of `dara.estimators` as a drop-in for Hugging Face TRL's `GRPOTrainer`
-(`DaraGRPOTrainer(..., args=DaraGRPOConfig(estimator="dara_asym", ...))`): the reward functions are the channels,
-named as TRL names them. Usage and how this maps to the verl binding: docs/trl.md. Nothing here imports verl or Ray.
+(`DaraGRPOTrainer(..., args=DaraGRPOConfig(estimator="dara_asym", ...))`): the reward functions are the
+channels, named as TRL names them. Usage and how this maps to the verl binding: docs/trl.md. Nothing here
+imports verl or Ray.
 """
 
 try:

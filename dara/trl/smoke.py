@@ -1,8 +1,8 @@
 """`python -m dara.trl.smoke` (`make smoke-trl`): the tool-calling smoke run through TRL's GRPOTrainer.
 
 The tiny offline model and data of `python -m data_prep smoke` (built or reused in `--assets`), the ToolRL
-channels as TRL reward functions, a few GRPO steps on the CPU with one line per step; `SMOKE_SETTINGS` follow the
-verl smoke task (conf/task/smoke.yaml).
+channels as TRL reward functions, a few GRPO steps on the CPU with one line per step; `SMOKE_SETTINGS` follow
+the verl smoke task (conf/task/smoke.yaml).
 """
 
 from __future__ import annotations

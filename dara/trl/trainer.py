@@ -1,6 +1,7 @@
-"""`DaraGRPOTrainer`: TRL's `GRPOTrainer` with the advantages of any `dara.estimators` estimator. TRL 1.16 has no
-hook for the aggregation step, so two private methods are overridden (docs/trl.md, "How it plugs in"); where they
-no longer behave as in the supported release, `TrlSeamError` names it rather than training on TRL's aggregation.
+"""`DaraGRPOTrainer`: TRL's `GRPOTrainer` with the advantages of any `dara.estimators` estimator. TRL 1.16 has
+no hook for the aggregation step, so two private methods are overridden (docs/trl.md, "How it plugs in");
+where they no longer behave as in the supported release, `TrlSeamError` names it rather than training on TRL's
+aggregation.
 """
 
 from __future__ import annotations
