@@ -14,16 +14,12 @@ from .registry import ESTIMATORS, Estimator, EstimatorModuleError, load_estimato
 _DEFAULTS = {f.name: getattr(DaraAlgoConfig(), f.name) for f in fields(DaraAlgoConfig)}
 
 
-def batch_norm_text(estimator: Estimator) -> str:
-    if not estimator.batch_norms:
-        return f"any of token, response, none ({DEFAULT_BATCH_NORM} by default)"
-    own, *others = estimator.batch_norms
-    return f"{own}" + (f" (default), {', '.join(others)}" if others else " only")
-
-
 def describe(estimator: Estimator) -> list[str]:
     """The lines `list` prints for one estimator."""
-    lines = [f"{estimator.name}: {estimator.summary}", f"    batch_norm: {batch_norm_text(estimator)}"]
+    own, *others = estimator.batch_norms or ("",)
+    modes = (own + (f" (default), {', '.join(others)}" if others else " only") if own
+             else f"any of token, response, none ({DEFAULT_BATCH_NORM} by default)")
+    lines = [f"{estimator.name}: {estimator.summary}", f"    batch_norm: {modes}"]
     if estimator.uses:
         used = [f"{name} ({_DEFAULTS[name]!r})" if _DEFAULTS.get(name) not in (None, {}) else name
                 for name in estimator.uses]

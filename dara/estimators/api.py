@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -76,15 +77,6 @@ def _check_tensors(scores, response_mask) -> tuple[torch.Tensor, torch.Tensor]:
     return scores, response_mask
 
 
-def _as_channel_vector(value, num_channels: int, what: str, device) -> torch.Tensor:
-    vector = torch.as_tensor(value, dtype=torch.float64, device=device).reshape(-1)
-    if vector.numel() != num_channels:
-        raise ValueError(f"{what} has {vector.numel()} entries but there are {num_channels} reward channels")
-    if not torch.isfinite(vector).all():
-        raise ValueError(f"{what} must be finite, got {list(value)}")
-    return vector
-
-
 def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> dict:
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -95,14 +87,11 @@ def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> di
         raise ValueError(f"channel_names must be {num_channels} distinct names, got {list(names)}")
     config = DaraAlgoConfig.from_mapping({k: v for k, v in options.items() if k != "channel_names"})
     config.check_for(name, names)
-    opts = vars(config).copy()
-    opts["batch_norm"] = config.resolved_batch_norm(name)
-    opts["channel_names"] = [str(n) for n in names]
+    opts = {key: value for key, value in vars(config).items() if key not in ("options", *NOT_KEYWORDS)}
+    opts.update(batch_norm=config.resolved_batch_norm(name), channel_names=[str(n) for n in names])
     opts.update(config.estimator_options(name))  # the estimator's own options, by name (checked in check_for)
-    del opts["options"]
-    opts.pop("estimator_module", None)
-    if config.weights is not None:
-        opts["weights"] = _as_channel_vector(config.weights, num_channels, "weights", device)
+    if config.weights is not None:  # its length and finiteness checked by DaraAlgoConfig
+        opts["weights"] = torch.tensor(config.weights, dtype=torch.float64, device=device)
     opts["reward_ranges"] = _check_ranges(opts.get("reward_ranges"), scores, opts["channel_names"])
     return opts
 
@@ -110,15 +99,11 @@ def _check_options(name: str, options: dict, scores: torch.Tensor, device) -> di
 def _check_ranges(ranges: dict, scores: torch.Tensor, names: list[str]) -> torch.Tensor | None:
     """Scores within each named channel's range; the [K, 2] range table when every channel has one, else None."""
     for k, name in enumerate(names):
-        if name not in ranges:
-            continue
-        low, high = ranges[name]
+        low, high = ranges.get(name, (-math.inf, math.inf))
         column = scores[:, k]
         if (column < low).any() or (column > high).any():
-            raise ValueError(
-                f"channel {name!r} has scores in [{column.min().item()}, {column.max().item()}], "
-                f"outside its reward_range [{low}, {high}]"
-            )
+            raise ValueError(f"channel {name!r} has scores in [{column.min().item()}, "
+                             f"{column.max().item()}], outside its reward_range [{low}, {high}]")
     if not ranges or any(name not in ranges for name in names):
         return None
     return torch.tensor([ranges[name] for name in names], dtype=torch.float64, device=scores.device)

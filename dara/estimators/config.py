@@ -2,8 +2,7 @@
 
 In a training config it is the node `algorithm.dara` (its schema, so `--cfg job` shows every default and an
 unknown key or a wrong type fails at composition). The channel names are `algorithm.reward_channels`, not a field.
-`options` holds an estimator's own declared options (checked by `check_for`); `estimator_module` names a module of
-estimators the entry points load first. `FIELD_HELP` is also the help of TRL's `DaraGRPOConfig` fields.
+`FIELD_HELP` is also the help of TRL's `DaraGRPOConfig` fields.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from .weights import DEAD_CHANNEL_WEIGHTS, DEFAULT_W_MAX
 FORMS = ("sym", "asym")
 QUERY_WEIGHT_ORDERS = ("before_whiten", "after_whiten")
 DEFAULT_BATCH_NORM = "token"  # for the estimators that take any mode
-DEFAULT_RVPO_K = 1.0
 # Fields that are not keyword options of an estimator's formula (compute_advantages leaves them out).
 NOT_KEYWORDS = ("estimator_module",)
 
@@ -51,7 +49,7 @@ class DaraAlgoConfig:
     eps: float = field(default=GROUP_EPS, metadata=_help(
         "Added to the std of the group z-score and of response-level batch normalisation (the library's 1e-6; "
         "TRL's own advantages use 1e-4)."))
-    rvpo_k: float = field(default=DEFAULT_RVPO_K, metadata=_help(
+    rvpo_k: float = field(default=1.0, metadata=_help(
         "RVPO's risk coefficient k of its soft-min -(logsumexp(-k A) - log K) / k (finite, > 0)."))
     dead_channel_weight: str = field(default="1", metadata=_help(
         "The weight DARA applies (and logs) for a channel active in no group: '1' (the paper's text) or "
@@ -68,7 +66,9 @@ class DaraAlgoConfig:
             self.weights = [float(w) for w in self.weights]
         self.w_max, self.tau, self.gamma = float(self.w_max), float(self.tau), float(self.gamma)
         self.eps, self.rvpo_k = float(self.eps), float(self.rvpo_k)
-        self.dead_channel_weight = _dead_weight_text(self.dead_channel_weight)
+        dead = self.dead_channel_weight  # a command line gives 1 or 1.0 for '1'
+        numeric_one = isinstance(dead, int | float) and not isinstance(dead, bool) and float(dead) == 1.0
+        self.dead_channel_weight = "1" if numeric_one else str(dead).strip()
         if self.estimator_module is not None:
             self.estimator_module = str(self.estimator_module)
         rules = (  # (holds, what the error says)
@@ -159,15 +159,6 @@ class DaraAlgoConfig:
 
 
 FIELD_HELP: dict[str, str] = {f.name: f.metadata.get("help", "") for f in fields(DaraAlgoConfig)}
-
-
-def _dead_weight_text(value: Any) -> str:
-    """'1' for 1 / 1.0 / '1' (a command line gives a number), else the text."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int | float) and float(value) == 1.0:
-        return "1"
-    return str(value).strip()
 
 
 def ranges_by_name(ranges: Mapping | None) -> dict[str, list[float]]:

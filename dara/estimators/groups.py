@@ -47,11 +47,8 @@ class Groups:
 
 
 def group_codes(index: Sequence | np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> Groups:
-    """Turn group ids (verl's uid strings, or ints) into dense integer codes, once per batch.
-
-    Codes follow the order of first appearance (or sorted order without pandas); estimators never
-    depend on that order.
-    """
+    """Group ids (verl's uid strings, or ints) as dense integer codes, once per batch, in order of first
+    appearance (sorted without pandas; no estimator depends on the order)."""
     if isinstance(index, torch.Tensor):
         if index.dtype.is_floating_point or index.dim() != 1:
             raise ValueError(f"index must be a 1-D tensor of integer group ids, got {index.dtype} {tuple(index.shape)}")
@@ -84,11 +81,9 @@ def constant_groups(values: torch.Tensor, groups: Groups) -> torch.Tensor:
 
 
 def group_mean_std(values: torch.Tensor, groups: Groups, ddof: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group mean and std ([B, K] each) with `ddof` (1 = unbiased, 0 = population).
-
-    Two passes (mean, then squared deviations) so the variance never goes negative by cancellation.
-    Groups too small for the ddof get std 0 here; callers apply their own convention.
-    """
+    """Per-group mean and std ([B, K] each) with `ddof` (1 = unbiased, 0 = population); two passes so the
+    variance never goes negative by cancellation; std 0 for a group too small for the ddof (callers set their
+    convention)."""
     n = groups.sizes.to(values.dtype).unsqueeze(-1)
     mean = groups.sum(values) / n
     deviation = values - groups.gather(mean)
@@ -97,10 +92,8 @@ def group_mean_std(values: torch.Tensor, groups: Groups, ddof: int) -> tuple[tor
 
 
 def group_zscore(values: torch.Tensor, groups: Groups, eps: float = GROUP_EPS) -> torch.Tensor:
-    """Per-reward advantage A_k(i,j): the group z-score of each column of `values` [N, K].
-
-    Size-1 groups use mean 0 and std 1 (verl's GRPO convention); constant groups give exactly 0.
-    """
+    """Per-reward advantage A_k(i,j): the group z-score of each column of `values` [N, K]. Size-1 groups use
+    mean 0 and std 1 (verl's GRPO convention); constant groups give exactly 0."""
     mean, std = group_mean_std(values, groups, ddof=1)
     single = (groups.sizes == 1).unsqueeze(-1)
     mean = torch.where(single, torch.zeros_like(mean), mean)

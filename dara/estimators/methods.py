@@ -176,14 +176,13 @@ def _decoupled(batch: ChannelBatch, drop: torch.Tensor) -> Aggregate:
     keep = (~drop).to(batch.scores.dtype)
     query_weight = groups.gather(groups.sum(keep) / groups.sizes.to(keep.dtype))  # c_i per response
     terms = batch.advantages * batch.prior * keep.unsqueeze(-1)
-    order = batch.options["query_weight"]
     metrics = {"gd2po/dropped_fraction": float(drop.double().mean()) if drop.numel() else 0.0}
-    if order == "before_whiten":
+    before = batch.options["query_weight"] == "before_whiten"
+    if before:
         terms = terms * query_weight.unsqueeze(-1)
-        return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, metrics=metrics)
     # after_whiten, the DARA authors' baseline runs: c_i as a weight on the PPO loss
-    return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep, post_scale=query_weight,
-                     metrics=metrics)
+    return Aggregate(terms.sum(dim=1), terms, batch.prior.clone(), norm, keep=keep,
+                     post_scale=None if before else query_weight, metrics=metrics)
 
 
 @register("gd2po_hard", "GD2PO-Hard: drop conflicting responses, c_i-weighted sum, whiten kept tokens",
@@ -211,9 +210,7 @@ def saw(batch: ChannelBatch) -> Aggregate:
 @register("sa_mrpo", "SA-MRPO: GDPO with weights (1 - s_k)^gamma, s_k the batch saturation of reward k",
           uses=("weights", "reward_ranges", "gamma"), needs_ranges=True)
 def sa_mrpo(batch: ChannelBatch) -> Aggregate:
-    ranges = batch.options["reward_ranges"]
-    if ranges is None:
-        raise ValueError("estimator 'sa_mrpo' needs reward_ranges={channel: [min, max], ...} for every channel")
+    ranges = batch.options["reward_ranges"]  # checked: needs_ranges
     weights = saturation_weights(batch.scores, ranges, batch.options["gamma"]) * batch.prior
     return _weighted_sum(batch, batch.advantages * weights, weights)
 

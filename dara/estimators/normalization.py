@@ -15,11 +15,9 @@ BATCH_NORM_MODES = ("token", "response", "none")
 
 
 def token_whiten(values: torch.Tensor, lengths: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """Masked whitening of S broadcast over tokens, computed from S [N] and token counts [N].
-
-    With fewer than two tokens the variance is undefined (verl raises); we use variance 0, which
-    maps every value to exactly 0 since all tokens then equal the mean.
-    """
+    """Masked whitening of S broadcast over tokens, from S [N] and token counts [N]. Under two tokens the
+    variance is undefined (verl raises): variance 0 here, and every value maps to exactly 0 (all tokens equal
+    the mean)."""
     weights = lengths.to(values.dtype)
     if keep is not None:
         weights = weights * keep
@@ -46,10 +44,8 @@ def response_standardize(values: torch.Tensor, keep: torch.Tensor | None = None,
     return out if keep is None else out * weights
 
 
-def batch_normalize(
-    values: torch.Tensor, lengths: torch.Tensor, mode: str, keep: torch.Tensor | None = None,
-    eps: float = RESPONSE_EPS,
-) -> torch.Tensor:
+def batch_normalize(values: torch.Tensor, lengths: torch.Tensor, mode: str, keep: torch.Tensor | None = None,
+                    eps: float = RESPONSE_EPS) -> torch.Tensor:
     """Apply one of BATCH_NORM_MODES to the per-response values [N]."""
     if mode == "token":
         return token_whiten(values, lengths, keep)

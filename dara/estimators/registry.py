@@ -1,8 +1,5 @@
-"""The registry of estimators (`ESTIMATORS`): the library's own and any a user registers with `register`.
-
-`load_estimator_module(spec)` imports a user's module (a `.py` file, an import path, or verl's
-`pkg://package.module`) that registers estimators, and reports the file, its sha256 and the names it
-registered; every problem is one `EstimatorModuleError` line.
+"""The registry of estimators (`ESTIMATORS`): the library's own and any a user registers with `register`, also
+in a module that `load_estimator_module` imports (a `.py` file, an import path or `pkg://package.module`).
 """
 
 from __future__ import annotations
@@ -86,9 +83,6 @@ class Estimator:
     def builtin(self) -> bool:
         return self.module == BUILTIN_MODULE
 
-    def option(self, name: str) -> Option | None:
-        return next((o for o in self.options if o.name == name), None)
-
 
 BUILTIN_MODULE = "dara.estimators.methods"
 ESTIMATORS: dict[str, Estimator] = {}
@@ -100,7 +94,8 @@ def unregister(name: str) -> None:
     if estimator.builtin:
         raise ValueError(f"estimator {name!r} is the library's own and cannot be removed")
     del ESTIMATORS[name]
-    _forget_names({name})
+    for key in [key for key, loaded in _LOADED.items() if name in loaded.names]:
+        del _LOADED[key]
 
 
 def get_estimator(name: str) -> Estimator:
@@ -132,12 +127,6 @@ class EstimatorModule:
 
 
 _LOADED: dict[str, EstimatorModule] = {}  # by file
-
-
-def _forget_names(names: set[str]) -> None:
-    for key, loaded in list(_LOADED.items()):
-        if set(loaded.names) & names:
-            del _LOADED[key]
 
 
 def _locate(spec: str) -> tuple[str | None, str]:

@@ -9,9 +9,7 @@ import torch
 
 DEFAULT_W_MAX = 5.0
 SAW_EPS = 1e-8
-# The weight of a dead channel (density 0): "1", the paper's text (the default), or "w_max", the DARA
-# authors' code. Its advantages are all 0, so only the applied and logged weight differs.
-DEAD_CHANNEL_WEIGHTS = ("1", "w_max")
+DEAD_CHANNEL_WEIGHTS = ("1", "w_max")  # a dead channel's weight: density_weights' `dead`
 
 
 def density_weights(density: torch.Tensor, w_max: float = DEFAULT_W_MAX, dead: str = "1") -> torch.Tensor:

@@ -1,11 +1,9 @@
-"""Checkpoint disk per save and per run, free space at the checkpoint folder, and progress within the time limit.
-
-Bytes per parameter of a verl 0.9.1 FSDP checkpoint: model 4 (fp32) + Adam 8, + 4 for the fp32 HF export
-(`hf_model`). A save is written before the oldest is deleted: the disk holds the retained saves plus one.
-
-Minutes per step: `run.hardware.step_minutes_estimate[<model>]` (an ESTIMATE) or a gpu_smoke `--calibration`. A
-job makes progress when it checkpoints before its limit: at the step boundary after the pre-timeout signal (when a
-step plus a save fit in `signal_lead_minutes`), else at its newest `save_freq` step, requeued from there.
+"""Checkpoint disk per save and per run, free space at the checkpoint folder, and progress within the time
+limit (docs/experiments.md, "Preflight"). Bytes per parameter of a verl 0.9.1 FSDP checkpoint: model 4 (fp32)
++ Adam 8, + 4 for the fp32 HF export (`hf_model`). A save is written before the oldest is deleted: the disk
+holds the retained saves plus one. A job makes progress when it checkpoints before its limit: at the step
+boundary after the pre-timeout signal (when a step plus a save fit in `signal_lead_minutes`), else at its
+newest `save_freq` step.
 """
 
 from __future__ import annotations

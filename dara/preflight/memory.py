@@ -1,16 +1,8 @@
-"""Per-GPU memory plan of a hybrid-engine run (FSDP actor/reference and vLLM sharing each GPU), in verl 0.9.1's terms.
-
-Three phases must each fit one card, each term naming its verl key: rollout (vLLM awake: the FSDP state kept by
-offload choice + vLLM's `gpu_memory_utilization` share), weight sync (vLLM's weights, the actor's params, the
-bucket, the largest gathered tensor) and training (vLLM asleep: params + grads + Adam, the reference, the FSDP
-all-gather of 2 units, activations, the logits of a micro-batch of `actor.ppo_max_token_len_per_gpu` tokens; SDPA
-pads micro-batches: planned at SDPA_PADDING_FACTOR x the budget).
-
-`logits_bytes` follows verl 0.9.1's FSDP engine (`prepare_model_outputs`, `forward_step`): bf16 logits (+ a copy
-when temperature != 1); padding removed, the flash-attn cross-entropy writes its gradient into the logits unless
-the entropy has gradients; the compiled entropy keeps its bf16 input and holds one fp32 softmax (eager: + an fp32
-copy); padded (sdpa), the real tokens are copied out and an fp32 log-softmax kept. The constants are estimates;
-`python -m recipes gpu_smoke` measures the phases next to this plan.
+"""Per-GPU memory plan of a hybrid-engine run (FSDP actor/reference and vLLM sharing each GPU), in verl
+0.9.1's terms: the rollout, weight-sync and training phases must each fit one card, each term naming its verl
+key. The terms, the logits' bytes (`logits_bytes`: verl's `prepare_model_outputs` and `forward_step`) and the
+SDPA padding are described in docs/experiments.md ("Preflight", memory); the constants are estimates, which
+`python -m recipes gpu_smoke` measures against.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Will verl's rollout start with these options on this install? Each problem is one line, before Ray starts:
-`rollout.name`/`mode` registered with verl, every `engine_kwargs.vllm` key a `vllm serve` option; for a CPU run,
-head_dim and `rollout.dtype` ones vLLM's CPU attention takes, and vLLM's CPU build installed at its pin.
-vLLM is imported only in a child process (`FACTS_CODE`: slow, and it sets env vars Ray workers would inherit),
-its facts cached per install in `facts_cache()`; 0.28.0's values stand in where vLLM does not import.
-"""
+"""Will verl's rollout start with these options on this install? Each problem is one line, before Ray starts
+(what is checked: docs/experiments.md, "Preflight"). vLLM is imported only in a child process (`FACTS_CODE`:
+slow, and it sets env vars Ray workers would inherit), its facts cached per install in `facts_cache()`;
+0.28.0's values stand in where vLLM does not import."""
 
 from __future__ import annotations
 

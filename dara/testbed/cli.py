@@ -48,35 +48,27 @@ def load_modules(specs: list[str]) -> list[str]:
 def select_studies(args: argparse.Namespace) -> list[Study]:
     from dara.estimators import ESTIMATOR_NAMES
     own = load_modules(getattr(args, "estimator_module", None) or [])
-    if args.estimators:
-        unknown = [e for e in args.estimators.split(",") if e not in ESTIMATOR_NAMES]
-        if unknown:
-            raise SystemExit(f"testbed: unknown estimator(s) {unknown}; registered: {', '.join(ESTIMATOR_NAMES)}"
-                             + ("" if own else " (one of your own: --estimator-module PATH)"))
+    chosen = args.estimators.split(",") if args.estimators else None
+    if chosen and (unknown := [e for e in chosen if e not in ESTIMATOR_NAMES]):
+        raise SystemExit(f"testbed: unknown estimator(s) {unknown}; registered: {', '.join(ESTIMATOR_NAMES)}"
+                         + ("" if own else " (one of your own: --estimator-module PATH)"))
     if args.quick:
-        studies = quick_studies()
-        if args.seeds or args.steps:
-            studies = [replace(s, seeds=args.seeds or s.seeds, steps=args.steps or s.steps) for s in studies]
+        studies = [replace(s, seeds=args.seeds or s.seeds, steps=args.steps or s.steps)
+                   for s in quick_studies()]
     else:
-        kwargs = {k: v for k, v in (("seeds", args.seeds), ("steps", args.steps)) if v}
-        studies = full_studies(**kwargs)
+        studies = full_studies(**{k: v for k, v in (("seeds", args.seeds), ("steps", args.steps)) if v})
     if args.studies:
         wanted = args.studies.split(",")
         unknown = set(wanted) - {s.name for s in studies}
         if unknown:
             raise SystemExit(f"unknown studies {sorted(unknown)}; choose from {[s.name for s in studies]}")
         studies = [s for s in studies if s.name in wanted]
-    if own:
-        wanted_own = [n for n in own if not args.estimators or n in args.estimators.split(",")]
-        studies = [replace(s, estimators=(*s.estimators, *(n for n in wanted_own if n not in s.estimators)))
-                   for s in studies]
-    if args.estimators:
-        wanted = tuple(args.estimators.split(","))
-        studies = [replace(s, estimators=tuple(e for e in s.estimators if e in wanted)) for s in studies]
-        studies = [s for s in studies if s.estimators]
-        if not studies:
-            raise SystemExit(f"no study runs any of the estimators {list(wanted)}")
-    return studies
+    # every study also runs the estimators of --estimator-module; --estimators keeps those it names
+    studies = [replace(s, estimators=tuple(e for e in dict.fromkeys((*s.estimators, *own))
+                                           if not chosen or e in chosen)) for s in studies]
+    if chosen and not any(s.estimators for s in studies):
+        raise SystemExit(f"no study runs any of the estimators {chosen}")
+    return [s for s in studies if s.estimators]
 
 
 def write_outputs(out: Path, studies: list[Study], results: dict[str, list[RunResult]]) -> list[dict[str, object]]:

@@ -1,9 +1,6 @@
-"""The testbed's studies, how their runs are executed, and how each run is summarised.
-
-A study is a task, a set of estimators, a set of group sizes at a fixed budget of responses per
-step (B = budget / G prompts), a number of seeds and of steps. Every (estimator, G, seed) is one
-run of `train.train_run`; runs are independent, so a study's results do not depend on run order.
-"""
+"""The testbed's studies, how their runs are executed, and how each run is summarised. Every (estimator, G,
+seed) of a study is one run of `train.train_run` at B = budget / G prompts; runs are independent, so a study's
+results do not depend on run order."""
 
 from __future__ import annotations
 
@@ -98,8 +95,7 @@ def summarize_run(records: list[dict[str, float]], final: dict[str, float], stud
         out[f"steps_to_{threshold:g}"] = float(reached if reached is not None else study.steps)
         out[f"reached_{threshold:g}"] = float(reached is not None)
     out["format_auc"] = sum(compliance) / len(compliance)
-    for key, value in final.items():
-        out[key.replace("eval/", "final_")] = value
+    out.update({key.replace("eval/", "final_"): value for key, value in final.items()})
     for name in study.task.channel_names:
         for key in ("energy_vs_ideal", "weighted_energy_vs_ideal", "weighted_energy_share", "density", "weight",
                     "energy_ratio"):

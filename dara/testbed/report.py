@@ -1,7 +1,5 @@
-"""Outputs of a testbed run: per-step CSVs, run logs, per-run outcomes, summary.csv with 95% CIs, curves, a table.
-
-Every file is written to a temporary name and moved into place, so a crash never leaves half a file.
-"""
+"""Outputs of a testbed run: per-step CSVs, run logs, per-run outcomes, summary.csv with 95% CIs, curves, a
+table; every file is written to a temporary name and moved into place, so a crash never leaves half a file."""
 
 from __future__ import annotations
 

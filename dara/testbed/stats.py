@@ -22,10 +22,8 @@ def t_quantile_975(df: int) -> float:
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, low, high): mean +- t_{0.975, n-1} * sd / sqrt(n) over finite values (sd with ddof=1).
-
-    One value gives a zero-width interval at that value; no finite value raises.
-    """
+    """(mean, low, high): mean +- t_{0.975, n-1} * sd / sqrt(n) over finite values (sd with ddof=1); one value
+    gives a zero-width interval at that value; no finite value raises."""
     finite = [float(v) for v in values if math.isfinite(v)]
     if not finite:
         raise ValueError("no finite value to summarise")

@@ -41,11 +41,9 @@ class TaskConfig:
             raise ValueError(f"max_len {self.max_len} cannot hold OPEN, {self.answer_slots} slots, CLOSE and EOS")
         if not 0 < self.eos_init_prob < 1:
             raise ValueError(f"eos_init_prob must lie in (0, 1), got {self.eos_init_prob}")
-        if not 0 < self.format_init_rate < max_format_rate(self):
-            raise ValueError(
-                f"format_init_rate must lie in (0, {max_format_rate(self):.3f}) for eos_init_prob "
-                f"{self.eos_init_prob} and max_len {self.max_len}, got {self.format_init_rate}"
-            )
+        if not 0 < self.format_init_rate < (limit := max_format_rate(self)):
+            raise ValueError(f"format_init_rate must lie in (0, {limit:.3f}) for eos_init_prob "
+                             f"{self.eos_init_prob} and max_len {self.max_len}, got {self.format_init_rate}")
         if not 0 < self.held_out_fraction < 1:
             raise ValueError(f"held_out_fraction must lie in (0, 1), got {self.held_out_fraction}")
 
@@ -124,10 +122,8 @@ def response_mask(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def score(tokens: torch.Tensor, targets: torch.Tensor, config: TaskConfig) -> torch.Tensor:
-    """Reward channels of each response, float32 [N, K] in `config.channel_names` order.
-
-    tokens [N, T] sampled tokens (anything after the first EOS is ignored); targets [N, slots].
-    """
+    """Reward channels of each response, float32 [N, K] in `config.channel_names` order, from tokens [N, T]
+    (anything after the first EOS is ignored) and targets [N, slots]."""
     lengths = response_lengths(tokens)
     positions = torch.arange(tokens.shape[1]).unsqueeze(0)
     valid = positions < lengths.unsqueeze(1)

@@ -127,7 +127,7 @@ def train_run(task: TaskConfig, config: RunConfig, advantage_fn: AdvantageFn | N
     from dara.estimators import ESTIMATORS, compute_advantages, get_estimator
     if advantage_fn is None:
         get_estimator(config.estimator)
-    advantage_fn = advantage_fn or compute_advantages
+        advantage_fn = compute_advantages
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(10_007 * config.seed + 1)
     prompts = build_prompts(task)
@@ -151,11 +151,10 @@ def train_run(task: TaskConfig, config: RunConfig, advantage_fn: AdvantageFn | N
         if not torch.isfinite(advantages).all():
             raise FloatingPointError(f"{config.estimator} returned non-finite advantages at step {step}")
         update = ppo_update(policy, optimizer, digits, tokens, mask, advantages.float(), config, generator)
-        record = {"step": float(step), **reward_means(scores, channels)}
-        record.update(energy_record(metrics, channels, config.group_size - 1))
-        record["response_length/mean"] = float(mask.sum(dim=1).mean())
-        record.update(update)
-        record["step_seconds"] = time.perf_counter() - start
+        record = {"step": float(step), **reward_means(scores, channels),
+                  **energy_record(metrics, channels, config.group_size - 1),
+                  "response_length/mean": float(mask.sum(dim=1).mean()), **update,
+                  "step_seconds": time.perf_counter() - start}
         records.append(record)
         if progress is not None:
             progress(step, record)

@@ -1,12 +1,7 @@
-"""DARA and every estimator of `dara.estimators` as a drop-in for Hugging Face TRL's `GRPOTrainer`.
-
-    from dara.trl import DaraGRPOConfig, DaraGRPOTrainer
-    args = DaraGRPOConfig(output_dir="out", estimator="dara_asym", num_generations=8)
-    trainer = DaraGRPOTrainer(model=..., reward_funcs=[format_reward, correctness_reward], args=args,
-                              train_dataset=...)
-
-The reward functions are the channels (named as TRL names them). Usage, coverage and how this maps to
-the verl binding: docs/trl.md. Nothing on this path imports verl or Ray.
+"""DARA and every estimator of `dara.estimators` as a drop-in for Hugging Face TRL's `GRPOTrainer`
+(`DaraGRPOTrainer(..., args=DaraGRPOConfig(estimator="dara_asym", ...))`): the reward functions are the
+channels, named as TRL names them. Usage and how this maps to the verl binding: docs/trl.md. Nothing here
+imports verl or Ray.
 """
 
 try:

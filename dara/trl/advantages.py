@@ -1,10 +1,5 @@
-"""The library's advantages for TRL's gathered [N, K] reward matrix (rows of `num_generations` form a group).
-
-TRL's conventions for missing scores (docs/trl.md): a row no function scored gets advantage 0 and stays out of
-every statistic; a NaN in some channels takes the mean of the channel's scored completions in its group (its
-A_k is then 0; the group std divides by G - 1, where TRL's divides by the scored count - 1); a completion left
-alone in its group scores 0 on every channel. Counted as `dara/unscored_completions`, `dara/missing_scores/<c>`.
-"""
+"""The library's advantages for TRL's gathered [N, K] reward matrix (rows of `num_generations` form a group),
+with TRL's conventions for missing scores (NaN; docs/trl.md, "How it plugs in")."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 
 from trl import GRPOConfig
 
@@ -26,13 +26,9 @@ DEFAULT_BATCH_NORM = "response"
 def _derived_base() -> type:
     """GRPOConfig with DaraAlgoConfig's scalar option fields (their types, defaults and help texts)."""
     hints = typing.get_type_hints(DaraAlgoConfig)
-    specs = []
-    for item in fields(DaraAlgoConfig):
-        if item.name in DERIVED_FIELDS:
-            default = item.default if item.default is not MISSING else item.default_factory()
-            specs.append((item.name, hints[item.name], field(default=default,
-                                                               metadata={"help": FIELD_HELP[item.name]})))
-    return make_dataclass("_GRPOConfigWithDaraOptions", specs, bases=(GRPOConfig,))
+    return make_dataclass("_GRPOConfigWithDaraOptions", [
+        (item.name, hints[item.name], field(default=item.default, metadata={"help": FIELD_HELP[item.name]}))
+        for item in fields(DaraAlgoConfig) if item.name in DERIVED_FIELDS], bases=(GRPOConfig,))
 
 
 def _as_mapping(value, what: str):
@@ -53,26 +49,18 @@ class DaraGRPOConfig(_derived_base()):
     estimator takes it, else to its own; `estimator_module` is loaded first. TRL's `scale_rewards` and
     `multi_objective_aggregation` shape only TRL's own advantages, which the estimator's replace."""
     _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "reward_ranges", "estimator_options"]
-    estimator: str = field(
-        default="dara_asym",
-        metadata={"help": "Advantage estimator: a registered dara.estimators name (python -m dara.estimators list), "
-                          "or one a module given as estimator_module registers."},
-    )
+    estimator: str = field(default="dara_asym", metadata={"help": (
+        "Advantage estimator: a registered dara.estimators name (python -m dara.estimators list), or one a "
+        "module given as estimator_module registers.")})
     estimator_module: str | None = field(default=None, metadata={"help": FIELD_HELP["estimator_module"]})
     estimator_options: dict | str | None = field(
-        default=None,
-        metadata={"help": FIELD_HELP["options"] + " E.g. '{\"power\": 0.5}'."},
-    )
-    batch_norm: str | None = field(
-        default=None,
-        metadata={"help": "Batch normalisation of the aggregated advantage: 'response', 'token' or 'none'; "
-                          "unset: 'response' where the estimator takes it, else the estimator's own."},
-    )
-    reward_ranges: dict | str | None = field(
-        default=None,
-        metadata={"help": "Per reward function name, its [min, max] score range (saw, sa_mrpo), e.g. "
-                          "'{\"format\": [0, 1], \"correctness\": [-3, 3]}'."},
-    )
+        default=None, metadata={"help": FIELD_HELP["options"] + " E.g. '{\"power\": 0.5}'."})
+    batch_norm: str | None = field(default=None, metadata={"help": (
+        "Batch normalisation of the aggregated advantage: 'response', 'token' or 'none'; unset: 'response' "
+        "where the estimator takes it, else the estimator's own.")})
+    reward_ranges: dict | str | None = field(default=None, metadata={"help": (
+        "Per reward function name, its [min, max] score range (saw, sa_mrpo), e.g. "
+        "'{\"format\": [0, 1], \"correctness\": [-3, 3]}'.")})
 
     def __post_init__(self):
         super().__post_init__()
@@ -100,13 +88,11 @@ class DaraGRPOConfig(_derived_base()):
                     weights: Sequence[float] | None = None) -> DaraAlgoConfig:
         """The library's options for these reward functions and `weights` (the trainer's, which TRL extends by
         1 for an environment's own reward); a `reward_ranges` name not among `channel_names` is an error."""
-        if weights is None and self.reward_weights is not None:
-            weights = self.reward_weights
-        config = DaraAlgoConfig(
-            weights=weights, batch_norm=self.batch_norm, reward_ranges=self.reward_ranges,
-            options=dict(self.estimator_options or {}), estimator_module=self.estimator_module,
-            **{name: getattr(self, name) for name in DERIVED_FIELDS},
-        )
+        config = DaraAlgoConfig(weights=self.reward_weights if weights is None else weights,
+                                batch_norm=self.batch_norm, reward_ranges=self.reward_ranges,
+                                options=dict(self.estimator_options or {}),
+                                estimator_module=self.estimator_module,
+                                **{name: getattr(self, name) for name in DERIVED_FIELDS})
         if channel_names is not None:
             config.check_range_names(channel_names)
         return config

@@ -1,11 +1,8 @@
 """`python -m dara.trl.smoke` (`make smoke-trl`): the tool-calling smoke run through TRL's GRPOTrainer.
 
-The tiny offline model and synthetic ToolRL-format data of `python -m data_prep smoke` (built or reused
-in `--assets`), the project's ToolRL format and correctness channels as TRL reward functions, the
-estimator of `--estimator` (DARA-Asym), a few GRPO steps on the CPU, one line per step with each
-function's reward, density and weight, and a summary. The settings follow the verl smoke task
-(conf/task/smoke.yaml): 8 prompts x 4 completions per step, 64 completion tokens, temperature 1.0,
-learning rate 1e-4, no KL term.
+The tiny offline model and data of `python -m data_prep smoke` (built or reused in `--assets`), the ToolRL
+channels as TRL reward functions, a few GRPO steps on the CPU with one line per step; `SMOKE_SETTINGS` follow
+the verl smoke task (conf/task/smoke.yaml).
 """
 
 from __future__ import annotations

@@ -44,7 +44,5 @@ def toolrl_dataset(parquet: str | os.PathLike):
     """A TRL prompt dataset (`prompt` chat messages, `ground_truth`) from a verl ToolRL parquet file."""
     from datasets import Dataset
     rows = Dataset.from_parquet(str(parquet))
-    return Dataset.from_dict({
-        "prompt": rows["prompt"],
-        "ground_truth": [reward_model["ground_truth"] for reward_model in rows["reward_model"]],
-    })
+    return Dataset.from_dict({"prompt": rows["prompt"],
+                              "ground_truth": [row["ground_truth"] for row in rows["reward_model"]]})

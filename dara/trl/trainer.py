@@ -1,10 +1,7 @@
-"""`DaraGRPOTrainer`: TRL's `GRPOTrainer` with the advantages of any `dara.estimators` estimator.
-
-TRL 1.16 has no hook for the aggregation step, so two private methods are overridden, each calling `super()`:
-`_calculate_rewards` keeps the gathered [N, K] reward matrix; `_generate_and_score_completions` lets TRL finish
-the batch, then puts the estimator's advantages for this process's slice in `output["advantages"]` (what the
-loss reads) and the completions log, and adds the `dara/` metrics. Where these no longer behave as in the
-supported release, `TrlSeamError` names it rather than training on TRL's own aggregation.
+"""`DaraGRPOTrainer`: TRL's `GRPOTrainer` with the advantages of any `dara.estimators` estimator. TRL 1.16 has
+no hook for the aggregation step, so two private methods are overridden (docs/trl.md, "How it plugs in");
+where they no longer behave as in the supported release, `TrlSeamError` names it rather than training on TRL's
+aggregation.
 """
 
 from __future__ import annotations
@@ -73,9 +70,8 @@ class DaraGRPOTrainer(GRPOTrainer):
         self._dara_rewards = None
 
     def _calculate_rewards(self, *args, **kwargs):
-        rewards = super()._calculate_rewards(*args, **kwargs)
-        self._dara_rewards = rewards
-        return rewards
+        self._dara_rewards = super()._calculate_rewards(*args, **kwargs)
+        return self._dara_rewards
 
     def _generate_and_score_completions(self, *args, **kwargs):
         self._dara_rewards = None  # a matrix from an earlier batch must never be used for this one
