@@ -72,7 +72,7 @@ def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
     check_one_configuration(frame, group_by, "table")
     rows = []
     for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
-        row = {**dict(zip(group_by, key if isinstance(key, tuple) else (key,), strict=True)), "n": len(part),
+        row = {**dict(zip(group_by, key, strict=True)), "n": len(part),
                "seeds": format_seeds(part["seed"]) if "seed" in part.columns else ""}
         for metric in metrics:
             values = part[metric].dropna().astype(float).to_numpy()
