@@ -156,8 +156,7 @@ class _Dialogue:
         if not self.multi:
             self.done = True
             return
-        calls = step_calls(completion.text)
-        if not calls:
+        if not (calls := step_calls(completion.text)):
             self.next_turn()
             return
         results, _ = mod.execute(calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
@@ -176,8 +175,7 @@ class _Dialogue:
             return
         for kept in (self.turns, self.tokens, self.finish):
             kept.append([])
-        held_out = self.entry.get("missed_function", {}).get(str(self.turn))
-        if held_out:
+        if held_out := self.entry.get("missed_function", {}).get(str(self.turn)):
             self.history.append(protocol.bfcl_more_functions_message(held_out))
         else:
             self.history.extend(dict(m) for m in questions[self.turn])
@@ -266,15 +264,11 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
            "over_window_cases": sum(bool(r.get("over_window")) for r in scored)}
     counts = {c: v["cases"] for c, v in categories.items()}
     for kind in kinds:
-        scores = {c: v[kind] for c, v in categories.items()}
         try:
-            groups = bfcl.aggregate(scores, counts)
+            out[f"groups_{kind}"] = groups = bfcl.aggregate({c: v[kind] for c, v in categories.items()}, counts)
+            out[f"average_{kind}"] = groups["average"]
         except KeyError as err:  # a partial run (e.g. smoke): report what is complete
-            out[f"groups_{kind}"] = None
-            out[f"note_{kind}"] = str(err)
-            continue
-        out[f"groups_{kind}"] = groups
-        out[f"average_{kind}"] = groups["average"]
+            out[f"groups_{kind}"], out[f"note_{kind}"] = None, str(err)
     return out
 
 

@@ -101,10 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", nargs="*", help="math: benchmark .json/.parquet files; toolrl: .parquet files")
     parser.add_argument("--categories", nargs="*", default=None, help="bfcl categories (default: the 14 of the paper)")
     parser.add_argument("--limit", type=int, help="first N cases per file/category (smoke runs)")
-    parser.add_argument("--samples", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--max-new-tokens", type=int)
+    for flag, kind in (("--samples", int), ("--temperature", float), ("--top-p", float), ("--max-new-tokens", int)):
+        parser.add_argument(flag, type=kind)  # default: the bench's (Bench.defaults)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=512, help="cases per engine call")
     parser.add_argument("--retries", type=int, default=3)

@@ -13,8 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.runner import single_turn_producer
 from results.paired import percentile_interval
 from tasks import math as task
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -57,10 +55,6 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
     return cases
 
 
-def make_producer(backend: Backend, sampling: SamplingConfig):
-    return single_turn_producer(backend, sampling, carried=("answer",))
-
-
 _UNIT = re.compile(r"\\(?:text|mathrm|mbox|rm|textrm)\s*\{[^{}]*\}")
 # Removed in this order (the authors' order: "%" goes before "\\%", which leaves a backslash behind and so
 # makes "50\\%" no plain number, as in their evaluation).
@@ -88,12 +82,8 @@ def plain_number(text: str | None) -> float | None:
         value = value.replace(noise, "")
     value = _TIMES_TEN.sub(lambda m: "e" + m.group(1).lstrip("+"), value)
     value = re.sub(r"\s+", "", value).rstrip(".")
-    power = _POWER_OF_TEN.match(value)
-    if power:
-        value = "1e" + power.group(1).lstrip("+")
-    if not _PLAIN_NUMBER.match(value):
-        return None
-    number = float(value)
+    value = _POWER_OF_TEN.sub(lambda m: "1e" + m.group(1).lstrip("+"), value)
+    number = float(value) if _PLAIN_NUMBER.match(value) else math.inf
     return number if math.isfinite(number) else None
 
 
@@ -196,8 +186,7 @@ def render_math_table(summary: pd.DataFrame) -> str:
 
 def check_complete(scored: Sequence[dict], samples_per_question: int) -> None:
     """Every case carries the same number of samples (a short one would bias pass@1)."""
-    bad = [r["case_id"] for r in scored if len(r["correct"]) != samples_per_question]
-    if bad:
+    if bad := [r["case_id"] for r in scored if len(r["correct"]) != samples_per_question]:
         raise ValueError(f"{len(bad)} case(s) without {samples_per_question} samples, e.g. {bad[:3]}")
     if any(math.isnan(v) for r in scored for v in r["n_tokens"]):
         raise ValueError("a sample has no token count")

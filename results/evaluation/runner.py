@@ -8,7 +8,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from results.evaluation.store import CaseStore
 
@@ -39,7 +39,7 @@ def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[
         outputs = backend.chat([c["messages"] for c in batch], sampling,
                                [case_seed(sampling.seed, c["case_id"]) for c in batch])
         return [{**{key: c[key] for key in ("case_id", "data_source", *carried)},
-                 "samples": [s.as_dict() for s in samples]} for c, samples in zip(batch, outputs, strict=True)]
+                 "samples": [asdict(s) for s in samples]} for c, samples in zip(batch, outputs, strict=True)]
 
     return produce
 
