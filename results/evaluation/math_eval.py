@@ -108,19 +108,14 @@ def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -
     from rewards import math as math_reward
     answer = _reference_answer(record["answer"], record["case_id"])
     items = [(s["text"], answer, generated_token_ids(s), length_limit) for s in record["samples"]]
-    timeouts = 0
     if pool is None:
-        rewards = [math_reward.score(*item) for item in items]
+        rewards, timeouts = [math_reward.score(*item) for item in items], 0
     else:
-        rewards = []
-        for outcome in pool.map(math_reward.score, items):
-            if outcome.status == "ok":
-                rewards.append(outcome.value)
-            elif outcome.status == "timeout":
-                timeouts += 1
-                rewards.append({"correctness": 0.0})
-            else:
-                raise RuntimeError(f"case {record['case_id']}: scoring failed: {outcome.error}")
+        outcomes = pool.map(math_reward.score, items)
+        if failed := next((o for o in outcomes if o.status not in ("ok", "timeout")), None):
+            raise RuntimeError(f"case {record['case_id']}: scoring failed: {failed.error}")
+        timeouts = sum(o.status == "timeout" for o in outcomes)
+        rewards = [o.value if o.status == "ok" else {"correctness": 0.0} for o in outcomes]
     strict = [int(reward["correctness"] >= 1) for reward in rewards]
     correct = [s or int(numeric_equal(sample["text"], answer)) for s, sample in zip(strict, record["samples"],
                                                                                     strict=True)]
