@@ -188,10 +188,10 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
                f"(c) dara/weight/{channel} (the methods that log it)"))
     for ax, (column, ylabel, title) in zip(axes, panels, strict=True):
         drawn = 0
-        for index, (method, runs) in enumerate(frame.groupby("method", sort=False)):
+        for i, (method, runs) in enumerate(frame.groupby("method", sort=False)):
             runs = runs.dropna(subset=[column]) if column in runs.columns else runs.iloc[0:0]
             if not runs.empty:
-                plots.draw_seed_band(ax, runs, column, plots.method_colour(method, index), method_label(method))
+                plots.draw_seed_band(ax, runs, column, plots.method_colour(method, i), method_label(method))
                 drawn += 1
         plots.label_panel(ax, title, ylabel, xlabel=None)
     axes[0].axhline(float(threshold), color="black", ls="--", lw=0.9, label=f"threshold {threshold:g}")

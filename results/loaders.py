@@ -75,7 +75,8 @@ def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.Dat
     if not rows:
         raise RunLogError(f"{run_dir}: the wandb run files hold no logged step")
     frame = pd.DataFrame([rows[step] for step in sorted(rows)]).drop(columns="run", errors="ignore")
-    return _with_identity(frame, {**info, **scalars(run_info(run_dir))}, run_dir.name, f"{run_dir} (wandb tags)")
+    info |= scalars(run_info(run_dir))
+    return _with_identity(frame, info, run_dir.name, f"{run_dir} (wandb tags)")
 
 
 def load_run_folder(run_dir: Path, source: str = "auto") -> pd.DataFrame:

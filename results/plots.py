@@ -150,7 +150,8 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
             ax = axes[row][col]
             for i, (channel, column) in enumerate(sorted(columns[kind].items())):
                 draw_seed_band(ax, runs.dropna(subset=[column]), column, f"C{i}", channel)
-            label_panel(ax, f"{label}: {kind}", "active-group density $\\pi_k$" if kind == "density" else "weight $w_k$")
+            ylabel = "active-group density $\\pi_k$" if kind == "density" else "weight $w_k$"
+            label_panel(ax, f"{label}: {kind}", ylabel)
             ax.legend(fontsize=7)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
@@ -169,9 +170,10 @@ def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: st
                 rows = rows.sort_values("step")
                 mean = rows[f"{metric}_mean"].astype(float)
                 sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
-                ax.plot(rows["step"], mean, marker="o", ms=3, color=method_colour(method, i), lw=1.5,
+                colour = method_colour(method, i)
+                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5,
                         label=method_label(method))
-                ax.fill_between(rows["step"], mean - sd, mean + sd, color=method_colour(method, i), alpha=0.15, lw=0)
+                ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
             label_panel(ax, f"{label}  {metric}".strip(), metric, "checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()

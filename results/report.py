@@ -164,7 +164,8 @@ def _threshold_table(frame, metric, threshold, group_by, authors, is_authors) ->
     theirs, named, paper = AUTHOR_CURVES.get(metric), _with_model_size(steps, author_names=True), {}
     if authors is not None and theirs in authors.columns and "model_size" in named.columns:
         found = thresholds.threshold_steps(authors, theirs, threshold, group_by=["model_size"])
-        paper = {(r.model_size, r.method): "never" if pd.isna(r.step) else str(int(r.step)) for r in found.itertuples()}
+        paper = {(r.model_size, r.method): "never" if pd.isna(r.step) else str(int(r.step))
+                 for r in found.itertuples()}
     sizes = named["model_size"] if "model_size" in named.columns else [None] * len(named)
     steps[f"paper step ({theirs})" if theirs else "paper step"] = [
         paper.get(key, NOT_IN_PAPER) for key in zip(sizes, named["method"], strict=True)]
@@ -180,7 +181,8 @@ def curves_section(title, frame, out_dir: Path, slug: str, reference: Path, *, t
         raise RunLogError(f"--threshold-metric {threshold_metric!r} is not logged; columns: {list(frame.columns)[:30]}")
     metric = threshold_metric or next((c for c in ("reward/format/mean", "train_format") if c in frame.columns), None)
     toolrl = not is_authors and "task" in frame.columns and set(frame["task"]) <= {"toolrl"}
-    authors = load_csv(reference / AUTHOR_CURVE_FILE) if toolrl and (reference / AUTHOR_CURVE_FILE).exists() else None
+    curves = reference / AUTHOR_CURVE_FILE
+    authors = load_csv(curves) if toolrl and curves.exists() else None
     blocks, crossings = [], None
     if metrics:
         blocks.append(_final_table(frame, metrics, group_by, authors, is_authors))

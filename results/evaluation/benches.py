@@ -12,7 +12,7 @@ from tasks.registry import evaluations, load_ref
 
 
 class Bench:
-    """`defaults`: the paper's sampling; `carried`: the case fields a single-turn record keeps. A bench defines
+    """`defaults`: the paper's sampling; `carried`: the case fields single-turn records keep. A bench defines
     load_cases(args), score(record, case, args, pool), aggregate(scored, args) -> (summary, markdown) and
     flatten(summary) -> `results collect`'s columns."""
 

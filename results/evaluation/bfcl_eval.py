@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from results import bfcl
-from results.evaluation.backends import OVER_WINDOW, Backend, SamplingConfig
+from results.evaluation.backends import OVER_WINDOW, Backend, SamplingConfig, model_positions
 from rewards.toolrl import THINK_WORD_LIMIT
 from tasks import toolrl as protocol
 
@@ -121,7 +121,6 @@ def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, floa
 
 
 def model_window(model_dir: str) -> int:
-    from results.evaluation.backends import model_positions
     window = model_positions(model_dir)
     if not isinstance(window, int) or window <= 0:
         raise ValueError(f"{model_dir}: its config names no max_position_embeddings; pass --context-window")
@@ -265,7 +264,8 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
     counts = {c: v["cases"] for c, v in categories.items()}
     for kind in kinds:
         try:
-            out[f"groups_{kind}"] = groups = bfcl.aggregate({c: v[kind] for c, v in categories.items()}, counts)
+            groups = bfcl.aggregate({c: v[kind] for c, v in categories.items()}, counts)
+            out[f"groups_{kind}"] = groups
             out[f"average_{kind}"] = groups["average"]
         except KeyError as err:  # a partial run (e.g. smoke): report what is complete
             out[f"groups_{kind}"], out[f"note_{kind}"] = None, str(err)

@@ -47,8 +47,7 @@ def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[
 def run_cases(cases: Sequence[dict], store: CaseStore, produce: Callable[[list[dict]], list[dict]], *,
               batch_size: int = 8, retries: int = 3, backoff_s: float = 5.0, label: str = "generate") -> RunSummary:
     start = time.monotonic()
-    ids = [c["case_id"] for c in cases]
-    if len(set(ids)) != len(ids):
+    if len({c["case_id"] for c in cases}) != len(cases):
         raise ValueError(f"{label}: duplicated case ids in the input")
     todo = [c for c in cases if c["case_id"] not in store]
     summary = RunSummary(len(cases), len(cases) - len(todo), 0, [], 0, 0.0)
