@@ -19,8 +19,7 @@ GROUPS = ("live", "non_live", "multi_turn")
 
 
 def _need(scores: Mapping[str, float], names) -> list[float]:
-    missing = [n for n in names if n not in scores]
-    if missing:
+    if missing := [n for n in names if n not in scores]:
         raise KeyError(f"BFCL aggregation needs scores for {missing}; got {sorted(scores)}")
     return [scores[n] for n in names]
 

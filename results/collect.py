@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.loaders import RunLogError
+from results.loaders import RunLogError, scalars
 
 SUMMARY_FILE = "summary.json"
 
@@ -26,8 +26,7 @@ def summary_row(path: str | Path) -> dict:
     run = summary.get("run") or {}
     if "method" not in run:
         raise RunLogError(f"{path}: the evaluation names no run; pass --run-dir or --run-method when evaluating")
-    identity = {k: v for k, v in run.items() if isinstance(v, str | int | float | bool) or v is None}
-    return {"evaluation": str(Path(path).parent), "bench": summary.get("bench"), **identity,
+    return {"evaluation": str(Path(path).parent), "bench": summary.get("bench"), **scalars(run),
             "missing_cases": summary.get("missing_cases", 0), **flatten_summary(summary)}
 
 

@@ -13,9 +13,8 @@ import pandas as pd
 
 import dara
 from dara.io import atomic_write_text
-from dara.run_folder import RUN_INFO
 from results import plots, race_stats, tables
-from results.loaders import RunLogError, find_run_folders, load_runs, require_columns
+from results.loaders import RunLogError, find_run_folders, load_runs, require_columns, run_info
 from results.tables import method_label
 from results.thresholds import seed_summary, threshold_steps
 from results.variants import BASE_METHOD
@@ -23,7 +22,6 @@ from results.variants import BASE_METHOD
 log = logging.getLogger(__name__)
 METHODS = ("grpo", "gdpo", "dara_sym", "dara_asym")  # table order when the protocol names none
 PILOT_VARIANT = "pilot"  # the pilot's runs carry this variant and are left out
-PROTOCOL_FILE = dara.PROJECT_ROOT / "results" / "cpu_headline" / "protocol.json"
 PROTOCOL_KEYS = ("metric", "threshold", "steps", "temperature", "group_size", "prompts_per_step", "save_freq")
 CHANNELS = ("format", "correctness")  # the smoke_sparse task's channels, in its order (a protocol's default)
 SPARSE_CHANNEL = "format"
@@ -40,8 +38,7 @@ def step_rule(protocol: dict) -> dict:
     ``threshold_rule`` is prose: median)."""
     if protocol.get("threshold_rule") != "sustained":
         return {"rule": "median"}
-    missing = [key for key in ("window", "hold") if key not in protocol]
-    if missing:
+    if missing := [key for key in ("window", "hold") if key not in protocol]:
         raise ProtocolError(f"a sustained threshold rule needs its {' and '.join(missing)} in the protocol")
     return {"rule": "sustained", "window": int(protocol["window"]), "hold": int(protocol["hold"])}
 
@@ -53,13 +50,12 @@ def rule_text(rule: dict) -> str:
             f"there at each of the next {rule['hold']} steps")
 
 
-def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
+def load_protocol(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ProtocolError(f"{path} is missing: each race runs with its committed protocol (restore it from git)")
     protocol = json.loads(path.read_text())
-    missing = [key for key in PROTOCOL_KEYS if key not in protocol]
-    if missing:
+    if missing := [key for key in PROTOCOL_KEYS if key not in protocol]:
         raise ProtocolError(f"{path} lacks {', '.join(missing)}")
     if not 0.0 < float(protocol["threshold"]) <= 1.0:
         raise ProtocolError(f"{path}: threshold {protocol['threshold']} is not a format rate in (0, 1]")
@@ -67,8 +63,7 @@ def load_protocol(path: str | Path = PROTOCOL_FILE) -> dict:
 
 
 def is_pilot(run_dir: Path) -> bool:
-    info_path = Path(run_dir) / RUN_INFO
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info = run_info(run_dir)
     return f"-{PILOT_VARIANT}-" in str(info.get("run_name") or Path(run_dir).name) or info.get("variant") == PILOT_VARIANT
 
 
@@ -81,8 +76,7 @@ def race_frame(run_root: str | Path, methods: Sequence[str], steps: int) -> pd.D
     root, methods = Path(run_root), list(methods)
     if not root.is_dir():
         raise RunLogError(f"{root}: no such folder (the race's output root, e.g. outputs/cpu_headline)")
-    folders = [folder for folder in find_run_folders(root) if not is_pilot(folder)]
-    if not folders:
+    if not (folders := [folder for folder in find_run_folders(root) if not is_pilot(folder)]):
         raise RunLogError(f"{root}: no race run folder (metrics.jsonl) below it; pilot runs are left out")
     frame = load_runs(folders)
     require_columns(frame, ["run", "method", "seed", "step"], "headline")
@@ -111,8 +105,7 @@ def frame_from_runs_csv(path: str | Path, methods: Sequence[str], steps: int) ->
 
 def _in_race(frame: pd.DataFrame, methods: Sequence[str], steps: int, where) -> pd.DataFrame:
     """Steps 1..steps in method, seed and step order; a missing method or a short run is an error."""
-    missing = [method for method in methods if method not in set(frame["method"])]
-    if missing:
+    if missing := [method for method in methods if method not in set(frame["method"])]:
         raise RunLogError(f"{where}: no run of method(s) {', '.join(missing)}")
     in_race = frame[frame["step"].between(1, steps)]
     runs = frame[["run", "method", "seed"]].drop_duplicates().set_index("run")
@@ -193,18 +186,14 @@ def plot(frame: pd.DataFrame, metric: str, threshold: float, out_prefix: str | P
               (f"dara/density/{channel}", f"active-group density $\\pi_{{{channel}}}$", f"(b) dara/density/{channel}"),
               (f"dara/weight/{channel}", f"weight $w_{{{channel}}}$",
                f"(c) dara/weight/{channel} (the methods that log it)"))
-    drawn = 0
     for ax, (column, ylabel, title) in zip(axes, panels, strict=True):
         drawn = 0
-        for index, (method, runs) in enumerate(frame.groupby("method", sort=False)):
+        for i, (method, runs) in enumerate(frame.groupby("method", sort=False)):
             runs = runs.dropna(subset=[column]) if column in runs.columns else runs.iloc[0:0]
             if not runs.empty:
-                colour = plots.METHOD_COLOURS.get(str(method), f"C{index % 10}")
-                plots.draw_seed_band(ax, runs, column, colour, method_label(method))
+                plots.draw_seed_band(ax, runs, column, plots.method_colour(method, i), method_label(method))
                 drawn += 1
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.set_title(title, fontsize=9)
+        plots.label_panel(ax, title, ylabel, xlabel=None)
     axes[0].axhline(float(threshold), color="black", ls="--", lw=0.9, label=f"threshold {threshold:g}")
     axes[0].legend(fontsize=7, loc="best")
     if drawn:
@@ -249,8 +238,7 @@ def write_headline(run_root: str | Path, protocol_path: str | Path | None, out_d
     channels = tuple(protocol.get("channels", CHANNELS))
     sparse = str(protocol.get("sparse_channel", SPARSE_CHANNEL))
     methods = list(methods or protocol.get("methods", METHODS))
-    load = frame_from_runs_csv if Path(run_root).suffix == ".csv" else race_frame
-    frame = load(run_root, methods, steps)
+    frame = (frame_from_runs_csv if Path(run_root).suffix == ".csv" else race_frame)(run_root, methods, steps)
     require_columns(frame, [metric], "headline")
     rule = step_rule(protocol)
     summary = summary_table(frame, metric, threshold, rule)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -21,10 +20,13 @@ log = logging.getLogger(__name__)
 _WANDB_TAG_FIELDS = {"method": str, "seed": int, "task": str, "model": str, "estimator": str}
 
 
-def _run_info(run_dir: Path, scalars: bool = True) -> dict:
+def run_info(run_dir: Path) -> dict:
     path = Path(run_dir) / RUN_INFO_FILE
-    info = json.loads(path.read_text()) if path.exists() else {}
-    return {k: v for k, v in info.items() if not scalars or isinstance(v, str | int | float | bool) or v is None}
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def scalars(info: dict) -> dict:
+    return {k: v for k, v in info.items() if isinstance(v, str | int | float | bool) or v is None}
 
 
 def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> pd.DataFrame:
@@ -32,8 +34,7 @@ def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> 
     frame = frame.assign(**{key: value for key, value in info.items() if key not in frame.columns})
     if "run" not in frame.columns:
         frame["run"] = info.get("run_name") or folder
-    missing = [c for c in ("method", "seed") if c not in frame.columns]
-    if missing:
+    if missing := [c for c in ("method", "seed") if c not in frame.columns]:
         raise RunLogError(f"{where}: no {missing} (neither in {RUN_INFO_FILE} nor in the records)")
     return frame
 
@@ -41,13 +42,12 @@ def _with_identity(frame: pd.DataFrame, info: dict, folder: str, where: str) -> 
 def load_jsonl_run(path: Path) -> pd.DataFrame:
     """One run's metrics.jsonl; a re-logged step keeps its last record."""
     path = Path(path)
-    rows = read_metrics(path)
-    if not rows:
+    if not (rows := read_metrics(path)):
         raise RunLogError(f"{path}: no metric records")
     frame = pd.DataFrame(rows)
     if "step" not in frame.columns:
         raise RunLogError(f"{path}: records lack the 'step' field")
-    frame = _with_identity(frame, _run_info(path.parent), path.parent.name, str(path))
+    frame = _with_identity(frame, scalars(run_info(path.parent)), path.parent.name, str(path))
     kept = frame.drop_duplicates(subset=["step"], keep="last")
     if len(kept) < len(frame):
         log.warning("%s: %d duplicated step records dropped (kept the last of each)", path, len(frame) - len(kept))
@@ -75,7 +75,8 @@ def load_wandb_run(run_dir: Path, files: Sequence[Path] | None = None) -> pd.Dat
     if not rows:
         raise RunLogError(f"{run_dir}: the wandb run files hold no logged step")
     frame = pd.DataFrame([rows[step] for step in sorted(rows)]).drop(columns="run", errors="ignore")
-    return _with_identity(frame, {**info, **_run_info(run_dir)}, run_dir.name, f"{run_dir} (wandb tags)")
+    info |= scalars(run_info(run_dir))
+    return _with_identity(frame, info, run_dir.name, f"{run_dir} (wandb tags)")
 
 
 def load_run_folder(run_dir: Path, source: str = "auto") -> pd.DataFrame:
@@ -101,7 +102,7 @@ def load_csv(path: Path) -> pd.DataFrame:
 
 
 def run_config(run_dir: Path) -> dict | None:
-    config = _run_info(run_dir, scalars=False).get("config")
+    config = run_info(run_dir).get("config")
     return config if isinstance(config, dict) else None
 
 
@@ -128,12 +129,10 @@ def load_runs(paths: str | Path | Sequence[str | Path], source: str = "auto") ->
 
 
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
+    if missing := [c for c in columns if c not in frame.columns]:
         raise RunLogError(f"{what} needs column(s) {missing}; the data has: {', '.join(map(str, frame.columns))}")
 
 
 def format_seeds(seeds: Iterable) -> str:
     """Seeds as the authors' tables write them: "0,1,2"."""
-    return ",".join(map(str, sorted({int(s) for s in seeds
-                                     if s is not None and not (isinstance(s, float) and math.isnan(s))})))
+    return ",".join(map(str, sorted({int(s) for s in seeds if pd.notna(s)})))

@@ -27,9 +27,7 @@ def sign_test(differences: Sequence[float]) -> float:
     """Two-sided exact sign test (zeros dropped): min(1, twice the binomial(n, 1/2) tail at the rarer sign)."""
     positive = sum(1 for value in differences if value > 0)
     negative = sum(1 for value in differences if value < 0)
-    n = positive + negative
-    if n == 0:
-        return 1.0
+    n = positive + negative  # none: p = 1
     tail = sum(math.comb(n, k) for k in range(min(positive, negative) + 1)) / 2**n
     return min(1.0, 2.0 * tail)
 
@@ -44,8 +42,7 @@ def bootstrap_interval(differences: Sequence[float], resamples: int = BOOTSTRAP_
 
 def paired_summary(a: dict[int, float], b: dict[int, float]) -> dict:
     """A - B by seed: n, mean, lower, higher, tied, sign-test p, bootstrap interval; unpaired seeds are an error."""
-    unpaired = sorted(set(a) ^ set(b))
-    if unpaired:
+    if unpaired := sorted(set(a) ^ set(b)):
         raise ValueError(f"seeds {unpaired} are not in both methods' runs: a paired comparison needs both")
     differences = [float(a[seed]) - float(b[seed]) for seed in sorted(a)]
     low, high = bootstrap_interval(differences)

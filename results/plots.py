@@ -26,7 +26,7 @@ METHOD_COLOURS = {"grpo": "#7f7f7f", "gdpo": "#1f77b4", "dara": "#d62728", "dara
 _CHANNEL_PATTERN = re.compile(r"^dara/(?:(?P<kind>density|weight)/|(?P<short>pi|w)_)(?P<c>.+)$")
 
 
-def _colour(method: str, index: int) -> str:
+def method_colour(method: str, index: int) -> str:
     return METHOD_COLOURS.get(str(method), f"C{index % 10}")
 
 
@@ -50,8 +50,8 @@ def _panels(groups: list, n_cols: int):
 def _group_items(frame: pd.DataFrame, group_by: Sequence[str]):
     if not group_by:
         return [("", frame)]
-    return [(", ".join(f"{c}={v}" for c, v in zip(group_by, key if isinstance(key, tuple) else (key,), strict=True)),
-             part) for key, part in frame.groupby(list(group_by), sort=False, dropna=False)]
+    return [(", ".join(f"{c}={v}" for c, v in zip(group_by, key, strict=True)), part)
+            for key, part in frame.groupby(list(group_by), sort=False, dropna=False)]
 
 
 def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) -> None:
@@ -62,10 +62,11 @@ def draw_seed_band(ax, runs: pd.DataFrame, metric: str, colour: str, name: str) 
         ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15, lw=0)
 
 
-def label_panel(ax, label: str, metric: str, xlabel: str = "step") -> None:
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{label}  {metric}".strip(), fontsize=9)
+def label_panel(ax, title: str, ylabel: str, xlabel: str | None = "step") -> None:
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
 
 
@@ -86,11 +87,11 @@ def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | P
             marked = crossings is not None and metric == crossings[0]
             reached = []
             for i, (method, runs) in enumerate(part.dropna(subset=[metric]).groupby("method", sort=False)):
-                draw_seed_band(ax, runs, metric, _colour(method, i), method_label(method))
+                draw_seed_band(ax, runs, metric, method_colour(method, i), method_label(method))
                 step = _crossing_step(crossings[2], part, group_by, method) if marked else None
                 if step is not None:
-                    ax.axvline(step, color=_colour(method, i), ls="--", lw=0.8)
-                    ax.plot([step], [crossings[1]], marker="o", color=_colour(method, i), ms=5)
+                    ax.axvline(step, color=method_colour(method, i), ls="--", lw=0.8)
+                    ax.plot([step], [crossings[1]], marker="o", color=method_colour(method, i), ms=5)
                     reached.append(f"{method} {step}")
             for level in lines.get(metric, []) + ([crossings[1]] if marked else []):
                 ax.axhline(level, color="black", ls=":", lw=0.8)
@@ -98,7 +99,7 @@ def plot_curves(frame: pd.DataFrame, metrics: Sequence[str], out_prefix: str | P
                 ax.text(0.98, 0.03, f"reaches {crossings[1]:g} at step:\n" + ("\n".join(reached) or "never"),
                         transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
                         bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
-            label_panel(ax, label, metric)
+            label_panel(ax, f"{label}  {metric}".strip(), metric)
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -149,10 +150,8 @@ def plot_channels(frame: pd.DataFrame, out_prefix: str | Path, *, group_by: Sequ
             ax = axes[row][col]
             for i, (channel, column) in enumerate(sorted(columns[kind].items())):
                 draw_seed_band(ax, runs.dropna(subset=[column]), column, f"C{i}", channel)
-            ax.set_xlabel("step")
-            ax.set_ylabel("active-group density $\\pi_k$" if kind == "density" else "weight $w_k$")
-            ax.set_title(f"{label}: {kind}", fontsize=9)
-            ax.grid(alpha=0.3)
+            ylabel = "active-group density $\\pi_k$" if kind == "density" else "weight $w_k$"
+            label_panel(ax, f"{label}: {kind}", ylabel)
             ax.legend(fontsize=7)
     fig.tight_layout()
     return save_figure(fig, out_prefix)
@@ -171,10 +170,11 @@ def plot_checkpoints(table: pd.DataFrame, metrics: Sequence[str], out_prefix: st
                 rows = rows.sort_values("step")
                 mean = rows[f"{metric}_mean"].astype(float)
                 sd = rows[f"{metric}_sd"].astype(float).fillna(0.0) if f"{metric}_sd" in rows else 0.0 * mean
-                ax.plot(rows["step"], mean, marker="o", ms=3, color=_colour(method, i), lw=1.5,
+                colour = method_colour(method, i)
+                ax.plot(rows["step"], mean, marker="o", ms=3, color=colour, lw=1.5,
                         label=method_label(method))
-                ax.fill_between(rows["step"], mean - sd, mean + sd, color=_colour(method, i), alpha=0.15, lw=0)
-            label_panel(ax, label, metric, xlabel="checkpoint step")
+                ax.fill_between(rows["step"], mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
+            label_panel(ax, f"{label}  {metric}".strip(), metric, "checkpoint step")
         axes[row][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()
     return save_figure(fig, out_prefix)

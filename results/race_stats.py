@@ -71,12 +71,6 @@ def dara_active_steps(frame: pd.DataFrame, threshold_steps: Endpoint, channel: s
 
 def collapsed_channels(run: pd.DataFrame, channels: Sequence[str], steps_in_a_row: int = COLLAPSE_STEPS) -> list[str]:
     """The channels whose dara/density/<channel> is 0 at ``steps_in_a_row`` consecutive steps or more."""
-    def longest_zero_streak(values) -> int:
-        longest = streak = 0
-        for value in values:
-            streak = streak + 1 if value == 0 else 0
-            longest = max(longest, streak)
-        return longest
-
-    ordered = run.sort_values("step")
-    return [c for c in channels if longest_zero_streak(ordered[f"dara/density/{c}"]) >= steps_in_a_row]
+    zero = run.sort_values("step")[[f"dara/density/{c}" for c in channels]].eq(0).astype(int)
+    in_a_row = zero.rolling(steps_in_a_row).min().eq(1).any()  # some window of that many steps all at 0
+    return [c for c in channels if in_a_row[f"dara/density/{c}"]]

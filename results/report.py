@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import logging
 import os
 import re
@@ -18,7 +17,7 @@ from omegaconf import OmegaConf
 import dara
 from dara.io import atomic_write_text
 from results import plots, tables, thresholds
-from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config
+from results.loaders import RunLogError, find_run_folders, load_csv, load_run_folder, run_config, run_info
 from results.variants import name_variants
 
 log = logging.getLogger(__name__)
@@ -162,16 +161,14 @@ def _threshold_table(frame, metric, threshold, group_by, authors, is_authors) ->
     steps = thresholds.threshold_steps(frame, metric, threshold, group_by=group_by)
     if is_authors:
         return steps
-    theirs = AUTHOR_CURVES.get(metric)
-    column = f"paper step ({theirs})" if theirs else "paper step"
-    steps[column] = NOT_IN_PAPER
-    named = _with_model_size(steps, author_names=True)
+    theirs, named, paper = AUTHOR_CURVES.get(metric), _with_model_size(steps, author_names=True), {}
     if authors is not None and theirs in authors.columns and "model_size" in named.columns:
-        paper = thresholds.threshold_steps(authors, theirs, threshold, group_by=["model_size"])
-        lookup = {(r.model_size, r.method): r.step for r in paper.itertuples()}
-        for i, key in enumerate(zip(named["model_size"], named["method"], strict=True)):
-            if key in lookup:
-                steps.loc[steps.index[i], column] = "never" if pd.isna(lookup[key]) else str(int(lookup[key]))
+        found = thresholds.threshold_steps(authors, theirs, threshold, group_by=["model_size"])
+        paper = {(r.model_size, r.method): "never" if pd.isna(r.step) else str(int(r.step))
+                 for r in found.itertuples()}
+    sizes = named["model_size"] if "model_size" in named.columns else [None] * len(named)
+    steps[f"paper step ({theirs})" if theirs else "paper step"] = [
+        paper.get(key, NOT_IN_PAPER) for key in zip(sizes, named["method"], strict=True)]
     return steps
 
 
@@ -183,10 +180,9 @@ def curves_section(title, frame, out_dir: Path, slug: str, reference: Path, *, t
     if threshold_metric and threshold_metric not in frame.columns:
         raise RunLogError(f"--threshold-metric {threshold_metric!r} is not logged; columns: {list(frame.columns)[:30]}")
     metric = threshold_metric or next((c for c in ("reward/format/mean", "train_format") if c in frame.columns), None)
-    authors = None
-    if not is_authors and "task" in frame.columns and set(frame["task"]) <= {"toolrl"} \
-            and (reference / AUTHOR_CURVE_FILE).exists():
-        authors = load_csv(reference / AUTHOR_CURVE_FILE)
+    toolrl = not is_authors and "task" in frame.columns and set(frame["task"]) <= {"toolrl"}
+    curves = reference / AUTHOR_CURVE_FILE
+    authors = load_csv(curves) if toolrl and curves.exists() else None
     blocks, crossings = [], None
     if metrics:
         blocks.append(_final_table(frame, metrics, group_by, authors, is_authors))
@@ -254,9 +250,7 @@ def run_provenance(run_dirs: list[Path]) -> list[str]:
         cfg = OmegaConf.load(config)
         convention = str(OmegaConf.select(cfg, "algorithm.dara.dead_channel_weight", default=None) or "1")
         dead.setdefault(convention, []).append(run_dir.name)
-        info = run_dir / "run_info.json"
-        module = json.loads(info.read_text()).get("estimator_module") if info.exists() else None
-        if isinstance(module, dict):
+        if isinstance(module := run_info(run_dir).get("estimator_module"), dict):
             modules.append(f"estimator module: {module.get('path')} (sha256 {str(module.get('sha256', ''))[:12]}, "
                            f"estimators {', '.join(module.get('estimators') or [])}) in run {run_dir.name}")
         for key in ("data.train_files", "data.val_files"):

@@ -29,8 +29,7 @@ _AT_STEP = re.compile(r"^(?P<metric>.+)@(?P<step>\d+)$")  # "val_format@100": a 
 
 
 def parse_condition(text: str) -> tuple[str, str, object]:
-    match = _CONDITION.match(text)
-    if not match:
+    if not (match := _CONDITION.match(text)):
         raise ValueError(f"cannot read condition {text!r}; write it as COLUMN OP VALUE, OP one of {list(_OPS)}")
     raw = match["value"]
     if raw in ("True", "False"):
@@ -51,8 +50,7 @@ def drop_rows(frame: pd.DataFrame, condition: str) -> pd.DataFrame:
 
 def attach_curve_value(frame: pd.DataFrame, curves: pd.DataFrame, spec: str) -> pd.DataFrame:
     """Add column METRIC@STEP: each run's curve value at that step, matched on the identity columns both have."""
-    match = _AT_STEP.match(spec)
-    if not match:
+    if not (match := _AT_STEP.match(spec)):
         raise ValueError(f"--attach expects METRIC@STEP (e.g. val_format@100), got {spec!r}")
     metric, step = match["metric"], int(match["step"])
     require_columns(curves, ["step", metric], f"--attach {spec}")
@@ -72,7 +70,7 @@ def summarise(frame: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[st
     check_one_configuration(frame, group_by, "table")
     rows = []
     for key, part in frame.groupby(list(group_by), sort=False, dropna=False):
-        row = {**dict(zip(group_by, key if isinstance(key, tuple) else (key,), strict=True)), "n": len(part),
+        row = {**dict(zip(group_by, key, strict=True)), "n": len(part),
                "seeds": format_seeds(part["seed"]) if "seed" in part.columns else ""}
         for metric in metrics:
             values = part[metric].dropna().astype(float).to_numpy()
@@ -124,11 +122,9 @@ def with_paper(summary: pd.DataFrame, paper: pd.DataFrame, group_by: Sequence[st
     methods are matched under our names (AUTHORS_TO_OURS)."""
     if "method" in paper.columns and "method" in summary.columns and not set(map(str, summary["method"])) & AUTHORS_ONLY:
         paper = paper.assign(method=paper["method"].replace(AUTHORS_TO_OURS))
-    keys = [c for c in group_by if c in paper.columns]
-    if not keys:
+    if not (keys := [c for c in group_by if c in paper.columns]):
         raise RunLogError(f"paper table shares none of the group columns {list(group_by)}")
-    cols = [c for m in metrics for c in (f"{m}_mean", f"{m}_sd") if c in paper.columns]
-    if not cols:
+    if not (cols := [c for m in metrics for c in (f"{m}_mean", f"{m}_sd") if c in paper.columns]):
         raise RunLogError(f"paper table has none of the metrics {list(metrics)} (as <metric>_mean columns)")
     cols += ["n"] if "n" in paper.columns and "n" not in keys else []
     theirs = paper[[*keys, *cols]].rename(columns={c: f"paper_{c}" for c in cols})
@@ -153,11 +149,8 @@ def render(summary: pd.DataFrame, group_by: Sequence[str], metrics: Sequence[str
                 cells.append(mean_sd(row[f"paper_{m}_mean"], row.get(f"paper_{m}_sd", math.nan), digits, pm))
         body.append(cells)
     if fmt == "md":
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in body]
-        if "method" in group_by and summary["method"].isin(list(AUTHORS_METHODS)).any():
-            lines += ["", AUTHORS_NOTE]
-        return "\n".join(lines) + "\n"
+        authors = "method" in group_by and summary["method"].isin(list(AUTHORS_METHODS)).any()
+        return markdown_table(pd.DataFrame(body, columns=header)) + (f"\n{AUTHORS_NOTE}\n" if authors else "")
     if fmt != "latex":
         raise ValueError(f"unknown table format {fmt!r}; choose md, csv or latex")
 

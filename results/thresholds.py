@@ -55,21 +55,18 @@ def threshold_steps(frame: pd.DataFrame, metric: str, threshold: float, *, rule:
         keys = [*group_cols, "step"]
         curves = (frame.dropna(subset=[metric]).groupby(keys, sort=False, dropna=False)[metric].median()
                   .reset_index().sort_values(keys, kind="stable"))
-    order = frame[group_cols].drop_duplicates()
     rows = []
     for key, part in curves.groupby(group_cols, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
         steps, values = part["step"].to_numpy(), part[metric].to_numpy(dtype=float)
         if rule == "median":  # the first step at or above the threshold
             hits = np.flatnonzero(values >= threshold)
             step = int(steps[hits[0]]) if hits.size else None
         else:
             step = first_sustained_step(steps, values, threshold, window=window, hold=hold)
-        rows.append({**dict(zip(group_cols, key, strict=True)), "step": step})
+        rows.append((*key, step))
     found = pd.DataFrame(rows, columns=[*group_cols, "step"])
-    out = order.merge(found, on=group_cols, how="left")
-    out["step"] = out["step"].astype("Int64")
-    return out.reset_index(drop=True)
+    out = frame[group_cols].drop_duplicates().merge(found, on=group_cols, how="left")
+    return out.astype({"step": "Int64"}).reset_index(drop=True)
 
 
 def seed_summary(per_run: pd.DataFrame, group_cols: Sequence[str] = ("method",)) -> pd.DataFrame:
@@ -78,7 +75,6 @@ def seed_summary(per_run: pd.DataFrame, group_cols: Sequence[str] = ("method",))
     require_columns(per_run, [*group_cols, "step"], "thresholds summary")
     rows = []
     for key, part in per_run.groupby(group_cols, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
         reached = part["step"].dropna().astype(float)
         stats = {"mean": reached.mean(), "median": reached.median(), "min": reached.min(), "max": reached.max()}
         rows.append({**dict(zip(group_cols, key, strict=True)), "runs": len(part), "reached": len(reached),

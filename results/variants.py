@@ -110,7 +110,6 @@ def check_one_configuration(frame: pd.DataFrame, group_cols: Sequence[str], what
     for key, part in recorded.groupby(list(group_cols), sort=False, dropna=False):
         if part[CONFIG_ID].nunique() > 1:
             varying = [c for c in ("task", "model") if c in part.columns and part[c].nunique() > 1]
-            key = key if isinstance(key, tuple) else (key,)
             raise ValueError(f"{what}: the group {dict(zip(group_cols, key, strict=True))} holds runs of "
                              f"{part[CONFIG_ID].nunique()} configurations (they differ in "
                              f"{', '.join(varying) or 'their configuration'}); add "

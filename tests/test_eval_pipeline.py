@@ -11,6 +11,7 @@ import pytest
 
 from results.evaluation import toolrl_eval
 from results.evaluation.backends import SamplingConfig, VLLMBackend
+from results.evaluation.benches import TOOLRL
 from results.evaluation.cli import main
 from results.evaluation.runner import run_cases
 from results.evaluation.store import CaseStore
@@ -54,7 +55,7 @@ def test_seeded_generation_with_the_real_engine(smoke_assets, engine, tmp_path):
     sampling = SamplingConfig(n=2, temperature=1.0, top_p=1.0, max_new_tokens=24, seed=5)
     stores = [CaseStore(tmp_path / "a.jsonl"), CaseStore(tmp_path / "b.jsonl")]
     for order, store in zip((cases, cases[::-1]), stores, strict=True):
-        run_cases(order, store, toolrl_eval.make_producer(engine, sampling))
+        run_cases(order, store, TOOLRL.producer(engine, sampling))
     assert stores[0].records == stores[1].records  # per-case seeds: same samples whatever the order
     # a case's samples are seeded apart (vLLM: seed + sample index), not one sample repeated
     assert any(r["samples"][0]["text"] != r["samples"][1]["text"] for r in stores[0].records.values())

@@ -53,9 +53,6 @@ class Completion:
     n_tokens: int
     finish_reason: str  # "stop" | "length" | "over_window"
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 class Backend(Protocol):
     def chat(self, conversations: Sequence[list[dict]], sampling: SamplingConfig,

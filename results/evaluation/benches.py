@@ -7,24 +7,25 @@ import json
 from pathlib import Path
 
 from results.evaluation import bfcl_eval, math_eval, toolrl_eval
+from results.evaluation.runner import single_turn_producer
 from tasks.registry import evaluations, load_ref
 
 
 class Bench:
-    """`defaults`: the paper's sampling; `module`: has make_producer(backend, sampling). A bench defines
+    """`defaults`: the paper's sampling; `carried`: the case fields single-turn records keep. A bench defines
     load_cases(args), score(record, case, args, pool), aggregate(scored, args) -> (summary, markdown) and
     flatten(summary) -> `results collect`'s columns."""
 
     name: str
     defaults: dict
     needs_data = True
-    module = None
+    carried: tuple[str, ...] = ()
 
     def complete_generation_args(self, args) -> None:
         """Fill what generation needs from the model into args (BFCL: its context window)."""
 
     def producer(self, backend, sampling):
-        return self.module.make_producer(backend, sampling)
+        return single_turn_producer(backend, sampling, self.carried)
 
     def score_pool(self, args):
         """A `rewards.pool.HardTimeoutPool` for scoring, or None (the caller closes it)."""
@@ -38,7 +39,7 @@ class Bench:
 class MathBench(Bench):
     name = "math"
     defaults = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768}
-    module = math_eval
+    carried = ("answer",)
 
     def load_cases(self, args):
         return math_eval.load_math_cases(args.data, limit=args.limit)
@@ -66,7 +67,7 @@ class MathBench(Bench):
 class ToolRLBench(Bench):
     name = "toolrl"  # greedy: verl's validation default
     defaults = {"samples": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 1024}
-    module = toolrl_eval
+    carried = ("ground_truth",)
 
     def load_cases(self, args):
         return toolrl_eval.load_toolrl_cases(args.data, limit=args.limit)
@@ -89,7 +90,9 @@ class BFCLBench(Bench):
     defaults = {"samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192,
                 "categories": list(bfcl_eval.bfcl.CATEGORIES)}
     needs_data = False
-    module = bfcl_eval
+
+    def producer(self, backend, sampling):
+        return bfcl_eval.make_producer(backend, sampling)
 
     def complete_generation_args(self, args) -> None:
         if args.context_window is None:  # new tokens clamped per request to the model's window

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from results import bfcl
-from results.evaluation.backends import OVER_WINDOW, Backend, SamplingConfig
+from results.evaluation.backends import OVER_WINDOW, Backend, SamplingConfig, model_positions
 from rewards.toolrl import THINK_WORD_LIMIT
 from tasks import toolrl as protocol
 
@@ -121,7 +121,6 @@ def case_diagnostics(emissions: Sequence[str], max_words: int) -> dict[str, floa
 
 
 def model_window(model_dir: str) -> int:
-    from results.evaluation.backends import model_positions
     window = model_positions(model_dir)
     if not isinstance(window, int) or window <= 0:
         raise ValueError(f"{model_dir}: its config names no max_position_embeddings; pass --context-window")
@@ -156,8 +155,7 @@ class _Dialogue:
         if not self.multi:
             self.done = True
             return
-        calls = step_calls(completion.text)
-        if not calls:
+        if not (calls := step_calls(completion.text)):
             self.next_turn()
             return
         results, _ = mod.execute(calls, self.entry.get("initial_config", {}), self.entry["involved_classes"],
@@ -176,8 +174,7 @@ class _Dialogue:
             return
         for kept in (self.turns, self.tokens, self.finish):
             kept.append([])
-        held_out = self.entry.get("missed_function", {}).get(str(self.turn))
-        if held_out:
+        if held_out := self.entry.get("missed_function", {}).get(str(self.turn)):
             self.history.append(protocol.bfcl_more_functions_message(held_out))
         else:
             self.history.extend(dict(m) for m in questions[self.turn])
@@ -266,15 +263,12 @@ def summarise_bfcl(scored: Sequence[dict]) -> dict:
            "over_window_cases": sum(bool(r.get("over_window")) for r in scored)}
     counts = {c: v["cases"] for c, v in categories.items()}
     for kind in kinds:
-        scores = {c: v[kind] for c, v in categories.items()}
         try:
-            groups = bfcl.aggregate(scores, counts)
+            groups = bfcl.aggregate({c: v[kind] for c, v in categories.items()}, counts)
+            out[f"groups_{kind}"] = groups
+            out[f"average_{kind}"] = groups["average"]
         except KeyError as err:  # a partial run (e.g. smoke): report what is complete
-            out[f"groups_{kind}"] = None
-            out[f"note_{kind}"] = str(err)
-            continue
-        out[f"groups_{kind}"] = groups
-        out[f"average_{kind}"] = groups["average"]
+            out[f"groups_{kind}"], out[f"note_{kind}"] = None, str(err)
     return out
 
 

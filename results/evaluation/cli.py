@@ -101,10 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", nargs="*", help="math: benchmark .json/.parquet files; toolrl: .parquet files")
     parser.add_argument("--categories", nargs="*", default=None, help="bfcl categories (default: the 14 of the paper)")
     parser.add_argument("--limit", type=int, help="first N cases per file/category (smoke runs)")
-    parser.add_argument("--samples", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--max-new-tokens", type=int)
+    for flag, kind in (("--samples", int), ("--temperature", float), ("--top-p", float),
+                       ("--max-new-tokens", int)):
+        parser.add_argument(flag, type=kind)  # default: the bench's (Bench.defaults)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=512, help="cases per engine call")
     parser.add_argument("--retries", type=int, default=3)
@@ -133,9 +132,8 @@ def main(argv: list[str] | None = None, backend: Backend | None = None) -> int:
             setattr(args, key, value)
     if bench.needs_data and not args.data:
         raise SystemExit(f"{args.bench} needs --data")
-    for path in args.data or []:  # a missing input is one line, not a pyarrow traceback
-        if not os.path.exists(path):
-            raise SystemExit(f"--data {path} does not exist")
+    if missing := [p for p in args.data or [] if not os.path.exists(p)]:  # one line, not a pyarrow traceback
+        raise SystemExit(f"--data {missing[0]} does not exist")
     if args.model and args.model.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(args.model)):
         raise SystemExit(f"--model {args.model} does not exist")
     try:

@@ -13,8 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.runner import single_turn_producer
 from results.paired import percentile_interval
 from tasks import math as task
 from tasks.math_answers import RULE as ANSWER_RULE
@@ -57,10 +55,6 @@ def load_math_cases(paths: Sequence[str | Path], limit: int | None = None) -> li
     return cases
 
 
-def make_producer(backend: Backend, sampling: SamplingConfig):
-    return single_turn_producer(backend, sampling, carried=("answer",))
-
-
 _UNIT = re.compile(r"\\(?:text|mathrm|mbox|rm|textrm)\s*\{[^{}]*\}")
 # Removed in this order (the authors' order: "%" goes before "\\%", which leaves a backslash behind and so
 # makes "50\\%" no plain number, as in their evaluation).
@@ -88,12 +82,8 @@ def plain_number(text: str | None) -> float | None:
         value = value.replace(noise, "")
     value = _TIMES_TEN.sub(lambda m: "e" + m.group(1).lstrip("+"), value)
     value = re.sub(r"\s+", "", value).rstrip(".")
-    power = _POWER_OF_TEN.match(value)
-    if power:
-        value = "1e" + power.group(1).lstrip("+")
-    if not _PLAIN_NUMBER.match(value):
-        return None
-    number = float(value)
+    value = _POWER_OF_TEN.sub(lambda m: "1e" + m.group(1).lstrip("+"), value)
+    number = float(value) if _PLAIN_NUMBER.match(value) else math.inf
     return number if math.isfinite(number) else None
 
 
@@ -118,19 +108,14 @@ def score_record(record: dict, *, length_limit: int = LENGTH_LIMIT, pool=None) -
     from rewards import math as math_reward
     answer = _reference_answer(record["answer"], record["case_id"])
     items = [(s["text"], answer, generated_token_ids(s), length_limit) for s in record["samples"]]
-    timeouts = 0
     if pool is None:
-        rewards = [math_reward.score(*item) for item in items]
+        rewards, timeouts = [math_reward.score(*item) for item in items], 0
     else:
-        rewards = []
-        for outcome in pool.map(math_reward.score, items):
-            if outcome.status == "ok":
-                rewards.append(outcome.value)
-            elif outcome.status == "timeout":
-                timeouts += 1
-                rewards.append({"correctness": 0.0})
-            else:
-                raise RuntimeError(f"case {record['case_id']}: scoring failed: {outcome.error}")
+        outcomes = pool.map(math_reward.score, items)
+        if failed := next((o for o in outcomes if o.status not in ("ok", "timeout")), None):
+            raise RuntimeError(f"case {record['case_id']}: scoring failed: {failed.error}")
+        timeouts = sum(o.status == "timeout" for o in outcomes)
+        rewards = [o.value if o.status == "ok" else {"correctness": 0.0} for o in outcomes]
     strict = [int(reward["correctness"] >= 1) for reward in rewards]
     correct = [s or int(numeric_equal(sample["text"], answer)) for s, sample in zip(strict, record["samples"],
                                                                                     strict=True)]
@@ -196,8 +181,7 @@ def render_math_table(summary: pd.DataFrame) -> str:
 
 def check_complete(scored: Sequence[dict], samples_per_question: int) -> None:
     """Every case carries the same number of samples (a short one would bias pass@1)."""
-    bad = [r["case_id"] for r in scored if len(r["correct"]) != samples_per_question]
-    if bad:
+    if bad := [r["case_id"] for r in scored if len(r["correct"]) != samples_per_question]:
         raise ValueError(f"{len(bad)} case(s) without {samples_per_question} samples, e.g. {bad[:3]}")
     if any(math.isnan(v) for r in scored for v in r["n_tokens"]):
         raise ValueError("a sample has no token count")

@@ -8,7 +8,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from results.evaluation.store import CaseStore
 
@@ -39,7 +39,7 @@ def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[
         outputs = backend.chat([c["messages"] for c in batch], sampling,
                                [case_seed(sampling.seed, c["case_id"]) for c in batch])
         return [{**{key: c[key] for key in ("case_id", "data_source", *carried)},
-                 "samples": [s.as_dict() for s in samples]} for c, samples in zip(batch, outputs, strict=True)]
+                 "samples": [asdict(s) for s in samples]} for c, samples in zip(batch, outputs, strict=True)]
 
     return produce
 
@@ -47,8 +47,7 @@ def single_turn_producer(backend, sampling, carried: Sequence[str]) -> Callable[
 def run_cases(cases: Sequence[dict], store: CaseStore, produce: Callable[[list[dict]], list[dict]], *,
               batch_size: int = 8, retries: int = 3, backoff_s: float = 5.0, label: str = "generate") -> RunSummary:
     start = time.monotonic()
-    ids = [c["case_id"] for c in cases]
-    if len(set(ids)) != len(ids):
+    if len({c["case_id"] for c in cases}) != len(cases):
         raise ValueError(f"{label}: duplicated case ids in the input")
     todo = [c for c in cases if c["case_id"] not in store]
     summary = RunSummary(len(cases), len(cases) - len(todo), 0, [], 0, 0.0)

@@ -9,8 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results.evaluation.backends import Backend, SamplingConfig
-from results.evaluation.runner import single_turn_producer
 from results.paired import bootstrap_ci
 
 METRICS = ("format", "correctness", "exact")
@@ -22,10 +20,6 @@ def load_toolrl_cases(paths: Sequence[str | Path], limit: int | None = None) -> 
              "data_source": row.data_source, "messages": [{"role": m["role"], "content": m["content"]} for m in row.prompt],
              "ground_truth": str(row.reward_model["ground_truth"])}
             for path in paths for i, row in enumerate(pd.read_parquet(path).head(limit).itertuples())]
-
-
-def make_producer(backend: Backend, sampling: SamplingConfig):
-    return single_turn_producer(backend, sampling, carried=("ground_truth",))
 
 
 def score_record(record: dict) -> dict:
