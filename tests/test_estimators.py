@@ -48,9 +48,8 @@ def batches(draw, k=None):
     return [scores[i] for i in order], [index[i] for i in order], [lengths[i] for i in order]
 
 
-def mask_from(lengths, width=None):
-    width = width or max(lengths)
-    return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+def mask_from(lengths):
+    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).float()
 
 
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)
