@@ -55,13 +55,15 @@ def mask_from(lengths):
 @pytest.mark.parametrize("name", ESTIMATOR_NAMES)
 @settings(max_examples=40, deadline=None)
 @given(batch=batches(), batch_norm=st.sampled_from(["token", "response", "none", None]),
-       query_weight=st.sampled_from(["before_whiten", "after_whiten"]))
-def test_matches_loop_reference(name, batch, batch_norm, query_weight):
+       query_weight=st.sampled_from(["before_whiten", "after_whiten"]), form=st.sampled_from(["sym", "asym"]))
+def test_matches_loop_reference(name, batch, batch_norm, query_weight, form):
     scores, index, lengths = batch
     k = len(scores[0])
     opts = options_for(name, k)
     if name.startswith("gd2po"):
         opts["query_weight"] = query_weight
+    if name == "static":
+        opts["form"] = form
     defined = ESTIMATORS[name].batch_norms
     if batch_norm is not None and defined and batch_norm not in defined:
         # a method that defines its own normalisation rejects another one, naming both
