@@ -153,22 +153,8 @@ def authors_rvpo(scores, index, lengths, k=1.0):
     [N][T] token advantages (T = max length)."""
     n, num_channels, width = len(scores), len(scores[0]), max(lengths)
     mask = [[1.0 if t < lengths[j] else 0.0 for t in range(width)] for j in range(n)]
-    channel_adv = [[[0.0] * num_channels for _ in range(width)] for _ in range(n)]
-    for c in range(num_channels):
-        by_group = {}
-        for j, gid in enumerate(index):
-            by_group.setdefault(gid, []).append(scores[j][c])
-        for j, gid in enumerate(index):
-            values = by_group[gid]
-            if len(values) == 1:
-                m, sd = 0.0, 1.0
-            else:
-                m = sum(values) / len(values)
-                sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-            z = (scores[j][c] - m) / (sd + 1e-6)
-            for t in range(width):
-                channel_adv[j][t][c] = z * mask[j][t]
-    combined = [[-(math.log(sum(math.exp(-k * a) for a in channel_adv[j][t])) - math.log(num_channels)) / k
+    adv = per_reward_advantages(scores, index)  # verl's GRPO advantage (zscore's eps, its group of one)
+    combined = [[-(math.log(sum(math.exp(-k * a * mask[j][t]) for a in adv[j])) - math.log(num_channels)) / k
                  for t in range(width)] for j in range(n)]
     valid = [combined[j][t] for j in range(n) for t in range(width) if mask[j][t]]
     mean_ = sum(valid) / len(valid)

@@ -18,9 +18,7 @@ from dara.config import compose
 from dara.config_checks import ConfigError, check_config, estimator_module
 from dara.estimators import ESTIMATORS, compute_advantages
 from dara.run_folder import METRICS_FILE, RUN_INFO, RunFolderError, check_same_estimator_module
-from tests.test_estimator_registry import MODULE, registry, write_module  # noqa: F401 - registry: a fixture
-
-EXAMPLE = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
+from tests.test_estimator_registry import EXAMPLE, MODULE, registry, write_module  # noqa: F401 - a fixture
 
 
 def composed(tmp_path: Path, *overrides: str):
@@ -75,16 +73,6 @@ def test_the_preflight_names_a_bad_module_in_its_configuration_section(tmp_path,
     assert main([*own(tmp_path / "absent.py"), f"run.output_root={tmp_path}", "--skip-env"]) == 1
     out = capsys.readouterr().out
     assert "algorithm.dara.estimator_module: estimator module" in out and "absent.py: no such file" in out
-
-
-@pytest.mark.slow  # two dara.train processes (a few seconds each)
-def test_dara_train_refuses_a_misspelt_estimator_and_a_bad_module_in_one_line_before_ray(tmp_path, python_module):
-    for overrides in (["algorithm.adv_estimator=no_such_method"], own(tmp_path / "absent.py")):
-        out = python_module("dara.train", f"run.output_root={tmp_path}", *overrides)
-        assert out.returncode != 0
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("[dara] invalid configuration: "), out.stderr
-        assert not list(tmp_path.rglob("ray")) and not list(tmp_path.rglob(RUN_INFO))  # nothing started
 
 
 # ----------------------------------------------------------------------------- run info and resume
@@ -159,31 +147,6 @@ def test_a_users_estimator_is_registered_with_verl_and_runs_its_advantage_step(t
     with pytest.raises(EstimatorNameTaken, match="'rloo' .* takes a name verl already has"):
         register_all()
     assert core_algos.get_adv_estimator_fn("rloo").__module__ == "verl.trainer.ppo.core_algos"
-
-
-@pytest.mark.usefixtures("registry")
-def test_the_trainer_loads_the_module_and_registers_it_before_verl_builds_anything(tmp_path, monkeypatch):
-    """DaraTrainer.__init__ (in verl's TaskRunner actor) loads algorithm.dara.estimator_module and registers its
-    estimators with verl before verl's own trainer __init__ looks the estimator up."""
-    from verl.trainer.ppo import core_algos
-    from verl.trainer.ppo.v1 import PPOTrainerSync
-
-    from dara.verl.trainer import DaraTrainer
-
-    class VerlBuilds(Exception):
-        pass
-
-    def verls_init(self, config):  # what runs after the registrations: verl's own trainer
-        seen["registered"] = "actor_side" in core_algos.ADV_ESTIMATOR_REGISTRY
-        raise VerlBuilds
-    path = write_module(tmp_path, "actor_side")
-    seen = {}
-    monkeypatch.setattr(PPOTrainerSync, "__init__", verls_init)
-    config = OmegaConf.create({"algorithm": {"dara": {"estimator_module": str(path)},
-                                             "reward_channels": ["format", "correctness"]}, "run": {}})
-    with pytest.raises(VerlBuilds):
-        DaraTrainer(config)
-    assert seen == {"registered": True} and "actor_side" in ESTIMATORS
 
 
 # ----------------------------------------------------------------------------- recipes, testbed, report

@@ -31,7 +31,7 @@ from dara.estimators import (
 from dara.estimators import registry as registry_module
 from dara.estimators.__main__ import main as estimators_main
 from tests import reference_estimators as ref
-from tests.test_estimators import mask_from
+from tests.test_estimators import batches, mask_from
 
 EXAMPLE = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
 
@@ -221,16 +221,6 @@ def test_a_module_failing_halfway_leaves_nothing_registered(registry, tmp_path):
     assert load_estimator_module(fixed).names == ("softmax_density",)
 
 
-def test_the_example_estimator_is_dara_sym_uncapped(registry):
-    loaded = load_estimator_module(EXAMPLE)
-    assert loaded.names == ("density_power",) and len(EXAMPLE.read_text().splitlines()) <= 15
-    scores, index, mask = batch_of(3)
-    ours, metrics = compute_advantages("density_power", scores, index, mask)
-    theirs, _ = compute_advantages("dara_sym", scores, index, mask, w_max=1e6)
-    torch.testing.assert_close(ours, theirs)
-    assert metrics["weight/c1"] == pytest.approx(math.sqrt(5))
-
-
 # ----------------------------------------------------------------------------- python -m dara.estimators list
 def test_list_prints_every_estimator_with_its_modes_and_options(registry, tmp_path, capsys):
     assert estimators_main(["list"]) == 0
@@ -251,24 +241,8 @@ def test_list_prints_every_estimator_with_its_modes_and_options(registry, tmp_pa
 
 
 # ----------------------------------------------------------------------------- RVPO
-@st.composite
-def rvpo_batches(draw, channels):
-    num_groups = draw(st.integers(1, 4))
-    sizes = draw(st.lists(st.integers(1, 5), min_size=num_groups, max_size=num_groups))
-    index = [g for g, size in enumerate(sizes) for _ in range(size)]
-    levels = [[-3.0, -1.0, 0.0, 1.5, 3.0], [0.0, 1.0], [0.0, 0.5, 1.0]]
-    scores = [[draw(st.sampled_from(levels[c])) for c in range(channels)] for _ in index]
-    if draw(st.booleans()):  # a channel constant over the batch: it takes part with A = 0
-        for row in scores:
-            row[-1] = scores[0][-1]
-    lengths = [draw(st.integers(1, 5)) for _ in index]
-    if sum(lengths) < 2:
-        lengths[0] = 2
-    return scores, index, lengths
-
-
 @settings(max_examples=60, deadline=None)
-@given(batch=rvpo_batches(2), k=st.sampled_from([0.25, 1.0, 3.0]))
+@given(batch=batches(2), k=st.sampled_from([0.25, 1.0, 3.0]))
 def test_rvpo_is_the_authors_computation_for_two_channels(batch, k):
     scores, index, lengths = batch
     adv, metrics = compute_advantages("rvpo", torch.tensor(scores), index, mask_from(lengths), rvpo_k=k)
@@ -301,6 +275,7 @@ def test_a_dead_channels_weight_is_1_or_w_max_and_the_advantage_the_same(name):
 def test_the_examples_own_tests_pass_as_documented():
     """docs/estimators.md: `pytest examples/my_estimator/` (its own process: the example registers at import)."""
     import subprocess
+    assert len(EXAMPLE.read_text().splitlines()) <= 15  # all of it is in docs/estimators.md
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE.parent)],
                          cwd=dara.PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "5 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

@@ -76,27 +76,24 @@ def test_unwrap_equals_the_plain_reading(text):
     assert unwrap_math(text) == plain_unwrap(text)
 
 
-@pytest.mark.parametrize("value, expected", [
+@pytest.mark.parametrize("raw, truth", [
     (142.0, "142"), (7, "7"), (0.5, "0.5"), (np.float32(142.0), "142"), (np.int64(3), "3"),
     (Fraction(3, 4), "3/4"),  # str() of the number, as the authors' loader writes any non-float
     (["9.6\n", "10"], "9.6"), (np.array(["$12$", "12.0"], dtype=object), "12"),  # the first listed answer
-])  # a tuple as one answer, "$$" kept: test_data_prep_reward_and_evaluation_read_an_answer_alike
-def test_reference_answer_of_native_forms(value, expected):
-    assert reference_answer(value) == expected
+    ((1, 2), "(1, 2)"), ("$$", "$$"), (["$a$", "$b$"], "a"),  # a tuple is one answer; "$$" is kept
+])
+def test_data_prep_reward_and_evaluation_read_an_answer_alike(raw, truth):
+    assert reference_answer(raw) == truth
+    rows = math_eval_prep.benchmark_rows("aime24", [{"problem": "p", "answer": raw}], "test", FilterLog(math_eval_prep.FILTERS))
+    assert rows[0]["reward_model"]["ground_truth"] == truth
+    assert math_eval._reference_answer(raw, "case") == truth
+    assert math_reward.score(f"\\boxed{{{truth}}}", raw, 10)["correctness"] == 1.0
 
 
 @pytest.mark.parametrize("value", [None, True, "", "   ", [], math.nan, math.inf, {"a": 1}, ["2", None]])
 def test_unusable_answers_raise(value):
     with pytest.raises(ValueError):
         answer_alternatives(value)
-
-
-@pytest.mark.parametrize("raw, truth", [((1, 2), "(1, 2)"), ("$$", "$$"), (["$a$", "$b$"], "a"), (142.0, "142")])
-def test_data_prep_reward_and_evaluation_read_an_answer_alike(raw, truth):
-    rows = math_eval_prep.benchmark_rows("aime24", [{"problem": "p", "answer": raw}], "test", FilterLog(math_eval_prep.FILTERS))
-    assert rows[0]["reward_model"]["ground_truth"] == truth
-    assert math_eval._reference_answer(raw, "case") == truth
-    assert math_reward.score(f"\\boxed{{{truth}}}", raw, 10)["correctness"] == 1.0
 
 
 # ------------------------------------------------------------------------------------------------ numeq

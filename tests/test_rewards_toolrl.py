@@ -26,21 +26,16 @@ def scorer_text(solution: str) -> str:
 
 
 def reference(solution: str, ground_truth: str) -> dict[str, float]:
-    """verl's scorer functions, quiet (do_print=False, stdout captured all the same)."""
-    completions = [[{"role": "assistant", "content": scorer_text(solution)}]]
+    """verl's scorer functions, quiet (do_print=False, stdout captured all the same); length: the authors'
+    customize_length_reward_func with length_max_words=16, written plainly."""
+    text = scorer_text(solution)
+    completions = [[{"role": "assistant", "content": text}]]
     with contextlib.redirect_stdout(io.StringIO()):
         fmt = rlla.customize_format_reward_func(completions, [ground_truth], 0, 1.0, 0.0, False)[0]
         correct = rlla.customize_correctness_reward_tool(completions, [ground_truth], 0, 3.0, -3.0, False)[0]
-    return {"format": float(fmt), "correctness": float(correct), "length": reference_length(solution)}
-
-
-def reference_length(solution: str, limit: int = 16) -> float:
-    """The authors' customize_length_reward_func with length_max_words=16, written plainly."""
-    text = scorer_text(solution)
-    if "<think>" not in text or "</think>" not in text:
-        return 0.0
-    words = len(text.split("<think>")[-1].split("</think>")[0].strip().split())
-    return float(words <= limit)
+    last_think = text.split("<think>")[-1].split("</think>")[0].split()
+    length = float("<think>" in text and "</think>" in text and len(last_think) <= 16)
+    return {"format": float(fmt), "correctness": float(correct), "length": length}
 
 
 def assert_agrees(solution: str, ground_truth: str) -> None:
@@ -66,15 +61,16 @@ def sft_truths() -> list[str]:
 
 
 def test_ground_truths_score_full_marks_and_unreadable_ones_raise_like_the_scorer():
-    """Agreement with the scorer on the ground truths themselves: the first of each one's variants (below)."""
     unreadable = 0
     for truth in held_out_truths() + sft_truths():
-        if readable(truth):
-            assert toolrl.score(truth, truth) == {"format": 1.0, "correctness": 3.0 * ("<tool_call>" in truth)}
-        else:  # a "<tool_call>" mentioned in the thinking: the scorer's json.loads of the gt fails too
+        try:
+            reference(truth, truth)
+        except ValueError:  # a "<tool_call>" mentioned in the thinking: the scorer's json.loads of the gt fails too
             unreadable += 1
             with pytest.raises(ValueError, match="ground truth has a tool_call line that is not JSON"):
                 toolrl.score(truth, truth)
+        else:  # agreement with the scorer: the first of each truth's variants (below)
+            assert toolrl.score(truth, truth) == {"format": 1.0, "correctness": 3.0 * ("<tool_call>" in truth)}
     assert unreadable == 17
 
 

@@ -4,12 +4,10 @@ lives in .venv-trl (docs/trl.md "Two environments"); these tests use a fake `trl
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-import dara
-from dara.config_checks import importable_trl, trl_conflict
+from dara.config import compose
+from dara.config_checks import ConfigError, check_config, importable_trl, trl_conflict
 
 
 @pytest.mark.parametrize("version, refused", [
@@ -32,21 +30,14 @@ def test_the_verl_environment_of_these_tests_has_no_trl_from_1_13():
     assert found is None or trl_conflict(*found) is None, trl_conflict(*found)
 
 
-@pytest.mark.slow  # a dara.train process (~9 s of imports)
-def test_dara_train_refuses_to_start_next_to_trl_1_16(tmp_path, python_module):
-    """A `trl` package with pip's metadata of 1.16.0 first on the path: importable_trl reads its version."""
+def test_check_config_refuses_a_trl_1_16_found_by_its_metadata(tmp_path, monkeypatch):
+    """A fake `trl` with pip's metadata of 1.16.0 first on the path (dara.train's one line: test_train_entry.py)."""
     site = tmp_path / "site"
     (site / "trl").mkdir(parents=True)
     (site / "trl" / "__init__.py").write_text("__version__ = '1.16.0'\n")
     (site / "trl-1.16.0.dist-info").mkdir()
     (site / "trl-1.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 1.16.0\n")
-    paths = [str(site), str(dara.PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    out = python_module("dara.train", f"run.output_root={tmp_path / 'runs'}", env=env, timeout=180)
-    assert out.returncode != 0
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, out.stderr[-2000:]
-    assert lines[0].startswith("[dara] invalid configuration: environment: trl 1.16.0 is importable here"), lines[0]
-    assert "removed in 1.13" in lines[0] and "pip uninstall trl" in lines[0]
-    assert "Traceback" not in out.stdout + out.stderr
-    assert not list((tmp_path / "runs").rglob("ray")) and not list((tmp_path / "runs").rglob("run_info.json"))
+    monkeypatch.syspath_prepend(str(site))
+    assert importable_trl() == ("1.16.0", str(site / "trl" / "__init__.py"))
+    with pytest.raises(ConfigError, match=r"^environment: trl 1.16.0 is importable here .*pip uninstall trl"):
+        check_config(compose([f"run.output_root={tmp_path / 'runs'}"]))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 
 import pytest
 import torch
@@ -15,26 +14,12 @@ from transformers import HfArgumentParser
 
 import dara
 from dara.estimators import ESTIMATORS, DaraAlgoConfig
-from dara.estimators import registry as registry_module
 from dara.estimators.config import FIELD_HELP
 from dara.trl import DaraGRPOConfig, completion_advantages
 from dara.trl.config import DERIVED_FIELDS
 from tests.trl.trl_recording import grpo_config as _config
 
-EXAMPLE = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"
-
-
-@pytest.fixture
-def registry():
-    names, loaded, modules = dict(ESTIMATORS), dict(registry_module._LOADED), set(sys.modules)
-    yield
-    ESTIMATORS.clear()
-    ESTIMATORS.update(names)
-    registry_module._LOADED.clear()
-    registry_module._LOADED.update(loaded)
-    for name in set(sys.modules) - modules:
-        if name.startswith("dara_estimator_module_"):
-            del sys.modules[name]
+EXAMPLE = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"  # registered for the module
 
 
 def test_the_scalar_options_are_the_librarys_fields_not_restated():
@@ -47,7 +32,7 @@ def test_the_scalar_options_are_the_librarys_fields_not_restated():
     assert ours["estimator_module"].metadata["help"] == FIELD_HELP["estimator_module"]
 
 
-def test_a_module_of_ones_own_and_its_options_in_the_config(registry, tmp_path):
+def test_a_module_of_ones_own_and_its_options_in_the_config(tmp_path):
     config = _config(tmp_path, estimator_module=str(EXAMPLE), estimator="density_power",
                      estimator_options={"power": 1})
     assert "density_power" in ESTIMATORS and config.batch_norm == "response"
@@ -61,7 +46,7 @@ def test_a_module_of_ones_own_and_its_options_in_the_config(registry, tmp_path):
         _config(tmp_path, estimator="gdpo", estimator_options={"power": 1})
 
 
-def test_an_unknown_estimator_or_a_bad_module_is_one_line(registry, tmp_path):
+def test_an_unknown_estimator_or_a_bad_module_is_one_line(tmp_path):
     with pytest.raises(ValueError) as error:
         _config(tmp_path, estimator="density_powr")
     assert "\n" not in str(error.value) and "registered: grpo, gdpo" in str(error.value)
@@ -70,7 +55,7 @@ def test_an_unknown_estimator_or_a_bad_module_is_one_line(registry, tmp_path):
         _config(tmp_path, estimator_module=str(tmp_path / "absent.py"), estimator="density_power")
 
 
-def test_the_command_line_takes_the_module_the_options_the_ranges_and_the_new_fields(registry, tmp_path):
+def test_the_command_line_takes_the_module_the_options_the_ranges_and_the_new_fields(tmp_path):
     (config,) = HfArgumentParser(DaraGRPOConfig).parse_args_into_dataclasses([
         "--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false", "--num_generations", "4",
         "--per_device_train_batch_size", "8", "--estimator_module", str(EXAMPLE), "--estimator", "density_power",
@@ -96,7 +81,7 @@ def test_rvpo_and_the_dead_channel_weight_reach_the_completions_advantages(tmp_p
 
 
 @pytest.mark.slow  # TRL's trainer, two steps of the smoke model, after the session's smoke build
-def test_the_example_estimator_trains_in_trls_trainer_with_the_librarys_diagnostics(registry, smoke_assets, tmp_path):
+def test_the_example_estimator_trains_in_trls_trainer_with_the_librarys_diagnostics(smoke_assets, tmp_path):
     from dara.trl.smoke import smoke_config, smoke_trainer
     from tests.trl.trl_recording import RecordingTrainer
     config = smoke_config(tmp_path / "trl", max_steps=2, estimator_module=str(EXAMPLE), estimator="density_power",
