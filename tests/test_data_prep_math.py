@@ -28,11 +28,6 @@ def eval_rows(tmp_path_factory):
     return out, pq.read_table(out / "test.parquet").to_pylist()
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(smoke_assets):
-    return smoke_assets["model_dir"]  # the session's one smoke build (tests/conftest.py)
-
-
 def test_math_eval_rows_counts_and_answers(eval_rows):
     """Every row: the authors' prompt, the first accepted answer as ground truth, which scores correct against
     itself and (where the rule rewrote it) against the benchmark's native answer."""
@@ -80,9 +75,11 @@ def test_bad_sources_are_one_clear_error_and_no_output(tmp_path, monkeypatch, bu
     assert not (tmp_path / "out").exists()
 
 
-def test_deepscaler_filters_and_held_out_rows_match_a_plain_loop(tmp_path, tokenizer_dir):
+def test_deepscaler_filters_and_held_out_rows_match_a_plain_loop(tmp_path, smoke_assets):
     """The length filter as verl's filter_overlong_prompts counts it, held-out rows drawn by random.Random(0)."""
     from transformers import AutoTokenizer
+
+    tokenizer_dir = smoke_assets["model_dir"]  # the session's one smoke build's tokenizer
 
     records = json.loads(TRAIN_SAMPLE.read_text())[:300] + [
         {"problem": "What is 2+2?", "answer": ""}, {"problem": "What is 3+3?", "answer": None},

@@ -11,8 +11,9 @@ import statistics
 import pandas as pd
 import pytest
 
+from data_prep.smoke_length import N_TRAIN as N_LENGTH_TRAIN
 from recipes import race
-from recipes.race import RACE_FORMAT
+from recipes.race import RACE_FORMAT, RACE_LENGTH
 from recipes.runner import is_finished, with_options
 from results import paired, race_stats
 
@@ -51,18 +52,22 @@ def test_bootstrap_interval_equals_a_plain_resampling_loop():
 
 
 # ----------------------------------------------------------------------------------- per-run facts
-def race_frame(seed: int = 0) -> pd.DataFrame:  # 4 methods x 6 seeds x 12 steps of noisy rising format curves
+FORMAT_SPEEDS = (("grpo", 0.04), ("gdpo", 0.05), ("dara_sym", 0.06), ("dara_asym", 0.07))
+
+
+def race_frame(seed=0, channel="format", speeds=FORMAT_SPEEDS, start=0.0, noise=0.15, steps=12) -> pd.DataFrame:
+    """Six seeds of noisy rising `channel` curves per method; grpo seed 2's density stays 0 after step 4."""
     rng = random.Random(seed)
     rows = []
-    for method, speed in (("grpo", 0.04), ("gdpo", 0.05), ("dara_sym", 0.06), ("dara_asym", 0.07)):
+    for method, speed in speeds:
         for run_seed in range(6):
-            for step in range(1, 13):
-                value = min(1.0, max(0.0, speed * step + rng.uniform(-0.15, 0.15)))
-                row = {"method": method, "seed": run_seed, "step": step, "reward/format/mean": value,
-                       "dara/density/format": 0.0 if (method, run_seed) == ("grpo", 2) and step > 4 else value,
-                       "dara/density/correctness": rng.choice([0.0, 0.5])}
+            for step in range(1, steps + 1):
+                value = min(1.0, max(0.0, start + speed * step + rng.uniform(-noise, noise)))
+                row = {"method": method, "seed": run_seed, "step": step, f"reward/{channel}/mean": value,
+                       "reward/correctness/mean": 0.5, "dara/density/correctness": rng.choice([0.0, 0.5]),
+                       f"dara/density/{channel}": 0.0 if (method, run_seed) == ("grpo", 2) and step > 4 else value}
                 if method.startswith("dara"):
-                    row["dara/weight/format"] = rng.choice([1.0, 1.04, 1.06, 1.5])
+                    row[f"dara/weight/{channel}"] = rng.choice([1.0, 1.04, 1.06, 1.5])
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -106,16 +111,19 @@ def test_dara_active_steps_and_collapse_flags_equal_plain_loops():
 
 
 # ----------------------------------------------------------------------------------- the recipe
-def test_the_committed_protocol_is_the_task_file():
+@pytest.mark.parametrize("recipe, task_file, rows_per_epoch", [
+    (RACE_FORMAT, "conf/task/smoke_rare.yaml", 544), (RACE_LENGTH, "conf/task/smoke_length.yaml", N_LENGTH_TRAIN),
+], ids=["format", "length"])
+def test_the_committed_protocol_is_the_task_file(recipe, task_file, rows_per_epoch):
+    """The length race's own settings: test_race_length.py::test_the_length_protocol_settings."""
     from omegaconf import OmegaConf
 
-    protocol = race.load_protocol(RACE_FORMAT.protocol_file)
-    task = OmegaConf.load("conf/task/smoke_rare.yaml")
+    protocol, task = race.load_protocol(recipe.protocol_file), OmegaConf.load(task_file)
     assert task.actor_rollout_ref.actor.optim.lr == protocol["learning_rate"]
     assert task.data.train_batch_size == protocol["prompts_per_step"]
     assert task.data.train_batch_size // task.actor_rollout_ref.actor.ppo_mini_batch_size == 2  # 2 updates a step
     assert task.trainer.total_training_steps == protocol["steps"] >= 40
-    assert task.trainer.total_epochs * 544 >= protocol["steps"] * task.data.train_batch_size  # 544 rows an epoch
+    assert task.trainer.total_epochs * rows_per_epoch >= protocol["steps"] * task.data.train_batch_size
 
 
 def test_finished_runs_keep_their_logs_and_a_fresh_clone_skips_them(tmp_path):

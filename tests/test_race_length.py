@@ -14,6 +14,8 @@ from data_prep import smoke_length
 from recipes.race import RACE_FORMAT, RACE_LENGTH, load_protocol
 from results import headline, race_stats
 from rewards import math as math_reward
+from tests.test_race_format import race_frame
+from tests.test_results_thresholds import loop_sustained_step
 
 PROTOCOL = load_protocol(RACE_LENGTH.protocol_file)
 
@@ -122,16 +124,13 @@ def test_the_length_variant_starts_in_the_registered_regime(tmp_path):
     assert facts_from_config_json(config, card["model"]["parameters"]) == facts_from_mapping(OmegaConf.to_container(node))
 
 
-def test_the_committed_protocol_is_the_task_file():
+def test_the_length_protocol_settings():
+    """Its settings shared with the format race against the task file: test_race_format.py."""
     from omegaconf import OmegaConf
 
     task, settings = OmegaConf.load("conf/task/smoke_length.yaml"), PROTOCOL
-    assert task.actor_rollout_ref.actor.optim.lr == settings["learning_rate"]
-    assert task.data.train_batch_size == settings["prompts_per_step"] and 16 <= settings["prompts_per_step"] <= 32
+    assert 16 <= settings["prompts_per_step"] <= 32
     assert task.actor_rollout_ref.rollout.n == settings["group_size"] == smoke_length.PROBE_GROUP
-    assert task.data.train_batch_size // task.actor_rollout_ref.actor.ppo_mini_batch_size == 2
-    assert task.trainer.total_training_steps == settings["steps"] >= 40
-    assert task.trainer.total_epochs * smoke_length.N_TRAIN >= settings["steps"] * settings["prompts_per_step"]
     assert task.reward.custom_reward_function.reward_kwargs.max_response_tokens == smoke_length.LENGTH_LIMIT
     assert task.run.seeded_rollout is True and task.run.dynamic_sampling.mode is None
     assert settings["dynamic_sampling"] is None and settings["batch_norm"] == "response"
@@ -155,38 +154,13 @@ def test_each_method_composes_with_the_task_settings_and_passes_the_checks():
         assert (cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (16, 8)
 
 
-def plain_sustained_step(values, threshold, window, hold):
-    """Steps 1..n: the first step whose trailing window-mean is >= threshold there and at each of the next hold."""
-    means = [sum(values[i - window + 1:i + 1]) / window if i >= window - 1 else None for i in range(len(values))]
-    ok = [mean is not None and mean >= threshold for mean in means]
-    for i in range(len(values) - hold):
-        if all(ok[i:i + hold + 1]):
-            return i + 1
-    return None
-
-
-def length_frame(seed: int = 0) -> pd.DataFrame:
-    rng = random.Random(seed)
-    rows = []
-    for method, speed in (("gdpo", 0.004), ("dara_sym", 0.005), ("dara_asym", 0.006)):
-        for run_seed in range(6):
-            for step in range(1, 21):
-                value = min(1.0, 0.88 + speed * step + rng.uniform(-0.03, 0.03))
-                row = {"method": method, "seed": run_seed, "step": step, "reward/length/mean": value,
-                       "reward/correctness/mean": 0.5, "dara/density/length": 0.25,
-                       "dara/density/correctness": 0.9}
-                if method.startswith("dara"):
-                    row["dara/weight/length"] = rng.choice([1.0, 1.5, 1.9])
-                rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def test_the_sustained_endpoint_and_the_results_command_equal_plain_loops(tmp_path):
     """`python -m results headline` on a runs.csv with the length race's protocol (window 2, hold 4)."""
     from results.cli import main as results_main
 
-    frame, threshold, steps = length_frame(), 0.93, 20
-    window, hold = PROTOCOL["window"], PROTOCOL["hold"]
+    speeds, threshold, steps = (("gdpo", 0.004), ("dara_sym", 0.005), ("dara_asym", 0.006)), 0.93, 20
+    frame = race_frame(0, "length", speeds, start=0.88, noise=0.03, steps=steps)
+    window, hold, logged = PROTOCOL["window"], PROTOCOL["hold"], range(1, steps + 1)
     frame.to_csv(tmp_path / "runs.csv", index=False)
     (tmp_path / "protocol.json").write_text(json.dumps({**PROTOCOL, "steps": steps, "threshold": threshold,
                                                         "secondary_steps": [1, 10]}))
@@ -196,14 +170,14 @@ def test_the_sustained_endpoint_and_the_results_command_equal_plain_loops(tmp_pa
     table = pd.read_csv(tmp_path / "thresholds.csv")
     assert set(table["method"]) == set(PROTOCOL["methods"])
     for (method, seed), run in frame.groupby(["method", "seed"]):
-        step = plain_sustained_step(list(run.sort_values("step")["reward/length/mean"]), threshold, window, hold)
+        step = loop_sustained_step(logged, list(run.sort_values("step")["reward/length/mean"]), threshold, window, hold)
         assert found[method][seed] == (steps + 1 if step is None else step)
         row = table[(table["method"] == method) & (table["seed"] == seed)].iloc[0]
         assert (None if pd.isna(row["step"]) else int(row["step"])) == step
     summary = headline.summary_table(frame, "reward/length/mean", threshold, rule).set_index("method")
     for method, runs in frame.groupby("method"):
         median = list(runs.groupby("step")["reward/length/mean"].median().sort_index())
-        expected = plain_sustained_step(median, threshold, window, hold)
+        expected = loop_sustained_step(logged, median, threshold, window, hold)
         assert (None if pd.isna(summary.at[method, "median_curve_step"])
                 else int(summary.at[method, "median_curve_step"])) == expected
     statistics = pd.read_csv(tmp_path / "statistics.csv")

@@ -9,20 +9,9 @@ import statistics
 import pytest
 import torch
 
-from dara.testbed import stats
+from dara.testbed import stats, task
 from dara.testbed.policy import TinyPolicy
-from dara.testbed.task import (
-    CLOSE,
-    EOS,
-    NUM_SPECIAL,
-    OPEN,
-    TaskConfig,
-    build_prompts,
-    initial_distribution,
-    response_lengths,
-    response_mask,
-    score,
-)
+from dara.testbed.task import CLOSE, EOS, NUM_SPECIAL, OPEN, TaskConfig, build_prompts, response_mask
 from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
 
 
@@ -61,7 +50,7 @@ def test_score_matches_loop_reference(length_channel):
     targets = prompts.targets[rows]
     # put the target in the first content positions of some rows, so correctness takes every value
     tokens[:500, 1 : 1 + config.answer_slots] = targets[:500]
-    fast = score(tokens, targets, config)
+    fast = task.score(tokens, targets, config)
     assert fast.shape == (4000, len(config.channel_names)) and torch.equal(fast, score_loop(tokens, targets, config))
     assert len(set(fast[:, 0].tolist())) == config.answer_slots + 1  # every partial-credit level occurs
     assert 0 < fast[:, 1].mean() < 1
@@ -69,7 +58,7 @@ def test_score_matches_loop_reference(length_channel):
 
 def test_response_lengths_and_mask():
     tokens = torch.tensor([[5, 6, EOS, 7, EOS], [EOS, 5, 5, 5, 5], [5, 5, 5, 5, 5]])
-    assert response_lengths(tokens).tolist() == [3, 1, 5]
+    assert task.response_lengths(tokens).tolist() == [3, 1, 5]
     assert response_mask(tokens).tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
 
 
@@ -138,12 +127,12 @@ def test_initial_policy_samples_the_calibrated_distribution_and_format_rate():
     with torch.no_grad():
         previous, count = policy.prefix_summaries(torch.randint(0, config.vocab_size, (5, config.max_len)))
         probs = torch.softmax(policy.logits(digits[:5], previous, count), dim=-1)
-    assert torch.allclose(probs, initial_distribution(config).float().expand_as(probs), atol=1e-6)
-    q_tag = initial_distribution(config)[OPEN].item()
+    assert torch.allclose(probs, task.initial_distribution(config).float().expand_as(probs), atol=1e-6)
+    q_tag = task.initial_distribution(config)[OPEN].item()
     end_mass = 1.0 - (1.0 - config.eos_init_prob) ** (config.max_len - 2)  # task.py: P(format) = q_t^2 * end mass
     assert q_tag * q_tag * end_mass == pytest.approx(0.04)
     tokens = policy.sample(digits, torch.Generator().manual_seed(6))
-    rate = score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
+    rate = task.score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
     assert abs(rate - 0.04) < 5 * math.sqrt(0.04 * 0.96 / 30000)
 
 
@@ -152,14 +141,9 @@ def test_clipped_surrogate_matches_loop_reference():
     ratio = torch.rand(6, 5, generator=gen) * 1.2 + 0.4
     adv = torch.randn(6, 5, generator=gen)
     mask = (torch.rand(6, 5, generator=gen) > 0.3).float()
-    total, count = 0.0, 0
-    for i in range(6):
-        for t in range(5):
-            if mask[i, t]:
-                r, a = ratio[i, t].item(), adv[i, t].item()
-                total += max(-a * r, -a * min(max(r, 0.8), 1.2))
-                count += 1
-    assert clipped_surrogate_loss(ratio, adv, mask, 0.2).item() == pytest.approx(total / count, rel=1e-5)
+    flat = zip(ratio.flatten().tolist(), adv.flatten().tolist(), mask.flatten().tolist(), strict=True)
+    terms = [max(-a * r, -a * min(max(r, 0.8), 1.2)) for r, a, m in flat if m]
+    assert clipped_surrogate_loss(ratio, adv, mask, 0.2).item() == pytest.approx(sum(terms) / len(terms), rel=1e-5)
 
 
 def test_ppo_update_raises_the_probability_of_a_positively_advantaged_response():
@@ -219,4 +203,3 @@ def test_mean_ci_matches_the_t_interval_formula():
     assert stats.t_quantile_975(500) == 1.96
     with pytest.raises(ValueError, match="no finite value"):
         stats.mean_ci([math.nan])
-
