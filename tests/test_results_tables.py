@@ -1,4 +1,6 @@
-"""The authors' BFCL tables rebuilt from their per-run files; BFCL group aggregation; seed tables of our runs."""
+"""Tables, variants and figures: the authors' BFCL tables rebuilt from their per-run files; BFCL group aggregation;
+seed tables of our runs; runs that differ in more than the seed apart in every table, labelled by what differs
+(older run folders pool as before); figures (PNG and PDF) from the authors' curves and from our run logs."""
 
 from __future__ import annotations
 
@@ -7,16 +9,23 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from dara import AUTHORS_REFERENCE
-from results import bfcl
+from dara.run_folder import experiment_config
+from results import bfcl, thresholds
 from results.cli import main
 from results.collect import collect
+from results.loaders import RunLogError, load_runs
+from results.plots import channel_columns, parse_threshold_lines
+from results.report import build_report
 from results.tables import build_table, drop_rows, parse_condition, summarise
+from results.variants import short_names, variant_labels
 from tests.test_results_thresholds import write_run
 
 PAPER = AUTHORS_REFERENCE / "paper_bfcl_v4_20260920"
 REF = AUTHORS_REFERENCE / "reference"
+METRIC = "reward/format/mean"
 
 
 @pytest.mark.parametrize("per_run, theirs, group_by, drop, attach", [
@@ -105,3 +114,117 @@ def test_collect_summaries_and_jsonl_runs_into_seed_tables(tmp_path):
     assert at3.loc[0, "n"] == 3 and at3.loc[0, "val_mean"] == pytest.approx(1.3)
     last = build_table([tmp_path / "runs"], ["val"], group_by=["method"], step="last")
     assert last.loc[0, "val_mean"] == pytest.approx((0.4 + 1.4 + 2.3) / 3)
+
+
+def config(seed: int, model: str = "tiny", **changes) -> dict:
+    cfg = OmegaConf.create({"run": {"seed": seed, "task": "smoke", "model": model, "output_dir": f"/o/{seed}"},
+                            "data": {"seed": seed, "train_batch_size": 8},
+                            "algorithm": {"adv_estimator": "dara_asym", "dara": {"w_max": 5.0}}})
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return experiment_config(cfg)
+
+
+def write_variant(root, name, seed, values, *, model="tiny", recorded=True, **changes):
+    info = {"config": config(seed, model, **changes)} if recorded else {}
+    write_run(root / name, [{"step": s, METRIC: v} for s, v in enumerate(values, start=1)], method="dara_asym",
+               seed=seed, task="smoke", model=model, **info)
+
+
+def test_a_variant_is_its_own_row_curve_and_threshold_labelled_by_what_differs(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for name, seed, values, changes in (("plain-s0", 0, [0.2, 0.5, 0.9], {}), ("plain-s1", 1, [0.1, 0.7, 0.8], {}),
+                                        ("capped-s0", 0, [0.3, 0.9, 1.0], {"algorithm.dara.w_max": 2.0})):
+        write_variant(sweep, name, seed, values, **changes)
+    rows = {r["method"]: r for r in build_table([sweep], [METRIC], step="last").to_dict("records")}
+    plain, capped = rows.pop("dara_asym w_max=5.0"), rows.pop("dara_asym w_max=2.0")
+    assert not rows and (plain["n"], plain["seeds"], capped["n"], capped["seeds"]) == (2, "0,1", 1, "0")
+    assert plain[f"{METRIC}_mean"] == pytest.approx((0.9 + 0.8) / 2) and capped[f"{METRIC}_mean"] == 1.0
+    frame = load_runs(sweep)
+    assert set(frame["base_method"]) == {"dara_asym"} and frame["config_id"].nunique() == 2
+    steps = thresholds.threshold_steps(frame, METRIC, 0.85)
+    assert dict(zip(steps["method"], steps["step"], strict=True)) == {"dara_asym w_max=2.0": 2, "dara_asym w_max=5.0": 3}
+    assert main(["table", str(sweep), "--metrics", METRIC, "--step", "last"]) == 0
+    assert "| dara_asym w_max=2.0 | 1 |" in capsys.readouterr().out
+    assert main(["plot", "curves", str(sweep), "--metrics", METRIC, "--out", str(tmp_path / "c")]) == 0
+    page = build_report([sweep], tmp_path / "report", reference=tmp_path).read_text()
+    assert "dara_asym w_max=2.0" in page and "dara_asym w_max=5.0" in page
+
+
+def test_what_is_pooled_and_what_is_refused(tmp_path):
+    """Seeds of one configuration are one row; folders recording no configuration pool as before; a key only newer
+    runs recorded (the code added it later) tells nothing apart, one recorded with two values does; runs of two
+    models under one method are refused."""
+    for name, seed, kwargs in (("one/a", 0, {}), ("one/b", 1, {}), ("old/a", 0, {"recorded": False}),
+                               ("old/b", 0, {"recorded": False, "algorithm.dara.w_max": 2.0})):
+        write_variant(tmp_path, name, seed, [0.5 + seed / 10], **kwargs)
+    for folder in ("one", "old"):
+        assert build_table([tmp_path / folder], [METRIC], step="last")[["method", "n"]].values.tolist() == [
+            ["dara_asym", 2]]
+    write_variant(tmp_path, "added/new-s1", 1, [0.7], **{"run.seeded_rollout": True})
+    assert set(load_runs([tmp_path / "one" / "a", tmp_path / "added" / "new-s1"])["method"]) == {"dara_asym"}
+    write_variant(tmp_path, "added/other-s2", 2, [0.9], **{"run.seeded_rollout": False})
+    assert sorted(set(load_runs([tmp_path / "one" / "a", tmp_path / "added"])["method"])) == [
+        "dara_asym seeded_rollout=false", "dara_asym seeded_rollout=null", "dara_asym seeded_rollout=true"]
+    write_variant(tmp_path, "models/small", 0, [0.7], model="small", **{"run.model": "small"})
+    write_variant(tmp_path, "models/tiny", 0, [0.5])
+    with pytest.raises(ValueError, match="differ in model"):
+        build_table([tmp_path / "models"], [METRIC], step="last")
+    table = build_table([tmp_path / "models"], [METRIC], group_by=["model", "method"], step="last")
+    assert table[["model", "method", "n"]].values.tolist() == [["small", "dara_asym", 1], ["tiny", "dara_asym", 1]]
+
+
+def test_labels_name_the_differing_keys_briefly():
+    assert short_names(["a.x.lr", "b.y.lr", "c.w_max"]) == {"a.x.lr": "x.lr", "b.y.lr": "y.lr", "c.w_max": "w_max"}
+    labels = variant_labels("grpo", [{"k": 1, "a.b": [1, 2]}, {"k": 2, "a.b": [1, 2]}, {"k": 1}])
+    assert labels == ["grpo b=[1, 2] k=1", "grpo b=[1, 2] k=2", "grpo b=null k=1"]
+    assert variant_labels("grpo", [{"k": 1}]) == ["grpo"]
+    paths = variant_labels("m", [{"a.path": "/x/model", "w_max": 1}, {"a.path": "/y/model", "w_max": 2}])
+    assert paths == ["m w_max=1 path=/x/model", "m w_max=2 path=/y/model"]  # what a user changed comes first
+    many = variant_labels("m", [{f"k{i}": i for i in range(6)}, {}])
+    assert many[0] == "m k0=0 k1=1 k2=2 k3=3 (+2 keys)" and many[1].endswith("(+2 keys)") and many[0] != many[1]
+
+
+def records(seed: int) -> list[dict]:
+    return [{"step": step, "reward/format/mean": min(1.0, step / 10 + seed / 50), "dara/density/format": 0.5 / step,
+             "dara/density/correctness": 0.4, "dara/weight/format": min(5.0, (0.4 * step / 0.5) ** 0.5),
+             "dara/weight/correctness": 1.0} for step in range(1, 13)]
+
+
+def test_plots_from_authors_files_and_from_our_run_logs(tmp_path):
+    curves = str(AUTHORS_REFERENCE / "reference" / "training_dynamics.csv")
+    checkpoints = str(AUTHORS_REFERENCE / "paper_bfcl_v4_20260920" / "dynamics_export" / "plot_data.csv")
+    for method in ("gdpo", "dara_asym"):
+        for seed in (0, 1):
+            write_run(tmp_path / "runs" / f"{method}_s{seed}", records(seed), method=method, seed=seed)
+    frame = load_runs(tmp_path / "runs")
+    assert len(frame) == 4 * 12 and channel_columns(frame) == {
+        "density": {"format": "dara/density/format", "correctness": "dara/density/correctness"},
+        "weight": {"format": "dara/weight/format", "correctness": "dara/weight/correctness"}}
+    ours = str(tmp_path / "runs")
+    for name, args in (
+            ("curves", ["curves", curves, "--metrics", "train_format,val_format", "--group-by", "model_size",
+                        "--threshold", "train_format=0.8"]),
+            ("channels", ["channels", curves, "--group-by", "model_size"]),
+            ("ckpt", ["checkpoints", checkpoints, "--metrics", "average_accuracy,average_format",
+                      "--group-by", "model_size"]),
+            ("ours", ["curves", ours, "--metrics", "reward/format/mean", "--threshold", "0.8"]),
+            ("ours_ch", ["channels", ours])):
+        assert main(["plot", *args, "--out", str(tmp_path / name)]) == 0
+        png, pdf = tmp_path / f"{name}.png", tmp_path / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000
+
+
+def test_threshold_lines_and_errors(tmp_path):
+    assert parse_threshold_lines(["0.5", "b=0.9"], ["a", "b"]) == {"a": [0.5], "b": [0.5, 0.9]}
+    with pytest.raises(ValueError, match="not among the plotted metrics"):
+        parse_threshold_lines(["c=0.9"], ["a"])
+    bad = tmp_path / "bad" / "metrics.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"step": 1, "x": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(RunLogError, match="metrics.jsonl:2"):
+        load_runs(bad)
+    # a truncated last line (run killed mid-write) is dropped, the rest reads
+    bad.write_text('{"step": 1, "x": 1, "method": "m", "seed": 0}\n{"step": 2, "x"')
+    assert pd.Series(load_runs(bad)["step"]).tolist() == [1]
