@@ -283,7 +283,7 @@ def test_single_turn_prompt_is_the_handlers():
                {"role": "user", "content": "  What is 2 + 3?\n"}]
     system, user = protocol.bfcl_messages(history, FUNCTIONS, multi_turn=False)
     assert user == {"role": "user", "content": f"**Dialogue Records History**\n<user> What is 2 + 3?\n{SINGLE} </user>"}
-    # the training instruction (test_data_prep_toolrl.py: the official rows) over BFCL's parameter properties
+    # the training instruction (test_data_prep.py: the official rows) over BFCL's parameter properties
     assert system == {"role": "system", "content": protocol.system_prompt(protocol.bfcl_tools(FUNCTIONS)) + "\n"}
     assert ('1. Name: add\nDescription: Add two numbers.\nParameters: {"a": {"type": "integer"}, "b": {"type": '
             '"integer", "description": "second"}}\n2. Name: ping\nDescription: Ping.\nParameters: {}\n') in system["content"]
