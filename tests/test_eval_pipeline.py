@@ -82,15 +82,6 @@ def test_math_pipeline(smoke_assets, engine, tmp_path):
     assert row["amc23_exceed"] == pytest.approx(100 * rows["amc23"]["exceed"])
 
 
-def prompt_tokens(model_dir: str, messages: list[dict]) -> int:
-    """The prompt's token count as the backend measures it (the chat template, no special tokens added)."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 def test_bfcl_pipeline_and_prompts_over_the_window(smoke_assets, engine, tmp_path):
     """The window clamps new tokens to min(max, window - prompt - 2); a prompt leaving none, at the first step
     or later in a dialogue, fails its case (counted) and the evaluation finishes."""
@@ -105,7 +96,10 @@ def test_bfcl_pipeline_and_prompts_over_the_window(smoke_assets, engine, tmp_pat
     assert summary["categories"]["simple_python"]["accuracy"] == summary["categories"]["simple_python"]["format"] == 0
     assert json.loads((tmp_path / "default" / "generations.jsonl.meta.json").read_text())["sampling"]["context_window"] == 512
     # a window the single-turn prompts and the multi-turn case's first fit (12 new tokens) but its second does not
-    window = prompt_tokens(smoke_assets["model_dir"], load_bfcl_cases(["multi_turn_base"], limit=1)[0]["messages"]) + 14
+    # (the prompt's tokens counted as the backend counts them: its chat template, no special tokens added)
+    text = engine.tokenizer.apply_chat_template(load_bfcl_cases(["multi_turn_base"], limit=1)[0]["messages"],
+                                                add_generation_prompt=True, tokenize=False)
+    window = len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) + 14
     out = tmp_path / "bfcl"
     assert main([*args, "--out", str(out), "--categories", "simple_python", "live_simple", "multi_turn_base",
                  "--context-window", str(window)], engine) == 0

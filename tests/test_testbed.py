@@ -1,28 +1,23 @@
-"""Unit tests of the CPU testbed: task scoring, the policy's distribution, PPO loss, statistics."""
+"""The CPU testbed: task scoring, the policy's distribution, PPO loss, statistics; end to end (slow), `python -m
+dara.testbed --quick` writes every output and the GDPO energy identity holds."""
 
 from __future__ import annotations
 
+import csv
 import itertools
+import json
 import math
 import statistics
 
 import pytest
 import torch
 
-from dara.testbed import stats
+from dara.testbed import stats, task
+from dara.testbed.cli import main
+from dara.testbed.experiments import ALL_ESTIMATORS, quick_studies
 from dara.testbed.policy import TinyPolicy
-from dara.testbed.task import (
-    CLOSE,
-    EOS,
-    NUM_SPECIAL,
-    OPEN,
-    TaskConfig,
-    build_prompts,
-    initial_distribution,
-    response_lengths,
-    response_mask,
-    score,
-)
+from dara.testbed.report import SUMMARY_COLUMNS
+from dara.testbed.task import CLOSE, EOS, NUM_SPECIAL, OPEN, TaskConfig, build_prompts, response_mask
 from dara.testbed.train import RunConfig, clipped_surrogate_loss, estimator_options, ppo_update, train_run
 
 
@@ -61,7 +56,7 @@ def test_score_matches_loop_reference(length_channel):
     targets = prompts.targets[rows]
     # put the target in the first content positions of some rows, so correctness takes every value
     tokens[:500, 1 : 1 + config.answer_slots] = targets[:500]
-    fast = score(tokens, targets, config)
+    fast = task.score(tokens, targets, config)
     assert fast.shape == (4000, len(config.channel_names)) and torch.equal(fast, score_loop(tokens, targets, config))
     assert len(set(fast[:, 0].tolist())) == config.answer_slots + 1  # every partial-credit level occurs
     assert 0 < fast[:, 1].mean() < 1
@@ -69,7 +64,7 @@ def test_score_matches_loop_reference(length_channel):
 
 def test_response_lengths_and_mask():
     tokens = torch.tensor([[5, 6, EOS, 7, EOS], [EOS, 5, 5, 5, 5], [5, 5, 5, 5, 5]])
-    assert response_lengths(tokens).tolist() == [3, 1, 5]
+    assert task.response_lengths(tokens).tolist() == [3, 1, 5]
     assert response_mask(tokens).tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
 
 
@@ -138,12 +133,12 @@ def test_initial_policy_samples_the_calibrated_distribution_and_format_rate():
     with torch.no_grad():
         previous, count = policy.prefix_summaries(torch.randint(0, config.vocab_size, (5, config.max_len)))
         probs = torch.softmax(policy.logits(digits[:5], previous, count), dim=-1)
-    assert torch.allclose(probs, initial_distribution(config).float().expand_as(probs), atol=1e-6)
-    q_tag = initial_distribution(config)[OPEN].item()
+    assert torch.allclose(probs, task.initial_distribution(config).float().expand_as(probs), atol=1e-6)
+    q_tag = task.initial_distribution(config)[OPEN].item()
     end_mass = 1.0 - (1.0 - config.eos_init_prob) ** (config.max_len - 2)  # task.py: P(format) = q_t^2 * end mass
     assert q_tag * q_tag * end_mass == pytest.approx(0.04)
     tokens = policy.sample(digits, torch.Generator().manual_seed(6))
-    rate = score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
+    rate = task.score(tokens, prompts.targets[ids], config)[:, 1].mean().item()
     assert abs(rate - 0.04) < 5 * math.sqrt(0.04 * 0.96 / 30000)
 
 
@@ -152,14 +147,9 @@ def test_clipped_surrogate_matches_loop_reference():
     ratio = torch.rand(6, 5, generator=gen) * 1.2 + 0.4
     adv = torch.randn(6, 5, generator=gen)
     mask = (torch.rand(6, 5, generator=gen) > 0.3).float()
-    total, count = 0.0, 0
-    for i in range(6):
-        for t in range(5):
-            if mask[i, t]:
-                r, a = ratio[i, t].item(), adv[i, t].item()
-                total += max(-a * r, -a * min(max(r, 0.8), 1.2))
-                count += 1
-    assert clipped_surrogate_loss(ratio, adv, mask, 0.2).item() == pytest.approx(total / count, rel=1e-5)
+    flat = zip(ratio.flatten().tolist(), adv.flatten().tolist(), mask.flatten().tolist(), strict=True)
+    terms = [max(-a * r, -a * min(max(r, 0.8), 1.2)) for r, a, m in flat if m]
+    assert clipped_surrogate_loss(ratio, adv, mask, 0.2).item() == pytest.approx(sum(terms) / len(terms), rel=1e-5)
 
 
 def test_ppo_update_raises_the_probability_of_a_positively_advantaged_response():
@@ -220,3 +210,67 @@ def test_mean_ci_matches_the_t_interval_formula():
     with pytest.raises(ValueError, match="no finite value"):
         stats.mean_ci([math.nan])
 
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """`--quick` trains 24 testbed runs (timing: docs/measured.md): the tests that read them are slow."""
+    out = tmp_path_factory.mktemp("testbed_quick")
+    assert main(["--quick", "--out", str(out)]) == 0
+    return out
+
+
+def read_csv(path):
+    return list(csv.DictReader(path.read_text().splitlines()))
+
+
+@pytest.mark.slow
+def test_quick_run_writes_every_output_and_the_documented_summary(quick_run):
+    studies = quick_studies()
+    names = {p.name for p in quick_run.iterdir()}
+    assert {"summary.csv", "runs.csv", "config.json"} | {f"steps_{s.name}.csv" for s in studies} <= names
+    assert all((quick_run / f"curves_{s.name}_G{g}.png").stat().st_size > 10_000 for s in studies for g in s.group_sizes)
+    assert not [n for n in names if n.endswith(".tmp") or ".tmp." in n]  # no half-written file left
+    assert set(json.loads((quick_run / "config.json").read_text())) == {s.name for s in studies}
+    assert len(read_csv(quick_run / "runs.csv")) == sum(s.num_runs for s in studies)
+    assert len(read_csv(quick_run / "steps_main.csv")) == studies[0].num_runs * studies[0].steps
+    rows = read_csv(quick_run / "summary.csv")
+    assert tuple(rows[0]) == SUMMARY_COLUMNS
+    for estimator in ALL_ESTIMATORS:
+        metrics = {r["metric"] for r in rows if r["study"] == "main" and r["estimator"] == estimator}
+        assert {"steps_to_0.8", "steps_to_0.99", "final_correctness", "energy_vs_ideal/format"} <= metrics, estimator
+    assert all(float(r["ci_low"]) <= float(r["mean"]) <= float(r["ci_high"]) for r in rows)
+    assert {int(r["group_size"]) for r in rows if r["study"] == "group_size"} == set(studies[1].group_sizes)
+
+
+@pytest.mark.slow
+def test_energy_identities_hold_at_every_step(quick_run):
+    """GDPO: E_k = B pi_k (G - 1) for every channel (up to the eps of the group std); DARA-Sym scales A_k by w_k,
+    so its weighted energy is w_k^2 times that ideal."""
+    rows = read_csv(quick_run / "steps_main.csv")
+    checked, weights_above_one = 0, 0
+    for r in rows:
+        for channel in ("correctness", "format"):
+            if r[f"energy_vs_ideal/{channel}"] == "":  # no active group this step: no ideal energy
+                assert float(r[f"density/{channel}"]) == 0.0
+                continue
+            w = float(r[f"weight/{channel}"]) if r["estimator"] == "dara_sym" else 1.0
+            if r["estimator"] in ("gdpo", "dara_sym"):
+                assert float(r[f"energy_vs_ideal/{channel}"]) == pytest.approx(1.0, abs=1e-4)
+                assert float(r[f"weighted_energy_vs_ideal/{channel}"]) == pytest.approx(w * w, rel=1e-3, abs=1e-4)
+                checked += 1
+                weights_above_one += w > 1.01
+    assert checked > len(rows) / 5 and weights_above_one > 0  # the sparse channel was up-weighted at some step
+
+
+@pytest.mark.slow
+def test_steps_to_is_consistent_with_the_per_step_curves(quick_run):
+    """runs.csv's steps_to_0.8 is the first step whose 5-step mean of format compliance reaches 0.8."""
+    steps = read_csv(quick_run / "steps_main.csv")
+    runs = [r for r in read_csv(quick_run / "runs.csv") if r["study"] == "main"]
+    study = quick_studies()[0]
+    for run in runs:
+        curve = [float(r["reward/format/mean"]) for r in steps if (r["estimator"], r["seed"]) == (run["estimator"],
+                                                                                                  run["seed"])]
+        expected = next((i + 1 for i in range(4, len(curve)) if sum(curve[i - 4 : i + 1]) / 5 >= 0.8), study.steps)
+        # the per-step CSV rounds to 5 digits; a tie at exactly 0.8 could flip by one step
+        assert math.isclose(float(run["steps_to_0.8"]), expected, abs_tol=1)
