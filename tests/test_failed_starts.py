@@ -143,8 +143,7 @@ def test_the_drivers_failures_are_one_line():
     cause = ValueError("reward channel 'format' scored 1, outside its range [0, 0.5]\nmore detail")
     wrapped = ray.exceptions.RayTaskError("TaskRunner.run", "Traceback (most recent call last):\n  ...", cause)
     assert failure_line(wrapped) == "ValueError: reward channel 'format' scored 1, outside its range [0, 0.5]"
-    died = ray.exceptions.ActorDiedError()
-    line = failure_line(died)
+    line = failure_line(ray.exceptions.ActorDiedError())
     assert line.startswith("ActorDiedError: ") and "\n" not in line
     assert failure_line(TypeError("runtime_env['env_vars'] must be of type Dict[str, str]")) == (
         "TypeError: runtime_env['env_vars'] must be of type Dict[str, str]")
@@ -249,8 +248,7 @@ def test_the_trainer_stops_on_a_score_outside_its_range_before_any_estimator(mon
 
 @pytest.mark.slow  # a dara.train process (~10 s of imports and checks)
 def test_a_second_training_run_on_the_host_stops_in_one_line_before_its_assets(tmp_path, python_module):
-    """One run already trains on this host (it holds dara.run_lock's weight-sync lock): another `dara.train`, on
-    another folder, stops in one line naming it, before building anything or starting Ray."""
+    """One run holds dara.run_lock's weight-sync lock: `dara.train` on another folder names it."""
     from dara.run_lock import WEIGHT_SYNC_LOCK
 
     hold = ("import sys, time\nfrom dara.run_lock import weight_sync_lock\n"

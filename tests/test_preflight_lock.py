@@ -38,11 +38,6 @@ def verl_requirements() -> list[Requirement]:
     return [r for r in reqs if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in VERL_EXTRAS)]
 
 
-def project_requirements() -> list[Requirement]:
-    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
-    return [Requirement(t) for t in project["dependencies"] + project["optional-dependencies"]["gpu"]]
-
-
 @pytest.mark.parametrize("line", list(LINES))
 def test_lock_holds_verls_own_pins_in_one_cuda_build_and_satisfies_every_requirement(line):
     pins = lock(line)
@@ -55,7 +50,9 @@ def test_lock_holds_verls_own_pins_in_one_cuda_build_and_satisfies_every_require
     # torch and vLLM of one line are the same CUDA build (vLLM documents binary incompatibility across builds)
     assert {name: Version(pins[name]).local for name in CUDA_BUILDS} == dict.fromkeys(CUDA_BUILDS, LINES[line][1:] or None)
     assert not any(name.startswith("cupy") for name in pins)  # verl's [fsdp] cupy pin is CUDA 13 only
-    checked = [req for req in project_requirements() + verl_requirements() if canonicalize_name(req.name) in pins]
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    ours = [Requirement(t) for t in project["dependencies"] + project["optional-dependencies"]["gpu"]]
+    checked = [req for req in ours + verl_requirements() if canonicalize_name(req.name) in pins]
     for req in checked:
         assert req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True), f"{req} excludes the lock"
     assert len(checked) >= 8  # verl, transformers (project and verl), vllm, torch, ...
