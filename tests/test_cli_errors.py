@@ -51,9 +51,7 @@ CASES = [  # (argv after `python -m`, text the error names; argparse's own error
     (["dara.train", "run.output_root={root}/run", "algorithm.reward_channels=[format,lenght]"], "[dara] invalid "
      "configuration: reward channel 'lenght' (algorithm.reward_channels) is not one the reward returns: the reward's "
      "channels are ['format', 'correctness']"),
-    (["dara.train", "run.output_root={root}/run", "algorithm.dara.wmax=2"],  # Hydra's composition errors
-     "[dara] invalid override: Could not override 'algorithm.dara.wmax'"),
-    (["dara.train", "run.output_root={root}/run", "estimator=nope"],
+    (["dara.train", "run.output_root={root}/run", "estimator=nope"],  # Hydra's errors: test_train_entry.py
      "[dara] invalid override: In 'train': Could not find 'estimator/nope'"),
     (["dara.testbed", "--quick", "--studies", "nope", "--out", "{root}/tb"], "nope"),
 ]

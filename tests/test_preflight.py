@@ -259,7 +259,8 @@ def test_logits_bytes_follow_verls_code_paths():
     """By hand from verl 0.9.1's FSDP engine (dara/preflight/memory.py's docstring): bf16 logits 2; with padding
     removed the cross-entropy gradient goes into them unless the entropy has gradients (+2 +2); the compiled
     entropy's forward holds an fp32 softmax (4), uncompiled also its fp32 input (4); padded: + the unpadded copy 2 +
-    the kept fp32 log-softmax 4 + its gradient 2."""
+    the kept fp32 log-softmax 4 + its gradient 2. Then the lines of verl that say so (its source text: importing the
+    FSDP engine imports vLLM)."""
     toolrl, math = composed(*TOOLRL), composed(*MATH, "model=deepseek-r1-distill-qwen-1.5b")
     assert toolrl.actor_rollout_ref.actor.entropy_coeff == 0.001 and math.actor_rollout_ref.actor.entropy_coeff == 0
     sdpa = composed(*TOOLRL, "run.attention=sdpa")
@@ -275,10 +276,6 @@ def test_logits_bytes_follow_verls_code_paths():
     assert passes(math, actor_rollout_ref__rollout__temperature=0.6) == (2 + 2, 2 + 2 + 4, 8)
     assert passes(sdpa) == (2 + 2 + 4 + 2 + 4 + 2, 2 + 4 + 4, 16)
     assert passes(sdpa, actor_rollout_ref__actor__entropy_coeff=0.0) == (2 + 2 + 4 + 2, 2 + 4 + 4, 10)
-
-
-def test_verl_facts_behind_the_logits_bytes():
-    """The lines of verl 0.9.1 that `logits_bytes` reads (source text: importing the FSDP engine imports vLLM)."""
     verl = Path(importlib.util.find_spec("verl").origin).parent
     engine = (verl / "workers/engine/fsdp/transformer_impl.py").read_text()
     assert re.search(r"inplace_backward = True\s+if calculate_entropy:\s+inplace_backward = False", engine)
