@@ -97,19 +97,15 @@ def test_driver_picks_the_cuda_line(tmp_path, driver, cuda, line, message):
     assert MIN_DRIVER == {13: 580, 12: 525}  # the environment check's thresholds are the install's
 
 
-def build_jobs_here() -> int:
-    """Compile jobs this machine's RAM carries at about 9 GB each (GB = 10^9 B), at most one per core (nproc)."""
-    kilobytes = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal:")).split()[1])
-    cores = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
-    return max(1, min(cores, kilobytes // 1_000_000 // 9))
-
-
 def test_without_flash_attn_the_install_goes_on_and_names_the_build_and_its_cost(tmp_path):
     result = dry_install(tmp_path, CUDA="12.9", MAX_JOBS="")
     assert result.returncode == 0
     assert pip_lines(result)[-1].endswith("--no-deps bfcl-eval==2026.3.23")  # installed whatever flash-attn did
     assert "flash-attn 2.8.3: NOT INSTALLED: needed by every paper run (make flash-attn)" in result.stdout
-    tail, jobs = result.stdout.split("flash-attn is NOT installed")[1], build_jobs_here()
+    # the compile jobs this machine's RAM carries at about 9 GB each (GB = 10^9 B), at most one per core (nproc)
+    kilobytes = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal:")).split()[1])
+    cores = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
+    tail, jobs = result.stdout.split("flash-attn is NOT installed")[1], max(1, min(cores, kilobytes // 1_000_000 // 9))
     assert tail.startswith(": no paper run can start without it") and FLASH_ATTN_BUILD == "make flash-attn"
     for fragment in ("--set run.attention=sdpa names those that do", "reported 40-90 min at MAX_JOBS=32",
                      f"about 9 GB of RAM per job, {9 * jobs} GB at MAX_JOBS={jobs}",
