@@ -357,7 +357,8 @@ CLI = [  # `python -m dara.preflight ARGS`: (ARGS, exit status, where it prints,
 ]
 
 
-@pytest.mark.parametrize("argv, code, stream, printed", CLI, ids=["override", "report", "no-file", "flags-first", "flags-last"])
+@pytest.mark.parametrize("argv, code, stream, printed", CLI,
+                         ids=["override", "report", "no-file", "flags-first", "flags-last"])
 def test_the_cli_prints_its_report_or_one_line_and_exits_with_its_status(argv, code, stream, printed, calibration,
                                                                          capsys):
     from dara.preflight.__main__ import main
