@@ -48,6 +48,11 @@ CASES = [  # (argv after `python -m`, text the error names; argparse's own error
     (["data_prep", "toolrl", "--out", "{root}/dp", "--source", "{root}/missing.json"], "missing.json"),
     (["dara.train", "run.output_root={root}/run", "run.model_facts.head_dim=16"],  # the rollout check, before Ray
      "[dara] invalid configuration: model tiny's head_dim 16 "),
+    (["dara.train", "run.output_root={root}/run", "algorithm.reward_channels=[format,lenght]"], "[dara] invalid "
+     "configuration: reward channel 'lenght' (algorithm.reward_channels) is not one the reward returns: the reward's "
+     "channels are ['format', 'correctness']"),
+    (["dara.train", "run.output_root={root}/run", "estimator=nope"],  # Hydra's errors: test_train_entry.py
+     "[dara] invalid override: In 'train': Could not find 'estimator/nope'"),
     (["dara.testbed", "--quick", "--studies", "nope", "--out", "{root}/tb"], "nope"),
 ]
 

@@ -1,14 +1,13 @@
-"""A failed start leaves nothing behind that blocks the next one: Ray options Ray would refuse are one line
-before Ray starts; a stale entry at the short alias path (/tmp/dara-ray-<hash>) is replaced; every way out of the
-local Ray session (an error, Ctrl-C, a ray.init that failed halfway) stops the Ray this process started before the
-alias goes, in one line; reward ranges narrower than declared warn, scores outside them stop the run in one line;
-a second run on the host stops before its assets; `dara.preflight` takes overrides around its flags."""
+"""A failed start leaves nothing behind that blocks the next one: Ray options, the /tmp alias, every way out of the
+local Ray session, reward ranges, a second run on the host."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,20 +36,17 @@ LONG = ["a_rather_long_folder_name"] * 4  # deep enough that Ray is given the sh
     ({"runtime_env": {"env_vars": {"OK": "1"}, "pip": 5}}, ["runtime_env: Ray refuses it", "pip"]),
     ({"num_cpu": 4}, ["ray_kwargs.ray_init has num_cpu, not an option of ray.init", "num_cpus"]),
     ({"_tmp_dir": "/x"}, ["_tmp_dir, not an option of ray.init"]),
+    ({"num_cpus": 4, "_temp_dir": "/tmp/x", "include_dashboard": False,
+      "runtime_env": {"env_vars": {"A": "1"}, "working_dir": None}}, None),  # what Ray takes passes
 ])
 def test_ray_options_ray_would_refuse_are_one_line(ray_init, named):
     problem = ray_option_problem(ray_init)
-    assert problem is not None and "\n" not in problem and all(text in problem for text in named), problem
+    assert problem is None if named is None else "\n" not in problem and all(text in problem for text in named)
 
 
-def test_ray_options_ray_takes_pass_and_the_check_runs_in_check_config():
-    assert ray_option_problem({"num_cpus": 4, "_temp_dir": "/tmp/x", "include_dashboard": False,
-                               "runtime_env": {"env_vars": {"A": "1"}, "working_dir": None}}) is None
-    cfg = compose(["+ray_kwargs.ray_init.runtime_env.env_vars.FOO=1"], resolve=False)
+def test_the_ray_options_check_runs_in_check_config():
     with pytest.raises(ConfigError, match=r"env_vars\.FOO is 1 \(int\)"):
-        check_ray_options(cfg)
-    with pytest.raises(ConfigError, match=r"env_vars\.FOO is 1 \(int\)"):
-        check_config(cfg)
+        check_config(compose(["+ray_kwargs.ray_init.runtime_env.env_vars.FOO=1"], resolve=False))
     # the quoted form the message suggests is a string, and passes
     check_ray_options(compose(['+ray_kwargs.ray_init.runtime_env.env_vars.FOO="1"'], resolve=False))
 
@@ -104,31 +100,17 @@ def test_an_alias_path_that_cannot_be_cleared_gives_way_to_another_name(tmp_path
 
 
 # ----------------------------------------------------------------------------- stopping Ray on every way out
-class FakeHeadNode:
-    """What `ray._private.worker._global_node` holds after a ray.init that started its processes, then failed."""
-
-    def __init__(self):
-        self.killed = None
-
-    def is_head(self):
-        return True
-
-    def destroy_external_storage(self):
-        pass
-
-    def kill_all_processes(self, check_alive=True, allow_graceful=False, wait=False):
-        self.killed = {"allow_graceful": allow_graceful, "wait": wait}
-
-
 def test_stop_local_ray_stops_the_processes_of_a_ray_init_that_failed_halfway(monkeypatch):
     import ray
     from ray._private import worker
 
     assert not ray.is_initialized()
-    node = FakeHeadNode()
+    killed = []  # the node `ray._private.worker._global_node` holds after a ray.init that started, then failed
+    node = SimpleNamespace(is_head=lambda: True, destroy_external_storage=lambda: None,
+                           kill_all_processes=lambda **options: killed.append(options))
     monkeypatch.setattr(worker, "_global_node", node)
     stop_local_ray()
-    assert node.killed == {"allow_graceful": True, "wait": True}  # waited for, before the alias goes
+    assert killed == [{"check_alive": False, "allow_graceful": True, "wait": True}]  # waited for, before the alias goes
     assert worker._global_node is None
     stop_local_ray()  # nothing started: nothing to do
 
@@ -137,27 +119,17 @@ def test_stop_local_ray_stops_the_processes_of_a_ray_init_that_failed_halfway(mo
 def test_the_session_stops_ray_before_removing_the_alias_on_ctrl_c_and_errors(tmp_path, monkeypatch, error):
     deep = tmp_path.joinpath(*LONG)
     alias = alias_path((deep / "ray" / "tmp").resolve())
-    seen = []
-    monkeypatch.setattr(ray_local, "stop_local_ray", lambda: seen.append(os.path.islink(alias)))
+    seen = []  # Ray stopped while its temp folder was still reachable, a second Ctrl-C ignored meanwhile
+    monkeypatch.setattr(ray_local, "stop_local_ray", lambda: seen.append((alias.is_symlink(),
+                                                                          signal.getsignal(signal.SIGINT))))
     env = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "HOME", "RAY_AUTH_MODE")}
+    before = signal.getsignal(signal.SIGINT)
     with pytest.raises(error), local_ray_session(deep) as ray_init:
         assert ray_init == {"_temp_dir": str(alias)}
         raise error()
-    assert seen == [True]  # Ray stopped while its temp folder was still reachable
+    assert seen == [(True, signal.SIG_IGN)] and signal.getsignal(signal.SIGINT) == before
     assert not os.path.lexists(alias)
     assert {key: os.environ.get(key) for key in env} == env
-
-
-def test_a_second_ctrl_c_waits_for_the_cleanup(tmp_path, monkeypatch):
-    import signal
-
-    deep = tmp_path.joinpath(*LONG)
-    handlers = []
-    monkeypatch.setattr(ray_local, "stop_local_ray", lambda: handlers.append(signal.getsignal(signal.SIGINT)))
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt), local_ray_session(deep):
-        raise KeyboardInterrupt
-    assert handlers == [signal.SIG_IGN] and signal.getsignal(signal.SIGINT) == before
 
 
 def test_the_drivers_failures_are_one_line():
@@ -168,8 +140,7 @@ def test_the_drivers_failures_are_one_line():
     cause = ValueError("reward channel 'format' scored 1, outside its range [0, 0.5]\nmore detail")
     wrapped = ray.exceptions.RayTaskError("TaskRunner.run", "Traceback (most recent call last):\n  ...", cause)
     assert failure_line(wrapped) == "ValueError: reward channel 'format' scored 1, outside its range [0, 0.5]"
-    died = ray.exceptions.ActorDiedError()
-    line = failure_line(died)
+    line = failure_line(ray.exceptions.ActorDiedError())
     assert line.startswith("ActorDiedError: ") and "\n" not in line
     assert failure_line(TypeError("runtime_env['env_vars'] must be of type Dict[str, str]")) == (
         "TypeError: runtime_env['env_vars'] must be of type Dict[str, str]")
@@ -249,8 +220,6 @@ def test_a_score_outside_its_range_stops_the_run_naming_channel_score_and_range(
 @pytest.mark.parametrize("estimator", ["grpo", "dara_asym"])
 def test_the_trainer_stops_on_a_score_outside_its_range_before_any_estimator(monkeypatch, estimator):
     """The project trainer's pre-advantage step holds the real rows (not verl's padding) to the ranges."""
-    from types import SimpleNamespace
-
     import transfer_queue as tq
     from omegaconf import OmegaConf
 
@@ -274,23 +243,9 @@ def test_the_trainer_stops_on_a_score_outside_its_range_before_any_estimator(mon
         trainer._channel_batch(batch, {})
 
 
-# ----------------------------------------------------------------------------- dara.preflight's arguments
-@pytest.mark.parametrize("argv", [
-    ["--skip-env", "task=smoke", "--nodes", "1", "estimator=grpo"],
-    ["task=smoke", "estimator=grpo", "--skip-env", "--nodes", "1"],
-])
-def test_preflight_takes_overrides_before_between_and_after_its_flags(argv, capsys):
-    from dara.preflight.__main__ import main
-
-    assert main(argv) == 0
-    out = capsys.readouterr()
-    assert "unrecognized arguments" not in out.err and "smoke-tiny-grpo-s0" in out.out, out  # estimator=grpo taken
-
-
 @pytest.mark.slow  # a dara.train process (~10 s of imports and checks)
 def test_a_second_training_run_on_the_host_stops_in_one_line_before_its_assets(tmp_path, python_module):
-    """One run already trains on this host (it holds dara.run_lock's weight-sync lock): another `dara.train`, on
-    another folder, stops in one line naming it, before building anything or starting Ray."""
+    """One run holds dara.run_lock's weight-sync lock: `dara.train` on another folder names it."""
     from dara.run_lock import WEIGHT_SYNC_LOCK
 
     hold = ("import sys, time\nfrom dara.run_lock import weight_sync_lock\n"

@@ -1,10 +1,11 @@
-"""dara.preflight on the real compositions: its rejections, the memory plan against hand calculations and verl's
-code, the time verdicts against their arithmetic, calibration files, the CLI, dara.train's hook before Ray."""
+"""dara.preflight on the real compositions: rejections, model facts, the memory plan against hand calculations and
+verl's code, the time verdicts against their arithmetic, calibration files, the CLI, dara.train's hook before Ray."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import re
 from dataclasses import replace
@@ -14,8 +15,10 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from dara.config import CONF_DIR
 from dara.config_checks import ConfigError, check_config
 from dara.preflight import compose, load_calibration, parse_time_limit, preflight
+from dara.preflight import facts as facts_module
 from dara.preflight.allocation import with_allocation
 from dara.preflight.budget import check_disk
 from dara.preflight.calibration import CalibrationError, write_calibration
@@ -172,6 +175,35 @@ def test_time_limit_verdicts_and_rejections_follow_their_arithmetic(calibration,
         90, 1.5, 60.5, 2880, 1563, None]
 
 
+def facts_of(model: str):  # conf/model/*.yaml's run.model_facts
+    node = OmegaConf.load(CONF_DIR / "model" / f"{model}.yaml").run.model_facts
+    assert set(node.keys()) == set(facts_module.FACT_KEYS)
+    return facts_module.facts_from_mapping(OmegaConf.to_container(node))
+
+
+def test_tiny_facts_match_the_generated_models_config_json(tmp_path):
+    from data_prep import smoke
+
+    model = smoke.new_model(smoke.train_tokenizer(smoke.chat_texts(smoke.synthetic_records(0, smoke.N_TRAIN))), seed=0)
+    model.config.save_pretrained(tmp_path)  # the config.json data_prep writes next to the weights
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert facts_of("tiny") == facts_module.facts_from_config_json(config, sum(p.numel() for p in model.parameters()))
+
+
+@pytest.mark.parametrize("model, intermediate, bias, qk_norm", [  # from each model's config.json on the hub
+    ("qwen2.5-0.5b-instruct", 4864, True, False), ("qwen2.5-1.5b-instruct", 8960, True, False),
+    ("qwen2.5-3b-instruct", 11008, True, False), ("deepseek-r1-distill-qwen-1.5b", 8960, True, False),
+    ("deepseek-r1-distill-qwen-7b", 18944, True, False), ("qwen3-4b-instruct-2507", 9728, False, True)])
+def test_paper_models_parameter_counts_follow_from_their_shape(model, intermediate, bias, qk_norm):
+    facts = facts_of(model)
+    assert facts.intermediate_size == intermediate
+    assert facts_module.parameters_of_qwen(facts, qkv_bias=bias, qk_norm=qk_norm) == facts.num_parameters
+    assert facts.num_attention_heads * facts.head_dim in (facts.hidden_size, 4096)  # Qwen3-4B: 32 x 128 > 2560
+    if model.startswith("qwen3"):  # its full context needs 36 GiB of KV cache
+        assert facts.kv_bytes_per_token() == 144 * 1024
+        assert facts.max_position_embeddings * facts.kv_bytes_per_token() == 36 * 2**30
+
+
 # By hand from verl 0.9.1's facts (fp32 actor and reference, a 2 GiB weight-sync bucket, a sleeping vLLM 1 GiB):
 # P parameters, W GPUs, T tokens per micro-batch, V vocabulary, h hidden, L layers, q / kv query / key-value widths,
 # E = V h (the largest FSDP unit here); 6 B per token x vocabulary entry (bf16 logits + the entropy's fp32 softmax).
@@ -227,7 +259,8 @@ def test_logits_bytes_follow_verls_code_paths():
     """By hand from verl 0.9.1's FSDP engine (dara/preflight/memory.py's docstring): bf16 logits 2; with padding
     removed the cross-entropy gradient goes into them unless the entropy has gradients (+2 +2); the compiled
     entropy's forward holds an fp32 softmax (4), uncompiled also its fp32 input (4); padded: + the unpadded copy 2 +
-    the kept fp32 log-softmax 4 + its gradient 2."""
+    the kept fp32 log-softmax 4 + its gradient 2. Then the lines of verl that say so (its source text: importing the
+    FSDP engine imports vLLM)."""
     toolrl, math = composed(*TOOLRL), composed(*MATH, "model=deepseek-r1-distill-qwen-1.5b")
     assert toolrl.actor_rollout_ref.actor.entropy_coeff == 0.001 and math.actor_rollout_ref.actor.entropy_coeff == 0
     sdpa = composed(*TOOLRL, "run.attention=sdpa")
@@ -243,10 +276,6 @@ def test_logits_bytes_follow_verls_code_paths():
     assert passes(math, actor_rollout_ref__rollout__temperature=0.6) == (2 + 2, 2 + 2 + 4, 8)
     assert passes(sdpa) == (2 + 2 + 4 + 2 + 4 + 2, 2 + 4 + 4, 16)
     assert passes(sdpa, actor_rollout_ref__actor__entropy_coeff=0.0) == (2 + 2 + 4 + 2, 2 + 4 + 4, 10)
-
-
-def test_verl_facts_behind_the_logits_bytes():
-    """The lines of verl 0.9.1 that `logits_bytes` reads (source text: importing the FSDP engine imports vLLM)."""
     verl = Path(importlib.util.find_spec("verl").origin).parent
     engine = (verl / "workers/engine/fsdp/transformer_impl.py").read_text()
     assert re.search(r"inplace_backward = True\s+if calculate_entropy:\s+inplace_backward = False", engine)
@@ -323,10 +352,13 @@ CLI = [  # `python -m dara.preflight ARGS`: (ARGS, exit status, where it prints,
     (["task=deepscaler", "model=deepseek-r1-distill-qwen-1.5b", "cluster=h100_x8", "--nodes", "3", "--skip-env"], 1,
      "out", ["== allocation: FAIL", "data-parallel size 24", "== memory: ok", "vLLM KV cache"]),
     (["task=smoke", "--skip-env", "--calibration", "{calibration}.absent"], 2, "err", ["[preflight] calibration file "]),
+    (["--skip-env", "task=smoke", "--nodes", "1", "estimator=grpo"], 0, "out", ["smoke-tiny-grpo-s0"]),  # overrides
+    (["task=smoke", "estimator=grpo", "--skip-env", "--nodes", "1"], 0, "out", ["smoke-tiny-grpo-s0"]),  # around flags
 ]
 
 
-@pytest.mark.parametrize("argv, code, stream, printed", CLI, ids=["override", "report", "no-file"])
+@pytest.mark.parametrize("argv, code, stream, printed", CLI,
+                         ids=["override", "report", "no-file", "flags-first", "flags-last"])
 def test_the_cli_prints_its_report_or_one_line_and_exits_with_its_status(argv, code, stream, printed, calibration,
                                                                          capsys):
     from dara.preflight.__main__ import main

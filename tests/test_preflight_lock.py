@@ -38,11 +38,6 @@ def verl_requirements() -> list[Requirement]:
     return [r for r in reqs if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in VERL_EXTRAS)]
 
 
-def project_requirements() -> list[Requirement]:
-    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
-    return [Requirement(t) for t in project["dependencies"] + project["optional-dependencies"]["gpu"]]
-
-
 @pytest.mark.parametrize("line", list(LINES))
 def test_lock_holds_verls_own_pins_in_one_cuda_build_and_satisfies_every_requirement(line):
     pins = lock(line)
@@ -55,7 +50,9 @@ def test_lock_holds_verls_own_pins_in_one_cuda_build_and_satisfies_every_require
     # torch and vLLM of one line are the same CUDA build (vLLM documents binary incompatibility across builds)
     assert {name: Version(pins[name]).local for name in CUDA_BUILDS} == dict.fromkeys(CUDA_BUILDS, LINES[line][1:] or None)
     assert not any(name.startswith("cupy") for name in pins)  # verl's [fsdp] cupy pin is CUDA 13 only
-    checked = [req for req in project_requirements() + verl_requirements() if canonicalize_name(req.name) in pins]
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    ours = [Requirement(t) for t in project["dependencies"] + project["optional-dependencies"]["gpu"]]
+    checked = [req for req in ours + verl_requirements() if canonicalize_name(req.name) in pins]
     for req in checked:
         assert req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True), f"{req} excludes the lock"
     assert len(checked) >= 8  # verl, transformers (project and verl), vllm, torch, ...
@@ -100,19 +97,15 @@ def test_driver_picks_the_cuda_line(tmp_path, driver, cuda, line, message):
     assert MIN_DRIVER == {13: 580, 12: 525}  # the environment check's thresholds are the install's
 
 
-def build_jobs_here() -> int:
-    """Compile jobs this machine's RAM carries at about 9 GB each (GB = 10^9 B), at most one per core (nproc)."""
-    kilobytes = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal:")).split()[1])
-    cores = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
-    return max(1, min(cores, kilobytes // 1_000_000 // 9))
-
-
 def test_without_flash_attn_the_install_goes_on_and_names_the_build_and_its_cost(tmp_path):
     result = dry_install(tmp_path, CUDA="12.9", MAX_JOBS="")
     assert result.returncode == 0
     assert pip_lines(result)[-1].endswith("--no-deps bfcl-eval==2026.3.23")  # installed whatever flash-attn did
     assert "flash-attn 2.8.3: NOT INSTALLED: needed by every paper run (make flash-attn)" in result.stdout
-    tail, jobs = result.stdout.split("flash-attn is NOT installed")[1], build_jobs_here()
+    # the compile jobs this machine's RAM carries at about 9 GB each (GB = 10^9 B), at most one per core (nproc)
+    kilobytes = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal:")).split()[1])
+    cores = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
+    tail, jobs = result.stdout.split("flash-attn is NOT installed")[1], max(1, min(cores, kilobytes // 1_000_000 // 9))
     assert tail.startswith(": no paper run can start without it") and FLASH_ATTN_BUILD == "make flash-attn"
     for fragment in ("--set run.attention=sdpa names those that do", "reported 40-90 min at MAX_JOBS=32",
                      f"about 9 GB of RAM per job, {9 * jobs} GB at MAX_JOBS={jobs}",

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import pytest
 
+from dara.io import atomic_write_jsonl
 from recipes import RECIPES, load
 from recipes import runner as rn
 from recipes.__main__ import main
-
-
-def finish(run: rn.Run, steps: int | None = None) -> None:
-    """Write the metrics.jsonl a completed run leaves."""
-    run.output_dir.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"step": step}) for step in range(1, (steps or rn.expected_steps(run)) + 1)]
-    (run.output_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
 def test_list_names_every_recipe_with_its_run_count(capsys):
@@ -63,8 +56,8 @@ def test_seeds_option_and_only_filter(capsys, tmp_path):
 
 def test_finished_runs_are_skipped_by_every_launcher(capsys, tmp_path):
     runs = rn.with_options(load("smoke").runs((0, 1)), output_root=str(tmp_path))
-    finish(runs[0])
-    finish(runs[1], steps=2)  # stopped before its last step (3): not finished
+    for run, steps in ((runs[0], rn.expected_steps(runs[0])), (runs[1], 2)):  # the second stopped before step 3
+        atomic_write_jsonl(run.output_dir / "metrics.jsonl", [{"step": step} for step in range(1, steps + 1)])
     assert rn.is_finished(runs[0]) and not rn.is_finished(runs[1])
     assert main(["smoke", "--dry-run", "--seeds", "0", "1", "--output-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
