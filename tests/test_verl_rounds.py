@@ -1,6 +1,6 @@
-"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order and selection, compared with plain
-loops written from the rule (their `_balance_batch` and `fit()`), rounds and cap, on verl 0.9.1's own replay-buffer
-code over an in-memory TransferQueue (tests/transfer_queue_store.py); a CPU run: tests/test_smoke_math.py."""
+"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order and selection against plain loops
+written from the rule (their `_balance_batch` and `fit()`), on verl 0.9.1's own replay-buffer code over
+test_verl_prefilter.py's in-memory TransferQueue; a CPU run: tests/test_smoke_math.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dara.verl.rounds import (
     round_row_order,
     rounds_settings,
 )
-from tests.transfer_queue_store import TransferQueueStore
+from tests.test_verl_prefilter import TransferQueueStore
 
 
 def loop_order(seq_lens: list[int], world_size: int) -> list[int]:
@@ -43,11 +43,6 @@ def test_round_row_order_is_their_balance_batch_order(rows, world_size):
     order = round_row_order(seq_lens, world_size)
     assert order == loop_order(seq_lens, world_size)
     assert sorted(order) == list(range(rows))
-
-
-@pytest.fixture
-def store(monkeypatch):
-    return TransferQueueStore().install(monkeypatch)
 
 
 def group(lengths: list[int], length_rewards: list[int], correctness: list[int] | None = None):
@@ -80,14 +75,14 @@ class Rounds:
         return uids
 
 
-def buffer_for(plan, store, round_prompts=4, max_rounds=3, world_size=2, channels=()):
-    submit = Rounds(store, plan)
+def buffer_for(plan, monkeypatch, round_prompts=4, max_rounds=3, world_size=2, channels=()):
+    submit = Rounds(TransferQueueStore().install(monkeypatch), plan)
     buffer = RoundsReplayBuffer(RoundsSettings(round_prompts, max_rounds, "reward"), submit_round=submit,
                                 world_size=lambda: world_size, trainer_mode="sync",
                                 trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
                                 max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
                                 refill_fn=lambda n: None, poll_interval=0.0)
-    return with_prefilter_metrics(buffer, list(channels)), submit
+    return with_prefilter_metrics(buffer, list(channels)), submit, submit.store
 
 
 def expected_batch(seen: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
@@ -131,8 +126,8 @@ CONSTANT = group([10, 20], [0, 0])
     ([[CONSTANT] * 2] * 5 + [[group([1, 2], [1, 0]), group([3, 4], [0, 1])]], {"round_prompts": 2, "max_rounds": 0},
      2, {"filter/rounds": 6, "filter/kept_groups": 2}),
 ])
-def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_size, metrics):
-    buffer, submit = buffer_for(plan, store, **options)
+def test_rounds_keep_the_first_informative_groups(monkeypatch, plan, options, batch_size, metrics):
+    buffer, submit, store = buffer_for(plan, monkeypatch, **options)
     batch, found = buffer.sample(1, "train", batch_size)
     assert batch.keys == expected_batch(submit.seen, submit.submitted, batch_size, options.get("world_size", 2))
     assert [tag["seq_len"] for tag in batch.tags] == [submit.seen[k]["seq_len"] for k in batch.keys]
@@ -143,10 +138,10 @@ def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_si
     assert not any(tag.get("is_prompt") for tag in left.values())
 
 
-def test_cap_reached_short_raises_the_one_line_error(store):
+def test_cap_reached_short_raises_the_one_line_error(monkeypatch):
     constant = group([10, 20], [1, 1])
     plan = [[constant, group([5, 6], [1, 0]), constant, constant]] * 2
-    buffer, _ = buffer_for(plan, store, max_rounds=2)
+    buffer, _, _ = buffer_for(plan, monkeypatch, max_rounds=2)
     with pytest.raises(DynamicSamplingShortError) as error:
         buffer.sample(7, "train", 4)
     message = str(error.value)
