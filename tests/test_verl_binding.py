@@ -19,42 +19,31 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from dara.estimators import ESTIMATOR_NAMES
 from dara.verl.estimators import ChannelBatch, channels_for_step, verl_estimator_name
-from dara.verl.trainer import DaraTrainer, channel_scores_from_extra_fields
+from dara.verl.trainer import DaraTrainer, channel_scores_from_extra_fields, reward_flag_counts
 
 CHANNELS = ["correctness", "format"]
 
 
-def real_batch(seed=0, groups=6, group_size=4, response_len=7):
-    """A DataProto as verl builds it (score on the last valid token), and its [N, 2] channel scores."""
-    gen = torch.Generator().manual_seed(seed)
-    n = groups * group_size
+def test_gdpo_matches_verl_builtin_gdpo():
+    """On a DataProto as verl builds it; a registered estimator called without the step's channels refuses."""
+    gen, n, response_len = torch.Generator().manual_seed(2), 24, 7
     lengths = torch.randint(1, response_len + 1, (n,), generator=gen)
     response_mask = (torch.arange(response_len)[None, :] < lengths[:, None]).long()
     scores = torch.stack([torch.randint(-3, 4, (n,), generator=gen).double(),
                           (torch.rand(n, generator=gen) < 0.3).double()], dim=1)
-    token_rewards = torch.zeros(n, response_len)
-    token_rewards[torch.arange(n), lengths - 1] = scores.sum(1).float()
     data = DataProto(batch=TensorDict({"prompts": torch.zeros(n, 5, dtype=torch.long),
                                        "responses": torch.zeros(n, response_len, dtype=torch.long),
                                        "attention_mask": torch.cat([torch.ones(n, 5, dtype=torch.long), response_mask], 1),
-                                       "response_mask": response_mask, "token_level_rewards": token_rewards}, batch_size=n),
-                     non_tensor_batch={"uid": np.array([f"uid-{i // group_size}" for i in range(n)], dtype=object),
+                                       "response_mask": response_mask, "token_level_rewards": torch.zeros(n, response_len)},
+                                      batch_size=n),
+                     non_tensor_batch={"uid": np.array([f"uid-{i // 4}" for i in range(n)], dtype=object),
                                        **{c: scores[:, k].numpy().astype(np.float32) for k, c in enumerate(CHANNELS)}})
-    return data, scores
-
-
-def test_gdpo_matches_verl_builtin_gdpo():
-    data, scores = real_batch(seed=2)
     with channels_for_step(ChannelBatch(scores, CHANNELS)):
         ours = compute_advantage(data, adv_estimator="dara_gdpo", config=OmegaConf.create(
             {"norm_adv_by_std_in_grpo": True, "dara": {}})).batch["advantages"].clone()
     verl_cfg = OmegaConf.create({"gdpo_reward_keys": CHANNELS, "norm_adv_by_std_in_grpo": True})
     theirs = compute_advantage(data, adv_estimator="gdpo", config=verl_cfg).batch["advantages"]
     torch.testing.assert_close(ours, theirs * data.batch["response_mask"], rtol=1e-4, atol=1e-4)
-
-
-def test_registered_estimator_refuses_a_call_without_channels():
-    data, _ = real_batch()
     with pytest.raises(ValueError, match="needs per-channel rewards"):
         compute_advantage(data, adv_estimator="dara_asym", config=OmegaConf.create({"dara": {}}))
 
@@ -105,14 +94,14 @@ def test_cpu_worker_classes_replace_verls_only_on_cpu():
 
 def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
     """verl's agent loop (two outputs of one session) stores what the reward worker returned in each trajectory's
-    extra_fields["reward_extra_info"] in TransferQueue, where the advantage step reads it."""
+    extra_fields["reward_extra_info"] in TransferQueue, where the advantage step reads the channels and flags."""
     import asyncio
 
     import transfer_queue as tq
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    put, scored, info = [], [], {"correctness": 3.0, "format": 1.0, "score": 4.0}
+    put, scored, info = [], [], {"correctness": 3.0, "format": 1.0, "score": 4.0, "reward_timeout": 1}
 
     async def kv_batch_put(**kwargs):  # TransferQueue, a service verl talks to over Ray: the one call it makes
         put.append(kwargs)
@@ -135,21 +124,14 @@ def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
     assert [e["reward_extra_info"] for e in extra_fields] == [info] * 2
     assert channel_scores_from_extra_fields(extra_fields, CHANNELS).tolist() == [[3.0, 1.0], [3.0, 1.0]]
     assert [row.tolist() for row in call["fields"]["rm_scores"].unbind()] == [[0.0, 4.0], [4.0]]
-
-
-def test_channel_scores_and_reward_flags_from_extra_fields():
-    from dara.verl.trainer import reward_flag_counts
-
-    fields = [{"reward_extra_info": {"correctness": 3.0, "format": 1.0, "score": 4.0, "reward_timeout": 1}},
-              {"reward_extra_info": {"correctness": -3.0, "format": 0.0, "score": -3.0, "reward_error": 1}}]
-    assert channel_scores_from_extra_fields(fields, CHANNELS).tolist() == [[3.0, 1.0], [-3.0, 0.0]]
-    assert reward_flag_counts(fields) == {"reward/timeouts": 1.0, "reward/errors": 1.0}
+    extra_fields[1] = {"reward_extra_info": {"correctness": -3.0, "format": 0.0, "reward_error": 1}}
+    assert reward_flag_counts(extra_fields) == {"reward/timeouts": 1.0, "reward/errors": 1.0}
     assert reward_flag_counts([{"reward_extra_info": {"format": 1.0}}]) == {}
     with pytest.raises(ValueError, match=r"'length'.*returned keys \['correctness', 'format', 'reward_timeout', "):
-        channel_scores_from_extra_fields(fields, ["correctness", "length"])
-    fields[1]["reward_extra_info"]["format"] = float("nan")
+        channel_scores_from_extra_fields(extra_fields, ["correctness", "length"])
+    extra_fields[1]["reward_extra_info"]["format"] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
-        channel_scores_from_extra_fields(fields, CHANNELS)
+        channel_scores_from_extra_fields(extra_fields, CHANNELS)
 
 
 def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
