@@ -62,7 +62,8 @@ def dapo_buffer(cls=ReplayBuffer):
 
 
 def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_metrics(monkeypatch):
-    """verl's sample with its DAPO filter evicts the constant group and discards the surplus, both through `_clear_groups` (then kv_clear); the recording buffer reads every dropped response before it goes."""
+    """verl's sample with its DAPO filter evicts the constant group and discards the surplus, both through
+    `_clear_groups` (then kv_clear); the recording buffer reads every dropped response before it goes."""
     cleared_groups = []
 
     class Recorded(ReplayBuffer):

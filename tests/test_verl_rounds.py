@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -184,12 +185,8 @@ def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(mo
     trainer.train_dataloader, trainer.train_dataloader_it, trainer.global_steps = batches, None, 1
     entries, dispatched = [], []
     monkeypatch.setattr(tq, "kv_batch_put", lambda keys, partition_id, tags, **_: entries.append((keys, tags)))
-
-    class Manager:
-        def generate_sequences(self, batch):
-            dispatched.append(([str(u) for u in batch["uid"]], list(batch["raw_prompt"])))
-
-    manager = trainer.agent_loop_manager = Manager()
+    manager = trainer.agent_loop_manager = SimpleNamespace(generate_sequences=lambda batch: dispatched.append(
+        ([str(u) for u in batch["uid"]], list(batch["raw_prompt"]))))
     uids = trainer._submit_round(4)
     assert trainer.agent_loop_manager is manager  # the recorder is gone after the round
     ((sent, prompts),) = dispatched

@@ -19,7 +19,8 @@ pytest.importorskip("vllm", reason="vLLM's CPU build (make install, Linux only)"
 TOLERANCE = 1e-4
 SEQUENCES = [list(range(5, 40)), list(range(100, 130)), [7, 300, 12, 299, 4, 4, 4, 150, 8]]
 # the engine in the probe's process (collective_rpc takes tensors), a small KV cache, no thread pinning
-PROBE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+PROBE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+             "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 @pytest.mark.slow  # a vLLM engine per model (~15 s each)
