@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -34,8 +37,6 @@ def smoke_assets_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smoke_assets(smoke_assets_dir):
     """`data_prep.smoke.build`'s paths: the first xdist worker builds under a file lock, the others reuse it."""
-    import fcntl
-
     from data_prep import smoke
 
     smoke_assets_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -49,8 +50,6 @@ def no_ray_left_in_the_test_process(request):
     """verl's actors auto-initialise Ray in a test that builds them in-process; left running, a later test's
     `ray.init` or `run_ppo` would attach to it (no logical GPU): it is shut down, the test named in a warning."""
     yield
-    import warnings
-
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
@@ -61,8 +60,6 @@ def no_ray_left_in_the_test_process(request):
 def seed_smoke_assets(smoke_assets, smoke_assets_dir):
     """`seed(output_root)`: copies the smoke build to `<output_root>/assets/smoke`, where `dara.train` reuses it
     instead of building it again (~15 s); the README's smoke run builds its own."""
-    import shutil
-
     def seed(output_root):
         target = os.path.join(output_root, "assets", "smoke")
         if not os.path.exists(target):

@@ -7,7 +7,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from dara import PROJECT_ROOT
 from dara import run_folder as rf
+from dara.config import compose
+from dara.run_folder import absolute_run_paths
 
 
 def _config(**changes):
@@ -71,9 +74,6 @@ def test_a_folder_of_another_configuration_is_refused_naming_the_keys_and_a_name
 
 
 def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
-    from dara.config import compose
-    from dara.run_folder import absolute_run_paths
-
     def composed(*overrides):
         cfg = compose([f"run.output_root={tmp_path}", *overrides], resolve=False)
         absolute_run_paths(cfg)
@@ -90,8 +90,6 @@ def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
 
 
 def test_paths_under_the_output_root_or_the_project_do_not_tie_a_configuration_to_a_machine(tmp_path):
-    from dara import PROJECT_ROOT
-
     def at(root):
         return _config(**{"run.output_root": str(root), "data.train_files": str(root / "assets" / "train.parquet"),
                           "reward.path": str(PROJECT_ROOT / "rewards" / "verl_entry.py"),

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
 from verl.plugin.platform import PlatformRegistry
 
 from dara.verl.cpu.platform import CPU_DEVICE_MODULE, PlatformCPU
+from dara.verl.cpu.ray_local import local_ray_session, ray_folders
 
 
 def test_registered_under_cpu_after_verls_own_platforms_and_answers_verls_cuda_style_calls():
@@ -79,11 +82,6 @@ def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
 
 def test_local_ray_session_keeps_ray_files_in_the_output_folder():
     """A short output path is given to Ray as it is (a long one gets an alias: tests/test_failed_starts.py)."""
-    import shutil
-    import tempfile
-
-    from dara.verl.cpu.ray_local import local_ray_session, ray_folders
-
     root = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short enough for Ray's socket paths
     folders = ray_folders(root)
     assert folders["tmp_for_ray"] == folders["tmp"] and folders["home"].is_dir()

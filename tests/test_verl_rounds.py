@@ -8,11 +8,14 @@ import random
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
+from dara.config import compose
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import (
     DynamicSamplingShortError,
@@ -21,6 +24,7 @@ from dara.verl.rounds import (
     round_row_order,
     rounds_settings,
 )
+from dara.verl.trainer import DaraTrainer
 from tests.test_verl_prefilter import TransferQueueStore
 
 
@@ -169,12 +173,6 @@ def test_settings_of_the_rounds_mode_and_a_bad_key_named(block, expected):
 def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(monkeypatch):
     """A round is dispatched with the `refill_fn` verl hands its replay buffer (verl's own prompt refill: dataloader
     batches, new uids, pending entries in TransferQueue, the agent-loop manager) and returns the uids in order."""
-    import numpy as np
-    import transfer_queue as tq
-
-    from dara.config import compose
-    from dara.verl.trainer import DaraTrainer
-
     cfg = compose(["algorithm.reward_channels=[format,correctness]", "run.dynamic_sampling.mode=rounds",
                    "run.dynamic_sampling.round_prompts=2", "run.dynamic_sampling.max_rounds=2",
                    "data.train_batch_size=4"])

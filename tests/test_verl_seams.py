@@ -5,6 +5,7 @@ tests/test_verl_advantage_seam.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import pkgutil
@@ -18,14 +19,32 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import transfer_queue as tq
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+from verl.plugin.platform import PlatformBase
 from verl.protocol import DataProto
+from verl.single_controller.base.worker_group import WorkerGroup
+from verl.single_controller.ray.base import RayWorkerGroup
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from dara.config import compose
 from dara.estimators import ESTIMATOR_NAMES
+from dara.run_folder import CHECKPOINT_TRACKER
+from dara.run_log import RunLog, read_metrics
+from dara.verl.cpu.platform import PlatformCPU
+from dara.verl.cpu.workers import CPUActorRolloutRefWorker
 from dara.verl.estimators import ChannelBatch, channels_for_step, verl_estimator_name
+from dara.verl.reward_manager import DaraParallelRewardManager
 from dara.verl.trainer import DaraTrainer, channel_scores_from_extra_fields, reward_flag_counts
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "training.md"
@@ -128,10 +147,6 @@ def test_the_seam_table_lists_exactly_the_pinned_names():
 
 def test_public_attributes_the_binding_reads():
     """Not signatures: attributes verl sets that the binding reads (placement, rounds)."""
-    from verl.single_controller.base.worker_group import WorkerGroup
-    from verl.single_controller.ray.base import RayWorkerGroup
-    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-
     group = object.__new__(RayWorkerGroup)
     WorkerGroup.__init__(group, resource_pool=None)
     assert group.workers == []  # dara.verl.placement: the list verl appends each rank's actor handle to
@@ -146,10 +161,6 @@ def test_public_attributes_the_binding_reads():
 
 def test_cpu_platform_overrides_only_verls_methods():
     """Every method the CPU platform defines is one of verl's PlatformBase (a renamed one would be dead code)."""
-    from verl.plugin.platform import PlatformBase
-
-    from dara.verl.cpu.platform import PlatformCPU
-
     own = {name for name, value in vars(PlatformCPU).items() if not name.startswith("__")
            and (callable(value) or isinstance(value, property))}
     assert own and own <= set(dir(PlatformBase)), sorted(own - set(dir(PlatformBase)))
@@ -184,12 +195,6 @@ def test_gdpo_matches_verl_builtin_gdpo():
 
 def test_plugin_registers_with_verl_on_import():
     """`import verl` loaded the package's entry point (dara.verl.plugin): verl's own lookups find everything."""
-    from hydra.core.config_store import ConfigStore
-    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
-    from verl.trainer.ppo.v1 import get_trainer_cls
-
-    from dara.verl.reward_manager import DaraParallelRewardManager
-
     assert get_trainer_cls("dara_sync") is DaraTrainer
     assert get_reward_manager_cls("dara_parallel") is DaraParallelRewardManager
     assert {"dara_run_schema.yaml", "dara_algo_schema.yaml"} <= set(ConfigStore.instance().list("/"))
@@ -213,11 +218,6 @@ def test_plugin_imports_nothing_of_verl_until_verl_asks():
 
 def test_cpu_worker_classes_replace_verls_only_on_cpu():
     """verl's own _init_resource_pool_mgr picks the workers; the trainer swaps in the gloo ones when device=cpu."""
-    from verl.workers.engine_workers import ActorRolloutRefWorker
-
-    from dara.config import compose
-    from dara.verl.cpu.workers import CPUActorRolloutRefWorker
-
     for device, expected in (("cpu", CPUActorRolloutRefWorker), ("cuda", ActorRolloutRefWorker)):
         trainer = object.__new__(DaraTrainer)  # only the config is read by this step
         trainer.config = compose([f"trainer.device={device}"])
@@ -229,12 +229,6 @@ def test_cpu_worker_classes_replace_verls_only_on_cpu():
 def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
     """verl's agent loop (two outputs of one session) stores what the reward worker returned in each trajectory's
     extra_fields["reward_extra_info"] in TransferQueue, where the advantage step reads the channels and flags."""
-    import asyncio
-
-    import transfer_queue as tq
-    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
-    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
-
     put, scored, info = [], [], {"correctness": 3.0, "format": 1.0, "score": 4.0, "reward_timeout": 1}
 
     async def kv_batch_put(**kwargs):  # TransferQueue, a service verl talks to over Ray: the one call it makes
@@ -269,11 +263,7 @@ def test_seam_reward_extra_info_lives_in_extra_fields(monkeypatch):
 
 
 def test_group_filter_counts_and_checkpoint_marker_hold_back(tmp_path):
-    from transfer_queue import KVBatchMeta
-    from verl.trainer.ppo.v1 import PPOTrainerSync
-
-    from dara.run_log import RunLog, read_metrics
-    from dara.verl.trainer import CHECKPOINT_TRACKER, group_filter_counts
+    from dara.verl.trainer import group_filter_counts
 
     batch = KVBatchMeta(keys=["a_0_0", "a_1_0", "b_0_0", "pad9_0_0"], tags=[{}, {}, {}, {"is_padding": True}])
     assert group_filter_counts(batch, {"training/filter_groups/evicted_samples": 3,
