@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -25,23 +28,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 @pytest.fixture(scope="session")
 def smoke_assets_dir(tmp_path_factory):
-    """The folder of the session's one offline smoke build (tiny model, tokenizer, tool-calling parquet).
-
-    Under pytest-xdist every worker has its own base temp folder inside the session's: the build lies beside
-    them, in the folder they share, so the workers build it once between them (`smoke_assets`).
-    """
+    """The session's one offline smoke build's folder; under pytest-xdist, beside the workers' own temp folders
+    (in the one they share), so the workers build it once between them."""
     base = tmp_path_factory.getbasetemp()
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "data_prep_smoke"
 
 
 @pytest.fixture(scope="session")
 def smoke_assets(smoke_assets_dir):
-    """`data_prep.smoke.build`'s paths, built once per session (a complete build is reused, not rebuilt).
-
-    The first xdist worker to get here builds under a file lock; the others wait for it and reuse the build.
-    """
-    import fcntl
-
+    """`data_prep.smoke.build`'s paths: the first xdist worker builds under a file lock, the others reuse it."""
     from data_prep import smoke
 
     smoke_assets_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -52,16 +47,9 @@ def smoke_assets(smoke_assets_dir):
 
 @pytest.fixture(autouse=True)
 def no_ray_left_in_the_test_process(request):
-    """A test that builds verl objects in-process can start Ray there (verl's actors auto-initialise it).
-
-    Left running, that Ray instance is what a later test's `ray.init` or verl's `run_ppo` would attach to
-    (no logical GPU, its object store holding memory): every test ends with none, and the one that left it
-    is named in a warning.
-    """
+    """verl's actors auto-initialise Ray in a test that builds them in-process; left running, a later test's
+    `ray.init` or `run_ppo` would attach to it (no logical GPU): it is shut down, the test named in a warning."""
     yield
-    import sys
-    import warnings
-
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
@@ -70,11 +58,8 @@ def no_ray_left_in_the_test_process(request):
 
 @pytest.fixture(scope="session")
 def seed_smoke_assets(smoke_assets, smoke_assets_dir):
-    """`seed(output_root)`: copies the session's smoke build to `<output_root>/assets/smoke`, where `dara.train`
-    looks for it (the tiny model's and the smoke task's assets), so the run reuses it instead of building it again
-    (~15 s). For runs that test something else than the build; the README's smoke run builds its own."""
-    import shutil
-
+    """`seed(output_root)`: copies the smoke build to `<output_root>/assets/smoke`, where `dara.train` reuses it
+    instead of building it again (~15 s); the README's smoke run builds its own."""
     def seed(output_root):
         target = os.path.join(output_root, "assets", "smoke")
         if not os.path.exists(target):
@@ -86,10 +71,8 @@ def seed_smoke_assets(smoke_assets, smoke_assets_dir):
 
 @pytest.fixture(scope="session")
 def python_module():
-    """`python_module(module, *args, env=None, wait=True, timeout=900, cwd=None)`: the suite's one way to run a
-    project command as a user does, `python -m module args` in a subprocess of this interpreter, from the checkout
-    (or `cwd`), with `env` added to this process's environment. Returns the finished process (text output
-    captured) or, with `wait=False`, the running `Popen` with its pipes."""
+    """`python -m module args` as a user runs it, from the checkout (or `cwd`) with `env` added: the finished
+    process (text output captured) or, with `wait=False`, the running `Popen` with its pipes."""
 
     def run(module: str, *args, env=None, wait: bool = True, timeout: float = 900, cwd=None):
         command = [sys.executable, "-m", module, *map(str, args)]
@@ -103,8 +86,7 @@ def python_module():
 
 @pytest.fixture(scope="module", autouse=True)
 def estimator_registry_as_it_was():
-    """A test module that registers estimators of its own (`register`, `load_estimator_module`) leaves the
-    library's registry as it found it: the next module sees only what it registers itself."""
+    """A module that registers estimators of its own leaves the library's registry as it found it."""
     from dara.estimators import registry
 
     estimators, loaded = dict(registry.ESTIMATORS), dict(registry._LOADED)
@@ -120,8 +102,7 @@ def estimator_registry_as_it_was():
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
-    """The smoke run's tokenizer recipe (byte-level BPE, ChatML specials), trained once offline; the reward
-    manager's tests (test_rewards_verl.py, test_user_reward.py) build their verl batches with it."""
+    """The smoke run's tokenizer recipe (byte-level BPE, ChatML specials), trained once offline."""
     from data_prep import smoke
 
     tokenizer = smoke.train_tokenizer(smoke.chat_texts(smoke.synthetic_records(0, 40)))
@@ -138,38 +119,27 @@ def tokenizer(tokenizer_dir):
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
-class HealthServer:
-    """A local HTTP server: /health answers the statuses in `script` first, then `status` (200 while the engine
-    runs), to GET and HEAD; other paths 404. `address` is host:port; `requests` counts what it was asked."""
-
-    def __init__(self):
-        owner = self
-        self.status, self.script, self.requests = 200, [], 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                owner.requests += 1
-                status = (owner.script.pop(0) if owner.script else owner.status) if self.path == "/health" else 404
-                self.send_response(status)
-                self.end_headers()
-
-            do_HEAD = do_GET  # noqa: N815
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def health_server():
-    """A rollout server's /health stand-in (test_engine_watchdog.py), and a host that answers 404 (test_tracking.py)."""
-    server = HealthServer()
+    """A local HTTP server (a rollout server's /health, a wandb host): /health answers the statuses in `script`
+    first, then `status`, to GET and HEAD; other paths 404. `address` is host:port; `requests` counts the asks."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            server.requests += 1
+            status = (server.script.pop(0) if server.script else server.status) if self.path == "/health" else 404
+            self.send_response(status)
+            self.end_headers()
+
+        do_HEAD = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.status, server.script, server.requests = 200, [], 0
+    server.address = f"127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
-    server.close()
+    server.shutdown()
+    server.server_close()

@@ -43,37 +43,33 @@ def wait_for(condition, checks: int = 3000) -> None:
     pytest.fail(f"not reached after {checks} checks")
 
 
-def started(health_server, run_dir, failures):
+def started(health_server, run_dir):
     """A watchdog thread polling every 0.25 s (also each poll's timeout: shorter ones read a loaded machine's healthy
-    server as unreachable); `ended`: the exit codes it would end the process with."""
+    server as unreachable), ending after 3 failed polls; `ended`: the exit codes it would end the process with."""
     ended = []
-    watchdog = wd.EngineWatchdog("vllm", [health_server.address], str(run_dir), interval_s=0.25, failures=failures,
-                              end_process=ended.append).start()
+    watchdog = wd.EngineWatchdog("vllm", [health_server.address], run_dir, interval_s=0.25, failures=3,
+                                 end_process=ended.append).start()
     return watchdog, ended
 
 
 def test_the_thread_ends_the_process_after_consecutive_failed_polls_only(health_server, tmp_path):
-    watchdog, ended = started(health_server, tmp_path, failures=3)
-    wait_for(lambda: watchdog.polls >= 5)
-    assert ended == [] and wd.read_engine_failure(tmp_path) is None  # healthy polls end nothing
+    """Fewer failed polls in a row are forgiven; a stopped watchdog (servers shut down after training) ends nothing."""
+    health_server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
+    watchdog, ended = started(health_server, tmp_path)
+    wait_for(lambda: watchdog.polls >= 10)
+    stopped, stopped_ended = started(health_server, None)
+    wait_for(lambda: stopped.polls >= 2)
+    stopped.stop()
+    polls = stopped.polls
+    assert ended == [] and wd.read_engine_failure(tmp_path) is None
     health_server.status = 503
     wait_for(lambda: ended)
     line = wd.read_engine_failure(tmp_path)
     assert ended == [wd.EXIT_CODE] and (tmp_path / wd.ENGINE_FAILURE).read_text().count("\n") == 1
     assert line.startswith("the rollout engine (vllm, server ") and "/health answered 503" in line
+    assert stopped.polls == polls and stopped_ended == []
     wd.clear_engine_failure(tmp_path)
     assert wd.read_engine_failure(tmp_path) is None
-
-
-def test_fewer_failed_polls_in_a_row_are_forgiven_and_a_stopped_watchdog_ends_nothing(health_server, tmp_path):
-    health_server.script = [503, 503, 200, 503, 503]  # twice two failures in a row, then healthy
-    watchdog, ended = started(health_server, tmp_path, failures=3)
-    wait_for(lambda: watchdog.polls >= 10)
-    watchdog.stop()  # the servers shut down after training
-    health_server.status = 503
-    polls = watchdog.polls
-    time.sleep(0.6)
-    assert watchdog.polls == polls and ended == [] and wd.read_engine_failure(tmp_path) is None
 
 
 @pytest.mark.parametrize("interval_s, failures", [(0, 3), (1.0, 0)])

@@ -110,36 +110,25 @@ def test_the_callback_rotates_the_previous_jobs_checkpoints_after_each_save(tmp_
 
 
 def test_a_marker_on_an_incomplete_checkpoint_moves_to_a_complete_one(tmp_path, new_job):
+    """A shard or the HF safetensors cut short, or no HF weights, is incomplete (the actor named before a missing
+    role); another resume mode changes nothing."""
     cfg, ckpt = composed(tmp_path, "run.checkpoint.keep_last=3")
     save(cfg, new_job(), 1, 2, 3)
-    shard = ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
-    shard.write_bytes(shard.read_bytes()[:100])  # cut short by a crash
-    assert "model_world_size_1_rank_0.pt missing or cut short" in incomplete_reason(shard.parent.parent,
-                                                                                  CheckpointLayout.from_config(cfg))
-    plan = apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
-    assert read_marker(ckpt) == 2 and on_disk(cfg) == {1: "actor", 2: "actor"}
-    assert "resuming from step 2" in plan.resume_note
-
-    shutil.rmtree(ckpt / "global_step_2" / "actor")  # and the older one rotated away
-    shutil.rmtree(ckpt / "global_step_1" / "actor")
-    apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
-    assert read_marker(ckpt) is None and on_disk(cfg) == {}  # nothing to resume: starts over
-
-
-def test_safetensors_cut_short_and_a_missing_role_are_incomplete_and_other_resume_modes_change_nothing(
-        tmp_path, new_job):
-    cfg, ckpt = composed(tmp_path, "trainer.resume_mode=disable")
-    save(cfg, new_job(), 1, 2, 3)
-    (ckpt / CHECKPOINT_TRACKER).write_text("1")
-    assert apply_retention(cfg, at_start=True) is None  # the run does not resume from the folder's marker
-    assert on_disk(cfg) == {1: "data.pt only", 2: "actor", 3: "actor"}
-    folder = ckpt / "global_step_3"
-    layout = CheckpointLayout.from_config(cfg)
-    assert incomplete_reason(folder, layout) is None
+    assert apply_retention(composed(tmp_path, "trainer.resume_mode=disable")[0], at_start=True) is None
+    folder, layout = ckpt / "global_step_2", CheckpointLayout.from_config(cfg)
+    assert on_disk(cfg) == {1: "actor", 2: "actor", 3: "actor"} and incomplete_reason(folder, layout) is None
     weights = folder / "actor" / "huggingface" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-10])
     assert incomplete_reason(folder, layout) == "actor/huggingface/model.safetensors missing or cut short"
     critic = CheckpointLayout({**layout.contents, "critic": ("model",)})
-    assert incomplete_reason(folder, critic).startswith("actor/")  # the actor's problem is named first
+    assert incomplete_reason(folder, critic).startswith("actor/")
     weights.unlink()
     assert incomplete_reason(folder, layout) == "actor/huggingface/ holds no weights"
+    shard = ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
+    shard.write_bytes(shard.read_bytes()[:100])  # cut short by a crash
+    assert "model_world_size_1_rank_0.pt missing or cut short" in incomplete_reason(shard.parents[1], layout)
+    plan = apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
+    assert read_marker(ckpt) == 1 and on_disk(cfg) == {1: "actor"} and "resuming from step 1" in plan.resume_note
+    shutil.rmtree(ckpt / "global_step_1" / "actor")  # and the older one rotated away
+    apply_retention(cfg, at_start=True, write=lambda *a, **k: None)
+    assert read_marker(ckpt) is None and on_disk(cfg) == {}  # nothing to resume: starts over

@@ -7,7 +7,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from dara import PROJECT_ROOT
 from dara import run_folder as rf
+from dara.config import compose
+from dara.run_folder import absolute_run_paths
 
 
 def _config(**changes):
@@ -48,32 +51,22 @@ def _folder_with_run(tmp_path, config, steps=2):
 
 
 def test_a_folder_of_another_configuration_is_refused_naming_the_keys_and_a_name_of_its_own(tmp_path):
-    run_dir = _folder_with_run(tmp_path, _config())
-    metrics = (run_dir / rf.METRICS_FILE).read_bytes()
-    longer = _config(**{"trainer.total_training_steps": 30, "trainer.save_freq": 5})
-    rf.check_same_experiment(run_dir, rf.experiment_config(longer), "smoke-tiny-dara_asym-s0", 0)  # resumes, extends
-    capped = rf.experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
-    with pytest.raises(rf.RunFolderError) as refused:
-        rf.check_same_experiment(run_dir, capped, "smoke-tiny-dara_asym-s0", 0)
-    line = str(refused.value)
-    assert "\n" not in line and "algorithm.dara.w_max (5.0 there, 2.0 here)" in line
-    assert "run.name=smoke-tiny-dara_asym-w_max2.0-s0" in line
-    assert (run_dir / rf.METRICS_FILE).read_bytes() == metrics
-    assert rf.suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
-
-
-def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path):
+    """Unless the folder holds no result (no step, no checkpoint) or no recorded config; keys only one side has
+    (the code gained an option since that run started) are not differences."""
     run_dir = _folder_with_run(tmp_path, _config(), steps=0)  # failed before its first step
-    capped = rf.experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
+    base, capped = rf.experiment_config(_config()), rf.experiment_config(_config(**{"algorithm.dara.w_max": 2.0}))
     rf.check_same_experiment(run_dir, capped, "x", 0)
     (run_dir / rf.CHECKPOINTS / "global_step_1").mkdir(parents=True)  # a checkpoint is a result
-    with pytest.raises(rf.RunFolderError, match="algorithm.dara.w_max"):
-        rf.check_same_experiment(run_dir, capped, "x", 0)
-    with_new_key = {**capped, "algorithm.dara.eps": 1e-6}  # the code gained an option since that run started
+    longer = _config(**{"trainer.total_training_steps": 30, "trainer.save_freq": 5})
+    rf.check_same_experiment(run_dir, rf.experiment_config(longer), "smoke-tiny-dara_asym-s0", 0)  # resumes, extends
+    files = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
     with pytest.raises(rf.RunFolderError) as refused:
-        rf.check_same_experiment(run_dir, with_new_key, "x", 0)
-    assert "algorithm.dara.eps" not in str(refused.value)
-    base = rf.experiment_config(_config())
+        rf.check_same_experiment(run_dir, {**capped, "algorithm.dara.eps": 1e-6}, "smoke-tiny-dara_asym-s0", 0)
+    line = str(refused.value)
+    assert "\n" not in line and "algorithm.dara.w_max (5.0 there, 2.0 here)" in line
+    assert "run.name=smoke-tiny-dara_asym-w_max2.0-s0" in line and "algorithm.dara.eps" not in line
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == files  # left as it was
+    assert rf.suggested_name("mine", 0, {"a.tau": 0.5, "b.form": "asym", "c": 1}) == "mine-tau0.5-formasym"
     assert rf.check_same_experiment(run_dir, {**base, "algorithm.dara.eps": 1e-6}, "x", 0) == ["algorithm.dara.eps"]
     (run_dir / rf.RUN_INFO).write_text(json.dumps({"run_name": "x"}))  # recorded before configs were
     assert rf.check_same_experiment(run_dir, capped, "x", 0) == []
@@ -81,9 +74,6 @@ def test_a_folder_without_results_or_without_a_recorded_config_is_free(tmp_path)
 
 
 def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
-    from dara.config import compose
-    from dara.run_folder import absolute_run_paths
-
     def composed(*overrides):
         cfg = compose([f"run.output_root={tmp_path}", *overrides], resolve=False)
         absolute_run_paths(cfg)
@@ -100,8 +90,6 @@ def test_names_derived_from_the_run_name_are_not_the_experiment(tmp_path):
 
 
 def test_paths_under_the_output_root_or_the_project_do_not_tie_a_configuration_to_a_machine(tmp_path):
-    from dara import PROJECT_ROOT
-
     def at(root):
         return _config(**{"run.output_root": str(root), "data.train_files": str(root / "assets" / "train.parquet"),
                           "reward.path": str(PROJECT_ROOT / "rewards" / "verl_entry.py"),

@@ -4,7 +4,6 @@ naming the first; a killed holder leaves no lock behind."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -57,7 +56,7 @@ def test_a_second_holder_is_refused_naming_the_first_and_a_killed_one_leaves_no_
     assert f"host {socket.gethostname()}, pid {holder.pid}, Slurm job 9000_3, since " in line
     with pytest.raises(run_lock.RunFolderBusy):
         run_lock.check_run_folder_free(run_dir)
-    holder.send_signal(signal.SIGKILL)
+    holder.kill()  # SIGKILL: no chance to release
     holder.wait()
     run_lock.check_run_folder_free(run_dir)
     with run_lock.run_folder_lock(run_dir):

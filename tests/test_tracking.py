@@ -48,7 +48,7 @@ def test_auto_with_a_key_goes_offline_when_the_host_does_not_answer_and_online_w
     assert health_server.requests == 1
 
 
-def test_run_id_follows_the_run_folder_and_every_task_logs_to_wandb_with_project_per_task(tmp_path, monkeypatch):
+def test_run_id_and_env_follow_the_run_folder_and_every_task_logs_with_project_per_task(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_id = tracking.wandb_run_id("outputs/a")
     assert run_id == tracking.wandb_run_id(tmp_path / "outputs" / "a")  # a resume finds the same run
@@ -57,9 +57,7 @@ def test_run_id_follows_the_run_folder_and_every_task_logs_to_wandb_with_project
         cfg = compose([f"task={task}", f"run.output_root={tmp_path}"])
         assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
         assert (cfg.trainer.project_name, cfg.trainer.experiment_name) == (f"dara-{cfg.run.task}", cfg.run.name)
-
-
-def test_env_names_group_tags_and_folder(tmp_path):
+    # the environment: names, group, tags and folder
     cfg = compose(["estimator=gdpo", "run.seed=4", f"run.output_root={tmp_path}"])
     env = tracking.wandb_env(cfg, {})
     assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(tmp_path / "smoke-tiny-gdpo-s4")

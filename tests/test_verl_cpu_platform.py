@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
+import tempfile
 
 import pytest
 import torch
 from verl.plugin.platform import PlatformRegistry
 
 from dara.verl.cpu.platform import CPU_DEVICE_MODULE, PlatformCPU
+from dara.verl.cpu.ray_local import local_ray_session, ray_folders
 
 
 def test_registered_under_cpu_after_verls_own_platforms_and_answers_verls_cuda_style_calls():
@@ -33,35 +35,33 @@ def test_registered_under_cpu_after_verls_own_platforms_and_answers_verls_cuda_s
     assert torch.equal(first, torch.rand(3))
 
 
-PROBE = textwrap.dedent(
-    """
-    import json, torch
-    import verl
-    from verl.utils.device import auto_set_device, get_device_name, get_nccl_backend, get_torch_device
-    from verl.utils.distributed import initialize_global_process_group_ray
-    from verl.workers.engine import EngineRegistry
-    from omegaconf import OmegaConf
+PROBE = """
+import json, torch
+import verl
+from verl.utils.device import auto_set_device, get_device_name, get_nccl_backend, get_torch_device
+from verl.utils.distributed import initialize_global_process_group_ray
+from verl.workers.engine import EngineRegistry
+from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"trainer": {"device": "cpu"}})
-    auto_set_device(cfg)
-    report = {"device": [get_device_name(), get_nccl_backend(), get_torch_device().memory_reserved(),
-                         get_torch_device().get_device_name(), cfg.trainer.device,
-                         EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__]}
-    try:  # verl's own process-group call names the device twice on a CPU
-        initialize_global_process_group_ray()
-        report["verl_join"] = "ok"
-    except ValueError as error:
-        report["verl_join"] = str(error).split("\\n")[0]
-    from dara.verl.cpu.workers import join_gloo_process_group
-    report["joined"] = join_gloo_process_group()
-    initialize_global_process_group_ray()  # a no-op once a group exists
-    value = torch.ones(2)
-    torch.distributed.all_reduce(value)
-    report["group"] = [torch.distributed.get_backend(), value.tolist()]
-    torch.distributed.destroy_process_group()
-    print("PROBE" + json.dumps(report))
-    """
-)
+cfg = OmegaConf.create({"trainer": {"device": "cpu"}})
+auto_set_device(cfg)
+report = {"device": [get_device_name(), get_nccl_backend(), get_torch_device().memory_reserved(),
+                     get_torch_device().get_device_name(), cfg.trainer.device,
+                     EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__]}
+try:  # verl's own process-group call names the device twice on a CPU
+    initialize_global_process_group_ray()
+    report["verl_join"] = "ok"
+except ValueError as error:
+    report["verl_join"] = str(error).split("\\n")[0]
+from dara.verl.cpu.workers import join_gloo_process_group
+report["joined"] = join_gloo_process_group()
+initialize_global_process_group_ray()  # a no-op once a group exists
+value = torch.ones(2)
+torch.distributed.all_reduce(value)
+report["group"] = [torch.distributed.get_backend(), value.tolist()]
+torch.distributed.destroy_process_group()
+print("PROBE" + json.dumps(report))
+"""
 
 
 @pytest.mark.slow  # a Ray worker importing verl (~11 s)
@@ -82,11 +82,6 @@ def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
 
 def test_local_ray_session_keeps_ray_files_in_the_output_folder():
     """A short output path is given to Ray as it is (a long one gets an alias: tests/test_failed_starts.py)."""
-    import shutil
-    import tempfile
-
-    from dara.verl.cpu.ray_local import local_ray_session, ray_folders
-
     root = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short enough for Ray's socket paths
     folders = ray_folders(root)
     assert folders["tmp_for_ray"] == folders["tmp"] and folders["home"].is_dir()

@@ -1,35 +1,58 @@
-"""Pre-filter metrics (dara/verl/prefilter.py) on verl 0.9.1's v1 replay buffer; verl's step merging them into
-every step's metrics: tests/test_smoke_math.py (a CPU run)."""
+"""Pre-filter metrics (dara/verl/prefilter.py) on verl 0.9.1's v1 replay buffer over TransferQueue as a dict (also
+test_verl_rounds.py's); verl's step merging them into every step's metrics: tests/test_smoke_math.py (a CPU run)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from dara.verl.prefilter import PrefilterReplayBuffer, with_prefilter_metrics
-from tests.transfer_queue_store import TransferQueueStore
 
 
-class TransferQueueTable(TransferQueueStore):
-    """One step's generations: finished groups a-d, two responses each; a's rewards are equal (evicted)."""
+class TransferQueueStore:
+    """TransferQueue (a service verl talks to over Ray): tags per partition (prompt entries and trajectories),
+    fields per key, and every key cleared."""
 
     def __init__(self):
-        super().__init__()
-        self.tags["train"] = {uid: {"is_prompt": True, "status": "finished", "global_steps": 1} for uid in "abcd"}
-        rewards = {"a": (1.0, 1.0), "b": (0.0, 1.0), "c": (1.0, 0.0), "d": (0.0, 2.0)}
-        for uid, pair in rewards.items():
-            for session, reward in enumerate(pair):
-                key = f"{uid}_{session}_0"
-                self.tags["train"][key] = {"status": "success", "global_steps": 1}
-                self.fields[key] = {"rm_scores": torch.tensor([0.0, reward]), "extra_fields": {
-                    "reward_extra_info": {"correctness": reward, "length": float(uid == "a")}}}
+        self.tags: dict[str, dict[str, dict]] = {"train": {}}
+        self.fields: dict[str, dict] = {}
+        self.cleared: list[str] = []
+
+    def kv_list(self, partition_id=None):
+        return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return {field: [self.fields[k][field] for k in keys] for field in select_fields}
+
+    def kv_clear(self, partition_id, keys):
+        for key in keys:
+            self.tags[partition_id].pop(key, None)
+            self.fields.pop(key, None)
+        self.cleared.extend(keys)
+
+    def install(self, monkeypatch):
+        """This store in place of the three calls verl's buffer and the project make."""
+        for name in ("kv_list", "kv_batch_get", "kv_clear"):
+            monkeypatch.setattr(tq, name, getattr(self, name))
+        return self
 
 
-@pytest.fixture
-def transfer_queue(monkeypatch):
-    return TransferQueueTable().install(monkeypatch)
+def one_step(store: TransferQueueStore) -> TransferQueueStore:
+    """One step's generations: finished groups a-d, two responses each; a's rewards are equal (evicted); d_1_0
+    lacks the length channel."""
+    store.__init__()
+    store.tags["train"] = {uid: {"is_prompt": True, "status": "finished", "global_steps": 1} for uid in "abcd"}
+    rewards = {"a": (1.0, 1.0), "b": (0.0, 1.0), "c": (1.0, 0.0), "d": (0.0, 2.0)}
+    for uid, pair in rewards.items():
+        for session, reward in enumerate(pair):
+            key = f"{uid}_{session}_0"
+            info = {"correctness": reward} if key == "d_1_0" else {"correctness": reward, "length": float(uid == "a")}
+            store.tags["train"][key] = {"status": "success", "global_steps": 1}
+            store.fields[key] = {"rm_scores": torch.tensor([0.0, reward]), "extra_fields": {"reward_extra_info": info}}
+    return store
 
 
 def dapo_buffer(cls=ReplayBuffer):
@@ -38,7 +61,7 @@ def dapo_buffer(cls=ReplayBuffer):
                filter_groups_metric="reward", train_batch_size=2, gen_batch_size=1, max_inflight_gen_batches=2)
 
 
-def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_metrics(transfer_queue):
+def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_metrics(monkeypatch):
     """verl's sample with its DAPO filter evicts the constant group and discards the surplus, both through
     `_clear_groups` (then kv_clear); the recording buffer reads every dropped response before it goes."""
     cleared_groups = []
@@ -48,6 +71,7 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
             cleared_groups.append((partition_id, set(uids)))
             super()._clear_groups(partition_id, uids)
 
+    transfer_queue = one_step(TransferQueueStore().install(monkeypatch))
     batch, metrics = dapo_buffer(Recorded).sample(global_steps=1, partition_id="train", batch_size=2)
     kept = {key.split("_")[0] for key in batch.keys}
     assert len(kept) == 2 and "a" not in kept and len(batch.keys) == 4
@@ -62,36 +86,16 @@ def test_seam_verls_sample_drops_groups_through_clear_groups_and_returns_its_met
     assert with_prefilter_metrics(buffer, []) is buffer and type(buffer) is ReplayBuffer  # no channels: verl's
     recording = with_prefilter_metrics(buffer, ["correctness", "length"])  # in place, verl's state kept
     assert recording is buffer and type(buffer) is PrefilterReplayBuffer and vars(buffer).items() >= state.items()
-    transfer_queue.__init__()
+    one_step(transfer_queue)
     batch, metrics = recording.sample(global_steps=1, partition_id="train", batch_size=2)
     assert metrics["training/filter_groups/evicted_samples"] == 1  # verl's metrics, kept
-    assert metrics["rollout_prefilter/responses"] == 8 and metrics["rollout_prefilter/groups"] == 4
-    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(2 / 8)  # group a's, evicted, counted
-    assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx((1 + 1 + 0 + 1 + 1 + 0 + 0 + 2) / 8)
-
-
-def extra(**channels):
-    return {"reward_extra_info": dict(channels)}
-
-
-def test_cleared_finished_groups_and_kept_batch_are_averaged(monkeypatch):
-    """Two evicted groups (constant) and one kept group: the mean is over all 5 responses with every channel."""
-    store = {"a_0": extra(correctness=0, length=0), "a_1": extra(correctness=0, length=0),
-             "b_0": extra(correctness=0, length=1), "b_1": extra(correctness=0, length=1),
-             "c_0": extra(correctness=1, length=1), "c_1": extra(correctness=0)}
-    transfer_queue = TransferQueueStore().install(monkeypatch)
-    transfer_queue.fields = {key: {"extra_fields": value} for key, value in store.items()}
-    buffer = with_prefilter_metrics(dapo_buffer(), ["correctness", "length"])
-    for key in store:
-        buffer.partitions["train"][key] = {}
-    buffer.finished_keys["train"].update({"a", "b", "c"})
-    buffer.failure_keys["train"].add("d")  # a failed group has no responses: nothing to read
-    buffer._clear_groups("train", {"a", "b", "d"})
-    assert {"a", "b", "d", "a_0", "a_1", "b_0", "b_1"} <= set(transfer_queue.cleared)
-    buffer._prefilter_record("train", ["c_0", "c_1"])
-    buffer._prefilter_record("val", ["c_0"])  # validation is not a training step's generation
-    metrics = buffer.prefilter_metrics()
-    assert metrics["rollout_prefilter/responses"] == 5 and metrics["rollout_prefilter/groups"] == 3
-    assert metrics["rollout_prefilter/missing_channels"] == 1  # c_1: left out, counted
-    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(3 / 5)
-    assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx(1 / 5)
+    # every response but d_1_0 (left out, counted)
+    assert metrics["rollout_prefilter/responses"] == 7 and metrics["rollout_prefilter/groups"] == 4
+    assert metrics["rollout_prefilter/missing_channels"] == 1
+    assert metrics["rollout_prefilter/length/mean"] == pytest.approx(2 / 7)  # group a's, evicted, counted
+    assert metrics["rollout_prefilter/correctness/mean"] == pytest.approx((1 + 1 + 0 + 1 + 1 + 0 + 0) / 7)
+    recording._prefilter_record("val", batch.keys)  # validation is not a training step's generation
+    recording.partitions["train"]["e_0_0"] = {}
+    recording.failure_keys["train"].add("e")
+    recording._clear_groups("train", {"e"})  # a failed group's rows are not read (none in TransferQueue)
+    assert recording.prefilter_metrics().items() <= metrics.items()

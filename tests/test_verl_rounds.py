@@ -1,17 +1,21 @@
-"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order and selection, compared with plain
-loops written from the rule (their `_balance_batch` and `fit()`), rounds and cap, on verl 0.9.1's own replay-buffer
-code over an in-memory TransferQueue (tests/transfer_queue_store.py); a CPU run: tests/test_smoke_math.py."""
+"""The authors' math dynamic sampling (dara/verl/rounds.py): their row order and selection against plain loops
+written from the rule (their `_balance_batch` and `fit()`), on verl 0.9.1's own replay-buffer code over
+test_verl_prefilter.py's in-memory TransferQueue; a CPU run: tests/test_smoke_math.py."""
 
 from __future__ import annotations
 
 import random
 import re
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
+from dara.config import compose
 from dara.verl.prefilter import with_prefilter_metrics
 from dara.verl.rounds import (
     DynamicSamplingShortError,
@@ -20,7 +24,8 @@ from dara.verl.rounds import (
     round_row_order,
     rounds_settings,
 )
-from tests.transfer_queue_store import TransferQueueStore
+from dara.verl.trainer import DaraTrainer
+from tests.test_verl_prefilter import TransferQueueStore
 
 
 def loop_order(seq_lens: list[int], world_size: int) -> list[int]:
@@ -43,11 +48,6 @@ def test_round_row_order_is_their_balance_batch_order(rows, world_size):
     order = round_row_order(seq_lens, world_size)
     assert order == loop_order(seq_lens, world_size)
     assert sorted(order) == list(range(rows))
-
-
-@pytest.fixture
-def store(monkeypatch):
-    return TransferQueueStore().install(monkeypatch)
 
 
 def group(lengths: list[int], length_rewards: list[int], correctness: list[int] | None = None):
@@ -80,14 +80,14 @@ class Rounds:
         return uids
 
 
-def buffer_for(plan, store, round_prompts=4, max_rounds=3, world_size=2, channels=()):
-    submit = Rounds(store, plan)
+def buffer_for(plan, monkeypatch, round_prompts=4, max_rounds=3, world_size=2, channels=()):
+    submit = Rounds(TransferQueueStore().install(monkeypatch), plan)
     buffer = RoundsReplayBuffer(RoundsSettings(round_prompts, max_rounds, "reward"), submit_round=submit,
                                 world_size=lambda: world_size, trainer_mode="sync",
                                 trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
                                 max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
                                 refill_fn=lambda n: None, poll_interval=0.0)
-    return with_prefilter_metrics(buffer, list(channels)), submit
+    return with_prefilter_metrics(buffer, list(channels)), submit, submit.store
 
 
 def expected_batch(seen: dict, submitted: list[list[str]], batch_size: int, world_size: int) -> list[str]:
@@ -131,8 +131,8 @@ CONSTANT = group([10, 20], [0, 0])
     ([[CONSTANT] * 2] * 5 + [[group([1, 2], [1, 0]), group([3, 4], [0, 1])]], {"round_prompts": 2, "max_rounds": 0},
      2, {"filter/rounds": 6, "filter/kept_groups": 2}),
 ])
-def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_size, metrics):
-    buffer, submit = buffer_for(plan, store, **options)
+def test_rounds_keep_the_first_informative_groups(monkeypatch, plan, options, batch_size, metrics):
+    buffer, submit, store = buffer_for(plan, monkeypatch, **options)
     batch, found = buffer.sample(1, "train", batch_size)
     assert batch.keys == expected_batch(submit.seen, submit.submitted, batch_size, options.get("world_size", 2))
     assert [tag["seq_len"] for tag in batch.tags] == [submit.seen[k]["seq_len"] for k in batch.keys]
@@ -143,10 +143,10 @@ def test_rounds_keep_the_first_informative_groups(store, plan, options, batch_si
     assert not any(tag.get("is_prompt") for tag in left.values())
 
 
-def test_cap_reached_short_raises_the_one_line_error(store):
+def test_cap_reached_short_raises_the_one_line_error(monkeypatch):
     constant = group([10, 20], [1, 1])
     plan = [[constant, group([5, 6], [1, 0]), constant, constant]] * 2
-    buffer, _ = buffer_for(plan, store, max_rounds=2)
+    buffer, _, _ = buffer_for(plan, monkeypatch, max_rounds=2)
     with pytest.raises(DynamicSamplingShortError) as error:
         buffer.sample(7, "train", 4)
     message = str(error.value)
@@ -173,12 +173,6 @@ def test_settings_of_the_rounds_mode_and_a_bad_key_named(block, expected):
 def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(monkeypatch):
     """A round is dispatched with the `refill_fn` verl hands its replay buffer (verl's own prompt refill: dataloader
     batches, new uids, pending entries in TransferQueue, the agent-loop manager) and returns the uids in order."""
-    import numpy as np
-    import transfer_queue as tq
-
-    from dara.config import compose
-    from dara.verl.trainer import DaraTrainer
-
     cfg = compose(["algorithm.reward_channels=[format,correctness]", "run.dynamic_sampling.mode=rounds",
                    "run.dynamic_sampling.round_prompts=2", "run.dynamic_sampling.max_rounds=2",
                    "data.train_batch_size=4"])
@@ -189,12 +183,8 @@ def test_a_round_is_verls_own_refill_and_returns_the_dispatched_uids_in_order(mo
     trainer.train_dataloader, trainer.train_dataloader_it, trainer.global_steps = batches, None, 1
     entries, dispatched = [], []
     monkeypatch.setattr(tq, "kv_batch_put", lambda keys, partition_id, tags, **_: entries.append((keys, tags)))
-
-    class Manager:
-        def generate_sequences(self, batch):
-            dispatched.append(([str(u) for u in batch["uid"]], list(batch["raw_prompt"])))
-
-    manager = trainer.agent_loop_manager = Manager()
+    manager = trainer.agent_loop_manager = SimpleNamespace(generate_sequences=lambda batch: dispatched.append(
+        ([str(u) for u in batch["uid"]], list(batch["raw_prompt"]))))
     uids = trainer._submit_round(4)
     assert trainer.agent_loop_manager is manager  # the recorder is gone after the round
     ((sent, prompts),) = dispatched
