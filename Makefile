@@ -80,12 +80,12 @@ smoke: $(STAMP)
 smoke-trl: $(TRL_STAMP)
 	$(TRL_PY) -m dara.trl.smoke $(SMOKE_TRL_ARGS)
 
-# The main suite in verl's environment (.venv): the unit lane spread over the cores, then the training runs, Slurm
-# clusters and data builds one at a time (one training run per host: dara.run_lock); then the TRL tests (tests/trl)
-# in the TRL environment (.venv-trl).
+# The main suite in verl's environment (.venv) over two pytest-xdist workers: the tests that start Ray, vLLM or
+# training (marked `xdist_group("starts")`: one training run per host, dara.run_lock) run one after another on one
+# worker, everything else beside them on the other, in the starts' idle time (tests/README.md "Lanes"); then the
+# TRL tests (tests/trl) in the TRL environment (.venv-trl).
 test: $(STAMP) $(TRL_STAMP)
-	$(PY) -m pytest -q -n auto -m "$(FAST)" --ignore=tests/trl
-	$(PY) -m pytest -q -m "not ($(FAST))" --ignore=tests/trl --durations=20
+	$(PY) -m pytest -q -n 2 --dist loadgroup --ignore=tests/trl --durations=25
 	$(TRL_PY) -m pytest -q tests/trl
 
 # The unit lane: everything but real training runs, Slurm clusters and tests of more than a few seconds (a
