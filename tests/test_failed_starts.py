@@ -194,7 +194,7 @@ def test_ctrl_c_in_dara_train_is_one_line_and_exit_130(monkeypatch, capsys):
 
 
 @pytest.mark.slow  # a real Ray head node (~10-20 s on a busy machine)
-@pytest.mark.xdist_group("starts")
+@pytest.mark.starts
 def test_a_ray_init_that_ray_refuses_leaves_no_process_and_nothing_in_tmp(tmp_path):
     """The path of the issue without dara's check: Ray starts its processes, then refuses the runtime_env."""
     deep = tmp_path.joinpath(*LONG)
@@ -289,7 +289,7 @@ def test_preflight_takes_overrides_before_between_and_after_its_flags(argv, caps
 
 
 @pytest.mark.slow  # a dara.train process (~10 s of imports and checks)
-@pytest.mark.xdist_group("starts")
+@pytest.mark.starts
 def test_a_second_training_run_on_the_host_stops_in_one_line_before_its_assets(tmp_path, python_module):
     """One run already trains on this host (it holds dara.run_lock's weight-sync lock): another `dara.train`, on
     another folder, stops in one line naming it, before building anything or starting Ray."""

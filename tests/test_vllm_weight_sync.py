@@ -14,7 +14,7 @@ TOLERANCE = 1e-4
 
 
 @pytest.mark.slow  # a vLLM engine per model (~15 s each)
-@pytest.mark.xdist_group("starts")
+@pytest.mark.starts
 @pytest.mark.parametrize("kind", ["tied", "untied"])
 def test_two_syncs_give_the_trainers_log_probs(tmp_path, python_module, kind):
     out = python_module("tests.vllm_sync_probe", tmp_path / "model", kind, timeout=300)
