@@ -197,6 +197,7 @@ def test_runnable_command_runs(block, sandbox):
 
 
 @pytest.mark.slow
+@pytest.mark.starts  # training blocks among them
 @pytest.mark.parametrize("block", blocks("slow"), ids=lambda block: str(block[0]))
 def test_slow_runnable_command_runs(block, sandbox, seed_smoke_assets):
     seed_smoke_assets(sandbox / "outputs")  # training commands reuse the session's tiny model (its build: make smoke)

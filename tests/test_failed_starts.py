@@ -165,6 +165,7 @@ def test_ctrl_c_in_dara_train_is_one_line_and_exit_130(monkeypatch, capsys):
 
 
 @pytest.mark.slow  # a real Ray head node (~10-20 s on a busy machine)
+@pytest.mark.starts
 def test_a_ray_init_that_ray_refuses_leaves_no_process_and_nothing_in_tmp(tmp_path):
     """The path of the issue without dara's check: Ray starts its processes, then refuses the runtime_env."""
     deep = tmp_path.joinpath(*LONG)
@@ -244,6 +245,7 @@ def test_the_trainer_stops_on_a_score_outside_its_range_before_any_estimator(mon
 
 
 @pytest.mark.slow  # a dara.train process (~10 s of imports and checks)
+@pytest.mark.starts
 def test_a_second_training_run_on_the_host_stops_in_one_line_before_its_assets(tmp_path, python_module):
     """One run holds dara.run_lock's weight-sync lock: `dara.train` on another folder names it."""
     from dara.run_lock import WEIGHT_SYNC_LOCK

@@ -27,7 +27,7 @@ from tests.slurm_jobs import (
     steps_of,
 )
 
-pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.slow, pytest.mark.starts]
 
 JOB_TIMEOUT_S = 900  # a job takes ~4-8 min on 2 shared cores
 RUN_NAME = "smoke-tiny-dara_asym-s{seed}"

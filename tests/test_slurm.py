@@ -40,7 +40,7 @@ from tests.slurm_jobs import (
 JOB_TIMEOUT_S = 900  # each wait: a start and a few steps take ~2-8 min on 2 shared cores
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # a real Slurm cluster and CPU training jobs
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.starts]  # Slurm, CPU training jobs
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AUTHORS_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
 RUN = "smoke_math-tiny-dara_asym-s0"
 
-pytestmark = pytest.mark.slow  # real CPU training (1-4 minutes a run)
+pytestmark = [pytest.mark.slow, pytest.mark.starts]  # real CPU training (1-4 minutes a run)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from dara.run_lock import read_holder
 from dara.run_log import read_metrics
 from dara.tracking import inspect_records, read_offline_history, wandb_run_files, wandb_run_id
 
-pytestmark = pytest.mark.slow  # six CPU training starts (1-4 minutes each) and three refused ones
+pytestmark = [pytest.mark.slow, pytest.mark.starts]  # six CPU training starts, three refused ones
 
 RUN = "smoke-tiny-dara_asym-s0"
 EXAMPLE_ESTIMATOR = dara.PROJECT_ROOT / "examples" / "my_estimator" / "density_power.py"

@@ -65,6 +65,7 @@ print("PROBE" + json.dumps(report))
 
 
 @pytest.mark.slow  # a Ray worker importing verl (~11 s)
+@pytest.mark.starts
 def test_verl_uses_the_cpu_platform_when_configured_like_a_ray_worker(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     env.update({"VERL_ENGINE_DEVICE": "cuda",  # no VERL_PLATFORM: no accelerator here, the plugin's "cpu" is found

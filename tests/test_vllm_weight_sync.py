@@ -24,6 +24,7 @@ PROBE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1
 
 
 @pytest.mark.slow  # a vLLM engine per model (~15 s each)
+@pytest.mark.starts
 @pytest.mark.parametrize("kind", ["tied", "untied"])
 def test_two_syncs_give_the_trainers_log_probs(tmp_path, python_module, kind):
     out = python_module("tests.test_vllm_weight_sync", tmp_path / "model", kind, env=PROBE_ENV, timeout=300)
