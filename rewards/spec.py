@@ -139,21 +139,18 @@ def load_reward_spec(path: str | Path, function: str = "compute_score", data_sou
     scorer = getattr(module, function, None)
     if not callable(scorer):
         raise RewardSpecError(f"{where} has no function {function!r} (reward.custom_reward_function.name)")
-    _check_signature(scorer, where, function)
-    channels = declared_channels(module, data_source, reward_kwargs, where)
-    return RewardSpec(str(Path(path).expanduser().resolve()), function, channels)
-
-
-def _check_signature(scorer: Any, where: str, function: str) -> None:
     try:
         signature = inspect.signature(scorer)
-    except (TypeError, ValueError):
-        return
+    except (TypeError, ValueError):  # no signature to check (a builtin)
+        signature = None
     try:
-        signature.bind("data_source", "solution_str", "ground_truth", extra_info=None)
+        if signature is not None:
+            signature.bind("data_source", "solution_str", "ground_truth", extra_info=None)
     except TypeError:
         raise RewardSpecError(f"{where}: {function}{signature} cannot be called as verl calls it, "
                               f"{function}(data_source, solution_str, ground_truth, extra_info=None)") from None
+    channels = declared_channels(module, data_source, reward_kwargs, where)
+    return RewardSpec(str(Path(path).expanduser().resolve()), function, channels)
 
 
 def check_result(result: Any, channels: Ranges) -> dict[str, float]:
