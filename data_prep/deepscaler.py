@@ -1,9 +1,5 @@
-"""DeepScaleR-Preview -> verl train (and held-out val) parquet (docs/data.md "deepscaler").
-
-Source: the hub's ``agentica-org/DeepScaleR-Preview-Dataset`` or a local JSON list of the same records. Prompt:
-the authors' template (tasks.math). Filters, counted in the data card: no problem, no usable answer, prompts over
-1,024 tokens as verl's filter_overlong_prompts counts them (chat-templated with the generation prompt).
-"""
+"""DeepScaleR-Preview (the hub, or a local JSON list of its records) -> verl train (and held-out val) parquet
+(docs/data.md "deepscaler"): the authors' prompt (tasks.math), filters counted in the data card."""
 
 from __future__ import annotations
 

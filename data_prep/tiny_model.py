@@ -1,8 +1,5 @@
-"""The suite's one tiny-model builder: a randomly initialised, seeded Qwen2ForCausalLM of a given shape.
-
-`data_prep.smoke` builds the smoke run's model with it; tests that need another shape pass `shape` (Qwen2 config
-fields; missing ones as in SMOKE_SHAPE).
-"""
+"""The suite's one tiny-model builder: a randomly initialised, seeded Qwen2ForCausalLM of a given shape (the smoke
+model's, SMOKE_SHAPE, unless `shape` overrides some fields)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The math task protocol (DeepScaleR setup): what the model sees and how its output is scored, defined once for
-data_prep, rewards and the evaluation.
-
-Prompt (training and evaluation alike, the authors' code): no system message, one user turn holding the stripped
-problem followed by ``PROMPT_SUFFIX``. Reward channels: correctness in {0, 1} (verl's Hendrycks MATH grader by
-default) and length in {0, 1} (at most ``LENGTH_LIMIT`` response tokens, EOS included).
-"""
+"""The math task protocol (DeepScaleR setup), defined once for data_prep, rewards and the evaluation: the prompt
+(no system message; the stripped problem, then ``PROMPT_SUFFIX``) and the reward channels, correctness in {0, 1}
+(verl's Hendrycks MATH grader) and length in {0, 1} (at most ``LENGTH_LIMIT`` response tokens, EOS included)."""
 
 from __future__ import annotations
 
