@@ -1,11 +1,7 @@
-"""A reward module's declaration (its channels and their ranges, by name) and the check of what it returns.
-
-A module given as `reward.custom_reward_function.path` / `.name` defines verl's `compute_score(data_source,
-solution_str, ground_truth, extra_info=None, **kwargs)` returning {"score", <channel>: value, ...} and declares its
-channels once: `REWARD_CHANNELS = {name: (low, high)}`, or `reward_channels(data_source, reward_kwargs)` where they
-depend on the data_source or the options (docs/own_experiment.md). The declaration is the run's
-`algorithm.reward_channels` and `algorithm.dara.reward_ranges`; `check_result` holds every scored item to it.
-"""
+"""A reward module's declaration (its channels and their ranges, by name) and the check of what it returns. A module
+of your own (`reward.custom_reward_function.path` / `.name`; docs/own_experiment.md) defines verl's `compute_score`
+and declares `REWARD_CHANNELS = {name: (low, high)}`, or `reward_channels(data_source, reward_kwargs)`: the run's
+`algorithm.reward_channels` and `algorithm.dara.reward_ranges`; `check_result` holds every scored item to it."""
 
 from __future__ import annotations
 

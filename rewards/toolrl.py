@@ -1,11 +1,7 @@
-"""ToolRL reward channels with the original ToolRL scorer's semantics, in linear time (docs/rewards.md).
-
-The authors trained with ``verl.utils.reward_score.rlla``; these channels give its values case by case (the tests
-compare them). format in {0, 1}; correctness in [-3, 3] (0 without a ground-truth call; the lines of the block
-after the FIRST "<tool_call>" anywhere, -3 when a tag is missing or anything raises while scoring); length in
-{0, 1} (three-reward study: the LAST think span has at most 16 words). Tags are located with str.find /
-str.count, not the scorer's lazy regex (quadratic on repeated tags). The protocol lives in ``tasks.toolrl``.
-"""
+"""ToolRL reward channels with the original scorer's values (``verl.utils.reward_score.rlla``, compared case by case
+in the tests; docs/rewards.md "Rules as implemented"): format in {0, 1}, correctness in [-3, 3], length in {0, 1}
+(three-reward study), in linear time: tags are located with str.find / str.count, not the scorer's lazy regex
+(quadratic on repeated tags). The protocol lives in ``tasks.toolrl``."""
 
 from __future__ import annotations
 
