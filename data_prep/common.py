@@ -54,7 +54,6 @@ def read_json_records(path: str | os.PathLike, required: Sequence[str]) -> list[
 def load_hub(repo: str, config: str | None, split: str, required: Sequence[str] = ()) -> tuple[list[dict], str]:
     """(records, fingerprint) of a hub dataset; offline, a missing repo or column or no rows is a DataPrepError."""
     import datasets
-
     try:
         dataset = datasets.load_dataset(repo, config, split=split)
     except Exception as err:  # offline, missing repo or config: datasets raises many types

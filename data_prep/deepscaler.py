@@ -20,15 +20,6 @@ VAL_SEED = 0
 DESCRIPTION = "DeepScaleR-Preview -> train parquet (prompt template, length filter)"
 
 
-def load_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name_or_path)
-    except Exception as err:  # OSError offline, ValueError for a bad folder
-        raise common.DataPrepError(f"could not load tokenizer {name_or_path!r}: {err}") from err
-
-
 def build(out_dir, source: str | list[dict] | None = None, tokenizer: str | None = None,
           max_prompt_tokens: int = task.MAX_PROMPT_TOKENS, val_rows: int = 0, data_source: str = task.DATA_SOURCE
           ) -> dict:
@@ -48,7 +39,11 @@ def build(out_dir, source: str | list[dict] | None = None, tokenizer: str | None
     filters = common.FilterLog({**FILTERS, "prompt_too_long": too_long})
     candidates = [(position, task.prompt_messages(problem), answer)
                   for position, problem, answer in usable_problems(records, filters, reference_answer)]
-    tok = load_tokenizer(tokenizer)
+    from transformers import AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    except Exception as err:  # OSError offline, ValueError for a bad folder
+        raise common.DataPrepError(f"could not load tokenizer {tokenizer!r}: {err}") from err
     texts = tok.apply_chat_template([messages for _, messages, _ in candidates], add_generation_prompt=True,
                                     tokenize=False) if candidates else []
     rows = []

@@ -34,5 +34,4 @@ tiny_length_model = _builder("smoke_length", "smoke_length")
 def smoke_math(assets_dir: str | Path, output_root: str | Path) -> None:
     """The CPU math smoke run: the tiny model, then synthetic problems through `data_prep deepscaler`."""
     from data_prep import deepscaler
-
     deepscaler.build_smoke(assets_dir, tiny_model(None, output_root))

@@ -71,7 +71,6 @@ def to_rows(items: list[dict], split: str) -> list[dict]:
 def sample(model, tokenizer, items: list[dict], group: int, seed: int) -> list[dict]:
     """``group`` responses per problem at T = 1, each with its text, tokens and channels (also without the tail)."""
     from rewards import math as math_reward
-
     texts, counts = smoke.generate(model, tokenizer, [task.prompt_messages(item["problem"]) for item in items], group,
                                    seed, MAX_RESPONSE_TOKENS)
     out = []

@@ -14,7 +14,6 @@ def tiny_qwen2(vocab_size: int, *, shape: dict | None = None, seed: int = 0, tie
     """A Qwen2ForCausalLM of `shape`, seeded; `token_ids` (bos/eos/pad_token_id) go to its config."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
     config = Qwen2Config(vocab_size=vocab_size, tie_word_embeddings=tie_word_embeddings, rms_norm_eps=1e-6,
                          rope_theta=10000.0, **token_ids, **{**SMOKE_SHAPE, **(shape or {})})
     config.architectures = ["Qwen2ForCausalLM"]

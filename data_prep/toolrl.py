@@ -46,7 +46,6 @@ def to_rows(records: list[dict], split: str, filters: FilterLog) -> list[dict]:
 def scorer_unreadable(rows: list[dict]) -> int:
     """Rows whose ground truth holds a tool call the original scorer cannot read (it raises on them)."""
     from rewards.toolrl import reference_calls
-
     count = 0
     for row in rows:
         truth = row["reward_model"]["ground_truth"]
