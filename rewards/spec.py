@@ -22,8 +22,7 @@ DECLARE_FUNCTION = "reward_channels"
 PKG_PREFIX = "pkg://"  # a module path verl loads by import (reward.custom_reward_function.path)
 SCORE_KEY = "score"
 # Per-item flags the project's reward manager adds to reward_extra_info (counts, not channels).
-TIMEOUT_KEY = "reward_timeout"
-ERROR_KEY = "reward_error"
+TIMEOUT_KEY, ERROR_KEY = "reward_timeout", "reward_error"
 RESERVED = frozenset({SCORE_KEY, TIMEOUT_KEY, ERROR_KEY})  # no channel may take these names
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # reward_kwargs that are the reward manager's pool's own (`RewardOptions` fields), never passed to your module
@@ -63,9 +62,8 @@ def merged_reward_kwargs(manager_kwargs: Mapping, function_kwargs: Mapping) -> d
     different values in both is an error naming it."""
     clashes = sorted(k for k in manager_kwargs.keys() & function_kwargs.keys() if manager_kwargs[k] != function_kwargs[k])
     if clashes:
-        raise ValueError(
-            f"reward option(s) {clashes} differ between reward.reward_kwargs and custom_reward_function.reward_kwargs"
-        )
+        raise ValueError(f"reward option(s) {clashes} differ between reward.reward_kwargs and "
+                         "custom_reward_function.reward_kwargs")
     return {**manager_kwargs, **function_kwargs}
 
 
@@ -209,7 +207,6 @@ def probe(spec: RewardSpec, kwargs: Mapping, rows: list[tuple[str, Any, Mapping 
     the run's time limit. A broken declaration on any item, or a failure on every item, raises RewardSpecError
     naming the module; returns the number of items that scored."""
     from rewards.pool import OK, HardTimeoutPool
-
     items = [(source, response, truth, extra) for source, truth, extra in rows
              for response in (truth if isinstance(truth, str) else str(truth), "")]
     with HardTimeoutPool(1, timeout_s, preload=("rewards.spec",)) as pool:

@@ -12,12 +12,8 @@ from typing import Any
 
 from tasks import toolrl as protocol
 
-FORMAT_CHANNEL = "format"
-CORRECTNESS_CHANNEL = "correctness"
-LENGTH_CHANNEL = "length"
-
-MAX_CORRECTNESS = 3.0
-MIN_CORRECTNESS = -3.0
+FORMAT_CHANNEL, CORRECTNESS_CHANNEL, LENGTH_CHANNEL = "format", "correctness", "length"
+MIN_CORRECTNESS, MAX_CORRECTNESS = -3.0, 3.0
 THINK_WORD_LIMIT = 16
 
 
@@ -64,10 +60,8 @@ def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
                 continue
             predicted_params = predicted["parameters"]
             value = match_score(list(reference_params.keys()), list(predicted_params.keys()))
-            value += sum(
-                1.0 for key, expected in reference_params.items()
-                if key in predicted_params and predicted_params[key] == expected
-            )
+            value += sum(1.0 for key, expected in reference_params.items()
+                         if key in predicted_params and predicted_params[key] == expected)
             if value > best_value:
                 best_index, best_value = index, value
         if best_index >= 0:
@@ -123,18 +117,14 @@ def score_channels(response: str, ground_truth: str, channels: Sequence[str]) ->
     """`score`'s values of `channels` only (a caller with one function per channel, as TRL's reward
     functions are, scores each channel once rather than all of them in every function)."""
     if not isinstance(response, str) or not isinstance(ground_truth, str):
-        raise TypeError(
-            f"response and ground_truth must be str, got {type(response).__name__}, {type(ground_truth).__name__}"
-        )
+        raise TypeError(f"response and ground_truth must be str, got {type(response).__name__}, "
+                        f"{type(ground_truth).__name__}")
     text = protocol.assistant_text(response)
     return {channel: _CHANNEL_REWARDS[channel](text, ground_truth) for channel in channels}
 
 
-_CHANNEL_REWARDS = {
-    FORMAT_CHANNEL: format_reward,
-    CORRECTNESS_CHANNEL: correctness_reward,
-    LENGTH_CHANNEL: lambda text, ground_truth: think_length_reward(text),
-}
+_CHANNEL_REWARDS = {FORMAT_CHANNEL: format_reward, CORRECTNESS_CHANNEL: correctness_reward,
+                    LENGTH_CHANNEL: lambda text, ground_truth: think_length_reward(text)}
 
 
 def fallback_score(*, length_channel: bool = False) -> dict[str, float]:
