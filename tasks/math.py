@@ -41,13 +41,10 @@ def check_grader(grader: str) -> str:
 
 
 SPEC = register_task(TaskSpec(
-    name="math",
-    data_sources=(DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS),
-    reward="rewards.task_rewards:MATH",
+    name="math", data_sources=(DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS), reward="rewards.task_rewards:MATH",
     datasets={"deepscaler": "data_prep.deepscaler", "math_eval": "data_prep.math_eval",
               "smoke_length": "data_prep.smoke_length"},
     assets={"smoke_math": "data_prep.run_assets:smoke_math", "smoke_length": "data_prep.run_assets:smoke_length",
             "tiny_length_model": "data_prep.run_assets:tiny_length_model"},
     evaluations={"math": "results.evaluation.benches:MATH"},
-    description="math reasoning with a length constraint, DeepScaleR setup (five benchmarks)",
-))
+    description="math reasoning with a length constraint, DeepScaleR setup (five benchmarks)"))

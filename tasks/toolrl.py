@@ -282,14 +282,11 @@ def decode_execute(text: str) -> list[str]:
 
 
 SPEC = register_task(TaskSpec(
-    name="toolrl",
-    data_sources=(DATA_SOURCE,),
-    reward="rewards.task_rewards:TOOLRL",
+    name="toolrl", data_sources=(DATA_SOURCE,), reward="rewards.task_rewards:TOOLRL",
     datasets={"toolrl": "data_prep.toolrl", "smoke": "data_prep.smoke", "smoke_sparse": "data_prep.smoke_sparse"},
     assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model",
             "smoke_sparse": "data_prep.run_assets:smoke_sparse",
             "tiny_sparse_model": "data_prep.run_assets:tiny_sparse_model",
             "smoke_rare": "data_prep.run_assets:smoke_rare", "tiny_rare_model": "data_prep.run_assets:tiny_rare_model"},
     evaluations={"toolrl": "results.evaluation.benches:TOOLRL", "bfcl": "results.evaluation.benches:BFCL"},
-    description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)",
-))
+    description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)"))
