@@ -1,6 +1,7 @@
 """Offline assets a training run builds before it starts (`run.assets`, `run.model_assets`; registered by task):
 each builder `fn(assets_dir, output_root)` writes the run's data into `assets_dir`, or a model variant under
-`<output_root>/assets/<folder>` (where conf/model/tiny*.yaml look) and returns its folder; complete builds are reused."""
+`<output_root>/assets/<folder>` (where conf/model/tiny*.yaml look) and returns its folder; complete builds are
+reused."""
 
 from __future__ import annotations
 
