@@ -42,10 +42,10 @@ def match_score(reference: Sequence[Any], predicted: Sequence[Any]) -> float:
 def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
     """Correctness in [-3, 3] of parsed call lists; raises where the scorer raises (the caller scores -3).
 
-    +3 for equal lists. Else score = match(names) + for each ground-truth call, in order, the first best
-    unused predicted call of the same name (only a positive value counts), valued match(param keys) +
-    number of equal values; reward = 6 * score / S_max - 3, S_max = 1 + sum of (1 + number of params).
-    A predicted call's "parameters" is read only when its name equals the ground-truth call's."""
+    +3 for equal lists. Else score = match(names) + for each ground-truth call, in order, the first best unused
+    predicted call of the same name (only a positive value counts), valued match(param keys) + number of equal
+    values; reward = 6 * score / S_max - 3, S_max = 1 + sum of (1 + number of params). A predicted call's
+    "parameters" is read only when its name equals the ground-truth call's."""
     if reference_calls == predicted_calls:
         return MAX_CORRECTNESS
     score = match_score([c["name"] for c in reference_calls], [c["name"] for c in predicted_calls])
@@ -71,9 +71,8 @@ def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
 
 
 def reference_calls(ground_truth: str) -> list:
-    """The ground truth's calls (first block, one JSON value per line; [] without a "<tool_call>"). A line
-    that is not JSON raises ValueError naming the ground truth: bad data, which the scorer does not
-    survive either."""
+    """The ground truth's calls (first block, one JSON value per line; [] without a "<tool_call>"). A line that is
+    not JSON raises ValueError naming the ground truth: bad data, which the scorer does not survive either."""
     block = protocol.first_call_block(ground_truth, require_close=False)
     if block is None:
         return []
