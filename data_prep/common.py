@@ -45,8 +45,7 @@ def read_json_records(path: str | os.PathLike, required: Sequence[str]) -> list[
     for position, record in enumerate(records):
         if not isinstance(record, dict):
             raise DataPrepError(f"{path}: record {position} is a {type(record).__name__}, not an object")
-        missing = [key for key in required if key not in record]
-        if missing:
+        if missing := [key for key in required if key not in record]:
             raise DataPrepError(f"{path}: record {position} lacks required field(s) {missing}; it has {sorted(record)}")
     return records
 

@@ -153,12 +153,10 @@ def check_result(result: Any, channels: Ranges) -> dict[str, float]:
     if not isinstance(result, Mapping):
         raise RewardContractError(f"compute_score returned {type(result).__name__} {result!r}, not a dict with "
                          f"'score' and the channels {list(channels)}")
-    undeclared = sorted(set(result) - set(channels) - {SCORE_KEY})
-    if undeclared:
+    if undeclared := sorted(set(result) - set(channels) - {SCORE_KEY}):
         raise RewardContractError(f"compute_score returned key(s) {undeclared} that {DECLARATION} does not declare "
                          f"(declared: {list(channels)})")
-    missing = [key for key in (SCORE_KEY, *channels) if key not in result]
-    if missing:
+    if missing := [key for key in (SCORE_KEY, *channels) if key not in result]:
         raise RewardContractError(f"compute_score returned no {missing} (returned {sorted(result)})")
     out = {}
     for key in (SCORE_KEY, *channels):

@@ -42,8 +42,7 @@ class RewardOptions:
     def from_kwargs(cls, kwargs: Mapping[str, Any] | None) -> "RewardOptions":  # an unknown key raises, naming it
         kwargs = dict(kwargs or {})
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known - _VERL_EXTRA_KWARGS)
-        if unknown:
+        if unknown := sorted(set(kwargs) - known - _VERL_EXTRA_KWARGS):
             raise TypeError(f"unknown reward option(s) {unknown}; known: {sorted(known)}")
         options = cls(**{key: value for key, value in kwargs.items() if key in known})
         options.validate()

@@ -62,8 +62,7 @@ def register_task(spec: TaskSpec) -> TaskSpec:
             raise ValueError(f"task {spec.name!r} is already registered with another spec")
         for other in _tasks.values():
             for part in ("data_sources", *PARTS):
-                clash = set(getattr(spec, part)) & set(getattr(other, part))
-                if clash:
+                if clash := set(getattr(spec, part)) & set(getattr(other, part)):
                     raise ValueError(f"task {spec.name!r}: {part} {sorted(clash)} already belong to task {other.name!r}")
         _tasks[spec.name] = spec
         return spec
