@@ -80,10 +80,8 @@ def build_smoke(out_dir, tokenizer_dir: str, *, count: int = 64, seed: int = 0, 
     """The CPU math smoke set (task=smoke_math): ``count`` synthetic "What is a + b?" problems through the same path
     with the tiny model's tokenizer; train.parquet and an 8-row val.parquet."""
     rng = random.Random(seed)
-    records = []
-    for _ in range(count):
-        a, b = rng.randint(1, 50), rng.randint(1, 50)
-        records.append({"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"})
+    pairs = [(rng.randint(1, 50), rng.randint(1, 50)) for _ in range(count)]
+    records = [{"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"} for a, b in pairs]
     return build(out_dir, records, tokenizer_dir, max_prompt_tokens, val_rows=8, data_source=task.SMOKE_DATA_SOURCE)
 
 
