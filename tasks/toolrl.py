@@ -234,10 +234,6 @@ def bfcl_more_functions_message(functions: Sequence[dict]) -> dict:
     return {"role": "user", "content": BFCL_MORE_FUNCTIONS_PROMPT.format(functions=list(functions))}
 
 
-def _is_none_call(name: str) -> bool:
-    return name.strip().lower() == "none"
-
-
 def decode_ast(text: str) -> list[dict]:
     """The handler's single-turn decoding: ``[{name: parameters}, ...]`` from the LAST tool_call block; unreadable
     lines skipped, calls named "none" dropped, values as parsed."""
@@ -246,7 +242,7 @@ def decode_ast(text: str) -> list[dict]:
         try:
             call = json.loads(line)
             name = call["name"]
-            if _is_none_call(name):
+            if name.strip().lower() == "none":
                 continue
             decoded.append({name: call["parameters"]})
         except Exception:  # the handler skips any line it cannot read
@@ -272,7 +268,7 @@ def decode_execute(text: str) -> list[str]:
         name, parameters = call.get("name", ""), call.get("parameters", {})
         if not isinstance(name, str):
             raise UndecodableCalls(f"a call's name is {type(name).__name__}, not a string: {line[:200]!r}")
-        if _is_none_call(name):
+        if name.strip().lower() == "none":
             continue
         if not isinstance(parameters, dict):
             raise UndecodableCalls(f"a call's parameters are not an object: {line[:200]!r}")
