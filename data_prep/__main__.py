@@ -1,9 +1,5 @@
 """Command line: ``python -m data_prep <dataset> --out DIR [options]`` (docs/data.md).
-
-Datasets: those the registered tasks name (`tasks.registry.datasets()`). Each data_prep module gives its one-line
-`DESCRIPTION`, its options (`add_arguments`) and `main(args)`, which writes verl parquet files and data_card.json into
-``--out`` atomically.
-"""
+Datasets: those the registered tasks name, each module giving `DESCRIPTION`, `add_arguments` and `main(args)`."""
 
 from __future__ import annotations
 

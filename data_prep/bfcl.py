@@ -1,11 +1,6 @@
-"""BFCL v4 test entries as the evaluation (results.evaluation.bfcl_eval) reads them (docs/data.md "bfcl").
-
-Read from the data ``bfcl-eval`` bundles (found without importing the package, whose pins clash with verl),
-prepared as BFCL prepares them (multi-turn function docs of the involved classes, miss_func's held-out functions
-under ``missed_function``, language hints, Java/JavaScript parameters as strings), then rendered as ToolRL's BFCL
-handler does (``tasks.toolrl.bfcl_messages``) into a verl row: ground truth BFCL's possible answer as JSON,
-``extra_info["entry"]`` the whole prepared entry as JSON.
-"""
+"""BFCL v4 test entries as the evaluation reads them (docs/data.md "bfcl"): read from the data ``bfcl-eval``
+bundles (found without importing the package, whose pins clash with verl), prepared as BFCL prepares them, rendered
+as ToolRL's BFCL handler does (``tasks.toolrl.bfcl_messages``) into a verl row."""
 
 from __future__ import annotations
 

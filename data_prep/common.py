@@ -45,8 +45,7 @@ def read_json_records(path: str | os.PathLike, required: Sequence[str]) -> list[
     for position, record in enumerate(records):
         if not isinstance(record, dict):
             raise DataPrepError(f"{path}: record {position} is a {type(record).__name__}, not an object")
-        missing = [key for key in required if key not in record]
-        if missing:
+        if missing := [key for key in required if key not in record]:
             raise DataPrepError(f"{path}: record {position} lacks required field(s) {missing}; it has {sorted(record)}")
     return records
 
@@ -54,7 +53,6 @@ def read_json_records(path: str | os.PathLike, required: Sequence[str]) -> list[
 def load_hub(repo: str, config: str | None, split: str, required: Sequence[str] = ()) -> tuple[list[dict], str]:
     """(records, fingerprint) of a hub dataset; offline, a missing repo or column or no rows is a DataPrepError."""
     import datasets
-
     try:
         dataset = datasets.load_dataset(repo, config, split=split)
     except Exception as err:  # offline, missing repo or config: datasets raises many types

@@ -1,9 +1,5 @@
-"""DeepScaleR-Preview -> verl train (and held-out val) parquet (docs/data.md "deepscaler").
-
-Source: the hub's ``agentica-org/DeepScaleR-Preview-Dataset`` or a local JSON list of the same records. Prompt:
-the authors' template (tasks.math). Filters, counted in the data card: no problem, no usable answer, prompts over
-1,024 tokens as verl's filter_overlong_prompts counts them (chat-templated with the generation prompt).
-"""
+"""DeepScaleR-Preview (the hub, or a local JSON list of its records) -> verl train (and held-out val) parquet
+(docs/data.md "deepscaler"): the authors' prompt (tasks.math), filters counted in the data card."""
 
 from __future__ import annotations
 
@@ -22,15 +18,6 @@ DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
 VAL_ROWS = 200  # the authors' held-out monitoring split
 VAL_SEED = 0
 DESCRIPTION = "DeepScaleR-Preview -> train parquet (prompt template, length filter)"
-
-
-def load_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name_or_path)
-    except Exception as err:  # OSError offline, ValueError for a bad folder
-        raise common.DataPrepError(f"could not load tokenizer {name_or_path!r}: {err}") from err
 
 
 def build(out_dir, source: str | list[dict] | None = None, tokenizer: str | None = None,
@@ -52,7 +39,11 @@ def build(out_dir, source: str | list[dict] | None = None, tokenizer: str | None
     filters = common.FilterLog({**FILTERS, "prompt_too_long": too_long})
     candidates = [(position, task.prompt_messages(problem), answer)
                   for position, problem, answer in usable_problems(records, filters, reference_answer)]
-    tok = load_tokenizer(tokenizer)
+    from transformers import AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    except Exception as err:  # OSError offline, ValueError for a bad folder
+        raise common.DataPrepError(f"could not load tokenizer {tokenizer!r}: {err}") from err
     texts = tok.apply_chat_template([messages for _, messages, _ in candidates], add_generation_prompt=True,
                                     tokenize=False) if candidates else []
     rows = []
@@ -89,10 +80,8 @@ def build_smoke(out_dir, tokenizer_dir: str, *, count: int = 64, seed: int = 0, 
     """The CPU math smoke set (task=smoke_math): ``count`` synthetic "What is a + b?" problems through the same path
     with the tiny model's tokenizer; train.parquet and an 8-row val.parquet."""
     rng = random.Random(seed)
-    records = []
-    for _ in range(count):
-        a, b = rng.randint(1, 50), rng.randint(1, 50)
-        records.append({"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"})
+    pairs = [(rng.randint(1, 50), rng.randint(1, 50)) for _ in range(count)]
+    records = [{"problem": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a + b}"} for a, b in pairs]
     return build(out_dir, records, tokenizer_dir, max_prompt_tokens, val_rows=8, data_source=task.SMOKE_DATA_SOURCE)
 
 

@@ -1,10 +1,6 @@
-"""The five math evaluation sets -> one verl test parquet (docs/data.md "math_eval").
-
-AIME 2024, AMC 2022/23, MATH-500, Minerva, OlympiadBench (1,560 rows from DeepScaleR's local copy); data_source
-names the benchmark. Prompt: the training prompt (tasks.math). Ground truth: the first accepted answer by the rule
-data prep, reward and evaluation share (tasks.math_answers); every listed form is in
-``extra_info["answer_alternatives"]``. Sources: ``--source DIR`` with DeepScaleR's files, or the hub (BENCHMARKS).
-"""
+"""The five math evaluation sets (AIME 2024, AMC 2022/23, MATH-500, Minerva, OlympiadBench) -> one verl test
+parquet, data_source naming the benchmark, every accepted answer in ``extra_info["answer_alternatives"]``
+(docs/data.md "math_eval")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Offline assets a training run builds before it starts (`run.assets`, `run.model_assets`; registered by task).
-
-Each builder is `fn(assets_dir, output_root)`: it writes the run's data into `assets_dir` or, for a model
-(`tiny_model`, ...), the variant's build under `<output_root>/assets/<folder>` (where conf/model/tiny*.yaml look)
-and returns the model folder; a complete earlier build is reused.
-"""
+"""Offline assets a training run builds before it starts (`run.assets`, `run.model_assets`; registered by task):
+each builder `fn(assets_dir, output_root)` writes the run's data into `assets_dir`, or a model variant under
+`<output_root>/assets/<folder>` (where conf/model/tiny*.yaml look) and returns its folder; complete builds are
+reused."""
 
 from __future__ import annotations
 
@@ -37,5 +35,4 @@ tiny_length_model = _builder("smoke_length", "smoke_length")
 def smoke_math(assets_dir: str | Path, output_root: str | Path) -> None:
     """The CPU math smoke run: the tiny model, then synthetic problems through `data_prep deepscaler`."""
     from data_prep import deepscaler
-
     deepscaler.build_smoke(assets_dir, tiny_model(None, output_root))

@@ -119,7 +119,6 @@ def train_tokenizer(corpus: list[str]):
     folder as a Qwen2Tokenizer, which rebuilds exactly those); returns a PreTrainedTokenizerFast."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -150,7 +149,6 @@ def warm_start(model, tokenizer, records: list[dict], seed: int, steps: int) -> 
     """Seeded supervised fine-tune on the outputs (loss on the answer and <|im_end|> only; shuffled batches of
     WARM_START's size, reshuffled each pass); returns the loss summary for the data card."""
     import torch
-
     examples = [(prompt_ids(tokenizer, messages(r)),
                  tokenizer(r["output"] + "<|im_end|>", add_special_tokens=False)["input_ids"]) for r in records]
     torch.manual_seed(seed)
@@ -197,7 +195,6 @@ def group_density(values: list[float], group: int) -> float:
 def response_tokens(responses, eos_token_id):
     """Tokens per sampled response [N], up to and including its first stop token (generate pads after it)."""
     import torch
-
     stops = torch.isin(responses, torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]))
     first = stops.int().argmax(1) + 1
     return torch.where(stops.any(1), first, torch.full_like(first, responses.shape[1]))
@@ -206,7 +203,6 @@ def response_tokens(responses, eos_token_id):
 def generate(model, tokenizer, prompts: list[list[dict]], group: int, seed: int, max_new_tokens: int):
     """``group`` samples per prompt at T = 1 (top-p 1, no top-k): (texts, response tokens)."""
     import torch
-
     tokenizer.padding_side = "left"  # the probe's tokenizer, loaded after the model folder was written
     batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_tensors="pt",
                                           return_dict=True)
@@ -224,7 +220,6 @@ def measure_format_rate(model, tokenizer, records: list[dict], seed: int,
     """Sample each prompt ``group`` times at T = 1, score with rewards.toolrl.score: the format rate and, per
     channel, how many prompt groups hold differing rewards (only those carry a learning signal)."""
     from rewards.toolrl import score
-
     texts, counts = generate(model, tokenizer, [messages(r) for r in records], group, seed,
                              FORMAT_PROBE["max_new_tokens"])
     scores = [{key: float(value) for key, value in score(text, records[i // group]["output"]).items()}
@@ -255,7 +250,6 @@ def token_lengths(tokenizer, records: list[dict], check: bool = True) -> dict:
 def load(model_dir):
     """(model, tokenizer) from a smoke model folder, offline, the way the training run loads them."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     return AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval(), tokenizer
 
@@ -276,7 +270,6 @@ def build_variant(name: str, out_dir, seed: int, force: bool, options: dict, ver
     options and code version is reused unless ``force``; else ``build_into(staging)`` (-> the data card's fields)
     runs in an atomic staging folder, torch on WARM_START's threads and deterministic ops (restored after)."""
     import torch
-
     out_dir = Path(out_dir).absolute()
     paths = {"model_dir": str(out_dir / "model"), **{split: str(out_dir / f"{split}.parquet") for split in splits}}
     expect = {"dataset": name, "seed": seed, "code_version": version, "build_options": options}
@@ -302,7 +295,6 @@ def train_model(staging: Path, tokenizer, records: list[dict], seed: int, steps:
     import tokenizers
     import torch
     import transformers
-
     model = new_model(tokenizer, seed)
     warm = warm_start(model, tokenizer, records, seed, steps)
     end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")

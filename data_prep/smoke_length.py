@@ -1,10 +1,6 @@
-"""The length smoke variant (docs/data.md "smoke_length"), for the length race: the math regime at toy scale, a
-dense correctness reward beside a length reward active in few groups.
-
-Synthetic sums; one problem in 1 / CHECK_SHARE asks for a check, and its warm-start target adds one or two re-check
-lines after the boxed answer (TAIL_LINES): LENGTH_LIMIT sits between the two, so length violations concentrate on
-that family, and a re-check line holds no boxed answer, so correctness is decided before the tail.
-"""
+"""The length smoke variant (docs/data.md "smoke_length"), for the length race: synthetic sums, correctness dense;
+one problem in 1 / CHECK_SHARE asks for a check and its target adds re-check lines after the boxed answer
+(TAIL_LINES), LENGTH_LIMIT between one and two lines: length violations concentrate on that family."""
 
 from __future__ import annotations
 
@@ -75,7 +71,6 @@ def to_rows(items: list[dict], split: str) -> list[dict]:
 def sample(model, tokenizer, items: list[dict], group: int, seed: int) -> list[dict]:
     """``group`` responses per problem at T = 1, each with its text, tokens and channels (also without the tail)."""
     from rewards import math as math_reward
-
     texts, counts = smoke.generate(model, tokenizer, [task.prompt_messages(item["problem"]) for item in items], group,
                                    seed, MAX_RESPONSE_TOKENS)
     out = []

@@ -1,10 +1,6 @@
-"""The sparse-format smoke variant (docs/data.md "smoke_sparse"), for the toy headline race: a rare and sparse
-format reward beside a correctness reward that varies within most groups.
-
-Warm-start targets are the ground truth followed by SIGN_OFF (ToolRL's format requires the text to end at its last
-block), except a seeded ``clean_share``: the format decision comes after the calls, so format and correctness stay
-independent. The parquet rows keep the true ground truths.
-"""
+"""The sparse-format smoke variant (docs/data.md "smoke_sparse"), for the toy headline race: warm-start targets
+end in SIGN_OFF (the wrong format) except a seeded ``clean_share``, decided after the calls so that format and
+correctness stay independent; the parquet rows keep the true ground truths."""
 
 from __future__ import annotations
 

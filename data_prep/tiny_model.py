@@ -1,8 +1,5 @@
-"""The suite's one tiny-model builder: a randomly initialised, seeded Qwen2ForCausalLM of a given shape.
-
-`data_prep.smoke` builds the smoke run's model with it; tests that need another shape pass `shape` (Qwen2 config
-fields; missing ones as in SMOKE_SHAPE).
-"""
+"""The suite's one tiny-model builder: a randomly initialised, seeded Qwen2ForCausalLM of a given shape (the smoke
+model's, SMOKE_SHAPE, unless `shape` overrides some fields)."""
 
 from __future__ import annotations
 
@@ -17,7 +14,6 @@ def tiny_qwen2(vocab_size: int, *, shape: dict | None = None, seed: int = 0, tie
     """A Qwen2ForCausalLM of `shape`, seeded; `token_ids` (bos/eos/pad_token_id) go to its config."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
     config = Qwen2Config(vocab_size=vocab_size, tie_word_embeddings=tie_word_embeddings, rms_norm_eps=1e-6,
                          rope_theta=10000.0, **token_ids, **{**SMOKE_SHAPE, **(shape or {})})
     config.architectures = ["Qwen2ForCausalLM"]

@@ -1,11 +1,5 @@
-"""ToolRL (rlla_4k) -> verl train/test parquet with the official split (docs/data.md "toolrl").
-
-Split rule of ToolRL's own preprocessing: ``np.random.seed(31415)``, ``np.random.shuffle``, the last
-``int(0.02 * n)`` rows held out (4,000 -> 3,920 / 80). Rows are field for field ToolRL's (ability "math" too).
-Rows whose fields are not non-empty strings are dropped AFTER the split and counted. No length filter, as the
-authors ran it (conf/task/toolrl.yaml truncates from the left); the card counts ground truths the original scorer
-cannot read.
-"""
+"""ToolRL (rlla_4k) -> verl train/test parquet (docs/data.md "toolrl"): ToolRL's own split (seed 31415, the last
+2% held out), rows field for field ToolRL's, malformed rows dropped after the split and counted, no length filter."""
 
 from __future__ import annotations
 
@@ -52,7 +46,6 @@ def to_rows(records: list[dict], split: str, filters: FilterLog) -> list[dict]:
 def scorer_unreadable(rows: list[dict]) -> int:
     """Rows whose ground truth holds a tool call the original scorer cannot read (it raises on them)."""
     from rewards.toolrl import reference_calls
-
     count = 0
     for row in rows:
         truth = row["reward_model"]["ground_truth"]

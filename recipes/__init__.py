@@ -31,8 +31,7 @@ def load(name: str):
         module = load_ref(name)
     except ValueError as error:
         raise KeyError(f"recipe {name!r}: {error}") from None
-    missing = [attribute for attribute in RECIPE_ATTRIBUTES if not hasattr(module, attribute)]
-    if missing:
+    if missing := [attribute for attribute in RECIPE_ATTRIBUTES if not hasattr(module, attribute)]:
         raise KeyError(f"recipe {name!r} defines no {', '.join(missing)} (a recipe module defines "
                        f"{', '.join(RECIPE_ATTRIBUTES)})")
     return module

@@ -20,15 +20,6 @@ LOG_FILES = ("metrics.jsonl", "run_info.json")
 STATIC_WEIGHTS = "algorithm.dara.weights=[1.0,5.0]"  # the authors' fixed weights, in the channels' order
 
 
-def settings_overrides(settings: dict) -> tuple[str, ...]:
-    return (f"trainer.total_training_steps={int(settings['steps'])}",
-            f"actor_rollout_ref.rollout.temperature={float(settings['temperature'])}",
-            f"actor_rollout_ref.rollout.n={int(settings['group_size'])}",
-            f"data.train_batch_size={int(settings['prompts_per_step'])}",
-            f"trainer.save_freq={int(settings['save_freq'])}",
-            "trainer.max_actor_ckpt_to_keep=1")
-
-
 def load_protocol(path) -> dict:
     try:
         return headline.load_protocol(path)
@@ -90,7 +81,12 @@ class Race:
         return PROJECT_ROOT / "results" / self.NAME / "logs"
 
     def run(self, method: str, seed: int, protocol: dict) -> Run:
-        extra = ((STATIC_WEIGHTS,) if method.startswith("static_") else ()) + settings_overrides(protocol)
+        extra = ((STATIC_WEIGHTS,) if method.startswith("static_") else ()) + (
+            f"trainer.total_training_steps={int(protocol['steps'])}",
+            f"actor_rollout_ref.rollout.temperature={float(protocol['temperature'])}",
+            f"actor_rollout_ref.rollout.n={int(protocol['group_size'])}",
+            f"data.train_batch_size={int(protocol['prompts_per_step'])}",
+            f"trainer.save_freq={int(protocol['save_freq'])}", "trainer.max_actor_ckpt_to_keep=1")
         return grid(self.task, [self.model], [method], "cpu", [seed], output_root=f"outputs/{self.NAME}",
                     extra=extra)[0]
 

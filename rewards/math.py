@@ -1,7 +1,6 @@
-"""Math reward channels (docs/rewards.md "Math"): correctness in {0, 1} by verl's Hendrycks MATH grader (the
-paper's) on the whole text against the answer's one graded string (tasks.math_answers.reference_answer), and
-length in {0, 1}: 1 if the rollout's response token count is at most ``max_tokens``; `score_conditioned`
-counts length only when the answer is correct."""
+"""Math reward channels (docs/rewards.md "Math"): correctness in {0, 1} by verl's Hendrycks MATH grader on the
+whole text against the answer's graded string (tasks.math_answers), length in {0, 1}: at most ``max_tokens``
+response tokens; `score_conditioned` counts length only when the answer is correct."""
 
 from __future__ import annotations
 

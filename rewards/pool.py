@@ -1,12 +1,11 @@
 """A process pool with a hard per-item time limit, safe to use from any thread, Ray actors included.
 
 concurrent.futures and multiprocessing.Pool cannot stop one running item, and signals only work in a main thread
-(a C-level loop holding the interpreter lock also starves any watchdog thread of its process). Here each item runs
-in a worker process; the owner's thread serving that worker kills it (SIGKILL) when the item passes its deadline,
-reports the item as timed out and starts a replacement. A worker is handed an item only when idle and after it has
-imported `preload`, so the deadline never counts queueing or start-up. Workers come from a forkserver (forking a
-threaded process such as a Ray actor can deadlock the child), which imports `preload` once, so replacements start
-in milliseconds.
+(a C loop holding the GIL also starves a watchdog thread). Here the owner's thread serving a worker process kills
+it (SIGKILL) when its item passes the deadline, reports a timeout and starts a replacement. A worker gets an item
+only when idle and after importing `preload` (the deadline never counts queueing or start-up); workers come from a
+forkserver (forking a threaded process such as a Ray actor can deadlock the child) that imported `preload` once,
+so replacements start in milliseconds.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""A reward module's declaration (its channels and their ranges, by name) and the check of what it returns.
-
-A module given as `reward.custom_reward_function.path` / `.name` defines verl's `compute_score(data_source,
-solution_str, ground_truth, extra_info=None, **kwargs)` returning {"score", <channel>: value, ...} and declares its
-channels once: `REWARD_CHANNELS = {name: (low, high)}`, or `reward_channels(data_source, reward_kwargs)` where they
-depend on the data_source or the options (docs/own_experiment.md). The declaration is the run's
-`algorithm.reward_channels` and `algorithm.dara.reward_ranges`; `check_result` holds every scored item to it.
-"""
+"""A reward module's declaration (its channels and their ranges, by name) and the check of what it returns. A module
+of your own (`reward.custom_reward_function.path` / `.name`; docs/own_experiment.md) defines verl's `compute_score`
+and declares `REWARD_CHANNELS = {name: (low, high)}`, or `reward_channels(data_source, reward_kwargs)`: the run's
+`algorithm.reward_channels` and `algorithm.dara.reward_ranges`; `check_result` holds every scored item to it."""
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ DECLARE_FUNCTION = "reward_channels"
 PKG_PREFIX = "pkg://"  # a module path verl loads by import (reward.custom_reward_function.path)
 SCORE_KEY = "score"
 # Per-item flags the project's reward manager adds to reward_extra_info (counts, not channels).
-TIMEOUT_KEY = "reward_timeout"
-ERROR_KEY = "reward_error"
+TIMEOUT_KEY, ERROR_KEY = "reward_timeout", "reward_error"
 RESERVED = frozenset({SCORE_KEY, TIMEOUT_KEY, ERROR_KEY})  # no channel may take these names
 CHANNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # reward_kwargs that are the reward manager's pool's own (`RewardOptions` fields), never passed to your module
@@ -67,9 +62,8 @@ def merged_reward_kwargs(manager_kwargs: Mapping, function_kwargs: Mapping) -> d
     different values in both is an error naming it."""
     clashes = sorted(k for k in manager_kwargs.keys() & function_kwargs.keys() if manager_kwargs[k] != function_kwargs[k])
     if clashes:
-        raise ValueError(
-            f"reward option(s) {clashes} differ between reward.reward_kwargs and custom_reward_function.reward_kwargs"
-        )
+        raise ValueError(f"reward option(s) {clashes} differ between reward.reward_kwargs and "
+                         "custom_reward_function.reward_kwargs")
     return {**manager_kwargs, **function_kwargs}
 
 
@@ -139,21 +133,18 @@ def load_reward_spec(path: str | Path, function: str = "compute_score", data_sou
     scorer = getattr(module, function, None)
     if not callable(scorer):
         raise RewardSpecError(f"{where} has no function {function!r} (reward.custom_reward_function.name)")
-    _check_signature(scorer, where, function)
-    channels = declared_channels(module, data_source, reward_kwargs, where)
-    return RewardSpec(str(Path(path).expanduser().resolve()), function, channels)
-
-
-def _check_signature(scorer: Any, where: str, function: str) -> None:
     try:
         signature = inspect.signature(scorer)
-    except (TypeError, ValueError):
-        return
+    except (TypeError, ValueError):  # no signature to check (a builtin)
+        signature = None
     try:
-        signature.bind("data_source", "solution_str", "ground_truth", extra_info=None)
+        if signature is not None:
+            signature.bind("data_source", "solution_str", "ground_truth", extra_info=None)
     except TypeError:
         raise RewardSpecError(f"{where}: {function}{signature} cannot be called as verl calls it, "
                               f"{function}(data_source, solution_str, ground_truth, extra_info=None)") from None
+    channels = declared_channels(module, data_source, reward_kwargs, where)
+    return RewardSpec(str(Path(path).expanduser().resolve()), function, channels)
 
 
 def check_result(result: Any, channels: Ranges) -> dict[str, float]:
@@ -162,12 +153,10 @@ def check_result(result: Any, channels: Ranges) -> dict[str, float]:
     if not isinstance(result, Mapping):
         raise RewardContractError(f"compute_score returned {type(result).__name__} {result!r}, not a dict with "
                          f"'score' and the channels {list(channels)}")
-    undeclared = sorted(set(result) - set(channels) - {SCORE_KEY})
-    if undeclared:
+    if undeclared := sorted(set(result) - set(channels) - {SCORE_KEY}):
         raise RewardContractError(f"compute_score returned key(s) {undeclared} that {DECLARATION} does not declare "
                          f"(declared: {list(channels)})")
-    missing = [key for key in (SCORE_KEY, *channels) if key not in result]
-    if missing:
+    if missing := [key for key in (SCORE_KEY, *channels) if key not in result]:
         raise RewardContractError(f"compute_score returned no {missing} (returned {sorted(result)})")
     out = {}
     for key in (SCORE_KEY, *channels):
@@ -216,7 +205,6 @@ def probe(spec: RewardSpec, kwargs: Mapping, rows: list[tuple[str, Any, Mapping 
     the run's time limit. A broken declaration on any item, or a failure on every item, raises RewardSpecError
     naming the module; returns the number of items that scored."""
     from rewards.pool import OK, HardTimeoutPool
-
     items = [(source, response, truth, extra) for source, truth, extra in rows
              for response in (truth if isinstance(truth, str) else str(truth), "")]
     with HardTimeoutPool(1, timeout_s, preload=("rewards.spec",)) as pool:

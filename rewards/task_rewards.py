@@ -1,9 +1,6 @@
-"""The scorers of the project's tasks, as the task registry names them (`tasks.registry.TaskSpec.reward`).
-
-A `TaskReward` declares its channels with their ranges BY NAME (`channels(options)`: the one place a range is
-written; `algorithm.dara.reward_ranges` is derived from it), scores one item (`score`) and says what an item scores
-when its scoring timed out or failed (`fallback`); `options` is a `rewards.verl_entry.RewardOptions`.
-"""
+"""The scorers of the project's tasks (`tasks.registry.TaskSpec.reward`). A `TaskReward` declares its channels with
+their ranges BY NAME (`channels(options)`: the one place a range is written; `algorithm.dara.reward_ranges` derives
+from it), scores one item and gives the fallback of a timed-out or failed one; `options`: a `RewardOptions`."""
 
 from __future__ import annotations
 

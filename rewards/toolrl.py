@@ -1,11 +1,7 @@
-"""ToolRL reward channels with the original ToolRL scorer's semantics, in linear time (docs/rewards.md).
-
-The authors trained with ``verl.utils.reward_score.rlla``; these channels give its values case by case (the tests
-compare them). format in {0, 1}; correctness in [-3, 3] (0 without a ground-truth call; the lines of the block
-after the FIRST "<tool_call>" anywhere, -3 when a tag is missing or anything raises while scoring); length in
-{0, 1} (three-reward study: the LAST think span has at most 16 words). Tags are located with str.find /
-str.count, not the scorer's lazy regex (quadratic on repeated tags). The protocol lives in ``tasks.toolrl``.
-"""
+"""ToolRL reward channels with the original scorer's values (``verl.utils.reward_score.rlla``, compared case by case
+in the tests; docs/rewards.md "Rules as implemented"): format in {0, 1}, correctness in [-3, 3], length in {0, 1}
+(three-reward study), in linear time: tags are located with str.find / str.count, not the scorer's lazy regex
+(quadratic on repeated tags). The protocol lives in ``tasks.toolrl``."""
 
 from __future__ import annotations
 
@@ -16,12 +12,8 @@ from typing import Any
 
 from tasks import toolrl as protocol
 
-FORMAT_CHANNEL = "format"
-CORRECTNESS_CHANNEL = "correctness"
-LENGTH_CHANNEL = "length"
-
-MAX_CORRECTNESS = 3.0
-MIN_CORRECTNESS = -3.0
+FORMAT_CHANNEL, CORRECTNESS_CHANNEL, LENGTH_CHANNEL = "format", "correctness", "length"
+MIN_CORRECTNESS, MAX_CORRECTNESS = -3.0, 3.0
 THINK_WORD_LIMIT = 16
 
 
@@ -50,10 +42,10 @@ def match_score(reference: Sequence[Any], predicted: Sequence[Any]) -> float:
 def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
     """Correctness in [-3, 3] of parsed call lists; raises where the scorer raises (the caller scores -3).
 
-    +3 for equal lists. Else score = match(names) + for each ground-truth call, in order, the first best
-    unused predicted call of the same name (only a positive value counts), valued match(param keys) +
-    number of equal values; reward = 6 * score / S_max - 3, S_max = 1 + sum of (1 + number of params).
-    A predicted call's "parameters" is read only when its name equals the ground-truth call's."""
+    +3 for equal lists. Else score = match(names) + for each ground-truth call, in order, the first best unused
+    predicted call of the same name (only a positive value counts), valued match(param keys) + number of equal
+    values; reward = 6 * score / S_max - 3, S_max = 1 + sum of (1 + number of params). A predicted call's
+    "parameters" is read only when its name equals the ground-truth call's."""
     if reference_calls == predicted_calls:
         return MAX_CORRECTNESS
     score = match_score([c["name"] for c in reference_calls], [c["name"] for c in predicted_calls])
@@ -68,10 +60,8 @@ def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
                 continue
             predicted_params = predicted["parameters"]
             value = match_score(list(reference_params.keys()), list(predicted_params.keys()))
-            value += sum(
-                1.0 for key, expected in reference_params.items()
-                if key in predicted_params and predicted_params[key] == expected
-            )
+            value += sum(1.0 for key, expected in reference_params.items()
+                         if key in predicted_params and predicted_params[key] == expected)
             if value > best_value:
                 best_index, best_value = index, value
         if best_index >= 0:
@@ -81,9 +71,8 @@ def call_list_reward(reference_calls: list, predicted_calls: list) -> float:
 
 
 def reference_calls(ground_truth: str) -> list:
-    """The ground truth's calls (first block, one JSON value per line; [] without a "<tool_call>"). A line
-    that is not JSON raises ValueError naming the ground truth: bad data, which the scorer does not
-    survive either."""
+    """The ground truth's calls (first block, one JSON value per line; [] without a "<tool_call>"). A line that is
+    not JSON raises ValueError naming the ground truth: bad data, which the scorer does not survive either."""
     block = protocol.first_call_block(ground_truth, require_close=False)
     if block is None:
         return []
@@ -127,18 +116,14 @@ def score_channels(response: str, ground_truth: str, channels: Sequence[str]) ->
     """`score`'s values of `channels` only (a caller with one function per channel, as TRL's reward
     functions are, scores each channel once rather than all of them in every function)."""
     if not isinstance(response, str) or not isinstance(ground_truth, str):
-        raise TypeError(
-            f"response and ground_truth must be str, got {type(response).__name__}, {type(ground_truth).__name__}"
-        )
+        raise TypeError(f"response and ground_truth must be str, got {type(response).__name__}, "
+                        f"{type(ground_truth).__name__}")
     text = protocol.assistant_text(response)
     return {channel: _CHANNEL_REWARDS[channel](text, ground_truth) for channel in channels}
 
 
-_CHANNEL_REWARDS = {
-    FORMAT_CHANNEL: format_reward,
-    CORRECTNESS_CHANNEL: correctness_reward,
-    LENGTH_CHANNEL: lambda text, ground_truth: think_length_reward(text),
-}
+_CHANNEL_REWARDS = {FORMAT_CHANNEL: format_reward, CORRECTNESS_CHANNEL: correctness_reward,
+                    LENGTH_CHANNEL: lambda text, ground_truth: think_length_reward(text)}
 
 
 def fallback_score(*, length_channel: bool = False) -> dict[str, float]:

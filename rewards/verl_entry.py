@@ -1,13 +1,10 @@
-"""verl entry: `compute_score` for verl's reward loop, and the per-sample scorer the parallel manager runs.
+"""verl entry (docs/rewards.md): `compute_score(data_source, solution_str, ground_truth, extra_info=None,
+**options)` -> {"score": sum of the channels, <channel>: value, ...}, scored by the task registered for the
+data_source (`tasks.registry`); options: `RewardOptions` (an unknown one is an error). Also the per-sample scorer
+the parallel manager runs."""
 
-`compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)` returns {"score": sum of the
-channels, <channel>: value, ...}; a row's task is the one registered for its data_source (`tasks.registry`), whose
-scorer (`rewards.task_rewards`) declares the channels. Options: `RewardOptions` (an unknown one is an error).
-docs/rewards.md.
-"""
-
-# No `from __future__ import annotations`: verl loads this file by path as a module missing from
-# sys.modules, where @dataclass cannot resolve string annotations.
+# No `from __future__ import annotations`: verl loads this file by path as a module missing from sys.modules,
+# where @dataclass cannot resolve string annotations.
 import atexit
 import logging
 import threading
@@ -32,8 +29,7 @@ POOL_PRELOAD = ("rewards.verl_entry",)  # every pool worker imports it before ta
 
 @dataclass(frozen=True)
 class RewardOptions:
-    """Reward options from config (`reward_kwargs`), each described in docs/rewards.md "Options"
-    (num_processes None: the CPUs this process may use, at most 16)."""
+    """Reward options from config (`reward_kwargs`; docs/rewards.md "Options")."""
 
     toolrl_length_channel: bool = False
     math_length_conditioned: bool = False
@@ -43,12 +39,10 @@ class RewardOptions:
     num_processes: int | None = None
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any] | None) -> "RewardOptions":
-        """Options from a reward_kwargs mapping; an unknown key raises, naming it."""
+    def from_kwargs(cls, kwargs: Mapping[str, Any] | None) -> "RewardOptions":  # an unknown key raises, naming it
         kwargs = dict(kwargs or {})
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known - _VERL_EXTRA_KWARGS)
-        if unknown:
+        if unknown := sorted(set(kwargs) - known - _VERL_EXTRA_KWARGS):
             raise TypeError(f"unknown reward option(s) {unknown}; known: {sorted(known)}")
         options = cls(**{key: value for key, value in kwargs.items() if key in known})
         options.validate()
@@ -62,17 +56,15 @@ class RewardOptions:
             if not ok:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
 
-    def pool_size(self) -> int:
+    def pool_size(self) -> int:  # num_processes None: the CPUs this process may use, at most 16
         return int(self.num_processes) if self.num_processes is not None else min(available_cpus(), 16)
 
 
-def task_of(data_source: str) -> str:
-    """The registered task's name for a data_source; any other source is an error naming it."""
+def task_of(data_source: str) -> str:  # an unregistered source is an error naming it
     return task_for_source(data_source).name
 
 
-def task_reward(data_source: str):
-    """The registered scorer (`rewards.task_rewards.TaskReward`) of a data_source's task."""
+def task_reward(data_source: str):  # the `rewards.task_rewards.TaskReward` of the source's task
     return load_ref(task_for_source(data_source).reward)
 
 
@@ -82,13 +74,11 @@ def reward_channels(data_source: str, reward_kwargs: Mapping[str, Any] | None = 
     return task_reward(data_source).channels(RewardOptions.from_kwargs(reward_kwargs))
 
 
-def channel_names(data_source: str, options: RewardOptions | None = None) -> tuple[str, ...]:
-    """The reward channels of a data_source, in order (the keys of compute_score minus "score")."""
+def channel_names(data_source: str, options: RewardOptions | None = None) -> tuple[str, ...]:  # in order
     return tuple(task_reward(data_source).channels(options or RewardOptions()))
 
 
 def with_total(channels: dict[str, float]) -> dict[str, float]:
-    """{"score": sum of the channels, **channels}."""
     return {SCORE_KEY: float(sum(channels.values())), **{key: float(value) for key, value in channels.items()}}
 
 
@@ -103,8 +93,8 @@ def score_sample(data_source: str, solution_str: str, ground_truth: Any, respons
 
 
 def fallback_sample(data_source: str, response_tokens: int | None, options: RewardOptions) -> dict[str, float]:
-    """What a sample scores when its scoring timed out or failed: the task's fallback (each channel's lowest
-    value, except the math length channel, which the token count decides)."""
+    """A sample whose scoring timed out or failed: each channel's lowest value, except the math length channel
+    (decided by the token count)."""
     return with_total(task_reward(data_source).fallback(response_tokens, options))
 
 
@@ -126,8 +116,7 @@ _shared_pools: dict[tuple[int, float], HardTimeoutPool] = {}
 
 
 def shared_pool(options: RewardOptions) -> HardTimeoutPool:
-    """This process's pool for the options' size and time limit, started on first use and shared by every
-    caller with the same two settings."""
+    """This process's pool for the options' size and time limit, started on first use, shared by every caller."""
     key = (options.pool_size(), float(options.timeout_s))
     with _pool_lock:
         if key not in _shared_pools or _shared_pools[key].closed:

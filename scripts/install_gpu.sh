@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
-# The GPU install (docs/experiments.md, "GPU install"): `make install GPU=1 [CUDA=12.9|13.0] [WHEELS=DIR]
-# [FLASH_ATTN_WHEEL=FILE|URL]` runs `install`: the CUDA line from the driver (its lock constraints/gpu-cu1xx.txt),
-# torch, vllm, the project with verl, flash-attn from a prebuilt wheel only, bfcl-eval --no-deps, a summary.
-# `make flash-attn` runs `flash-attn`: a source build against the installed torch. DRY_RUN=1 prints the commands.
+# The GPU install (docs/experiments.md, "GPU install": the variables and steps): `make install GPU=1` runs
+# `install`, `make flash-attn` runs `flash-attn` (a source build against the installed torch).
 set -uo pipefail
 
 ACTION="${1:-install}"

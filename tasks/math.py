@@ -1,10 +1,6 @@
-"""The math task protocol (DeepScaleR setup): what the model sees and how its output is scored, defined once for
-data_prep, rewards and the evaluation.
-
-Prompt (training and evaluation alike, the authors' code): no system message, one user turn holding the stripped
-problem followed by ``PROMPT_SUFFIX``. Reward channels: correctness in {0, 1} (verl's Hendrycks MATH grader by
-default) and length in {0, 1} (at most ``LENGTH_LIMIT`` response tokens, EOS included).
-"""
+"""The math task protocol (DeepScaleR setup), defined once for data_prep, rewards and the evaluation: the prompt
+(no system message; the stripped problem, then ``PROMPT_SUFFIX``) and the reward channels, correctness in {0, 1}
+(verl's Hendrycks MATH grader) and length in {0, 1} (at most ``LENGTH_LIMIT`` response tokens, EOS included)."""
 
 from __future__ import annotations
 
@@ -45,13 +41,10 @@ def check_grader(grader: str) -> str:
 
 
 SPEC = register_task(TaskSpec(
-    name="math",
-    data_sources=(DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS),
-    reward="rewards.task_rewards:MATH",
+    name="math", data_sources=(DATA_SOURCE, SMOKE_DATA_SOURCE, *BENCHMARKS), reward="rewards.task_rewards:MATH",
     datasets={"deepscaler": "data_prep.deepscaler", "math_eval": "data_prep.math_eval",
               "smoke_length": "data_prep.smoke_length"},
     assets={"smoke_math": "data_prep.run_assets:smoke_math", "smoke_length": "data_prep.run_assets:smoke_length",
             "tiny_length_model": "data_prep.run_assets:tiny_length_model"},
     evaluations={"math": "results.evaluation.benches:MATH"},
-    description="math reasoning with a length constraint, DeepScaleR setup (five benchmarks)",
-))
+    description="math reasoning with a length constraint, DeepScaleR setup (five benchmarks)"))

@@ -1,11 +1,6 @@
-"""Math ground truths: a benchmark's native answer -> the one string every grader compares against.
-
-One rule (``RULE``; docs/data.md "math_eval"), the authors' ``unwrap_math``, shared by data prep, the math reward
-and the evaluation: a list is graded against its FIRST item (the others are ``answer_alternatives``); an integral
-float is written as an integer; text is stripped, then up to three rounds remove outer ``$$..$$``, ``$..$``,
-``\\(..\\)``, ``\\[..\\]`` only when the inner text is non-empty and holds no such delimiter (so OlympiadBench's
-``"$69$,$84$"`` stays as it is). Unusable values raise ValueError: data prep drops such rows.
-"""
+"""Math ground truths: a benchmark's native answer -> the one string every grader compares against, by one rule
+(``RULE``, the authors' ``unwrap_math``; docs/data.md "math_eval") shared by data prep, the math reward and the
+evaluation. Unusable values raise ValueError: data prep drops such rows."""
 
 from __future__ import annotations
 

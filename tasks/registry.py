@@ -1,10 +1,6 @@
-"""The task registry: one `TaskSpec` per task, looked up by name or by a row's `data_source`.
-
-Tasks are the bottom layer (tasks < rewards, data_prep < dara < results): a task names its parts in higher layers
-by import path ("package.module:attribute"), loaded by their users (`load_ref`). The project's tasks register in
-their protocol modules (`BUILTIN`); another task registers with `register_task(TaskSpec(...))`
-(docs/own_experiment.md).
-"""
+"""The task registry: one `TaskSpec` per task, looked up by name or by a row's `data_source`. Tasks are the bottom
+layer (tasks < rewards, data_prep < dara < results): a task names its parts in higher layers by import path
+("package.module:attribute"), loaded by their users (`load_ref`); docs/own_experiment.md registers one."""
 
 from __future__ import annotations
 
@@ -66,8 +62,7 @@ def register_task(spec: TaskSpec) -> TaskSpec:
             raise ValueError(f"task {spec.name!r} is already registered with another spec")
         for other in _tasks.values():
             for part in ("data_sources", *PARTS):
-                clash = set(getattr(spec, part)) & set(getattr(other, part))
-                if clash:
+                if clash := set(getattr(spec, part)) & set(getattr(other, part)):
                     raise ValueError(f"task {spec.name!r}: {part} {sorted(clash)} already belong to task {other.name!r}")
         _tasks[spec.name] = spec
         return spec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from tasks.registry import TaskSpec, register_task
 
@@ -18,15 +17,6 @@ DATA_SOURCE = "rlla"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
-
-# The scorer's patterns (re.search, DOTALL, on the stripped assistant text) by the ground truth's (has tool call,
-# has response); ``matches_format`` implements them without a regex.
-FORMAT_PATTERNS = {
-    (True, False): r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>$",
-    (False, True): r"^<think>.*?</think>\n<response>.*?</response>$",
-    (True, True): r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>\n<response>.*?</response>$",
-    (False, False): r"^<think>.*?</think>$",
-}
 
 ASSISTANT_START, END_OF_TURN = "<|im_start|>assistant", "<|im_end|>"
 ABILITY = "math"  # as ToolRL's own parquet rows (its verl data template's), so ours equal them field for field
@@ -58,15 +48,11 @@ SYSTEM_FOOTER = (
 HISTORY_HEADER = "**Dialogue Records History**\n"
 
 
-def tool_entry(position: int, name: str, description: str, parameters: Any) -> str:
-    """One numbered tool: ``N. Name: ...\\nDescription: ...\\nParameters: {json}`` (no trailing newline)."""
-    return f"{position}. Name: {name}\nDescription: {description}\nParameters: {json.dumps(parameters)}"
-
-
 def tool_listing(tools: Sequence[dict]) -> str:
-    """The numbered tools ({name, description, parameters}), each entry ending in a newline."""
-    return "".join(tool_entry(i + 1, tool["name"], tool.get("description", ""), tool.get("parameters", {})) + "\n"
-                   for i, tool in enumerate(tools))
+    """The numbered tools ({name, description, parameters}), each as three lines "N. Name: ...", "Description:
+    ...", "Parameters: <json>"."""
+    return "".join(f"{i}. Name: {tool['name']}\nDescription: {tool.get('description', '')}\nParameters: "
+                   f"{json.dumps(tool.get('parameters', {}))}\n" for i, tool in enumerate(tools, 1))
 
 
 def system_prompt(tools: Sequence[dict]) -> str:
@@ -78,16 +64,12 @@ def user_turn(text: str) -> str:
     return f"{HISTORY_HEADER}<user> {text} </user>"
 
 
-def tool_call_block(calls: Sequence[dict]) -> str:
-    lines = "\n".join(json.dumps({"name": c["name"], "parameters": c["parameters"]}) for c in calls)
-    return f"{TOOL_CALL_OPEN}\n{lines}\n{TOOL_CALL_CLOSE}"
-
-
 def render_output(think: str, calls: Sequence[dict] | None = None, response: str | None = None) -> str:
     """A ground-truth output: ``<think> ... </think>`` then the tool_call block and/or the response block."""
     parts = [f"{THINK_OPEN} {think} {THINK_CLOSE}"]
     if calls:
-        parts.append(tool_call_block(calls))
+        lines = "\n".join(json.dumps({"name": c["name"], "parameters": c["parameters"]}) for c in calls)
+        parts.append(f"{TOOL_CALL_OPEN}\n{lines}\n{TOOL_CALL_CLOSE}")
     if response is not None:
         parts.append(f"{RESPONSE_OPEN} {response} {RESPONSE_CLOSE}")
     return "\n".join(parts)
@@ -215,10 +197,9 @@ def bfcl_tools(functions: Sequence[dict]) -> list[dict]:
 
 
 def bfcl_system_prompt(functions: Sequence[dict]) -> str:
-    """The handler's system prompt: ``system_prompt(bfcl_tools(functions)) + "\\n"`` for a non-empty list."""
-    tools = bfcl_tools(functions)
-    entries = "\n".join(tool_entry(i + 1, t["name"], t["description"], t["parameters"]) for i, t in enumerate(tools))
-    return SYSTEM_HEADER + entries + "\n" + SYSTEM_FOOTER + "\n"
+    """The handler's system prompt: ``system_prompt(bfcl_tools(functions)) + "\\n"`` (one more newline before the
+    footer for an empty list)."""
+    return SYSTEM_HEADER + (tool_listing(bfcl_tools(functions)) or "\n") + SYSTEM_FOOTER + "\n"
 
 
 def bfcl_user_prompt(history: Sequence[dict], multi_turn: bool) -> str:
@@ -253,10 +234,6 @@ def bfcl_more_functions_message(functions: Sequence[dict]) -> dict:
     return {"role": "user", "content": BFCL_MORE_FUNCTIONS_PROMPT.format(functions=list(functions))}
 
 
-def _is_none_call(name: str) -> bool:
-    return name.strip().lower() == "none"
-
-
 def decode_ast(text: str) -> list[dict]:
     """The handler's single-turn decoding: ``[{name: parameters}, ...]`` from the LAST tool_call block; unreadable
     lines skipped, calls named "none" dropped, values as parsed."""
@@ -265,7 +242,7 @@ def decode_ast(text: str) -> list[dict]:
         try:
             call = json.loads(line)
             name = call["name"]
-            if _is_none_call(name):
+            if name.strip().lower() == "none":
                 continue
             decoded.append({name: call["parameters"]})
         except Exception:  # the handler skips any line it cannot read
@@ -291,7 +268,7 @@ def decode_execute(text: str) -> list[str]:
         name, parameters = call.get("name", ""), call.get("parameters", {})
         if not isinstance(name, str):
             raise UndecodableCalls(f"a call's name is {type(name).__name__}, not a string: {line[:200]!r}")
-        if _is_none_call(name):
+        if name.strip().lower() == "none":
             continue
         if not isinstance(parameters, dict):
             raise UndecodableCalls(f"a call's parameters are not an object: {line[:200]!r}")
@@ -301,14 +278,11 @@ def decode_execute(text: str) -> list[str]:
 
 
 SPEC = register_task(TaskSpec(
-    name="toolrl",
-    data_sources=(DATA_SOURCE,),
-    reward="rewards.task_rewards:TOOLRL",
+    name="toolrl", data_sources=(DATA_SOURCE,), reward="rewards.task_rewards:TOOLRL",
     datasets={"toolrl": "data_prep.toolrl", "smoke": "data_prep.smoke", "smoke_sparse": "data_prep.smoke_sparse"},
     assets={"smoke": "data_prep.run_assets:smoke", "tiny_model": "data_prep.run_assets:tiny_model",
             "smoke_sparse": "data_prep.run_assets:smoke_sparse",
             "tiny_sparse_model": "data_prep.run_assets:tiny_sparse_model",
             "smoke_rare": "data_prep.run_assets:smoke_rare", "tiny_rare_model": "data_prep.run_assets:tiny_rare_model"},
     evaluations={"toolrl": "results.evaluation.benches:TOOLRL", "bfcl": "results.evaluation.benches:BFCL"},
-    description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)",
-))
+    description="tool calling, ToolRL setup (rlla_4k; BFCL v4 evaluation)"))
