@@ -35,7 +35,7 @@ def test_health_tells_a_live_a_dead_and_a_missing_server_apart_whatever_proxy_is
     assert isinstance(caught.value.__cause__, ValueError)
 
 
-def wait_for(condition, checks: int = 3000) -> None:
+def wait_for(condition, checks: int = 6000) -> None:
     for _ in range(checks):
         if condition():
             return
@@ -44,10 +44,10 @@ def wait_for(condition, checks: int = 3000) -> None:
 
 
 def started(health_server, run_dir):
-    """A watchdog thread polling every 0.25 s (also each poll's timeout: shorter ones read a loaded machine's healthy
-    server as unreachable), ending after 3 failed polls; `ended`: the exit codes it would end the process with."""
+    """A watchdog thread polling every 0.5 s (also each poll's timeout: 0.25 s read a healthy server as unreachable
+    while make test's two lanes and other jobs loaded the machine), ending after 3 failed polls; `ended`: the exit codes it would end the process with."""
     ended = []
-    watchdog = wd.EngineWatchdog("vllm", [health_server.address], run_dir, interval_s=0.25, failures=3,
+    watchdog = wd.EngineWatchdog("vllm", [health_server.address], run_dir, interval_s=0.5, failures=3,
                                  end_process=ended.append).start()
     return watchdog, ended
 
