@@ -95,6 +95,7 @@ def test_composition_errors_become_one_line_naming_the_override(override, line):
 
 
 @pytest.mark.slow  # a dara.train process (~9 s of imports) building the smoke assets
+@pytest.mark.starts  # past the checks it takes the host's weight-sync lock, which a training test may hold
 def test_verls_own_config_check_fails_in_one_line_before_ray(tmp_path, python_module):
     """Past the project's checks (theirs: test_cli_errors.py; run_info.json is written, the smoke assets built):
     verl's own validate_config, in one line after nothing but the asset build's progress bars."""
