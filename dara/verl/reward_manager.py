@@ -132,16 +132,23 @@ class DaraParallelRewardManager(RewardManagerBase):
     def _result(self, outcome: Outcome, data_source: str, response_tokens: int) -> dict[str, Any]:
         channels, timed_out, failed = verl_entry.resolve_outcome(
             outcome, data_source, lambda: self.scorer.fallback(data_source, response_tokens))
-        if failed and self.error_log is not None:  # its last error line, up to MAX_LOGGED_ERRORS of them
-            with self._log_lock:
-                if self._logged_errors < MAX_LOGGED_ERRORS:
-                    self._logged_errors += 1
-                    lines = [line.strip() for line in str(outcome.error).strip().splitlines() if line.strip()]
-                    self.error_log.parent.mkdir(parents=True, exist_ok=True)
-                    with open(self.error_log, "a") as handle:
-                        handle.write(f"{data_source}: {lines[-1] if lines else 'unknown error'}\n")
+        if failed:
+            self._log_error(data_source, outcome.error)
         extra = {**channels, TIMEOUT_KEY: float(timed_out), ERROR_KEY: float(failed)}
         return {"reward_score": channels[SCORE_KEY], "reward_extra_info": extra}
+
+    def _log_error(self, data_source: str, error: str) -> None:
+        """The error's last line, up to MAX_LOGGED_ERRORS of them."""
+        if self.error_log is None:
+            return
+        with self._log_lock:
+            if self._logged_errors >= MAX_LOGGED_ERRORS:
+                return
+            self._logged_errors += 1
+            lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+            self.error_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.error_log, "a") as handle:
+                handle.write(f"{data_source}: {lines[-1] if lines else 'unknown error'}\n")
 
     async def run_single(self, data: DataProto) -> dict:
         item = data[-1:][0]  # multi-sequence outputs: the last sequence carries the reward, as in verl's managers

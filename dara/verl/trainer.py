@@ -107,8 +107,13 @@ class DaraTrainer(PPOTrainerSync):
         buffer = rounds.build_rounds_buffer(self, settings) if settings else self.replay_buffer
         self.replay_buffer = prefilter.with_prefilter_metrics(buffer, self._reward_channels(required=False))
 
-    # verl branches on the name ("sync": replay buffer, refill, checkpoints) and sets it to the registered one
-    trainer_mode = property(lambda self: "sync", lambda self, _registered_name: None)
+    @property
+    def trainer_mode(self) -> str:  # verl branches on the name ("sync": replay buffer, refill, checkpoints)
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, _registered_name: str) -> None:
+        pass
 
     @property
     def logger(self):
@@ -146,16 +151,20 @@ class DaraTrainer(PPOTrainerSync):
         if self.config.actor_rollout_ref.rollout.agent.default_agent_loop == SEEDED_AGENT:
             self.val_dataloader = ValidationTagged(self.val_dataloader)  # validation seeded apart from training
         self.run_log = RunLog.from_config(self.config, resumed_step=self.global_steps)
-        # watch the rollout servers; run.engine_watchdog_s=0 turns it off
+        self.engine_watchdog = self._start_engine_watchdog()
+        if _run_key(self.config, "output_dir"):
+            placement.record_placement(self, self.config.run.output_dir, "start")
+
+    def _start_engine_watchdog(self) -> EngineWatchdog | None:
+        """Watch the rollout servers; run.engine_watchdog_s=0 turns it off."""
         interval = float(_run_key(self.config, "engine_watchdog_s", 0) or 0)
         manager = getattr(self, "llm_server_manager", None)
-        addresses = [r.server_address for r in (manager.get_replicas() if manager is not None else [])
-                     if getattr(r, "server_address", None)]
-        engine, run_dir = str(self.config.actor_rollout_ref.rollout.name), _run_key(self.config, "output_dir")
-        self.engine_watchdog = EngineWatchdog(engine, addresses, run_dir, interval_s=interval).start() if (
-            interval > 0 and addresses and engine in HEALTH_ENDPOINT_ENGINES) else None
-        if run_dir:
-            placement.record_placement(self, self.config.run.output_dir, "start")
+        replicas = manager.get_replicas() if manager is not None else []
+        addresses = [r.server_address for r in replicas if getattr(r, "server_address", None)]
+        engine = str(self.config.actor_rollout_ref.rollout.name)
+        if interval <= 0 or not addresses or engine not in HEALTH_ENDPOINT_ENGINES:
+            return None
+        return EngineWatchdog(engine, addresses, _run_key(self.config, "output_dir"), interval_s=interval).start()
 
     def fit(self, *args, **kwargs):
         watchdog = getattr(self, "engine_watchdog", None)
