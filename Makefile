@@ -83,14 +83,14 @@ smoke-trl: $(TRL_STAMP)
 # The main suite in verl's environment (.venv) as two pytest runs side by side: the tests that start Ray, vLLM or
 # training (marker `starts`; one training run per host: dara.run_lock) one after another, and every other test
 # beside them on one thread each, in the time a start leaves a core idle; then the TRL tests (tests/trl) in the TRL
-# environment (.venv-trl). The starts' report is printed once they end (tests/README.md).
+# environment (.venv-trl). Then the starts' report follows as it grows until they end (tests/README.md).
 STARTS_LOG := $(VENV)/test-starts.log
 test: $(STAMP) $(TRL_STAMP)
 	@$(PY) -m pytest -q -m starts --ignore=tests/trl --durations=20 > $(STARTS_LOG) 2>&1 & starts=$$!; \
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not starts" --ignore=tests/trl --durations=15; others=$$?; \
 	$(TRL_PY) -m pytest -q tests/trl; trl=$$?; \
 	echo "[make test] the tests that start Ray, vLLM or training (pid $$starts, log $(STARTS_LOG)):"; \
-	wait $$starts; started=$$?; cat $(STARTS_LOG); \
+	tail -n +1 -F --pid=$$starts $(STARTS_LOG) 2>/dev/null; wait $$starts; started=$$?; \
 	echo "[make test] exit status: starts $$started, the others $$others, TRL $$trl"; \
 	[ $$started -eq 0 ] && [ $$others -eq 0 ] && [ $$trl -eq 0 ]
 
